@@ -1,0 +1,43 @@
+# The two commands a newcomer runs: `make serve` and `make test`. Both build .venv from nothing.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+HOST   ?= 127.0.0.1
+PORT   ?= 8000
+
+.PHONY: venv serve test test-fast bench clean system-deps
+
+$(STAMP): pyproject.toml clients/python/pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]' -e clients/python
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian packages the suite uses: chromium renders the report page, curl and jq run the recipes.
+system-deps:
+	@missing=""; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v jq >/dev/null || missing="$$missing jq"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+serve: $(STAMP)
+	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)
+
+test: $(STAMP) system-deps
+	$(BIN)/pytest
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not heavy and not browser"
+
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

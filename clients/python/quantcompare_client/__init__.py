@@ -1,0 +1,1 @@
+"""quantcompare client (placeholder until the clients issue lands)."""

@@ -1,0 +1,2 @@
+def main() -> int:
+    raise SystemExit("quantcompare-client: not implemented yet")

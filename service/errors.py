@@ -1,0 +1,114 @@
+"""One error tree for the whole service.
+
+Every refusal a user can see is a :class:`QuantCompareError` with a stable ``code`` (part of
+the API contract: clients switch on it), a message that says what happened, and a ``hint``
+that says what to do. The HTTP layer maps ``status`` onto the response in one place
+(``service.api.errors``); the CLI prints ``code: message`` and the hint.
+
+Foreign failures (onnx, torch, onnxruntime) are wrapped at the boundary with ``raise ... from e``
+so the chain stays in the log while the user sees only our words.
+
+    QuantCompareError                     400
+    ├── InvalidModel        invalid_model        422  bytes are not a model we can parse
+    ├── UnsupportedModel    unsupported_model    422  a valid model we cannot take (op, opset, input type)
+    ├── InvalidOptions      invalid_options      422  options JSON malformed, unknown or out of range
+    ├── InvalidCalibration  invalid_calibration  422  uploaded .npz does not fit the model's inputs
+    ├── InputShapeRequired  input_shape_required 422  dynamic dims need values (names every dim)
+    ├── UnsafeArchive       unsafe_archive       422  a .pt2 / archive that fails the static check
+    ├── BudgetExceeded      budget_exceeded      413/422  model too large for the configured budgets
+    ├── PayloadTooLarge     payload_too_large    413
+    ├── NotFound            not_found            404
+    ├── Busy                busy                 429/503 (+ Retry-After)
+    └── PathFailed          path_failed          (inside a report, per artifact; never an HTTP error)
+"""
+
+from __future__ import annotations
+
+
+class QuantCompareError(Exception):
+    code = "quantcompare_error"
+    status = 400
+    title = "Request failed"
+
+    def __init__(self, message: str, *, hint: str | None = None, status: int | None = None, **details):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if status is not None:
+            self.status = status
+        # Extra machine-readable fields (e.g. the dims that need values). Never server paths.
+        self.details = details
+
+    def to_dict(self) -> dict:
+        out = {"code": self.code, "message": self.message}
+        if self.hint:
+            out["hint"] = self.hint
+        out.update(self.details)
+        return out
+
+    def __str__(self) -> str:  # what the CLI prints
+        return f"{self.code}: {self.message}" + (f"\n  hint: {self.hint}" if self.hint else "")
+
+
+class InvalidModel(QuantCompareError):
+    code, status, title = "invalid_model", 422, "The upload is not a model quantcompare can read"
+
+
+class UnsupportedModel(QuantCompareError):
+    code, status, title = "unsupported_model", 422, "The model is valid but not supported"
+
+
+class InvalidOptions(QuantCompareError):
+    code, status, title = "invalid_options", 422, "The options are not valid"
+
+
+class InvalidCalibration(QuantCompareError):
+    code, status, title = "invalid_calibration", 422, "The calibration data does not fit the model"
+
+
+class InputShapeRequired(QuantCompareError):
+    code, status, title = "input_shape_required", 422, "Dynamic input dimensions need values"
+
+
+class UnsafeArchive(QuantCompareError):
+    code, status, title = "unsafe_archive", 422, "The archive was refused by the static safety check"
+
+
+class BudgetExceeded(QuantCompareError):
+    code, status, title = "budget_exceeded", 422, "The model exceeds a configured budget"
+
+
+class PayloadTooLarge(QuantCompareError):
+    code, status, title = "payload_too_large", 413, "The upload is too large"
+
+
+class NotFound(QuantCompareError):
+    code, status, title = "not_found", 404, "Not found"
+
+
+class Busy(QuantCompareError):
+    code, status, title = "busy", 503, "The service is busy"
+
+    def __init__(self, message: str, *, retry_after: int = 5, **kw):
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class PathFailed(QuantCompareError):
+    """One artifact's path failed; recorded in the report, the other paths go on."""
+
+    code, status, title = "path_failed", 500, "A quantization path failed"
+
+    def __init__(self, message: str, *, stage: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.stage = stage
+
+
+class PathSkipped(QuantCompareError):
+    """A path that cannot apply to this input (e.g. no torch graph for an ONNX upload)."""
+
+    code, status, title = "path_skipped", 200, "A quantization path was skipped"
+
+    def __init__(self, message: str, *, stage: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.stage = stage

@@ -1,0 +1,151 @@
+"""Options of one comparison, as a user writes them and as they are resolved.
+
+The same model serves the CLI (``--options JSON``), the HTTP API (``options`` form field or JSON
+body) and the report (``options`` echoes them resolved). Unknown keys are refused rather than
+ignored: a CI job that misspells a gate must hear about it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
+LEVELS = ("disable_all", "basic", "extended", "layout", "all")
+# GraphOptimizationLevel values, in the order ORT applies them.
+LEVEL_VALUES = {"disable_all": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
+
+QuantArtifact = Literal["pt2e_qdq", "ort_qdq", "ort_qoperator"]
+Level = Literal["disable_all", "basic", "extended", "layout", "all"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputValues(_Strict):
+    """How to make calibration values for one input when no .npz is uploaded."""
+
+    low: float | None = None
+    high: float | None = None
+    constant: float | None = None
+
+    @field_validator("high")
+    @classmethod
+    def _high_above_low(cls, v, info):
+        low = info.data.get("low")
+        if v is not None and low is not None and v <= low:
+            raise ValueError("high must be greater than low")
+        return v
+
+
+class Pt2eOptions(_Strict):
+    per_channel: bool = True
+
+
+class OrtQuantOptions(_Strict):
+    """Overrides for ORT's ``quantize_static``; ``None`` means: take it from the preset."""
+
+    calibrate_method: Literal["minmax", "entropy", "percentile", "distribution"] | None = None
+    per_channel: bool | None = None
+    activation_type: Literal["int8", "uint8"] | None = None
+    weight_type: Literal["int8", "uint8"] | None = None
+    reduce_range: bool | None = None
+    pre_process: bool = True
+    op_types_to_quantize: list[str] | None = None
+    nodes_to_exclude: list[str] | None = None
+    extra_options: dict[str, Any] = Field(default_factory=dict)
+
+
+class LatencyOptions(_Strict):
+    enabled: bool = True
+    runs: int = Field(10, ge=1, le=1000)
+    warmup: int = Field(2, ge=0, le=100)
+    intra_op_threads: int = Field(1, ge=1, le=64)
+
+
+class Gate(_Strict):
+    """One CI threshold, evaluated by the server into ``verdict``.
+
+    ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
+    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst output), ``int8_coverage``,
+    ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
+    (every requested path ok; artifact and level ignored).
+    """
+
+    artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
+    level: Level = "all"
+    metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok"]
+    op: Literal[">=", ">", "<=", "<", "=="] = ">="
+    value: float = 1.0
+
+
+class ComparisonOptions(_Strict):
+    artifacts: list[QuantArtifact] = Field(default_factory=lambda: list(ARTIFACTS))
+    # Values for dynamic dims: {"input_name": [1, 3, 224, 224]}; a dim that is already fixed must match.
+    input_shapes: dict[str, list[int]] = Field(default_factory=dict)
+    input_values: dict[str, InputValues] = Field(default_factory=dict)
+    calibration_samples: int = Field(16, ge=1, le=4096)
+    eval_samples: int = Field(8, ge=1, le=4096)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    preset: Literal["matched", "ort_defaults"] = "matched"
+    pt2e: Pt2eOptions = Field(default_factory=Pt2eOptions)
+    ort: OrtQuantOptions = Field(default_factory=OrtQuantOptions)
+    levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
+    latency: LatencyOptions = Field(default_factory=LatencyOptions)
+    attribution: bool = False
+    gates: list[Gate] = Field(default_factory=list)
+
+    @field_validator("artifacts", "levels")
+    @classmethod
+    def _unique_nonempty(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError("entries must be unique")
+        return v
+
+    @field_validator("input_shapes")
+    @classmethod
+    def _positive_dims(cls, v):
+        for name, dims in v.items():
+            if not dims or any(d < 1 or d > 1_000_000 for d in dims):
+                raise ValueError(f"input_shapes[{name!r}]: every dim must be between 1 and 1000000")
+        return v
+
+
+def resolved_ort_settings(options: ComparisonOptions) -> dict[str, Any]:
+    """The exact ``quantize_static`` settings for a preset plus the user's overrides.
+
+    ``matched`` mirrors torchao's XNNPACK symmetric config: int8 activations (asymmetric),
+    int8 weights symmetric, per-channel unless PT2E was asked for per-tensor, MinMax-free
+    histogram calibration cannot be mirrored exactly (ORT has no HistogramObserver), so
+    MinMax is used and the report says so.
+    """
+    o = options.ort
+    if options.preset == "matched":
+        base = {
+            "calibrate_method": "minmax",
+            "per_channel": options.pt2e.per_channel,
+            "activation_type": "int8",
+            "weight_type": "int8",
+            "reduce_range": False,
+            "extra_options": {"WeightSymmetric": True, "ActivationSymmetric": False},
+        }
+    else:  # ORT's own defaults for quantize_static
+        base = {
+            "calibrate_method": "minmax",
+            "per_channel": False,
+            "activation_type": "int8",
+            "weight_type": "int8",
+            "reduce_range": False,
+            "extra_options": {},
+        }
+    for key in ("calibrate_method", "per_channel", "activation_type", "weight_type", "reduce_range"):
+        val = getattr(o, key)
+        if val is not None:
+            base[key] = val
+    base["extra_options"] = {**base["extra_options"], **o.extra_options}
+    base["op_types_to_quantize"] = o.op_types_to_quantize
+    base["nodes_to_exclude"] = o.nodes_to_exclude
+    base["pre_process"] = o.pre_process
+    return base

@@ -1,0 +1,186 @@
+"""The report: what each tool wrote into its file, and (see ``levels``) what ORT made of it.
+
+Frozen pydantic models; the OpenAPI document is generated from them, and the client reads the
+JSON they produce (the JSON is the contract, ``schema_version`` says which one).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.pipeline.options import ComparisonOptions
+from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
+
+SCHEMA_VERSION = "1"
+
+Status = Literal["ok", "failed", "skipped"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TensorSpec(_Model):
+    name: str
+    dtype: str  # numpy name: float32, int64, bool, ...
+    shape: list[int | str | None]  # as declared: ints, symbolic names, or None for unknown
+
+
+class CpuInfo(_Model):
+    arch: str
+    model_name: str | None = None
+    logical_cores: int | None = None
+    # The ISA flags that change which int8 kernels MLAS picks (u8s8 vs s8s8, VNNI dot products).
+    isa: dict[str, bool] = Field(default_factory=dict)
+
+
+class Environment(_Model):
+    versions: dict[str, str]
+    python: str
+    platform: str
+    cpu: CpuInfo
+
+
+class ModelInfo(_Model):
+    name: str
+    sha256: str
+    format: Literal["onnx", "pt2", "example"]
+    opset_imports: dict[str, int]
+    ir_version: int | None = None
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    node_count: int
+    # The concrete shapes every sample was made with, and where each dynamic value came from.
+    resolved_input_shapes: dict[str, list[int]] = Field(default_factory=dict)
+    shape_notes: list[str] = Field(default_factory=list)
+
+
+class SamplesInfo(_Model):
+    source: Literal["generated", "uploaded"]
+    calibration_count: int
+    eval_count: int
+    seed: int | None = None
+    # Per input: how values were made (e.g. "normal(0, 1)", "uniform int [0, 10)", "uploaded").
+    generators: dict[str, str] = Field(default_factory=dict)
+    notes: list[str] = Field(default_factory=list)
+
+
+class PathError(_Model):
+    stage: str
+    type: str
+    message: str
+    hint: str | None = None
+
+
+class FileInfo(_Model):
+    path: str  # relative to the job's artifact folder, e.g. "ort_qdq.onnx"
+    size: int
+    sha256: str
+    producer_name: str
+    producer_version: str
+    ir_version: int
+    opset_imports: dict[str, int]
+    metadata_props: dict[str, str] = Field(default_factory=dict)
+    node_count: int
+
+
+class QuantizedTensor(_Model):
+    """One tensor that the file stores or carries in quantized form."""
+
+    name: str  # the float tensor this stands for (DQ output / Q input), or the QLinear operand
+    role: Literal["weight", "activation", "bias", "other"]
+    dtype: str  # int8, uint8, int16, uint16, int32, int4, ...
+    scale: list[float]
+    zero_point: list[int]
+    axis: int | None = None  # set for per-channel
+    block_size: int | None = None
+    per_channel: bool
+    symmetric: bool  # every zero point at the dtype's midpoint (0 for signed)
+    # weight storage: "int8 initializer" (quantized in the file) or "float initializer + QuantizeLinear"
+    # (quantized when the session runs); activations are "runtime".
+    storage: Literal["quantized_initializer", "float_initializer_plus_quantize", "runtime"]
+    written_by: str  # op that carries the parameters: QuantizeLinear, DequantizeLinear, QLinearConv, ...
+    consumers: list[str] = Field(default_factory=list)  # op_types that read the dequantized value
+
+
+class BiasInfo(_Model):
+    node: str
+    op_type: str
+    dtype: str  # "int32" when quantized in the file, else "float32"
+    quantized_in_file: bool
+    scale_matches_input_times_weight: bool | None = None  # int32 bias scale == s_x * s_w
+
+
+class FoldedActivation(_Model):
+    op_type: str  # Relu / Clip that the fp32 model has and this file does not
+    count: int
+    evidence: str
+
+
+class QuantizationInventory(_Model):
+    format: Literal["qdq", "qoperator", "mixed", "float"]
+    quantize_linear: int
+    dequantize_linear: int
+    tensors: list[QuantizedTensor]
+    weights: Literal["quantized_initializer", "float_initializer_plus_quantize", "mixed", "none"]
+    bias: list[BiasInfo]
+    bias_summary: Literal["int32", "float32", "mixed", "none"]
+    # op_type (domain-qualified when not ai.onnx) -> count
+    ops_quantized: dict[str, int]  # compute ops with every float input coming from a DequantizeLinear
+    ops_float: dict[str, int]  # ops that run in float on float inputs
+    ops_float_reasons: dict[str, str] = Field(default_factory=dict)
+    int8_kernels_in_file: dict[str, int]  # QLinear*, ConvInteger, MatMulInteger, com.microsoft.Q*
+    folded_activations: list[FoldedActivation] = Field(default_factory=list)
+    activation_dtypes: list[str]
+    weight_dtypes: list[str]
+
+
+class ToolInfo(_Model):
+    name: str  # "torchao PT2E (XNNPACKQuantizer)", "onnxruntime quantize_static", ...
+    version: str
+    settings: dict[str, Any] = Field(default_factory=dict)
+    calibration: str | None = None  # which observer / calibrator computed activation ranges
+    notes: list[str] = Field(default_factory=list)
+
+
+class Artifact(_Model):
+    name: str
+    status: Status
+    error: PathError | None = None
+    tool: ToolInfo | None = None
+    file: FileInfo | None = None
+    quantization: QuantizationInventory | None = None
+    optimized: dict[str, OptimizedLevel] = Field(default_factory=dict)
+    seconds: float | None = None
+
+
+class GateResult(_Model):
+    gate: str  # "ort_qdq.all.sqnr_db>=25"
+    passed: bool
+    actual: float | None = None
+    message: str
+
+
+class Verdict(_Model):
+    passed: bool
+    gates: list[GateResult] = Field(default_factory=list)
+    failures: list[str] = Field(default_factory=list)
+
+
+class Report(_Model):
+    schema_version: str = SCHEMA_VERSION
+    id: str | None = None
+    created_at: datetime
+    environment: Environment
+    options: ComparisonOptions
+    model: ModelInfo
+    samples: SamplesInfo
+    artifacts: dict[str, Artifact]
+    agreement: list[AgreementRow] = Field(default_factory=list)
+    decisions: list[DecisionRow] = Field(default_factory=list)
+    lints: list[Lint] = Field(default_factory=list)
+    verdict: Verdict
+    timings: dict[str, float] = Field(default_factory=dict)
