@@ -1,12 +1,16 @@
-"""Report sections about what ONNX Runtime makes of each file (levels, diffs, numerics, latency,
-decisions, lints). Owned by the levels stage (``service.pipeline.levels`` and friends).
+"""Report sections about what ONNX Runtime makes of each file: the graph it runs at each
+``GraphOptimizationLevel``, the rewrites between levels, numerics and latency per level,
+cross-artifact agreement, the decisions table and lints.
 
-Placeholder shapes; the levels work fills them in.
+Filled by the levels stage (``service.pipeline.levels``). Field names read by gates, the client
+and the page are pinned in ``docs/CONTRACTS.md``: ``op_histogram``, ``int8_coverage``,
+``numerics`` (``outputs``, ``worst_*``), ``latency`` (``median_ms``, ``p90_ms``, ``runs``,
+``intra_op_threads``), ``diff.rewrites[].summary``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -15,22 +19,135 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
+class NodeSummary(_Model):
+    """One node of the graph ORT runs, with the attributes that change what it computes."""
+
+    op_type: str
+    domain: str = ""  # "" for ai.onnx
+    name: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    # For int8 kernels: dtype of the activation operand (from its zero point), e.g. "uint8".
+    activation_dtype: str | None = None
+
+
+class LayoutInfo(_Model):
+    """Layout rewrites ORT made for the CPU EP (``layout`` level and up)."""
+
+    nhwc_nodes: int = 0  # com.microsoft.* nodes running channels-last (NhwcTransformer)
+    transposes_inserted: int = 0  # Transposes beyond those in the file
+    nchwc_nodes: int = 0  # com.microsoft.nchwc.* nodes (NchwcTransformer, x86-64 only)
+    reorders: int = 0  # com.microsoft.nchwc.ReorderInput / ReorderOutput
+
+
+class BiasState(_Model):
+    int32: int = 0  # biases fed as int32 (QLinearConv/QGemm operand, or DQ of an int32 initializer)
+    float32: int = 0  # float biases on Conv / Gemm
+    summary: Literal["int32", "float32", "mixed", "none"] = "none"
+
+
+class Rewrite(_Model):
+    """One connected change between two consecutive levels."""
+
+    summary: str  # "DequantizeLinear x3 + Conv + Relu + QuantizeLinear -> QLinearConv"
+    kind: str  # qdq_fusion, qdq_drop, s8_to_u8, nhwc, nchwc, bias_int32, dq_duplicated, ...
+    removed: list[str] = Field(default_factory=list)  # node names (graph before)
+    added: list[str] = Field(default_factory=list)  # node names (graph after)
+    modified: list[str] = Field(default_factory=list)  # same name on both sides, inputs/outputs changed
+    transformer: str | None = None  # likely ORT GraphTransformer, from a table of patterns
+    # With options.attribution: True when disabling one of ``transformer`` at this level undoes
+    # the rewrite (``optimization.disable_specified_optimizers``); None when not checked.
+    confirmed: bool | None = None
+    confirmed_by: list[str] = Field(default_factory=list)
+
+
+class LevelDiff(_Model):
+    previous: str  # the previous level, or "file" for disable_all (the file as written)
+    nodes_removed: int
+    nodes_added: int
+    rewrites: list[Rewrite] = Field(default_factory=list)
+
+
+class OutputNumerics(_Model):
+    name: str  # output name in this artifact (matched to the fp32 output by position)
+    reference: str  # fp32 output name
+    sqnr_db: float | None  # None when the error is exactly zero (infinite SQNR)
+    cosine: float
+    max_abs_error: float
+    # Quantization step of this output (scale of the DQ that produces it), when quantized.
+    output_step: float | None = None
+    # vs the previous level of the same artifact
+    drift_max_abs: float | None = None
+    drift_steps: float | None = None
+
+
+class LevelNumerics(_Model):
+    outputs: list[OutputNumerics]
+    worst_sqnr_db: float | None
+    worst_cosine: float
+    worst_max_abs_error: float
+    samples: int
+
+
+class LatencyStats(_Model):
+    median_ms: float
+    p90_ms: float
+    runs: int
+    warmup: int
+    intra_op_threads: int
+    batch: dict[str, list[int]] = Field(default_factory=dict)  # input shapes timed
+
+
 class OptimizedLevel(_Model):
     level: str
+    level_value: int | None = None  # GraphOptimizationLevel value
+    file: str | None = None  # "<artifact>.<level>.onnx", relative to the artifact folder
+    error: str | None = None  # session creation or run failed at this level
     op_histogram: dict[str, int] = Field(default_factory=dict)
-    extra: dict[str, Any] = Field(default_factory=dict)
+    node_count: int = 0
+    nodes: list[NodeSummary] = Field(default_factory=list)
+    quantize_linear: int = 0
+    dequantize_linear: int = 0
+    int8_kernels: dict[str, int] = Field(default_factory=dict)
+    compute_ops_fp32: int = 0  # Conv/MatMul/Gemm/... in the fp32 model: the coverage denominator
+    compute_ops_int8: int = 0
+    compute_ops_float: dict[str, int] = Field(default_factory=dict)
+    int8_coverage: float | None = None
+    # int8 kernels by activation dtype: {"uint8": 3, "int8": 0}; x86 runs uint8 (QDQS8ToU8Transformer).
+    kernel_activation_dtypes: dict[str, int] = Field(default_factory=dict)
+    ops_float: dict[str, int] = Field(default_factory=dict)  # non-Q/DQ ops computing on float
+    bias: BiasState = Field(default_factory=BiasState)
+    layout: LayoutInfo = Field(default_factory=LayoutInfo)
+    diff: LevelDiff | None = None
+    numerics: LevelNumerics | None = None
+    latency: LatencyStats | None = None
+    session_seconds: float | None = None
 
 
 class AgreementRow(_Model):
     a: str
     b: str
+    level: str
+    output: str  # output of ``a`` (matched by position)
+    sqnr_db: float | None  # b measured against a
+    cosine: float
+    max_abs_error: float
+    max_diff_steps: float | None = None  # in units of a's output quantization step
+    equal_share: float  # share of elements that are bitwise equal
 
 
 class DecisionRow(_Model):
     decision: str
+    # artifact -> "in the file", "at session level extended", "never", "n/a (...)", ...
     where: dict[str, str] = Field(default_factory=dict)
+    detail: dict[str, str] = Field(default_factory=dict)  # artifact -> evidence
 
 
 class Lint(_Model):
     code: str
+    severity: Literal["info", "warning", "error"] = "warning"
+    artifact: str | None = None
     message: str
+    hint: str | None = None  # what to do
+    source: str | None = None  # where ORT says so

@@ -1,0 +1,681 @@
+"""Typed, read-only views over the report JSON and the job envelope.
+
+The JSON is the contract (``schema_version`` says which); these classes name the parts people
+look at and keep the rest reachable through ``.raw``. Fields the server has not filled (a path
+that failed, a level without latency) are ``None`` rather than missing attributes, so notebook
+code can test for them. Unknown keys are kept in ``.raw``, never refused: a newer server must
+not break an older client.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+__all__ = [
+    "Report",
+    "Job",
+    "Progress",
+    "Artifact",
+    "ArtifactFile",
+    "PathError",
+    "Inventory",
+    "OptimizedLevel",
+    "Numerics",
+    "OutputNumerics",
+    "Latency",
+    "LevelDiff",
+    "Rewrite",
+    "Decision",
+    "Lint",
+    "GateResult",
+    "Verdict",
+    "ModelInfo",
+    "ArtifactLink",
+    "Example",
+]
+
+LEVELS = ("disable_all", "basic", "extended", "layout", "all")
+
+
+def _d(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _f(value: Any) -> Optional[float]:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _sqnr(d: Mapping[str, Any], key: str) -> Optional[float]:
+    # The server writes null for an exactly-zero error (infinite SQNR); JSON has no Infinity.
+    if key in d and d[key] is None:
+        return math.inf
+    return _f(d.get(key))
+
+
+def _when(value: Any) -> Optional[datetime]:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+# ---- per-level results ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OutputNumerics:
+    name: str
+    sqnr_db: Optional[float]
+    cosine: Optional[float]
+    max_abs_error: Optional[float]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "OutputNumerics":
+        d = _d(d)
+        return cls(str(d.get("name", "")), _sqnr(d, "sqnr_db"), _f(d.get("cosine")), _f(d.get("max_abs_error")), d)
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """Accuracy against fp32 at one level; ``worst_*`` is over every output."""
+
+    worst_sqnr_db: Optional[float]
+    worst_cosine: Optional[float]
+    worst_max_abs_error: Optional[float]
+    outputs: List[OutputNumerics] = field(default_factory=list)
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Numerics":
+        d = _d(d)
+        return cls(
+            _sqnr(d, "worst_sqnr_db"), _f(d.get("worst_cosine")), _f(d.get("worst_max_abs_error")),
+            [OutputNumerics.from_dict(o) for o in d.get("outputs") or []], d,
+        )
+
+
+@dataclass(frozen=True)
+class Latency:
+    median_ms: Optional[float]
+    p90_ms: Optional[float] = None
+    runs: Optional[int] = None
+    intra_op_threads: Optional[int] = None
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Latency":
+        d = _d(d)
+        return cls(_f(d.get("median_ms")), _f(d.get("p90_ms")), d.get("runs"), d.get("intra_op_threads"), d)
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    """One fusion or rewrite ORT applied between two levels."""
+
+    summary: str
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.summary
+
+
+@dataclass(frozen=True)
+class LevelDiff:
+    """What changed against the previous level."""
+
+    rewrites: List[Rewrite]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "LevelDiff":
+        d = _d(d)
+        rewrites = []
+        for r in d.get("rewrites") or []:
+            rewrites.append(Rewrite(str(r.get("summary", r)) if isinstance(r, dict) else str(r), _d(r)))
+        return cls(rewrites, d)
+
+
+@dataclass(frozen=True)
+class OptimizedLevel:
+    """The graph ORT made of one artifact at one ``GraphOptimizationLevel``."""
+
+    level: str
+    op_histogram: Dict[str, int]
+    int8_coverage: Optional[float]
+    numerics: Optional[Numerics]
+    latency: Optional[Latency]
+    diff: Optional[LevelDiff]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, level: str, d: Mapping[str, Any]) -> "OptimizedLevel":
+        d = _d(d)
+        return cls(
+            level=str(d.get("level", level)),
+            op_histogram={str(k): int(v) for k, v in _d(d.get("op_histogram")).items()},
+            int8_coverage=_f(d.get("int8_coverage")),
+            numerics=Numerics.from_dict(d["numerics"]) if isinstance(d.get("numerics"), dict) else None,
+            latency=Latency.from_dict(d["latency"]) if isinstance(d.get("latency"), dict) else None,
+            diff=LevelDiff.from_dict(d["diff"]) if isinstance(d.get("diff"), dict) else None,
+            raw=d,
+        )
+
+    @property
+    def node_count(self) -> int:
+        n = self.raw.get("node_count")
+        return int(n) if isinstance(n, int) and n else sum(self.op_histogram.values())
+
+    @property
+    def error(self) -> Optional[str]:
+        """Set when ORT could not create or run a session at this level."""
+        return self.raw.get("error")
+
+
+# ---- per-artifact results -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PathError:
+    stage: str
+    type: str
+    message: str
+    hint: Optional[str] = None
+
+    def __str__(self) -> str:
+        return f"{self.stage}: {self.type}: {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
+
+
+@dataclass(frozen=True)
+class ArtifactFile:
+    path: str
+    size: Optional[int]
+    sha256: Optional[str]
+    producer: str
+    opset_imports: Dict[str, int]
+    node_count: Optional[int]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ArtifactFile":
+        d = _d(d)
+        producer = " ".join(str(p) for p in (d.get("producer_name"), d.get("producer_version")) if p)
+        return cls(str(d.get("path", "")), d.get("size"), d.get("sha256"), producer,
+                   dict(_d(d.get("opset_imports"))), d.get("node_count"), d)
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """What one quantizer wrote into its file (before ORT touches it)."""
+
+    format: Optional[str]
+    quantize_linear: int
+    dequantize_linear: int
+    weights: Optional[str]
+    bias_summary: Optional[str]
+    ops_quantized: Dict[str, int]
+    ops_float: Dict[str, int]
+    int8_kernels_in_file: Dict[str, int]
+    activation_dtypes: List[str]
+    weight_dtypes: List[str]
+    tensors: List[Dict[str, Any]] = field(repr=False, default_factory=list)
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Inventory":
+        d = _d(d)
+        return cls(
+            format=d.get("format"),
+            quantize_linear=int(d.get("quantize_linear") or 0),
+            dequantize_linear=int(d.get("dequantize_linear") or 0),
+            weights=d.get("weights"),
+            bias_summary=d.get("bias_summary"),
+            ops_quantized=dict(_d(d.get("ops_quantized"))),
+            ops_float=dict(_d(d.get("ops_float"))),
+            int8_kernels_in_file=dict(_d(d.get("int8_kernels_in_file"))),
+            activation_dtypes=list(d.get("activation_dtypes") or []),
+            weight_dtypes=list(d.get("weight_dtypes") or []),
+            tensors=list(d.get("tensors") or []),
+            raw=d,
+        )
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One path from the fp32 model: its status, its file, what it holds, and what ORT made of it."""
+
+    name: str
+    status: str
+    error: Optional[PathError]
+    file: Optional[ArtifactFile]
+    quantization: Optional[Inventory]
+    optimized: Dict[str, OptimizedLevel]
+    tool: Dict[str, Any] = field(repr=False, default_factory=dict)
+    seconds: Optional[float] = None
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, name: str, d: Mapping[str, Any]) -> "Artifact":
+        d = _d(d)
+        err = _d(d.get("error"))
+        return cls(
+            name=str(d.get("name", name)),
+            status=str(d.get("status", "unknown")),
+            error=PathError(str(err.get("stage", "")), str(err.get("type", "")), str(err.get("message", "")),
+                            err.get("hint")) if err else None,
+            file=ArtifactFile.from_dict(d["file"]) if isinstance(d.get("file"), dict) else None,
+            quantization=Inventory.from_dict(d["quantization"]) if isinstance(d.get("quantization"), dict) else None,
+            optimized={lv: OptimizedLevel.from_dict(lv, v) for lv, v in _d(d.get("optimized")).items()},
+            tool=_d(d.get("tool")),
+            seconds=_f(d.get("seconds")),
+            raw=d,
+        )
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def level(self, level: str = "all") -> Optional[OptimizedLevel]:
+        return self.optimized.get(level)
+
+    def __repr__(self) -> str:
+        if not self.ok:
+            return f"<Artifact {self.name} {self.status}: {self.error or 'no error recorded'}>"
+        levels = ", ".join(self.optimized) or "no levels"
+        fmt = self.quantization.format if self.quantization else None
+        return f"<Artifact {self.name} ok{' ' + fmt if fmt else ''} levels=[{levels}]>"
+
+
+# ---- report-wide ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A row like "bias quantized to int32": where each artifact decides it."""
+
+    decision: str
+    where: Dict[str, str]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Lint:
+    code: str
+    message: str
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    gate: str
+    passed: bool
+    actual: Optional[float]
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    gates: List[GateResult]
+    failures: List[str]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
+        d = _d(d)
+        gates = [GateResult(str(g.get("gate", "")), bool(g.get("passed")), _f(g.get("actual")), str(g.get("message", "")))
+                 for g in d.get("gates") or [] if isinstance(g, dict)]
+        return cls(bool(d.get("passed")), gates, [str(f) for f in d.get("failures") or []])
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    sha256: str
+    format: str
+    node_count: Optional[int]
+    inputs: List[Dict[str, Any]] = field(repr=False, default_factory=list)
+    outputs: List[Dict[str, Any]] = field(repr=False, default_factory=list)
+    opset_imports: Dict[str, int] = field(repr=False, default_factory=dict)
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "ModelInfo":
+        d = _d(d)
+        return cls(str(d.get("name", "")), str(d.get("sha256", "")), str(d.get("format", "")), d.get("node_count"),
+                   list(d.get("inputs") or []), list(d.get("outputs") or []), dict(_d(d.get("opset_imports"))), d)
+
+
+class Report:
+    """A finished comparison. ``report.summary()`` prints a table; Jupyter renders ``_repr_html_``.
+
+    >>> report.artifacts["ort_qdq"].optimized["all"].numerics.worst_sqnr_db
+    >>> report.sqnr_db("pt2e_qdq", "extended")
+    >>> report.latency_ratio("ort_qdq")          # median / fp32 median at the same level
+    >>> report.verdict.passed
+    """
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        if not isinstance(data, Mapping):
+            raise TypeError(f"Report wants the report JSON object, got {type(data).__name__}")
+        self.raw: Dict[str, Any] = dict(data)
+        self.id: Optional[str] = self.raw.get("id")
+        self.schema_version: Optional[str] = self.raw.get("schema_version")
+        self.created_at: Optional[datetime] = _when(self.raw.get("created_at"))
+        self.model = ModelInfo.from_dict(_d(self.raw.get("model")))
+        self.artifacts: Dict[str, Artifact] = {
+            name: Artifact.from_dict(name, a) for name, a in _d(self.raw.get("artifacts")).items()
+        }
+        self.decisions: List[Decision] = [
+            Decision(str(r.get("decision", "")), {str(k): str(v) for k, v in _d(r.get("where")).items()}, r)
+            for r in self.raw.get("decisions") or [] if isinstance(r, dict)
+        ]
+        self.lints: List[Lint] = [
+            Lint(str(r.get("code", "")), str(r.get("message", "")), r)
+            for r in self.raw.get("lints") or [] if isinstance(r, dict)
+        ]
+        self.agreement: List[Dict[str, Any]] = list(self.raw.get("agreement") or [])
+        self.verdict = Verdict.from_dict(_d(self.raw.get("verdict")))
+        self.timings: Dict[str, float] = {k: float(v) for k, v in _d(self.raw.get("timings")).items() if _f(v) is not None}
+        self.options: Dict[str, Any] = _d(self.raw.get("options"))
+        self.environment: Dict[str, Any] = _d(self.raw.get("environment"))
+        self.samples: Dict[str, Any] = _d(self.raw.get("samples"))
+
+    # -- lookups --------------------------------------------------------------------------------
+
+    def level(self, artifact: str, level: str = "all") -> Optional[OptimizedLevel]:
+        art = self.artifacts.get(artifact)
+        return art.optimized.get(level) if art is not None else None
+
+    def _worst(self, artifact: str, level: str, attr: str) -> Optional[float]:
+        lv = self.level(artifact, level)
+        return getattr(lv.numerics, attr) if lv is not None and lv.numerics is not None else None
+
+    def sqnr_db(self, artifact: str, level: str = "all") -> Optional[float]:
+        return self._worst(artifact, level, "worst_sqnr_db")
+
+    def cosine(self, artifact: str, level: str = "all") -> Optional[float]:
+        return self._worst(artifact, level, "worst_cosine")
+
+    def max_abs_error(self, artifact: str, level: str = "all") -> Optional[float]:
+        return self._worst(artifact, level, "worst_max_abs_error")
+
+    def int8_coverage(self, artifact: str, level: str = "all") -> Optional[float]:
+        lv = self.level(artifact, level)
+        return lv.int8_coverage if lv is not None else None
+
+    def median_ms(self, artifact: str, level: str = "all") -> Optional[float]:
+        lv = self.level(artifact, level)
+        return lv.latency.median_ms if lv is not None and lv.latency is not None else None
+
+    def latency_ratio(self, artifact: str, level: str = "all") -> Optional[float]:
+        """Median latency over fp32's median at the same level (below 1: faster than fp32)."""
+        mine, base = self.median_ms(artifact, level), self.median_ms("fp32", level)
+        if mine is None or not base:
+            return None
+        return mine / base
+
+    @property
+    def levels(self) -> List[str]:
+        seen: List[str] = []
+        for art in self.artifacts.values():
+            for lv in art.optimized:
+                if lv not in seen:
+                    seen.append(lv)
+        return sorted(seen, key=lambda lv: LEVELS.index(lv) if lv in LEVELS else len(LEVELS))
+
+    # -- serialisation --------------------------------------------------------------------------
+
+    def to_dict(self) -> Dict[str, Any]:
+        return self.raw
+
+    def to_json(self, *, indent: Optional[int] = 2) -> str:
+        return json.dumps(self.raw, indent=indent)
+
+    def save(self, path: Union[str, Path]) -> Path:
+        path = Path(path)
+        path.write_text(self.to_json() + "\n", encoding="utf-8")
+        return path
+
+    @classmethod
+    def load(cls, path: Union[str, Path]) -> "Report":
+        """Read a saved ``report.json`` (or a whole job envelope, whose ``report`` is taken)."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if isinstance(data, dict) and isinstance(data.get("report"), dict) and "artifacts" not in data:
+            data = data["report"]
+        return cls(data)
+
+    # -- display --------------------------------------------------------------------------------
+
+    def rows(self, level: str = "all") -> List[Dict[str, Any]]:
+        """One row per artifact at ``level``: the numbers ``summary()`` and the HTML table show."""
+        out = []
+        for name, art in self.artifacts.items():
+            lv = art.optimized.get(level)
+            q = art.quantization
+            row: Dict[str, Any] = {
+                "artifact": name,
+                "status": art.status,
+                "format": q.format if q else None,
+                "bias": q.bias_summary if q else None,
+                "nodes": lv.node_count if lv else None,
+                "int8_coverage": lv.int8_coverage if lv else None,
+                "sqnr_db": lv.numerics.worst_sqnr_db if lv and lv.numerics else None,
+                "cosine": lv.numerics.worst_cosine if lv and lv.numerics else None,
+                "max_abs_error": lv.numerics.worst_max_abs_error if lv and lv.numerics else None,
+                "median_ms": lv.latency.median_ms if lv and lv.latency else None,
+                "latency_ratio": self.latency_ratio(name, level) if name != "fp32" else None,
+                "error": str(art.error) if art.error else None,
+            }
+            out.append(row)
+        return out
+
+    def summary_text(self, level: str = "all") -> str:
+        head = self._headline()
+        cols = [("artifact", "artifact", "s"), ("status", "status", "s"), ("format", "format", "s"),
+                ("bias", "bias", "s"), ("nodes", "nodes", "d"), ("int8", "int8_coverage", "%"),
+                ("sqnr_db", "sqnr_db", ".1f"), ("cosine", "cosine", ".5f"), ("max_abs", "max_abs_error", ".3g"),
+                ("ms", "median_ms", ".3f"), ("x fp32", "latency_ratio", ".2f")]
+        rows = self.rows(level)
+        table = [[title for title, _, _ in cols]]
+        for r in rows:
+            table.append([_fmt(r[key], spec) for _, key, spec in cols])
+        widths = [max(len(line[i]) for line in table) for i in range(len(cols))]
+        lines = [head, f"level: {level}"]
+        for line in table:
+            lines.append("  ".join(cell.ljust(w) if i < 4 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
+        for r in rows:
+            if r["error"]:
+                lines.append(f"  {r['artifact']} {r['status']}: {_clip(r['error'], 160)}")
+        lines.append(self._verdict_line())
+        for g in self.verdict.gates:
+            lines.append(f"  {'PASS' if g.passed else 'FAIL'}  {g.gate}  {_clip(g.message, 120)}")
+        if self.lints:
+            lines.append(f"lints: {len(self.lints)} ({', '.join(sorted({lint.code for lint in self.lints}))})")
+        return "\n".join(lines)
+
+    def summary(self, level: str = "all", *, file: Any = None) -> None:
+        """Print a compact table: one row per artifact at ``level``, then the verdict."""
+        print(self.summary_text(level), file=file)
+
+    def __str__(self) -> str:
+        return self.summary_text()
+
+    def _headline(self) -> str:
+        bits = [f"quantcompare report {self.id or '(no id)'}", f"model {self.model.name or '?'} ({self.model.format or '?'})"]
+        if self.model.sha256:
+            bits.append(f"sha256 {self.model.sha256[:12]}")
+        versions = _d(self.environment.get("versions"))
+        if versions:
+            bits.append(" ".join(f"{k} {versions[k]}" for k in ("torch", "onnxruntime") if k in versions))
+        return " · ".join(b for b in bits if b)
+
+    def _verdict_line(self) -> str:
+        n = len(self.verdict.gates)
+        ok = sum(g.passed for g in self.verdict.gates)
+        word = "PASSED" if self.verdict.passed else "FAILED"
+        return f"verdict: {word}" + (f" ({ok}/{n} gates)" if n else " (no gates)")
+
+    def __repr__(self) -> str:
+        statuses = ", ".join(f"{n}={a.status}" for n, a in self.artifacts.items())
+        return (f"<Report {self.id or '(no id)'} model={self.model.name!r} [{statuses}] "
+                f"verdict={'passed' if self.verdict.passed else 'failed'}>")
+
+    def _repr_html_(self) -> str:
+        level = "all" if "all" in self.levels or not self.levels else self.levels[-1]
+        e = html.escape
+        cols = [("artifact", "artifact", "s"), ("status", "status", "s"), ("format", "format", "s"),
+                ("bias", "bias", "s"), ("nodes", "nodes", "d"), ("int8 coverage", "int8_coverage", "%"),
+                ("SQNR dB", "sqnr_db", ".1f"), ("cosine", "cosine", ".5f"), ("max abs err", "max_abs_error", ".3g"),
+                ("median ms", "median_ms", ".3f"), ("× fp32", "latency_ratio", ".2f")]
+        parts = [
+            '<div class="quantcompare-report">',
+            f"<p><b>{e(self._headline())}</b></p>",
+            f"<table><caption>level <code>{e(level)}</code></caption><thead><tr>",
+            "".join(f"<th>{e(t)}</th>" for t, _, _ in cols),
+            "</tr></thead><tbody>",
+        ]
+        for r in self.rows(level):
+            colour = "" if r["status"] == "ok" else ' style="color:#b00020"'
+            cells = []
+            for _, key, spec in cols:
+                text = _fmt(r[key], spec)
+                title = f' title="{e(r["error"])}"' if key == "status" and r["error"] else ""
+                align = ' style="text-align:right"' if spec not in ("s",) else ""
+                cells.append(f"<td{align}{title}>{e(text)}</td>")
+            parts.append(f"<tr{colour}>{''.join(cells)}</tr>")
+        parts.append("</tbody></table>")
+        errors = [r for r in self.rows(level) if r["error"]]
+        if errors:
+            parts.append("<ul>" + "".join(f"<li><code>{e(r['artifact'])}</code> {e(r['status'])}: {e(r['error'])}</li>"
+                                          for r in errors) + "</ul>")
+        verdict_colour = "#1b5e20" if self.verdict.passed else "#b00020"
+        parts.append(f'<p style="color:{verdict_colour}"><b>{e(self._verdict_line())}</b></p>')
+        if self.verdict.gates:
+            parts.append("<ul>" + "".join(
+                f"<li>{'✅' if g.passed else '❌'} <code>{e(g.gate)}</code> {e(g.message)}</li>" for g in self.verdict.gates
+            ) + "</ul>")
+        if self.decisions:
+            names = [n for n in self.artifacts if n != "fp32"]
+            parts.append("<table><caption>decisions</caption><thead><tr><th>decision</th>"
+                         + "".join(f"<th>{e(n)}</th>" for n in names) + "</tr></thead><tbody>")
+            for d in self.decisions:
+                parts.append(f"<tr><td>{e(d.decision)}</td>" + "".join(f"<td>{e(d.where.get(n, ''))}</td>" for n in names) + "</tr>")
+            parts.append("</tbody></table>")
+        parts.append("</div>")
+        return "".join(parts)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None:
+        return "-"
+    if spec == "s":
+        return str(value)
+    if spec == "d":
+        return str(int(value))
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if spec == "%":
+        return f"{value * 100:.0f}%"
+    return format(value, spec)
+
+
+def _clip(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+# ---- job envelope and small listings ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress:
+    stage: Optional[str]
+    done: Optional[int]
+    total: Optional[int]
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Progress":
+        d = _d(d)
+        return cls(d.get("stage"), d.get("done"), d.get("total"))
+
+    def __str__(self) -> str:
+        if not self.stage:
+            return "-"
+        if self.total:
+            return f"{self.stage} {self.done or 0}/{self.total}"
+        return str(self.stage)
+
+
+@dataclass(frozen=True)
+class Job:
+    """The job envelope of ``GET /v1/comparisons/{id}``; ``report`` is set once it succeeded."""
+
+    id: str
+    status: str
+    cached: bool
+    progress: Progress
+    error: Optional[Dict[str, Any]]
+    report: Optional[Report]
+    links: Dict[str, str]
+    created_at: Optional[datetime] = None
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Job":
+        d = _d(d)
+        return cls(
+            id=str(d.get("id", "")),
+            status=str(d.get("status", "unknown")),
+            cached=bool(d.get("cached", False)),
+            progress=Progress.from_dict(d.get("progress")),
+            error=d.get("error") if isinstance(d.get("error"), dict) else None,
+            report=Report(d["report"]) if isinstance(d.get("report"), dict) else None,
+            links={str(k): str(v) for k, v in _d(d.get("links")).items()},
+            created_at=_when(d.get("created_at")),
+            started_at=_when(d.get("started_at")),
+            finished_at=_when(d.get("finished_at")),
+            raw=d,
+        )
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("succeeded", "failed")
+
+    def __repr__(self) -> str:
+        return f"<Job {self.id} {self.status} {self.progress}{' cached' if self.cached else ''}>"
+
+
+@dataclass(frozen=True)
+class ArtifactLink:
+    """One downloadable file: ``ort_qdq.onnx`` or an optimized graph like ``ort_qdq.all.onnx``."""
+
+    name: str
+    artifact: str
+    level: Optional[str]
+    size: Optional[int]
+    url: str
+
+
+@dataclass(frozen=True)
+class Example:
+    name: str
+    description: str
+    inputs: Any = field(repr=False, default=None)

@@ -1,0 +1,87 @@
+"""Every error the HTTP API returns, mapped in one place onto ``application/problem+json``.
+
+Domain errors (``service.errors``) keep their ``code`` and ``status``; request-shape errors
+become ``invalid_request``; anything else is ``internal_error`` (500) with the traceback in the
+log and nothing of it (no paths, no exception text) in the response.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.errors import Busy, QuantCompareError
+from service.schemas.api import PROBLEM_MEDIA_TYPE, problem, problem_from_error
+
+log = logging.getLogger("quantcompare.api")
+
+
+class InvalidRequest(QuantCompareError):
+    """The HTTP request itself is malformed (multipart, JSON, content type, query)."""
+
+    code, status, title = "invalid_request", 400, "The request is malformed"
+
+
+class Unauthorized(QuantCompareError):
+    code, status, title = "unauthorized", 401, "An API token is required"
+
+
+def problem_response(body: dict, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+async def _domain(request: Request, exc: QuantCompareError) -> JSONResponse:
+    headers = {}
+    if isinstance(exc, Busy):
+        headers["Retry-After"] = str(max(1, int(exc.retry_after)))
+    if isinstance(exc, Unauthorized):
+        headers["WWW-Authenticate"] = 'Bearer realm="quantcompare"'
+    return problem_response(problem_from_error(exc), exc.status, headers)
+
+
+def _loc(loc) -> str:
+    return ".".join(str(p) for p in loc if p not in ("body", "query", "path"))
+
+
+async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    # Only where and what: never the input value (it may be large or hostile).
+    errors = [{"loc": _loc(e.get("loc", ())), "msg": e.get("msg", "invalid")} for e in exc.errors()]
+    detail = "; ".join(f"{e['loc'] or 'request'}: {e['msg']}" for e in errors)[:2000]
+    return problem_response(problem("invalid_request", InvalidRequest.title, 422, detail,
+                                    "see the OpenAPI document at /openapi.json", errors=errors), 422)
+
+
+_HTTP_CODES = {404: ("not_found", "Not found"), 405: ("method_not_allowed", "Method not allowed"),
+               413: ("payload_too_large", "The upload is too large"), 415: ("unsupported_media_type", "Unsupported media type")}
+
+
+async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code, title = _HTTP_CODES.get(exc.status_code, ("http_error", "Request failed"))
+    detail = "no such route" if exc.status_code == 404 else (exc.detail if isinstance(exc.detail, str) else title)
+    return problem_response(problem(code, title, exc.status_code, detail), exc.status_code,
+                            dict(exc.headers) if exc.headers else None)
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.error("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(problem("internal_error", "Internal error", 500,
+                                    "the server failed to handle this request",
+                                    "this is a bug in quantcompare; the server log has the details"), 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(QuantCompareError, _domain)
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(StarletteHTTPException, _http)
+    app.add_exception_handler(Exception, _unexpected)
+
+
+def problem_responses(*statuses: int) -> dict:
+    """OpenAPI ``responses=`` entries for these error statuses."""
+    from service.schemas.api import Problem
+
+    return {s: {"model": Problem, "content": {PROBLEM_MEDIA_TYPE: {}}, "description": "problem details"} for s in statuses}

@@ -1,0 +1,157 @@
+"""``quantcompare``: the command line over the same core the service runs.
+
+    quantcompare compare (PATH | --example NAME) [--options JSON|@file] [--calibration F.npz] --out DIR
+    quantcompare examples
+    quantcompare serve [--host H] [--port P]      (the HTTP service)
+
+Exit codes: 0 done (gates passed), 1 a gate failed, 2 the input or options were refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from service.errors import InvalidOptions, QuantCompareError
+
+
+def _quiet_toolchains() -> None:
+    """torch, torchao and ORT's quantizer log and warn loudly; the report says what matters."""
+    import os
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger().setLevel(logging.ERROR)
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
+def load_options(text: str | None):
+    from pydantic import ValidationError
+
+    from service.pipeline.options import ComparisonOptions
+
+    if not text:
+        return ComparisonOptions()
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as e:
+            raise InvalidOptions(f"cannot read options file {text[1:]!r}: {e.strerror}",
+                                 hint="pass --options '{...}' or --options @file.json") from e
+    try:
+        return ComparisonOptions.model_validate_json(text)
+    except ValidationError as e:
+        raise InvalidOptions(options_error_message(e), hint="see `quantcompare compare --help` and the README's options table") from e
+
+
+def options_error_message(e) -> str:
+    """Pydantic's errors in one line a person can act on: 'latency.runs: must be >= 1; ...'."""
+    parts = []
+    for err in e.errors()[:8]:
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "(body)"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown option"
+        elif err.get("type") == "json_invalid":
+            msg = "not valid JSON"
+        parts.append(f"{loc}: {msg}")
+    return "invalid options: " + "; ".join(parts)
+
+
+def _cmd_compare(args) -> int:
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.report_text import summary_table
+
+    if (args.model is None) == (args.example is None):
+        raise InvalidOptions("give a model PATH or --example NAME (one of them)",
+                             hint="quantcompare compare --example conv_relu --out out/")
+    options = load_options(args.options)
+    model_path = None
+    if args.model is not None:
+        model_path = Path(args.model).resolve()
+        if not model_path.is_file():
+            raise InvalidOptions(f"no such model file: {args.model}", hint="give the path of an .onnx or .pt2 file")
+    calibration = Path(args.calibration).resolve() if args.calibration else None
+    if calibration is not None and not calibration.is_file():
+        raise InvalidOptions(f"no such calibration file: {args.calibration}", hint="give the path of an .npz file")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if not args.quiet and sys.stderr.isatty():
+            print(f"\r{stage:<10} {done}/{total}   ", end="", file=sys.stderr, flush=True)
+
+    request = ComparisonRequest(
+        options=options, model_path=model_path, example=args.example, calibration_path=calibration,
+        model_name=model_path.name if model_path else args.example,
+    )
+    report = run_comparison(request, out, progress=progress)
+    if not args.quiet and sys.stderr.isatty():
+        print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
+    (out / "report.json").write_text(report.model_dump_json(indent=2))
+    print(summary_table(report))
+    print(f"\nreport: {out / 'report.json'}   artifacts: {out / 'artifacts'}/")
+    return 0 if report.verdict.passed else 1
+
+
+def _cmd_examples(args) -> int:
+    from service.examples import list_examples
+
+    for e in list_examples():
+        shapes = ", ".join(f"{i['name']}{i['shape']}" for i in e["inputs"])
+        print(f"{e['name']:<18}{shapes:<28}{e['description']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quantcompare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="show the toolchains' own logs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("compare", help="quantize one model three ways and write report.json + artifacts")
+    p.add_argument("model", nargs="?", help="fp32 model: .onnx or torch.export .pt2")
+    p.add_argument("--example", help="a built-in example instead of a file (see `quantcompare examples`)")
+    p.add_argument("--options", help="options as JSON, or @file.json")
+    p.add_argument("--calibration", help=".npz with one array per input, samples on the leading axis")
+    p.add_argument("--out", required=True, help="output folder (report.json, artifacts/)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser("examples", help="list the built-in example models")
+    p.set_defaults(func=_cmd_examples)
+
+    try:  # the HTTP service's subcommands live with the API
+        from service.api.cli_serve import add_serve_parser
+    except ImportError:
+        add_serve_parser = None
+    if add_serve_parser is not None:
+        add_serve_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.verbose:
+        _quiet_toolchains()
+    try:
+        return args.func(args)
+    except QuantCompareError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # noqa: BLE001 - an internal bug: say so plainly, traceback only with -v
+        logging.getLogger("quantcompare").debug("internal error", exc_info=True)
+        if args.verbose:
+            raise
+        print(f"error: internal_error: {type(e).__name__}: {e}\n  hint: this is a quantcompare bug; "
+              "rerun with -v for the traceback and report it", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

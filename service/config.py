@@ -1,0 +1,97 @@
+"""Service settings, read once from ``QUANTCOMPARE_*`` environment variables.
+
+Every field below is ``QUANTCOMPARE_<FIELD NAME IN CAPITALS>``; the README's "Settings" section
+lists them (a test keeps the two in step). ``get_settings()`` is cached; tests build a
+``Settings(...)`` of their own and hand it to ``create_app(settings)`` or override the
+dependency, rather than patching the environment mid-run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+ENV_PREFIX = "QUANTCOMPARE_"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Where the SQLite index, uploads in flight and one folder per job live.
+    data_dir: Path = Field(Path("./var"), description="SQLite index, tmp uploads and one folder per job")
+    # Local worker processes; each imports torch/onnx/onnxruntime once and stays warm.
+    workers: int = Field(2, ge=1, le=64, description="worker processes (= jobs running at once)")
+    # Jobs waiting for a worker; past this a submission gets 503 + Retry-After.
+    max_queue: int = Field(32, ge=0, le=100_000, description="queued jobs before 503")
+    # Uploads being received at once; past this a submission gets 429 + Retry-After.
+    max_concurrent_uploads: int = Field(8, ge=1, le=1024, description="uploads in flight before 429")
+    job_timeout_s: float = Field(900.0, gt=0, description="wall-clock limit per job; the worker's process group is killed past it")
+    # Address-space limit (RLIMIT_AS) of each worker, and the RSS at which the supervisor kills it.
+    worker_memory_mb: int = Field(6144, ge=0, description="per-worker memory limit in MiB (0 = none)")
+    # A worker is replaced after this many jobs, so native leaks and fragmentation stay bounded.
+    worker_max_jobs: int = Field(50, ge=1, description="jobs per worker before it is recycled")
+    # Modules every worker imports before it says it is ready ("warm" workers).
+    worker_preload: str = Field("torch,torchao,onnx,onnxruntime,service.pipeline.compare",
+                                description="comma-separated modules each worker imports at start")
+    # "module:function" run for each job inside a worker (tests inject their own).
+    job_function: str = Field("service.jobs.runner:run_comparison_job", description="module:function a worker runs per job")
+    max_upload_mb: float = Field(512.0, gt=0, description="largest model upload in MiB (413 past it)")
+    max_calibration_mb: float = Field(256.0, gt=0, description="largest calibration .npz in MiB (413 past it)")
+    max_wait_s: float = Field(600.0, ge=0, description="largest ?wait= a request may ask for")
+    # A job that was running when the service stopped is run again once; a second interruption fails it.
+    max_attempts: int = Field(2, ge=1, le=10, description="runs of a job across service restarts")
+    retention_hours: float = Field(168.0, ge=0, description="finished jobs older than this are deleted (0 = keep)")
+    allow_pt2: bool = Field(True, description="accept .pt2 uploads (they need the static archive check)")
+    api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
+    executor: Literal["local"] = Field("local", description="job executor; 'local' = the embedded process pool")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+
+    @field_validator("api_token")
+    @classmethod
+    def _empty_token_is_none(cls, v):
+        return v or None
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":
+        env = os.environ if environ is None else environ
+        values = {}
+        for name in cls.model_fields:
+            key = ENV_PREFIX + name.upper()
+            if key in env:
+                values[name] = env[key]
+        unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX):].lower() not in cls.model_fields)
+        if unknown:
+            # A misspelt setting silently ignored is a limit silently not applied: say so loudly.
+            logging.getLogger("quantcompare").warning("ignoring unknown setting(s): %s", ", ".join(unknown))
+        try:
+            return cls.model_validate(values)
+        except ValidationError as e:
+            msgs = "; ".join(f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}" for err in e.errors())
+            raise ValueError(f"invalid settings: {msgs}") from None
+
+    # Derived paths: one place decides the layout of the data directory.
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "quantcompare.sqlite3"
+
+    @property
+    def jobs_dir(self) -> Path:
+        return self.data_dir / "jobs"
+
+    @property
+    def tmp_dir(self) -> Path:
+        return self.data_dir / "tmp"
+
+    @property
+    def preload_modules(self) -> list[str]:
+        return [m.strip() for m in self.worker_preload.split(",") if m.strip()]
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings.from_env()

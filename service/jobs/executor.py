@@ -1,0 +1,106 @@
+"""The job system as the API sees it: stage files, submit, look up, find a cached result.
+
+``LocalExecutor`` runs jobs in this machine's worker pool. A distributed executor (issue 9)
+implements the same methods over the same store and data directory: the API does not change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+from service.config import Settings
+from service.errors import Busy
+from service.jobs.metrics import JobMetrics
+from service.jobs.pool import WorkerPool, prepare_data_dir
+from service.jobs.spec import REPORT_FILE, JobSpec
+from service.jobs.store import JobRecord, JobStore
+
+log = logging.getLogger("quantcompare.jobs")
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def cache_key(*, model: str, calibration: str | None, options: dict, versions: dict[str, str], extra: dict | None = None) -> str:
+    """Same model bytes (or example) + calibration + resolved options + toolchain -> same key."""
+    return hashlib.sha256(canonical_json({
+        "model": model, "calibration": calibration, "options": options, "versions": versions, "extra": extra or {},
+    }).encode()).hexdigest()
+
+
+class LocalExecutor:
+    def __init__(self, settings: Settings, *, start_pool: bool = True):
+        self.settings = settings
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.store = JobStore(settings.db_path)
+        self.metrics = JobMetrics(store=self.store)
+        self.pool = WorkerPool(settings, self.store, self.metrics)
+        self._start_pool = start_pool
+        self.recovered: dict[str, list[str]] = {}
+
+    def start(self) -> None:
+        self.recovered = prepare_data_dir(self.settings, self.store)
+        if self._start_pool:
+            self.pool.start()
+
+    def stop(self) -> None:
+        self.pool.stop()
+        self.store.close()
+
+    # -- staging: an upload lands in tmp/, and becomes a job folder only when complete ------
+    def staging_dir(self) -> Path:
+        path = self.settings.tmp_dir / uuid.uuid4().hex
+        path.mkdir(parents=True)
+        return path
+
+    def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
+        job_dir = self.settings.jobs_dir / spec.id
+        if staged is not None:
+            os.replace(staged, job_dir)  # same filesystem: atomic, no copy
+        else:
+            job_dir.mkdir(parents=True)
+        spec.write(job_dir)
+        try:
+            accepted = self.store.create(spec, cache_key=cache_key, max_queue=self.settings.max_queue)
+        except BaseException:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            raise
+        if not accepted:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            self.metrics.rejected.labels("queue_full").inc()
+            raise Busy(f"the queue is full ({self.settings.max_queue} jobs waiting)",
+                       hint="retry after the time in the Retry-After header", retry_after=self.retry_after())
+        self.metrics.submitted.labels("example" if spec.example else "upload").inc()
+        self.pool.wake()
+        rec = self.store.get(spec.id)
+        assert rec is not None
+        return rec
+
+    def retry_after(self) -> int:
+        """Seconds until a slot is likely free: one mean job time per queue-length/worker."""
+        mean = self.store.mean_duration() or 10.0
+        queued = self.store.counts()["queued"]
+        return max(1, min(600, int(mean * max(1, queued) / self.settings.workers)))
+
+    # -- reads ------------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobRecord | None:
+        return self.store.get(job_id)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.settings.jobs_dir / job_id
+
+    def cached(self, key: str) -> list[JobRecord]:
+        """Succeeded jobs with this key whose report is still on disk, newest first."""
+        return [r for r in self.store.find_succeeded(key) if (self.job_dir(r.id) / REPORT_FILE).is_file()]

@@ -1,0 +1,32 @@
+"""What a worker runs for a comparison job: the core, then ``report.json`` written atomically.
+
+This is the whole job contract for any executor: ``run_comparison_job(spec, job_dir, progress)``
+with the job folder as the current directory. The presence of ``report.json`` means success.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from service.jobs.spec import REPORT_FILE, JobSpec
+
+
+def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, int, int], None]) -> None:
+    # Imported here, not at module top: the API process imports this module's neighbours, never torch.
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    request = ComparisonRequest(
+        options=ComparisonOptions.model_validate(spec.options),
+        model_path=(job_dir / spec.model_file) if spec.model_file else None,
+        example=spec.example,
+        calibration_path=(job_dir / spec.calibration_file) if spec.calibration_file else None,
+        model_name=spec.model_name,
+        allow_pt2=spec.allow_pt2,
+    )
+    report = run_comparison(request, job_dir, progress=progress, report_id=spec.id)
+    tmp = job_dir / (REPORT_FILE + ".tmp")
+    tmp.write_text(report.model_dump_json(), encoding="utf-8")
+    os.replace(tmp, job_dir / REPORT_FILE)

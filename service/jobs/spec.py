@@ -1,0 +1,51 @@
+"""The job contract: a plain spec plus a data directory.
+
+Whatever executes a job (the local process pool today, a distributed queue later) gets a
+``JobSpec`` (JSON-safe, no paths outside the job folder) and the job's folder, and must leave
+``report.json`` and ``artifacts/`` in that folder. Every path in the spec is relative to the
+job folder, so the folder can move between machines (a shared volume) unchanged.
+
+Job folder layout::
+
+    <data_dir>/jobs/<id>/
+        job.json            this spec
+        input/model.onnx    the upload (or model.pt2), input/calibration.npz
+        artifacts/          <artifact>.onnx, <artifact>.<level>.onnx  (written by the core)
+        report.json         written last, atomically: its presence means "succeeded"
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPEC_FILE = "job.json"
+REPORT_FILE = "report.json"
+ARTIFACTS_DIR = "artifacts"
+INPUT_DIR = "input"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    id: str
+    # ComparisonOptions as resolved JSON (defaults filled in), so the cache key and the worker agree.
+    options: dict[str, Any] = field(default_factory=dict)
+    model_file: str | None = None  # relative to the job folder, e.g. "input/model.onnx"
+    example: str | None = None
+    calibration_file: str | None = None
+    model_name: str | None = None  # display only; never used as a path
+    allow_pt2: bool = True  # the server's setting, carried so a remote worker applies the same policy
+    kind: str = "comparison"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "JobSpec":
+        data = json.loads(text)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def write(self, job_dir: Path) -> None:
+        (job_dir / SPEC_FILE).write_text(self.to_json(), encoding="utf-8")

@@ -1,0 +1,115 @@
+"""The worker process: started once (spawn), imports the toolchain once, then runs jobs.
+
+It talks to the supervisor over one pipe:
+
+    supervisor -> worker   {"job": <JobSpec json>, "job_dir": str}  |  None (exit)
+    worker -> supervisor   {"type": "ready"}
+                           {"type": "progress", "job", "stage", "done", "total"}
+                           {"type": "done", "job", "status": "succeeded"|"failed", "error": problem|None}
+
+The worker is the leader of its own process group (so a wall-clock kill reaches anything it
+started), dies with its parent (PR_SET_PDEATHSIG), runs under RLIMIT_AS, and runs each job with
+the job folder as its current directory. It never catches a crash: a segfault or a kill is
+the supervisor's to report.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import os
+import resource
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+log = logging.getLogger("quantcompare.worker")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def resolve_function(dotted: str):
+    module, _, name = dotted.partition(":")
+    if not module or not name:
+        raise ValueError(f"job function must be 'module:function', got {dotted!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def _isolate(memory_mb: int) -> None:
+    os.setsid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:  # not glibc/Linux: the pipe's EOF still ends an idle worker
+        pass
+    if memory_mb:
+        limit = memory_mb * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # Ctrl-C in the terminal is the API's to handle; the supervisor ends us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, log_level: str = "INFO") -> None:
+    _isolate(memory_mb)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s worker[%(process)d] %(levelname)s %(message)s")
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a missing optional module must not keep the pool from starting
+            log.warning("preload of %s failed:\n%s", name, traceback.format_exc())
+    fn = resolve_function(job_function)
+    from service.errors import QuantCompareError
+    from service.jobs.spec import JobSpec
+    from service.schemas.api import problem, problem_from_error
+
+    conn.send({"type": "ready"})
+    idle_dir = os.getcwd()
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg is None:
+            return
+        spec = JobSpec.from_json(msg["job"])
+        job_dir = Path(msg["job_dir"])
+        last = [0.0, None]
+
+        def progress(stage: str, done: int, total: int, _id=spec.id) -> None:
+            now = time.monotonic()
+            # Stage changes always go out; within a stage, at most ~10 updates a second.
+            if stage != last[1] or now - last[0] > 0.1 or done == total:
+                last[0], last[1] = now, stage
+                conn.send({"type": "progress", "job": _id, "stage": stage, "done": int(done), "total": int(total)})
+
+        exit_after = False
+        try:
+            os.chdir(job_dir)
+            fn(spec, job_dir, progress)
+            result = {"type": "done", "job": spec.id, "status": "succeeded", "error": None}
+        except QuantCompareError as e:
+            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(e)}
+        except MemoryError:
+            # Python saw the limit; native code may be left in a bad state, so this worker goes.
+            exit_after = True
+            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem(
+                "worker_memory_limit", "The job ran out of memory", 500,
+                f"the job ran out of memory (worker limit {memory_mb} MiB) during {last[1] or 'start'}",
+                hint="try a smaller model, fewer samples, or raise QUANTCOMPARE_WORKER_MEMORY_MB")}
+        except BaseException:
+            # An internal bug: the traceback goes to the log, never into the response.
+            log.error("job %s failed with an internal error:\n%s", spec.id, traceback.format_exc())
+            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem(
+                "internal_error", "Internal error", 500,
+                f"the job failed with an internal error during {last[1] or 'start'}",
+                hint="this is a bug in quantcompare; the server log has the details")}
+        finally:
+            os.chdir(idle_dir)
+        try:
+            conn.send(result)
+        except (OSError, ValueError):
+            return
+        if exit_after:
+            sys.exit(3)

@@ -1,0 +1,222 @@
+"""One comparison, start to finish: the framework-free core the CLI and the workers call.
+
+    prepare   load + check the model, resolve input shapes, make the shared samples
+    fp32      the fp32 ONNX reference (uploaded, or exported from torch)
+    quantize  pt2e_qdq | ort_qdq | ort_qoperator, each failing alone
+    inspect   what each file writes
+    optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
+    evaluate  numerics vs fp32, latency
+    decide    decisions, lints, gate verdict
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from service.pipeline.environment import environment
+from service.pipeline.inventory import file_info_from_onnx, inventory_from_onnx, op_key, all_nodes
+from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.pipeline.paths import run_path
+from service.pipeline.samples import Samples, generated_samples, samples_from_npz
+from service.pipeline.specs import output_specs_from_onnx, resolved_input_shapes
+from service.schemas.report import Artifact, ModelInfo, Report, TensorSpec, ToolInfo, Verdict
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]
+STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "decide")
+
+
+@dataclass(frozen=True)
+class ComparisonRequest:
+    options: ComparisonOptions = field(default_factory=ComparisonOptions)
+    model_path: Path | None = None
+    example: str | None = None
+    calibration_path: Path | None = None
+    model_name: str | None = None
+    # Passed through from the service's settings to the safety checks.
+    budgets: object | None = None
+    allow_pt2: bool = True
+
+
+def _source(request: ComparisonRequest):
+    from service.errors import InvalidOptions, UnsupportedModel
+    from service.pipeline import sources
+
+    if (request.example is None) == (request.model_path is None):
+        raise InvalidOptions("give either a model file or an example name, not both or neither",
+                             hint="upload a model, or send {\"example\": \"conv_relu\"}")
+    if request.example is not None:
+        return sources.source_from_example(request.example)
+    from service.pipeline.safety import sniff_model_format
+
+    name = request.model_name or "model"
+    fmt = sniff_model_format(request.model_path)
+    if fmt == "pt2":
+        if not request.allow_pt2:
+            raise UnsupportedModel(".pt2 uploads are turned off on this server",
+                                   hint="upload the model as ONNX, or ask the operator to enable .pt2 uploads")
+        return sources.source_from_pt2(request.model_path, name=name, budgets=request.budgets)
+    return sources.source_from_onnx(request.model_path, name=name, budgets=request.budgets)
+
+
+def run_comparison(
+    request: ComparisonRequest, workdir: Path, *, progress: Progress | None = None, report_id: str | None = None,
+) -> Report:
+    import onnx
+
+    options = request.options
+    workdir = Path(workdir)
+    art_dir = workdir / "artifacts"
+    art_dir.mkdir(parents=True, exist_ok=True)
+    scratch = workdir / "scratch"
+    scratch.mkdir(exist_ok=True)
+    timings: dict[str, float] = {}
+    notify = progress or (lambda stage, done, total: None)
+
+    @contextmanager
+    def stage(name: str, total: int = 1):
+        notify(name, 0, total)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t0, 4)
+
+    # prepare ---------------------------------------------------------------------------------
+    with stage("prepare"):
+        source = _source(request)
+        shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
+        if request.calibration_path is not None:
+            samples: Samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
+        else:
+            samples = generated_samples(source.specs, shapes, options)
+    input_names = [s.name for s in source.specs]
+
+    # fp32 ------------------------------------------------------------------------------------
+    artifacts: dict[str, Artifact] = {}
+    paths: dict[str, Path] = {}
+    with stage("fp32"):
+        from service.pipeline.fp32 import fp32_onnx_from_source
+
+        fp32_path = fp32_onnx_from_source(source, art_dir / "fp32.onnx")
+        fp32_model = source.onnx_model if source.onnx_model is not None else onnx.load(str(fp32_path), load_external_data=False)
+        paths["fp32"] = fp32_path
+    fp32_hist: dict[str, int] = {}
+    for n in all_nodes(fp32_model.graph):
+        fp32_hist[op_key(n)] = fp32_hist.get(op_key(n), 0) + 1
+
+    # quantize --------------------------------------------------------------------------------
+    requested = list(options.artifacts)
+    with stage("quantize", len(requested)):
+        tools: dict[str, ToolInfo] = {}
+        outcomes = {}
+        ort_settings = resolved_ort_settings(options)
+        pre_note = None
+        ort_input = fp32_path
+        done = 0
+        if any(a.startswith("ort_") for a in requested) and ort_settings["pre_process"]:
+            from service.pipeline.ort_quant import preprocessed_for_ort
+
+            t0 = time.perf_counter()
+            ort_input, pre_note = preprocessed_for_ort(fp32_path, scratch / "fp32.preprocessed.onnx")
+            timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
+        elif any(a.startswith("ort_") for a in requested):
+            pre_note = "quant_pre_process: off (options.ort.pre_process=false)"
+        for name in requested:
+            out = art_dir / f"{name}.onnx"
+            t0 = time.perf_counter()
+            if name == "pt2e_qdq":
+                from service.pipeline.pt2e import qdq_from_pt2e
+
+                outcome = run_path(name, "quantize", qdq_from_pt2e, source, shapes, samples.calibration, out,
+                                   per_channel=options.pt2e.per_channel)
+            else:
+                from service.pipeline.ort_quant import quantized_by_ort
+
+                outcome = run_path(name, "quantize", quantized_by_ort, ort_input, out, samples.calibration,
+                                   input_names, quant_format="qdq" if name == "ort_qdq" else "qoperator",
+                                   settings=ort_settings, pre_process_note=pre_note)
+            outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
+            done += 1
+            notify("quantize", done, len(requested))
+
+    # inspect ---------------------------------------------------------------------------------
+    inventories = {}
+    with stage("inspect", len(requested) + 1):
+        artifacts["fp32"] = Artifact(
+            name="fp32", status="ok", file=file_info_from_onnx(fp32_path, fp32_model),
+            tool=ToolInfo(name="uploaded ONNX" if source.onnx_path else "torch.onnx.export(dynamo=True)",
+                          version="", settings={}),
+            quantization=inventory_from_onnx(fp32_model) if source.onnx_path else None,
+            seconds=timings.get("fp32"),
+        )
+        for name in requested:
+            outcome, secs = outcomes[name]
+            if not outcome.ok:
+                artifacts[name] = Artifact(name=name, status="skipped" if outcome.skipped else "failed",
+                                           error=outcome.error, seconds=secs)
+                continue
+            path = art_dir / f"{name}.onnx"
+            inspected = run_path(name, "inspect", _inspect, path, fp32_hist)
+            if not inspected.ok:
+                artifacts[name] = Artifact(name=name, status="failed", error=inspected.error, tool=outcome.value,
+                                           seconds=secs)
+                continue
+            file_info, inventory = inspected.value
+            inventories[name] = inventory
+            paths[name] = path
+            artifacts[name] = Artifact(name=name, status="ok", tool=outcome.value, file=file_info,
+                                       quantization=inventory, seconds=secs)
+
+    # optimize + evaluate (+ decisions and lints) ---------------------------------------------
+    agreement, decisions, lints = [], [], []
+    try:  # TODO(integration): plain import once the levels stage lands
+        from service.pipeline.levels import analyze_levels
+    except ImportError:
+        analyze_levels = None
+    if analyze_levels is not None:
+        levels = analyze_levels(artifact_paths=paths, eval_feeds=samples.evaluation, out_dir=art_dir,
+                                options=options, inventories=inventories, progress=notify)
+        for name, per_level in levels.optimized.items():
+            if name in artifacts:
+                artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})
+        agreement, decisions, lints = levels.agreement, levels.decisions, levels.lints
+        timings.update(levels.timings)
+
+    model_info = ModelInfo(
+        name=source.name, sha256=source.sha256, format=source.format,
+        opset_imports={(o.domain or "ai.onnx"): o.version for o in fp32_model.opset_import},
+        ir_version=fp32_model.ir_version,
+        inputs=[TensorSpec(**s.to_dict()) for s in source.specs],
+        outputs=[TensorSpec(**s.to_dict()) for s in output_specs_from_onnx(fp32_model)],
+        node_count=sum(fp32_hist.values()),
+        resolved_input_shapes={k: list(v) for k, v in shapes.items()},
+        shape_notes=shape_notes + source.notes,
+    )
+    report = Report(
+        id=report_id, created_at=datetime.now(timezone.utc), environment=environment(), options=options,
+        model=model_info, samples=samples.info, artifacts=artifacts, agreement=agreement, decisions=decisions,
+        lints=lints, verdict=Verdict(passed=True), timings=timings,
+    )
+    with stage("decide"):
+        try:  # TODO(integration)
+            from service.pipeline.gates import verdict_from_report
+            report = report.model_copy(update={"verdict": verdict_from_report(report, list(options.gates))})
+        except ImportError:
+            pass
+    report = report.model_copy(update={"timings": dict(timings)})
+    return report
+
+
+def _inspect(path: Path, fp32_hist: dict[str, int]):
+    import onnx
+
+    model = onnx.load(str(path))
+    return file_info_from_onnx(path, model), inventory_from_onnx(model, fp32_histogram=fp32_hist)

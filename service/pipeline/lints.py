@@ -1,0 +1,96 @@
+"""Configuration problems ONNX Runtime itself warns about or documents, found in the files and
+in what ORT made of them. Each lint says what happened, why it matters, and what to do.
+"""
+
+from __future__ import annotations
+
+from service.pipeline.environment import cpu_info
+from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.levels import Lint, OptimizedLevel
+from service.schemas.report import CpuInfo
+
+__all__ = ["lints_for"]
+
+X86 = ("x86_64", "AMD64", "i686", "x86")
+
+
+def _has_vnni(cpu: CpuInfo) -> bool:
+    return any(cpu.isa.get(k) for k in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, OptimizedLevel]],
+              options: ComparisonOptions, cpu: CpuInfo | None = None) -> list[Lint]:
+    cpu = cpu or cpu_info()
+    x86 = cpu.arch in X86
+    out: list[Lint] = []
+    quant = [n for n in names if n != "fp32"]
+    ort_settings = resolved_ort_settings(options)
+
+    for a in quant:
+        f = files[a]
+        per_level = optimized.get(a, {})
+
+        if a == "ort_qoperator" and x86 and "int8" in f.activation_dtypes and f.int8_kernels:
+            out.append(Lint(
+                code="qoperator_int8_activations_x86", severity="warning", artifact=a,
+                message="int8 activations in QOperator format on x86-64: ORT's quantize_static warns "
+                        "'Please use QuantFormat.QDQ for activation type QInt8 and weight type QInt8. Or it "
+                        "will lead to bad performance on x64.' The QLinear ops in the file run as written "
+                        "(s8s8 kernels); QDQ files get uint8 activations from QDQS8ToU8Transformer instead.",
+                hint="use the QDQ format (ort_qdq), or activation_type uint8 for QOperator on x86",
+                source="onnxruntime/python/tools/quantization/quantize.py (check_static_quant_arguments)",
+            ))
+
+        per_channel = [w for w in f.weights if w["per_channel"]]
+        if per_channel and f.opset < 13:
+            out.append(Lint(
+                code="per_channel_below_opset_13", severity="error", artifact=a,
+                message=f"{len(per_channel)} per-channel weights in a file with opset {f.opset}: the axis "
+                        "attribute of QuantizeLinear/DequantizeLinear needs opset 13 or later.",
+                hint="export with opset >= 13, or quantize weights per-tensor",
+                source="ONNX operator spec: DequantizeLinear-13 adds axis; ORT quantize_static refuses per_channel below 13",
+            ))
+
+        asym = [w for w in per_channel if not w["zero_points_equal"]
+                and w["consumer"] in ("Conv", "QLinearConv")]
+        if asym:
+            out.append(Lint(
+                code="asymmetric_per_channel_conv_weights", severity="error", artifact=a,
+                message=f"{len(asym)} per-channel Conv weights with different zero points per channel "
+                        f"({', '.join(w['name'] for w in asym[:3])}): ORT's QLinearConv refuses them at run "
+                        "time ('QLinearConv : zero point of per-channel filter must be same').",
+                hint="quantize weights symmetrically (WeightSymmetric=True in extra_options), or per-tensor",
+                source="onnxruntime/core/providers/cpu/quantization/qlinearconv.cc",
+            ))
+
+        # u8s8 on AVX2 without VNNI: vpmaddubsw adds pairs of u8*s8 products into int16 and saturates.
+        runs_u8 = any(ol.kernel_activation_dtypes.get("uint8") for ol in per_level.values())
+        s8_weights = any(w["dtype"] == "int8" for w in f.weights)
+        reduce_range = bool(ort_settings.get("reduce_range")) if a.startswith("ort_") else False
+        if x86 and cpu.isa.get("avx2") and not _has_vnni(cpu) and runs_u8 and s8_weights and not reduce_range:
+            out.append(Lint(
+                code="u8s8_saturation_without_vnni", severity="warning", artifact=a,
+                message="uint8 activations x int8 weights on an x86 CPU with AVX2 but no VNNI: MLAS uses "
+                        "vpmaddubsw, whose int16 pair sums can saturate, so results can differ from the "
+                        "reference by more than the quantization error.",
+                hint="quantize with reduce_range=True (7-bit weights), or run on a CPU with AVX512-VNNI/AVX-VNNI",
+                source="ONNX Runtime docs: Quantize ONNX models, 'When and why do I need to try U8U8?' / reduce_range",
+            ))
+
+        last = next((per_level[lv] for lv in reversed(list(per_level)) if not per_level[lv].error), None)
+        if last is not None and last.compute_ops_fp32 and last.int8_coverage == 0:
+            out.append(Lint(
+                code="no_int8_kernels", severity="warning", artifact=a,
+                message=f"at level {last.level} none of the {last.compute_ops_fp32} compute ops runs in an int8 "
+                        "kernel: the file is quantized but ORT computes in float between Q/DQ pairs.",
+                hint="check the quantizer's annotations and ORT's fusion conditions (activation dtype, "
+                     "per-channel zero points, opset); see the diff at level extended",
+            ))
+        failed = [lv for lv, ol in per_level.items() if ol.error]
+        if failed:
+            out.append(Lint(
+                code="level_failed", severity="error", artifact=a,
+                message=f"ORT failed at level(s) {', '.join(failed)}: {per_level[failed[0]].error}",
+                hint="open the file at the last level that worked and compare; report the failing level upstream",
+            ))
+    return out

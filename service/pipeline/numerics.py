@@ -1,0 +1,102 @@
+"""Numbers that compare two runs of a model: SQNR, cosine, max abs error, drift in quantization steps.
+
+Outputs are matched by position: an exported quantized model renames its outputs
+(``relu`` in fp32 is ``dequantize_per_tensor_1`` after PT2E), but keeps their order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from service.schemas.levels import LatencyStats, LevelNumerics, OutputNumerics
+
+# An SQNR for a zero reference with nonzero error has no meaning; report it as very low.
+_SQNR_FLOOR = -200.0
+
+
+def sqnr_db(reference: np.ndarray, actual: np.ndarray) -> float | None:
+    """10*log10(signal power / noise power); ``None`` when the two are identical (infinite)."""
+    ref = reference.astype(np.float64, copy=False).ravel()
+    noise = ref - actual.astype(np.float64, copy=False).ravel()
+    n = float(np.dot(noise, noise))
+    s = float(np.dot(ref, ref))
+    if n == 0.0:
+        return None
+    if s == 0.0:
+        return _SQNR_FLOOR
+    return max(_SQNR_FLOOR, 10.0 * math.log10(s / n))
+
+
+def cosine(reference: np.ndarray, actual: np.ndarray) -> float:
+    a = reference.astype(np.float64, copy=False).ravel()
+    b = actual.astype(np.float64, copy=False).ravel()
+    na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if na == 0.0 and nb == 0.0:
+        return 1.0
+    if na == 0.0 or nb == 0.0:
+        return 0.0
+    return float(np.dot(a, b) / (na * nb))
+
+
+def max_abs_error(reference: np.ndarray, actual: np.ndarray) -> float:
+    if reference.size == 0:
+        return 0.0
+    return float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
+
+
+def concat_runs(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
+    """Per output: every eval sample's result, concatenated along axis 0 (or stacked for scalars)."""
+    if not runs:
+        return []
+    out = []
+    for k in range(len(runs[0])):
+        parts = [np.asarray(r[k]) for r in runs]
+        out.append(np.concatenate(parts, axis=0) if parts[0].ndim else np.stack(parts))
+    return out
+
+
+def level_numerics(reference: list[np.ndarray], reference_names: list[str], actual: list[np.ndarray],
+                   names: list[str], *, steps: list[float | None], previous: list[np.ndarray] | None,
+                   samples: int) -> LevelNumerics:
+    if len(reference) != len(actual):
+        raise ValueError(f"{len(actual)} outputs where the fp32 model has {len(reference)}")
+    outs = []
+    for k, (ref, got) in enumerate(zip(reference, actual)):
+        if ref.shape != got.shape:
+            raise ValueError(f"output {names[k]!r} has shape {list(got.shape)}, fp32 has {list(ref.shape)}")
+        drift = drift_steps = None
+        if previous is not None:
+            drift = max_abs_error(previous[k], got)
+            if steps[k]:
+                drift_steps = drift / steps[k]
+        outs.append(OutputNumerics(
+            name=names[k], reference=reference_names[k], sqnr_db=sqnr_db(ref, got), cosine=cosine(ref, got),
+            max_abs_error=max_abs_error(ref, got), output_step=steps[k], drift_max_abs=drift,
+            drift_steps=drift_steps,
+        ))
+    finite = [o.sqnr_db for o in outs if o.sqnr_db is not None]
+    return LevelNumerics(
+        outputs=outs,
+        worst_sqnr_db=min(finite) if finite else None,
+        worst_cosine=min((o.cosine for o in outs), default=1.0),
+        worst_max_abs_error=max((o.max_abs_error for o in outs), default=0.0),
+        samples=samples,
+    )
+
+
+def latency_of(session, feed: dict[str, np.ndarray], *, runs: int, warmup: int, intra_op_threads: int) -> LatencyStats:
+    """Median and p90 wall time of ``session.run`` on one feed, after ``warmup`` untimed runs."""
+    for _ in range(warmup):
+        session.run(None, feed)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        session.run(None, feed)
+        times.append((time.perf_counter() - t) * 1000.0)
+    arr = np.asarray(times)
+    return LatencyStats(median_ms=float(np.median(arr)), p90_ms=float(np.percentile(arr, 90)), runs=runs,
+                        warmup=warmup, intra_op_threads=intra_op_threads,
+                        batch={k: list(np.shape(v)) for k, v in feed.items()})

@@ -1,0 +1,49 @@
+"""ONNX Runtime sessions, made one way everywhere in the service.
+
+``session_options_for`` is the only place that builds ``SessionOptions``: the level, a fixed
+intra-op thread count (latency is only comparable with threads fixed), quiet logs, and a cap on
+what constant folding may materialize (a crafted model can otherwise fold a small graph into
+gigabytes of initializers while the session is created).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from service.pipeline.options import LEVEL_VALUES
+
+# Cap on one tensor produced by ConstantFolding while the session is created.
+CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
+PROVIDERS = ["CPUExecutionProvider"]
+
+
+def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_model_path: Path | None = None,
+                        disabled_optimizers: list[str] | None = None):
+    """``SessionOptions`` for one ``GraphOptimizationLevel`` (``disable_all`` ... ``all``).
+
+    ``optimized_model_path``: ORT writes the graph it will run there while the session is
+    created (levels above ``extended`` hold hardware-specific rewrites; ORT warns, we silence it).
+    ``disabled_optimizers``: GraphTransformer names to switch off (attribution).
+    """
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel(LEVEL_VALUES[level])
+    so.intra_op_num_threads = intra_op_threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    so.add_session_config_entry("optimization.constant_folding_max_output_size_in_bytes",
+                                str(CONSTANT_FOLDING_MAX_BYTES))
+    if optimized_model_path is not None:
+        so.optimized_model_filepath = str(optimized_model_path)
+    if disabled_optimizers:
+        so.add_session_config_entry("optimization.disable_specified_optimizers", ",".join(disabled_optimizers))
+    return so
+
+
+def session_for(model_path: Path, level: str, **kw):
+    """A CPU EP ``InferenceSession`` for ``model_path`` at ``level`` (see ``session_options_for``)."""
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(model_path), session_options_for(level, **kw), providers=PROVIDERS)

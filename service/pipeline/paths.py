@@ -1,0 +1,78 @@
+"""Running one path so that it fails alone: the error becomes a ``PathError`` a person can act on."""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+from dataclasses import dataclass
+
+from service.errors import PathSkipped, QuantCompareError
+from service.schemas.report import PathError
+
+log = logging.getLogger(__name__)
+
+_ABS_PATH = re.compile(r"(/[\w.\-+@]+){2,}")
+
+# (artifact or "*", exception type name or "*", message substring, hint). First match wins.
+_HINTS: list[tuple[str, str, str, str]] = [
+    ("ort_qoperator", "AttributeError", "",
+     "quantize_static crashed in QOperator format, a known ORT failure on some graphs; "
+     "the QDQ format (ort_qdq) usually works on the same model"),
+    ("pt2e_qdq", "*", "GuardOnDataDependentSymNode",
+     "torch.export hit data-dependent control flow; export the model with torch.export yourself "
+     "and upload the .pt2, or compare the ORT paths only (options.artifacts)"),
+    ("pt2e_qdq", "*", "Constraints violated",
+     "a dim marked dynamic was specialized by the model's code; fix that dim with options.input_shapes"),
+    ("pt2e_qdq", "*", "onnx2torch",
+     "onnx2torch cannot convert this ONNX graph to torch; upload the PyTorch model as a torch.export .pt2 "
+     "to run the PT2E path"),
+    ("*", "*", "shape inference",
+     "ONNX shape inference failed; fix dynamic dims with options.input_shapes or simplify the model"),
+    ("*", "MemoryError", "", "the path ran out of memory; use fewer or smaller calibration samples"),
+    ("*", "*", "", "this path failed inside the toolchain; the other paths are unaffected. "
+     "The message above is the toolchain's; check options (e.g. options.ort, options.pt2e) or report it with the model"),
+]
+
+
+def scrub(message: str) -> str:
+    """Keep server paths out of anything a user sees."""
+    return _ABS_PATH.sub(lambda m: "<path>/" + m.group(0).rsplit("/", 1)[-1], message)
+
+
+def hint_for(artifact: str, exc: BaseException) -> str:
+    name, text = type(exc).__name__, f"{exc}"
+    chain = exc.__cause__
+    while chain is not None:
+        text += f" {type(chain).__name__} {chain}"
+        chain = chain.__cause__
+    for art, etype, needle, hint in _HINTS:
+        if art in ("*", artifact) and etype in ("*", name) and needle in text:
+            return hint
+    return _HINTS[-1][3]
+
+
+@dataclass
+class PathOutcome:
+    ok: bool
+    value: object = None
+    error: PathError | None = None
+    skipped: bool = False
+
+
+def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
+    try:
+        return PathOutcome(ok=True, value=fn(*args, **kwargs))
+    except PathSkipped as e:
+        return PathOutcome(ok=False, skipped=True, error=PathError(stage=e.stage, type="PathSkipped",
+                                                                   message=scrub(e.message), hint=e.hint))
+    except QuantCompareError as e:
+        return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(e.message),
+                                                     hint=e.hint))
+    except Exception as e:  # noqa: BLE001 - a path fails alone, by design
+        log.warning("path %s failed at %s:\n%s", artifact, stage, traceback.format_exc())
+        first = str(e).strip() or repr(e)
+        if len(first) > 600:
+            first = first[:600] + " ..."
+        return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(first),
+                                                     hint=hint_for(artifact, e)))

@@ -1,0 +1,791 @@
+"""Parse an uploaded ONNX model with external data off, then check it statically.
+
+Nothing here runs the model, shape inference, onnxruntime or quantize_static: every check walks
+the protobuf with plain Python so that the amplification files measured on this stack
+(ConstantOfShape of 132 bytes -> 1 GB, a 111-byte sparse initializer -> 1 GB per session,
+a 100k-node chain, 64 initializers sharing one 20 MB external range) are refused before a
+heavy call sees them.
+
+External data is never read from bytes: onnxruntime and ``onnx.numpy_helper`` resolve a relative
+``location`` against the process's current directory when given a model as bytes, and onnxruntime
+follows a hard link out of the model folder when given a path. So every ``location`` must be a
+plain file name, listed among the files actually uploaded, a regular file with one link that
+really sits in the model's folder; data is then loaded by path from that folder only
+(:func:`load_external_data_from_job_folder`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+
+from service.errors import BudgetExceeded, InvalidModel, UnsupportedModel
+
+from .budgets import DEFAULT_BUDGETS, Budgets
+
+if TYPE_CHECKING:
+    import onnx
+
+# ai.onnx opsets onnxruntime 1.32 guarantees (7+) up to what onnx 1.23.2 defines (28).
+MIN_AI_ONNX_OPSET = 7
+MIN_IR_VERSION = 3
+# Domains the toolchain can run. Model-local function domains are added per model.
+KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc"})
+# Domains whose ops onnx knows the schemas of (so an unknown op is refused here, not deep in ORT).
+_SCHEMA_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+
+# Ops whose output size is set by the *values* of their inputs or attributes, not their sizes.
+_AMPLIFIERS = frozenset(
+    {"ConstantOfShape", "Expand", "Tile", "Range", "RandomNormal", "RandomUniform", "EyeLike", "Resize", "Upsample",
+     "Pad", "OneHot"}
+)
+# Ops our tiny evaluator folds for shape-like tensors (what exporters put in front of Reshape/Expand).
+_FOLDABLE = frozenset(
+    {"Identity", "Cast", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Mul", "Add", "Sub", "Div", "Max", "Min",
+     "Abs", "Neg", "Gather", "Shape", "Size", "Slice", "ReduceProd", "ReduceSum", "Flatten"}
+)
+_FOLD_MAX_ELEMENTS = 4096
+
+_UPLOAD_HINT = "Re-export the model with a current exporter (torch.onnx.export(..., dynamo=True) or onnx.save) and upload it again."
+
+
+# ---------------------------------------------------------------------------------------------
+# public entry points
+
+
+def onnx_model_from_path(
+    path: Path,
+    *,
+    budgets: Budgets | None = None,
+    allowed_data_files: set[str] | None = None,
+) -> "onnx.ModelProto":
+    """Parse ``path`` with external data OFF and check it; return the ModelProto (data not loaded).
+
+    ``allowed_data_files``: the plain file names uploaded next to the model (from
+    :func:`safe_extract_archive`); ``None`` means none, so any external reference is refused.
+    Raises InvalidModel (not a well-formed model), UnsupportedModel (valid, but not something the
+    toolchain can take) or BudgetExceeded (too large for the configured budgets).
+    """
+    import onnx
+
+    budgets = budgets or DEFAULT_BUDGETS
+    path = Path(path)
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # DecodeError, RecursionError, OSError
+        raise InvalidModel(
+            "The upload could not be parsed as an ONNX model (corrupt, truncated or nested too deeply).",
+            hint=_UPLOAD_HINT,
+        ) from e
+    check_onnx_model(model, model_dir=path.parent, budgets=budgets, allowed_data_files=allowed_data_files)
+    return model
+
+
+def check_onnx_model(
+    model: "onnx.ModelProto",
+    *,
+    model_dir: Path | None,
+    budgets: Budgets | None = None,
+    allowed_data_files: set[str] | None = None,
+) -> "ModelStats":
+    """Every static check on an already parsed ModelProto (external data not loaded)."""
+    budgets = budgets or DEFAULT_BUDGETS
+    _check_header(model)
+    domains = _check_opsets(model)
+    walker = _Walker(model, budgets=budgets, model_dir=model_dir, allowed_data_files=allowed_data_files or set(),
+                     domains=domains)
+    walker.run()
+    _check_graph_io(model, budgets)
+    _run_onnx_checker(model)
+    return walker.stats
+
+
+def load_external_data_from_job_folder(model: "onnx.ModelProto", model_dir: Path,
+                                       allowed_data_files: set[str] | None = None) -> None:
+    """Load a checked model's external data in place, by path, from ``model_dir`` only.
+
+    Re-checks every location first (the folder could have changed since the check).
+    """
+    from onnx.external_data_helper import load_external_data_for_model
+
+    for tensor, _where in _iter_model_tensors(model):
+        if _is_external(tensor):
+            _check_external_location(tensor, Path(model_dir), allowed_data_files or set(), where=_where)
+    try:
+        load_external_data_for_model(model, str(model_dir))
+    except Exception as e:
+        raise InvalidModel("The model's external data files could not be read.", hint=_UPLOAD_HINT) from e
+
+
+def check_input_elements(name: str, shape: tuple[int, ...] | list[int], budgets: Budgets | None = None) -> None:
+    """Refuse a resolved input shape (dynamic dims filled in) larger than ``max_input_elements``."""
+    budgets = budgets or DEFAULT_BUDGETS
+    if any((not isinstance(d, int)) or d < 0 for d in shape):
+        raise InvalidModel(f"Input '{_safe(name)}' has an invalid shape {list(shape)}.")
+    n = math.prod(shape)
+    if n > budgets.max_input_elements:
+        raise budgets.refuse("max_input_elements", f"input '{_safe(name)}' with shape {list(shape)}", n)
+
+
+# ---------------------------------------------------------------------------------------------
+# header, opsets, graph inputs
+
+
+def _check_header(model) -> None:
+    import onnx
+
+    if model.ir_version < MIN_IR_VERSION or model.ir_version > onnx.IR_VERSION:
+        raise UnsupportedModel(
+            f"The model's IR version {model.ir_version} is outside what this toolchain reads "
+            f"({MIN_IR_VERSION}..{onnx.IR_VERSION}).",
+            hint="Re-save the model with onnx.save from onnx 1.23 (or convert it with onnx.version_converter).",
+        )
+    if not model.HasField("graph") or len(model.graph.node) == 0:
+        raise InvalidModel("The model's graph has no nodes.", hint="Upload a model that computes something.")
+    if len(model.training_info):
+        raise UnsupportedModel("Models with training_info (ONNX training graphs) are not supported.",
+                               hint="Export an inference-only model.")
+
+
+def _check_opsets(model) -> set[str]:
+    import onnx
+
+    domains: set[str] = set()
+    seen: set[str] = set()
+    for imp in model.opset_import:
+        dom = imp.domain
+        if dom in seen:
+            raise InvalidModel(f"The opset_import lists domain '{_safe(dom)}' twice.", hint=_UPLOAD_HINT)
+        seen.add(dom)
+        if dom in ("", "ai.onnx"):
+            hi = onnx.defs.onnx_opset_version()
+            if not (MIN_AI_ONNX_OPSET <= imp.version <= hi):
+                raise UnsupportedModel(
+                    f"The model imports ai.onnx opset {imp.version}; this toolchain takes {MIN_AI_ONNX_OPSET}..{hi}.",
+                    hint="Convert the model with onnx.version_converter.convert_version(model, 17) and upload it again.",
+                    opset=imp.version,
+                )
+        domains.add(dom)
+    if "" not in domains and "ai.onnx" not in domains:
+        raise UnsupportedModel("The model does not import the default ONNX domain (ai.onnx).", hint=_UPLOAD_HINT)
+    function_domains = {f.domain for f in model.functions}
+    unknown = domains - KNOWN_DOMAINS - function_domains
+    if unknown:
+        raise UnsupportedModel(
+            f"The model imports operator domains this toolchain cannot run: {sorted(_safe(d) for d in unknown)}.",
+            hint="Only ai.onnx, ai.onnx.ml and com.microsoft operators are supported.",
+        )
+    return domains | function_domains
+
+
+def _check_graph_io(model, budgets: Budgets) -> None:
+    g = model.graph
+    init_names = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
+    real_inputs = [i for i in g.input if i.name not in init_names]
+    if not real_inputs:
+        raise UnsupportedModel("The model has no graph inputs, so there is nothing to calibrate or compare.",
+                               hint="Export the model with its real inputs as graph inputs.")
+    if len(real_inputs) > budgets.max_graph_inputs:
+        raise budgets.refuse("max_graph_inputs", "graph inputs", len(real_inputs))
+    if not g.output:
+        raise InvalidModel("The model's graph has no outputs.", hint=_UPLOAD_HINT)
+    for vi in real_inputs:
+        if vi.type.WhichOneof("value") != "tensor_type":
+            raise UnsupportedModel(f"Input '{_safe(vi.name)}' is not a tensor (sequence/map/optional inputs are not supported).")
+        dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
+        static = [d.dim_value for d in dims if d.WhichOneof("value") == "dim_value"]
+        if any(d < 0 for d in static):
+            raise InvalidModel(f"Input '{_safe(vi.name)}' declares a negative dimension.", hint=_UPLOAD_HINT)
+        n = math.prod(static) if static else 0
+        if n > budgets.max_input_elements:
+            raise budgets.refuse("max_input_elements", f"input '{_safe(vi.name)}' declares", n)
+
+
+def _run_onnx_checker(model) -> None:
+    import onnx
+
+    # Structural validation in onnx's own C++ checker (types, attributes, schemas, SSA). Runs
+    # after our budgets so it only ever sees bounded models; external data stays unloaded.
+    try:
+        onnx.checker.check_model(model, full_check=False)
+    except onnx.checker.ValidationError as e:
+        msg = str(e).splitlines()[0][:300] if str(e) else "validation failed"
+        if "No Op registered" in msg or "No Schema registered" in msg:
+            raise UnsupportedModel(f"The model uses an operator onnx does not know: {_safe(msg)}",
+                                   hint="Use standard ONNX operators only.") from e
+        raise InvalidModel(f"The model fails ONNX validation: {_safe(msg)}", hint=_UPLOAD_HINT) from e
+    except Exception as e:
+        raise InvalidModel("The model fails ONNX validation.", hint=_UPLOAD_HINT) from e
+
+
+# ---------------------------------------------------------------------------------------------
+# the walk: nodes, subgraphs, tensors, constants
+
+
+@dataclass
+class ModelStats:
+    nodes: int = 0
+    initializer_bytes: int = 0
+    external_bytes: int = 0
+    max_depth: int = 0
+    op_types: set[str] = field(default_factory=set)
+
+
+_DTYPE_SIZES = {
+    1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2,
+    17: 1, 18: 1, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1,
+}
+
+
+def _itemsize(data_type: int) -> int:
+    return _DTYPE_SIZES.get(data_type, 8)  # STRING (8) counted at 8 bytes a pointer at least
+
+
+class _Walker:
+    def __init__(self, model, *, budgets: Budgets, model_dir: Path | None, allowed_data_files: set[str],
+                 domains: set[str]):
+        self.model = model
+        self.b = budgets
+        self.model_dir = Path(model_dir) if model_dir is not None else None
+        self.allowed = allowed_data_files
+        self.domains = domains
+        self.stats = ModelStats()
+        self.opset = {imp.domain or "": imp.version for imp in model.opset_import}
+        self.opset.setdefault("", self.opset.get("ai.onnx", 0))
+        self.functions = {(f.domain, f.name) for f in model.functions}
+
+    def run(self) -> None:
+        self._graph(self.model.graph, depth=0, outer_names=set(), outer_consts={})
+        for fn in self.model.functions:
+            self._function(fn)
+
+    # -- graphs -------------------------------------------------------------------------------
+
+    def _graph(self, g, *, depth: int, outer_names: set[str], outer_consts: dict[str, np.ndarray]) -> None:
+        if depth > self.b.max_subgraph_depth:
+            raise self.b.refuse("max_subgraph_depth", "subgraph nesting depth", depth)
+        self.stats.max_depth = max(self.stats.max_depth, depth)
+
+        consts: dict[str, np.ndarray] = dict(outer_consts)
+        shapes: dict[str, tuple[int, ...]] = {}
+        for t in g.initializer:
+            self._tensor(t, where=f"initializer '{_safe(t.name)}'")
+            shapes[t.name] = tuple(t.dims)
+            v = _small_array(t)
+            if v is not None:
+                consts[t.name] = v
+        for sp in g.sparse_initializer:
+            self._sparse(sp, where=f"sparse initializer '{_safe(sp.values.name)}'")
+            shapes[sp.values.name] = tuple(sp.dims)
+
+        defined = set(outer_names) | {i.name for i in g.input} | set(shapes)
+        const_derived = set(consts) | set(shapes)  # values known before any input arrives
+        order = self._topo_order(g, defined)
+        self._count(len(order))
+
+        for node in order:
+            self._node(node, depth=depth, defined=defined, consts=consts, shapes=shapes,
+                       const_derived=const_derived)
+            defined.update(o for o in node.output if o)
+
+    def _function(self, fn) -> None:
+        self._count(len(fn.node))
+        for node in fn.node:
+            self._check_op(node)
+            for a in node.attribute:
+                self._attribute(a, node, depth=1, defined=set(), consts={})
+
+    def _count(self, n: int) -> None:
+        self.stats.nodes += n
+        if self.stats.nodes > self.b.max_nodes:
+            raise self.b.refuse("max_nodes", "nodes (subgraphs and functions included)", self.stats.nodes)
+
+    def _topo_order(self, g, defined: set[str]) -> list:
+        nodes = list(g.node)
+        if len(nodes) + self.stats.nodes > self.b.max_nodes:
+            raise self.b.refuse("max_nodes", "nodes (subgraphs and functions included)", len(nodes) + self.stats.nodes)
+        producer: dict[str, int] = {}
+        for i, n in enumerate(nodes):
+            for o in n.output:
+                if not o:
+                    continue
+                if o in producer or o in defined:
+                    raise InvalidModel(f"Value '{_safe(o)}' is produced more than once (graphs must be SSA).",
+                                       hint=_UPLOAD_HINT)
+                producer[o] = i
+        indeg = [0] * len(nodes)
+        users: list[list[int]] = [[] for _ in nodes]
+        for i, n in enumerate(nodes):
+            deps = set()
+            for name in list(n.input) + _implicit_inputs(n):
+                if not name:
+                    continue
+                if name in producer:
+                    deps.add(producer[name])
+                elif name not in defined:
+                    raise InvalidModel(
+                        f"Node '{_safe(n.name or n.op_type)}' reads '{_safe(name)}', which no node, input or "
+                        "initializer defines.", hint=_UPLOAD_HINT)
+            for d in deps:
+                if d == i:
+                    raise InvalidModel(f"Node '{_safe(n.name or n.op_type)}' consumes its own output (a cycle).",
+                                       hint=_UPLOAD_HINT)
+                indeg[i] += 1
+                users[d].append(i)
+        q = deque(i for i, d in enumerate(indeg) if d == 0)
+        order = []
+        while q:
+            i = q.popleft()
+            order.append(nodes[i])
+            for u in users[i]:
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    q.append(u)
+        if len(order) != len(nodes):
+            raise InvalidModel("The graph has a cycle: some nodes depend on their own outputs.", hint=_UPLOAD_HINT)
+        return order
+
+    # -- nodes --------------------------------------------------------------------------------
+
+    def _check_op(self, node) -> None:
+        import onnx
+
+        dom = node.domain or ""
+        self.stats.op_types.add(f"{dom}.{node.op_type}" if dom else node.op_type)
+        if dom not in self.domains and dom != "ai.onnx":
+            raise UnsupportedModel(f"Node '{_safe(node.name or node.op_type)}' uses domain '{_safe(dom)}', "
+                                   "which the model does not import or this toolchain cannot run.")
+        if (dom, node.op_type) in self.functions:
+            return
+        if dom in _SCHEMA_DOMAINS:
+            version = self.opset.get(dom, self.opset.get("", 0)) if dom != "ai.onnx" else self.opset.get("", 0)
+            try:
+                onnx.defs.get_schema(node.op_type, version, "" if dom == "ai.onnx" else dom)
+            except Exception as e:
+                raise UnsupportedModel(
+                    f"Operator '{_safe(node.op_type)}' does not exist in {'ai.onnx' if dom in ('', 'ai.onnx') else dom} "
+                    f"opset {version}.", hint="Use standard ONNX operators available at the model's opset.",
+                    op_type=_safe(node.op_type)) from e
+
+    def _node(self, node, *, depth: int, defined: set[str], consts: dict, shapes: dict, const_derived: set) -> None:
+        self._check_op(node)
+        for a in node.attribute:
+            self._attribute(a, node, depth=depth + 1, defined=defined, consts=consts)
+
+        inputs = [i for i in node.input if i]
+        is_const = all(i in const_derived for i in inputs) and not _implicit_inputs(node)
+        if is_const and node.op_type not in ("RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"):
+            const_derived.update(o for o in node.output if o)
+
+        if node.op_type == "Constant" and (node.domain or "") in ("", "ai.onnx"):
+            v = _constant_value(node)
+            if v is not None and node.output:
+                consts[node.output[0]] = v
+                shapes[node.output[0]] = tuple(v.shape)
+            elif node.output:
+                t = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+                if t is not None:
+                    shapes[node.output[0]] = tuple(t.dims)
+        elif node.op_type in _FOLDABLE and (node.domain or "") in ("", "ai.onnx"):
+            _fold(node, consts, shapes)
+
+        if (node.domain or "") in ("", "ai.onnx") and node.op_type in _AMPLIFIERS:
+            self._amplifier(node, consts, shapes, const_derived)
+        if node.op_type == "Loop" and node.input and node.input[0] in consts:
+            trips = consts[node.input[0]]
+            if trips.size == 1 and int(trips.reshape(-1)[0]) > self.b.max_loop_trip_count:
+                raise self.b.refuse("max_loop_trip_count", f"Loop '{_safe(node.name)}' trip count",
+                                    int(trips.reshape(-1)[0]))
+
+    def _attribute(self, a, node, *, depth: int, defined: set[str], consts: dict) -> None:
+        where = f"attribute '{_safe(a.name)}' of node '{_safe(node.name or node.op_type)}'"
+        if a.HasField("t"):
+            self._tensor(a.t, where=where)
+        for t in a.tensors:
+            self._tensor(t, where=where)
+        if a.HasField("sparse_tensor"):
+            self._sparse(a.sparse_tensor, where=where)
+        for s in a.sparse_tensors:
+            self._sparse(s, where=where)
+        graphs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
+        for g in graphs:
+            self._graph(g, depth=depth, outer_names=set(defined), outer_consts=consts)
+
+    def _amplifier(self, node, consts: dict, shapes: dict, const_derived: set) -> None:
+        op = node.op_type
+        ins = list(node.input) + [""] * 4
+        out_elems: int | None = None
+        itemsize = 4
+        unknown_const = False
+
+        def val(name):
+            return consts.get(name) if name else None
+
+        if op == "ConstantOfShape":
+            v = next((a.t for a in node.attribute if a.name == "value"), None)
+            itemsize = _itemsize(v.data_type) if v is not None else 4
+            s = val(ins[0])
+            if s is not None:
+                out_elems = _prod_nonneg(s)
+            elif ins[0] in const_derived:
+                unknown_const = True
+        elif op == "Expand":
+            s = val(ins[1])
+            if s is not None:
+                xs = shapes.get(ins[0], ())
+                out_elems = _broadcast_elems(xs, s)
+            elif ins[1] in const_derived and ins[0] in const_derived:
+                unknown_const = True
+        elif op == "Tile":
+            r = val(ins[1])
+            if r is not None and ins[0] in shapes:
+                xs = shapes[ins[0]]
+                reps = [int(x) for x in r.reshape(-1)]
+                if len(reps) == len(xs):
+                    out_elems = _prod_nonneg(np.array([a * b for a, b in zip(xs, reps)], dtype=object))
+            elif r is not None and ins[0] in const_derived:
+                unknown_const = True
+            elif r is not None:
+                out_elems = _prod_nonneg(r)  # lower bound: one element repeated
+            elif ins[0] in const_derived and ins[1] in const_derived:
+                unknown_const = True
+        elif op == "Range":
+            vs = [val(i) for i in ins[:3]]
+            if all(v is not None and v.size == 1 for v in vs):
+                start, limit, delta = (float(v.reshape(-1)[0]) for v in vs)
+                if delta == 0 or not all(math.isfinite(x) for x in (start, limit, delta)):
+                    raise InvalidModel(f"Range node '{_safe(node.name)}' has a zero or non-finite delta.")
+                out_elems = max(0, math.ceil((limit - start) / delta))
+                itemsize = vs[0].dtype.itemsize
+            elif all(i in const_derived for i in ins[:3] if i):
+                unknown_const = True
+        elif op in ("RandomNormal", "RandomUniform"):
+            shp = next((list(a.ints) for a in node.attribute if a.name == "shape"), [])
+            out_elems = _prod_nonneg(np.array(shp, dtype=object))
+        elif op == "OneHot":
+            d = val(ins[1])
+            if d is not None and d.size == 1 and ins[0] in shapes:
+                out_elems = math.prod(shapes[ins[0]]) * max(0, int(d.reshape(-1)[0]))
+        elif op == "Pad":
+            p = val(ins[1])
+            if p is not None and ins[0] in shapes:
+                xs = shapes[ins[0]]
+                pads = [int(x) for x in p.reshape(-1)]
+                if len(pads) == 2 * len(xs):
+                    out_elems = math.prod(max(0, d + pads[i] + pads[i + len(xs)]) for i, d in enumerate(xs))
+        elif op in ("Resize", "Upsample"):
+            x = ins[0]
+            scales = val(ins[2]) if op == "Resize" else val(ins[1])
+            sizes = val(ins[3]) if op == "Resize" else None
+            if sizes is not None and sizes.size:
+                out_elems = _prod_nonneg(sizes)
+            elif scales is not None and scales.size and x in shapes and len(shapes[x]) == scales.size:
+                out_elems = math.prod(int(d * float(s)) for d, s in zip(shapes[x], scales.reshape(-1)))
+        if unknown_const:
+            raise UnsupportedModel(
+                f"The output size of {op} node '{_safe(node.name)}' is computed from constants this check cannot "
+                "evaluate, so it cannot be bounded before running.",
+                hint="Fold constants before uploading (e.g. onnxruntime's offline optimization or onnxscript's optimizer).",
+            )
+        if out_elems is not None and out_elems * itemsize > self.b.max_constant_output_bytes:
+            raise self.b.refuse("max_constant_output_bytes", f"output of {op} node '{_safe(node.name)}'",
+                                out_elems * itemsize, unit="bytes")
+
+    # -- tensors ------------------------------------------------------------------------------
+
+    def _dense_bytes(self, t, where: str) -> int:
+        if any(d < 0 for d in t.dims):
+            raise InvalidModel(f"Tensor in {where} has a negative dimension.", hint=_UPLOAD_HINT)
+        n = math.prod(t.dims) * _itemsize(t.data_type)
+        if n > self.b.max_tensor_bytes:
+            raise self.b.refuse("max_tensor_bytes", f"tensor in {where}", n, unit="bytes")
+        return n
+
+    def _add_bytes(self, n: int) -> None:
+        self.stats.initializer_bytes += n
+        if self.stats.initializer_bytes > self.b.max_initializer_bytes:
+            raise self.b.refuse("max_initializer_bytes", "initializer and constant data (dense, shared ranges "
+                                "counted per use)", self.stats.initializer_bytes, unit="bytes")
+
+    def _tensor(self, t, *, where: str) -> None:
+        n = self._dense_bytes(t, where)
+        if _is_external(t):
+            if self.model_dir is None:
+                raise InvalidModel(f"Tensor in {where} refers to external data, which needs the model's folder.")
+            length = _check_external_location(t, self.model_dir, self.allowed, where=where)
+            if t.data_type != 8 and length != n:
+                raise InvalidModel(f"Tensor in {where} declares {n} bytes but its external range holds {length}.",
+                                   hint=_UPLOAD_HINT)
+            self.stats.external_bytes += length
+        elif t.HasField("raw_data") and t.data_type != 8 and len(t.raw_data) != n:
+            raise InvalidModel(f"Tensor in {where} declares {n} bytes but holds {len(t.raw_data)} bytes of raw data.",
+                               hint=_UPLOAD_HINT)
+        self._add_bytes(n)
+
+    def _sparse(self, sp, *, where: str) -> None:
+        # ORT densifies sparse initializers at session creation: count the dense size.
+        if any(d < 0 for d in sp.dims):
+            raise InvalidModel(f"Sparse tensor in {where} has a negative dimension.", hint=_UPLOAD_HINT)
+        dense = math.prod(sp.dims) * _itemsize(sp.values.data_type)
+        if dense > self.b.max_tensor_bytes:
+            raise self.b.refuse("max_tensor_bytes", f"sparse tensor in {where} (dense size)", dense, unit="bytes")
+        self._tensor(sp.values, where=where)
+        self._tensor(sp.indices, where=where)
+        self._add_bytes(dense)
+
+
+# ---------------------------------------------------------------------------------------------
+# external data
+
+
+def _is_external(t) -> bool:
+    return t.data_location == 1  # TensorProto.EXTERNAL
+
+
+def _check_external_location(t, model_dir: Path, allowed: set[str], *, where: str) -> int:
+    """Validate one external reference; return the byte length it covers."""
+    info = {e.key: e.value for e in t.external_data}
+    loc = info.get("location", "")
+    bad = (
+        not loc
+        or loc in (".", "..")
+        or "/" in loc
+        or "\\" in loc
+        or "\x00" in loc
+        or ":" in loc
+        or loc.startswith("~")
+        or os.path.isabs(loc)
+        or len(loc) > 255
+    )
+    if bad:
+        raise InvalidModel(
+            f"Tensor in {where} has an external data location that is not a plain file name in the model's folder.",
+            hint="External data files must sit next to the .onnx file and be referenced by bare file name.",
+        )
+    if loc not in allowed:
+        raise InvalidModel(
+            f"Tensor in {where} refers to external data file '{_safe(loc)}', which was not uploaded with the model.",
+            hint="Upload a .zip or .tar of the .onnx file together with its external data files, or embed the data "
+            "(onnx.save(model, path, save_as_external_data=False)).",
+        )
+    full = model_dir / loc
+    try:
+        st = os.lstat(full)
+    except OSError as e:
+        raise InvalidModel(f"External data file '{_safe(loc)}' is missing.") from e
+    real_dir = os.path.realpath(model_dir)
+    if (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
+            or os.path.dirname(os.path.realpath(full)) != real_dir):
+        raise InvalidModel(
+            f"External data file '{_safe(loc)}' is a link or not a regular file inside the model's folder.",
+            hint="Upload external data as plain files.",
+        )
+    try:
+        offset = int(info.get("offset", "0") or 0)
+        length = int(info["length"]) if info.get("length") else st.st_size - offset
+    except ValueError as e:
+        raise InvalidModel(f"Tensor in {where} has a non-integer external data offset or length.") from e
+    if offset < 0 or length < 0 or offset + length > st.st_size:
+        raise InvalidModel(f"Tensor in {where} points past the end of external data file '{_safe(loc)}'.",
+                           hint=_UPLOAD_HINT)
+    return length
+
+
+def _iter_model_tensors(model) -> Iterator[tuple["onnx.TensorProto", str]]:
+    def graph(g):
+        for t in g.initializer:
+            yield t, f"initializer '{_safe(t.name)}'"
+        for sp in g.sparse_initializer:
+            yield sp.values, "sparse initializer"
+            yield sp.indices, "sparse initializer"
+        for n in g.node:
+            yield from nodes_attr(n)
+
+    def nodes_attr(n):
+        for a in n.attribute:
+            if a.HasField("t"):
+                yield a.t, f"attribute '{_safe(a.name)}'"
+            for t in a.tensors:
+                yield t, f"attribute '{_safe(a.name)}'"
+            if a.HasField("sparse_tensor"):
+                yield a.sparse_tensor.values, "sparse attribute"
+                yield a.sparse_tensor.indices, "sparse attribute"
+            if a.HasField("g"):
+                yield from graph(a.g)
+            for g in a.graphs:
+                yield from graph(g)
+
+    yield from graph(model.graph)
+    for f in model.functions:
+        for n in f.node:
+            yield from nodes_attr(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# tiny constant evaluator for shape-like tensors
+
+
+def _small_array(t) -> np.ndarray | None:
+    if _is_external(t) or t.data_type not in (1, 6, 7, 11, 10, 2, 3, 9, 12, 13):
+        return None
+    n = math.prod(t.dims)
+    if n > _FOLD_MAX_ELEMENTS:
+        return None
+    try:
+        from onnx import numpy_helper
+
+        return np.asarray(numpy_helper.to_array(t))
+    except Exception:
+        return None
+
+
+def _constant_value(node) -> np.ndarray | None:
+    for a in node.attribute:
+        if a.name == "value" and a.HasField("t"):
+            return _small_array(a.t)
+        if a.name == "value_int":
+            return np.array(a.i, dtype=np.int64)
+        if a.name == "value_ints":
+            return np.array(list(a.ints), dtype=np.int64)
+        if a.name == "value_float":
+            return np.array(a.f, dtype=np.float32)
+        if a.name == "value_floats":
+            return np.array(list(a.floats), dtype=np.float32)
+    return None
+
+
+def _fold(node, consts: dict, shapes: dict) -> None:
+    op = node.op_type
+    ins = list(node.input)
+    out = node.output[0] if node.output else ""
+    if not out:
+        return
+    attrs = {a.name: a for a in node.attribute}
+
+    def ai(name, default=None):
+        a = attrs.get(name)
+        if a is None:
+            return default
+        return list(a.ints) if a.ints else a.i
+
+    try:
+        if op == "Shape" and ins and ins[0] in shapes:
+            s = np.array(shapes[ins[0]], dtype=np.int64)
+            start, end = ai("start", 0), ai("end", None)
+            consts[out] = s[start:end]
+        elif op == "Size" and ins and ins[0] in shapes:
+            consts[out] = np.array(math.prod(shapes[ins[0]]), dtype=np.int64)
+        else:
+            vals = [consts.get(i) if i else None for i in ins]
+            if not ins or vals[0] is None:
+                return
+            x = vals[0]
+            r: np.ndarray | None = None
+            if op == "Identity":
+                r = x
+            elif op == "Cast":
+                import onnx
+
+                r = x.astype(onnx.helper.tensor_dtype_to_np_dtype(ai("to")))
+            elif op == "Concat":
+                if any(v is None for v in vals):
+                    return
+                r = np.concatenate([np.atleast_1d(v) for v in vals], axis=ai("axis", 0))
+            elif op in ("Unsqueeze", "Squeeze"):
+                axes = list(vals[1].reshape(-1)) if len(vals) > 1 and vals[1] is not None else ai("axes", None)
+                if op == "Unsqueeze":
+                    r = x
+                    for ax in sorted(int(a) % (x.ndim + len(axes)) for a in axes):
+                        r = np.expand_dims(r, ax)
+                else:
+                    r = np.squeeze(x, axis=tuple(int(a) for a in axes) if axes else None)
+            elif op == "Reshape" and len(vals) > 1 and vals[1] is not None:
+                shp = [int(s) for s in vals[1].reshape(-1)]
+                shp = [x.shape[i] if s == 0 else s for i, s in enumerate(shp)]
+                r = x.reshape(shp)
+            elif op == "Flatten":
+                r = x.reshape(-1)
+            elif op in ("Mul", "Add", "Sub", "Div", "Max", "Min") and len(vals) > 1 and all(v is not None for v in vals):
+                with np.errstate(all="ignore"):
+                    fn = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Max": np.maximum,
+                          "Min": np.minimum}.get(op)
+                    if op == "Div":
+                        r = (vals[0] // vals[1]) if vals[0].dtype.kind in "iu" else vals[0] / vals[1]
+                    else:
+                        r = vals[0]
+                        for v in vals[1:]:
+                            r = fn(r, v)
+                    # int64 overflow is how a 1 GB shape hides behind small factors: use exact ints
+                    if r.dtype.kind in "iu":
+                        exact = vals[0].astype(object)
+                        for v in vals[1:]:
+                            exact = {"Mul": lambda a, b: a * b, "Add": lambda a, b: a + b,
+                                     "Sub": lambda a, b: a - b, "Div": lambda a, b: a // b if np.all(b) else a,
+                                     "Max": np.maximum, "Min": np.minimum}[op](exact, v.astype(object))
+                        r = np.asarray(exact)
+            elif op == "Abs":
+                r = np.abs(x)
+            elif op == "Neg":
+                r = -x
+            elif op == "Gather" and len(vals) > 1 and vals[1] is not None:
+                r = np.take(x, vals[1].astype(np.int64), axis=ai("axis", 0))
+            elif op == "Slice" and len(vals) >= 3 and vals[1] is not None and vals[2] is not None and x.ndim == 1:
+                step = int(vals[4].reshape(-1)[0]) if len(vals) > 4 and vals[4] is not None else 1
+                r = x[int(vals[1].reshape(-1)[0]):int(vals[2].reshape(-1)[0]):step or 1]
+            elif op in ("ReduceProd", "ReduceSum") and len(vals) == 1:
+                r = np.array(math.prod(x.reshape(-1).tolist()) if op == "ReduceProd" else sum(x.reshape(-1).tolist()))
+            if r is not None and np.asarray(r).size <= _FOLD_MAX_ELEMENTS:
+                consts[out] = np.asarray(r)
+                shapes[out] = tuple(np.asarray(r).shape)
+    except Exception:
+        return  # not foldable here; the amplifier check treats it as "constant but unknown"
+
+
+def _prod_nonneg(a: np.ndarray) -> int:
+    vals = [int(v) for v in np.asarray(a).reshape(-1).tolist()]
+    if any(v < 0 for v in vals):
+        return 0
+    return math.prod(vals)
+
+
+def _broadcast_elems(xs: tuple[int, ...], shape: np.ndarray) -> int:
+    s = [int(v) for v in np.asarray(shape).reshape(-1).tolist()]
+    n = max(len(xs), len(s))
+    xs2 = [1] * (n - len(xs)) + list(xs)
+    s2 = [1] * (n - len(s)) + s
+    return math.prod(max(a, b, 0) for a, b in zip(xs2, s2))
+
+
+def _implicit_inputs(node) -> list[str]:
+    """Outer-scope names a node's subgraphs read (they order the node after their producers)."""
+    names: list[str] = []
+    for a in node.attribute:
+        for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            local = {i.name for i in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+            for n in g.node:
+                names.extend(i for i in n.input if i and i not in local)
+                names.extend(i for i in _implicit_inputs(n) if i not in local)
+    return names
+
+
+def _safe(s: str, limit: int = 80) -> str:
+    """A name from the upload, shortened and stripped of control characters, for messages."""
+    s = "".join(ch if ch.isprintable() else "?" for ch in str(s))
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+__all__ = [
+    "ModelStats",
+    "check_input_elements",
+    "check_onnx_model",
+    "load_external_data_from_job_folder",
+    "onnx_model_from_path",
+]
+_ = BudgetExceeded

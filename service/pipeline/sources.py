@@ -1,0 +1,134 @@
+"""Where the fp32 model comes from: an uploaded ONNX file, an uploaded ``.pt2``, or an example.
+
+A ``ModelSource`` answers two questions for the paths: the fp32 ONNX file (exported from torch
+when the upload is torch), and a ``torch.export`` program for PT2E (converted from ONNX with
+onnx2torch when the upload is ONNX; ``None`` with a reason when that is not possible).
+torch is imported lazily: an ONNX-only job pays for it only when the PT2E path runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from service.examples import get_example
+from service.pipeline.specs import InputSpec
+
+BATCH_FOR_EXPORT = 2  # torch.export specializes a dynamic dim to 1 when the example batch is 1
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass
+class ModelSource:
+    name: str
+    format: str  # "onnx" | "pt2" | "example"
+    sha256: str
+    specs: list[InputSpec]
+    onnx_path: Path | None = None  # the uploaded ONNX file
+    onnx_model: Any = None  # its ModelProto, parsed without external data
+    program: Any = None  # torch.export.ExportedProgram (pt2 upload / example)
+    notes: list[str] = field(default_factory=list)
+
+
+def source_from_example(name: str) -> ModelSource:
+    import torch
+    from torch.export import export
+
+    example = get_example(name)
+    module = example.factory()
+    specs = [InputSpec(i.name, i.dtype, tuple(i.shape)) for i in example.inputs]
+    args = example_args(specs, {s.name: tuple(1 if isinstance(d, str) else d for d in s.shape) for s in specs})
+    with torch.no_grad():
+        program = export(module, args, dynamic_shapes=dynamic_shapes_for(specs))
+    digest = hashlib.sha256(f"example:{name}".encode()).hexdigest()
+    return ModelSource(name=name, format="example", sha256=digest, specs=specs, program=program)
+
+
+def source_from_pt2(path: Path, *, name: str, budgets=None) -> ModelSource:
+    from service.pipeline.safety import exported_program_from_pt2
+
+    program = exported_program_from_pt2(path, budgets=budgets)
+    return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs_from_program(program),
+                       program=program)
+
+
+def source_from_onnx(path: Path, *, name: str, budgets=None, allowed_data_files=None) -> ModelSource:
+    from service.pipeline.safety import onnx_model_from_path
+    from service.pipeline.specs import input_specs_from_onnx
+
+    model = onnx_model_from_path(path, budgets=budgets, allowed_data_files=allowed_data_files)
+    return ModelSource(name=name, format="onnx", sha256=file_sha256(path), specs=input_specs_from_onnx(model),
+                       onnx_path=path, onnx_model=model)
+
+
+def specs_from_program(program) -> list[InputSpec]:
+    """User inputs of an ExportedProgram, with symbolic dims named as torch.export named them."""
+    import torch
+
+    user_inputs = set(program.graph_signature.user_inputs)
+    specs = []
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            from service.errors import UnsupportedModel
+
+            raise UnsupportedModel(f"input {node.name!r} of the .pt2 is not a tensor",
+                                   hint="export a model whose inputs are tensors")
+        dims = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape)
+        specs.append(InputSpec(node.name, str(val.dtype).removeprefix("torch."), dims))
+    return specs
+
+
+def dynamic_shapes_for(specs: list[InputSpec]):
+    """torch.export dynamic_shapes: a named ``batch`` for a symbolic dim 0, AUTO for other symbolic dims."""
+    from torch.export import Dim
+
+    batch = Dim("batch")
+    out = []
+    for s in specs:
+        dims = {}
+        for i, d in enumerate(s.shape):
+            if not isinstance(d, int):
+                dims[i] = batch if i == 0 else Dim.AUTO
+        out.append(dims or None)
+    return tuple(out)
+
+
+def example_args(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]):
+    """Example tensors for export: the resolved shapes, with a symbolic batch widened to >= 2."""
+    import torch
+
+    args = []
+    for s in specs:
+        shape = list(shapes[s.name])
+        if s.shape and not isinstance(s.shape[0], int):
+            shape[0] = max(shape[0], BATCH_FOR_EXPORT)
+        dtype = getattr(torch, s.dtype)
+        if dtype.is_floating_point:
+            args.append(torch.randn(shape, dtype=dtype))
+        elif dtype == torch.bool:
+            args.append(torch.zeros(shape, dtype=dtype))
+        else:
+            args.append(torch.ones(shape, dtype=dtype))
+    return tuple(args)
+
+
+def copy_upload(src: Path, dest: Path) -> Path:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.hardlink_to(src)  # same folder tree: no second copy of a large model
+    except OSError:
+        shutil.copyfile(src, dest)
+    return dest

@@ -1,0 +1,121 @@
+"""Input specs of a model and the concrete shapes every sample is made with."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from service.errors import InputShapeRequired, InvalidOptions, UnsupportedModel
+
+# A symbolic leading dim with one of these names is taken to be the batch, defaulting to 1.
+_BATCH_NAMES = re.compile(r"^(batch|batch_size|batchsize|n|b|bs|N|B|None|\?|unk__\d+|p2o\.DynamicDimension\.0|dynamic_batch)$", re.I)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str  # numpy dtype name
+    shape: tuple[int | str | None, ...]  # ints, symbolic names, or None for an unnamed unknown dim
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+def _onnx_dtype_name(elem_type: int) -> str:
+    import onnx
+
+    try:
+        return str(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+    except Exception:  # e.g. bfloat16 / float8 have no plain numpy dtype
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def _value_info_spec(vi) -> InputSpec:
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        raise UnsupportedModel(
+            f"input or output {vi.name!r} is not a tensor (sequence/map/optional types are not supported)",
+            hint="quantcompare compares tensor models; wrap the model so its inputs and outputs are tensors",
+        )
+    tt = t.tensor_type
+    dims: list[int | str | None] = []
+    if tt.HasField("shape"):
+        for d in tt.shape.dim:
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+    return InputSpec(vi.name, _onnx_dtype_name(tt.elem_type), tuple(dims))
+
+
+def input_specs_from_onnx(model) -> list[InputSpec]:
+    """Graph inputs that are real inputs (old exporters also list every initializer as an input)."""
+    initializers = {i.name for i in model.graph.initializer} | {s.values.name for s in model.graph.sparse_initializer}
+    return [_value_info_spec(vi) for vi in model.graph.input if vi.name not in initializers]
+
+
+def output_specs_from_onnx(model) -> list[InputSpec]:
+    return [_value_info_spec(vi) for vi in model.graph.output]
+
+
+def resolved_input_shapes(
+    specs: list[InputSpec], input_shapes: dict[str, list[int]]
+) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """Concrete shape per input, from the ``input_shapes`` option or a batch default of 1.
+
+    Raises InputShapeRequired naming *every* dim that still needs a value, with the option to pass.
+    """
+    names = {s.name for s in specs}
+    unknown = sorted(set(input_shapes) - names)
+    if unknown:
+        raise InvalidOptions(
+            f"input_shapes names inputs the model does not have: {', '.join(unknown)}",
+            hint=f"the model's inputs are: {', '.join(sorted(names))}",
+        )
+    resolved: dict[str, tuple[int, ...]] = {}
+    notes: list[str] = []
+    missing: list[str] = []
+    for spec in specs:
+        given = input_shapes.get(spec.name)
+        if given is not None:
+            if len(given) != len(spec.shape):
+                raise InvalidOptions(
+                    f"input_shapes[{spec.name!r}] has {len(given)} dims but the input has rank {len(spec.shape)} "
+                    f"(declared shape {list(spec.shape)})",
+                    hint="give one value per dim, e.g. " + json.dumps({"input_shapes": {spec.name: [d if isinstance(d, int) else 1 for d in spec.shape]}}),
+                )
+            for i, (want, got) in enumerate(zip(spec.shape, given)):
+                if isinstance(want, int) and want != got:
+                    raise InvalidOptions(
+                        f"input_shapes[{spec.name!r}] dim {i} is {got} but the model fixes it at {want}",
+                        hint="keep fixed dims as the model declares them; only symbolic dims take values",
+                    )
+            resolved[spec.name] = tuple(int(d) for d in given)
+            if any(not isinstance(d, int) for d in spec.shape):
+                notes.append(f"{spec.name}: shape {list(given)} from the input_shapes option")
+            continue
+        dims: list[int] = []
+        for i, d in enumerate(spec.shape):
+            if isinstance(d, int):
+                dims.append(d)
+            elif i == 0 and (d is None or _BATCH_NAMES.match(str(d))):
+                dims.append(1)
+                notes.append(f"{spec.name}: dim 0 ({d if d else 'unnamed'}) taken as the batch, set to 1")
+            else:
+                dims.append(-1)
+                missing.append(f"{spec.name}[{i}] ({d if d else 'unnamed'})")
+        resolved[spec.name] = tuple(dims)
+    if missing:
+        example = {
+            s.name: [d if isinstance(d, int) and d > 0 else "<value>" for d in resolved[s.name]]
+            for s in specs if -1 in resolved[s.name]
+        }
+        raise InputShapeRequired(
+            f"these input dims are dynamic and need a value: {', '.join(missing)}",
+            hint="pass them in options, e.g. " + json.dumps({"input_shapes": example}),
+            dims=missing,
+        )
+    return resolved, notes

@@ -1,0 +1,49 @@
+"""Job functions that exercise the worker pool, not the toolchain.
+
+The "model" file of each job holds a command; the function reads it by a path *relative to the
+current directory*, so every job also checks that the worker runs it in the job folder.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from service.errors import InvalidModel
+
+
+def run(spec, job_dir: Path, progress) -> None:
+    assert Path.cwd() == Path(job_dir), "worker must run the job in its folder"
+    command, *args = Path(spec.model_file).read_text().split()
+    (Path("ran.txt")).write_text(str(os.getpid()))
+    if command == "ok":
+        for i, stage in enumerate(("prepare", "quantize", "optimize")):
+            progress(stage, i + 1, 3)
+        Path("report.json").write_text("{}")
+    elif command == "sleep":
+        progress("prepare", 0, 1)
+        time.sleep(float(args[0]))
+        progress("prepare", 1, 1)
+    elif command == "segv":
+        progress("optimize", 2, 5)
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif command == "alloc":
+        progress("quantize", 0, 1)
+        blocks = [bytearray(64 * 1024 * 1024) for _ in range(int(args[0]) // 64)]
+        progress("quantize", 1, 1)
+        del blocks
+    elif command == "grandchild":
+        # A helper process the job starts; a wall-clock kill must take it too.
+        child = subprocess.Popen(["sleep", "120"])
+        Path("grandchild.pid").write_text(str(child.pid))
+        progress("evaluate", 0, 1)
+        time.sleep(120)
+    elif command == "user_error":
+        raise InvalidModel("this is not a model", hint="upload an .onnx file")
+    elif command == "bug":
+        raise RuntimeError("secret internal state at /srv/secret/path")
+    else:
+        raise AssertionError(f"unknown command {command}")
