@@ -18,16 +18,6 @@ from pathlib import Path
 from service.errors import InvalidOptions, QuantCompareError
 
 
-def _quiet_toolchains() -> None:
-    """torch, torchao and ORT's quantizer log and warn loudly; the report says what matters."""
-    import os
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    logging.getLogger().setLevel(logging.ERROR)
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-
-
 def load_options(text: str | None):
     from pydantic import ValidationError
 
@@ -64,6 +54,11 @@ def options_error_message(e) -> str:
 def _cmd_compare(args) -> int:
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.report_text import summary_table
+
+    if not args.verbose:
+        from service.pipeline.logs import quiet_toolchain_logs
+
+        quiet_toolchain_logs()
 
     if (args.model is None) == (args.example is None):
         raise InvalidOptions("give a model PATH or --example NAME (one of them)",
@@ -135,8 +130,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not args.verbose:
-        _quiet_toolchains()
     try:
         return args.func(args)
     except QuantCompareError as e:

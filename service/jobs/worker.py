@@ -24,6 +24,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from pathlib import Path
 
 log = logging.getLogger("quantcompare.worker")
@@ -53,7 +54,10 @@ def _isolate(memory_mb: int) -> None:
 
 def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, log_level: str = "INFO") -> None:
     _isolate(memory_mb)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s worker[%(process)d] %(levelname)s %(message)s")
+    # The toolchains log and warn loudly at INFO; our own loggers keep the service's level.
+    logging.basicConfig(level="WARNING", format="%(asctime)s worker[%(process)d] %(name)s %(levelname)s %(message)s")
+    logging.getLogger("quantcompare").setLevel(log_level.upper())
+    warnings.filterwarnings("ignore")
     for name in preload:
         try:
             importlib.import_module(name)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -176,19 +177,14 @@ def run_comparison(
                                        quantization=inventory, seconds=secs)
 
     # optimize + evaluate (+ decisions and lints) ---------------------------------------------
-    agreement, decisions, lints = [], [], []
-    try:  # TODO(integration): plain import once the levels stage lands
-        from service.pipeline.levels import analyze_levels
-    except ImportError:
-        analyze_levels = None
-    if analyze_levels is not None:
-        levels = analyze_levels(artifact_paths=paths, eval_feeds=samples.evaluation, out_dir=art_dir,
-                                options=options, inventories=inventories, progress=notify)
-        for name, per_level in levels.optimized.items():
-            if name in artifacts:
-                artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})
-        agreement, decisions, lints = levels.agreement, levels.decisions, levels.lints
-        timings.update(levels.timings)
+    from service.pipeline.levels import analyze_levels
+
+    levels = analyze_levels(artifact_paths=paths, eval_feeds=samples.evaluation, out_dir=art_dir,
+                            options=options, inventories=inventories, progress=notify)
+    for name, per_level in levels.optimized.items():
+        if name in artifacts:
+            artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})
+    timings.update(levels.timings)
 
     model_info = ModelInfo(
         name=source.name, sha256=source.sha256, format=source.format,
@@ -202,16 +198,15 @@ def run_comparison(
     )
     report = Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=environment(), options=options,
-        model=model_info, samples=samples.info, artifacts=artifacts, agreement=agreement, decisions=decisions,
-        lints=lints, verdict=Verdict(passed=True), timings=timings,
+        model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
+        decisions=levels.decisions, lints=levels.lints, verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):
-        try:  # TODO(integration)
-            from service.pipeline.gates import verdict_from_report
-            report = report.model_copy(update={"verdict": verdict_from_report(report, list(options.gates))})
-        except ImportError:
-            pass
+        from service.pipeline.gates import verdict_from_report
+
+        report = report.model_copy(update={"verdict": verdict_from_report(report, list(options.gates))})
     report = report.model_copy(update={"timings": dict(timings)})
+    shutil.rmtree(scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return report
 
 

@@ -164,7 +164,7 @@ def decisions_table(*, names: list[str], files: dict, optimized: dict[str, dict[
             where[a] = "none"
             continue
         inv = inventories.get(a)
-        reasons = {op: _float_reason(a, op, inv, options) for op in left}
+        reasons = {op: per_level[lv].ops_float_reasons.get(op) or _float_reason(a, op, inv, options) for op in left}
         where[a] = "; ".join(f"{op}{'' if n == 1 else f' x{n}'} ({reasons[op]})" for op, n in sorted(left.items()))
         detail[a] = f"at level {lv}"
     rows.append(DecisionRow(decision="ops left in float", where=where, detail=detail))

@@ -23,7 +23,7 @@ from collections import Counter
 
 import onnx
 
-from service.pipeline.graph_summary import INT8_KERNELS, MS, NCHWC, Graph, op_key
+from service.pipeline.graph_summary import INT8_KERNELS, MS, NCHWC, QDQ_FUSION_LIST, Graph, op_key  # noqa: F401
 from service.schemas.levels import LevelDiff, Rewrite
 
 _TOKEN = re.compile(r"(_token_\d+)+$")
@@ -31,10 +31,6 @@ _TOKEN = re.compile(r"(_token_\d+)+$")
 # Ops whose Q/DQ ORT drops (they run on int8 directly), from qdq_selector_action_transformer.cc.
 QDQ_DROP_OPS = {"MaxPool", "ReduceMax", "ReduceMin", "Resize", "Expand", "Flatten", "Gather", "GatherElements",
                 "Reshape", "Slice", "Squeeze", "Tile", "Transpose", "Unsqueeze", "Split", "ArgMax"}
-# Ops ORT's QDQ fusion replaces with an int8 kernel.
-QDQ_FUSE_OPS = {"Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
-                "LeakyRelu", "Sigmoid", "Softmax", "Where"}
-QDQ_FUSION_LIST = QDQ_DROP_OPS | QDQ_FUSE_OPS
 
 
 def _key(n: onnx.NodeProto) -> tuple:
@@ -253,6 +249,9 @@ def _classify(old: Graph, new: Graph, rem: list, add: list, modified_names: set[
     if dups and not rem_only:
         return rw("DequantizeLinear duplicated for a shared input" + (f" x{len(dups)}" if len(dups) > 1 else ""),
                   "dq_duplicated", "EnsureUniqueDQForNodeUnit")
+
+    if ak and set(ak) <= {"QuantizeLinear", "DequantizeLinear"} and not rem_only:
+        return rw(f"{_count_text(ak)} inserted (Q/DQ propagated)", "qdq_propagation", "QDQPropagationTransformer")
 
     # int8 -> uint8 on Q/DQ rewritten in place
     pairs = [(o, n) for o in rem if o.name in modified_names for n in mod_new if n.name == o.name]

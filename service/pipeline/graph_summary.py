@@ -328,3 +328,42 @@ def output_steps(graph: Graph) -> list[float | None]:
                 step = float(np.max(np.abs(s)))
         out.append(step)
     return out
+
+
+# Ops whose QDQ node unit ORT turns into an int8 kernel or runs on int8 (qdq_selector_action_transformer.cc).
+QDQ_FUSION_LIST = {"MaxPool", "ReduceMax", "ReduceMin", "Resize", "Expand", "Flatten", "Gather", "GatherElements",
+                   "Reshape", "Slice", "Squeeze", "Tile", "Transpose", "Unsqueeze", "Split", "ArgMax",
+                   "Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
+                   "LeakyRelu", "Sigmoid", "Softmax", "Where"}
+# On CPUs where QDQIsInt8Allowed() is false (x86), these selectors take uint8 activations only.
+_U8_ONLY = {"Conv", "MatMul"}
+
+
+def float_op_reasons(graph: Graph, *, int8_allowed: bool) -> dict[str, str]:
+    """For each op type that still runs in float in this graph: why, in ORT's terms."""
+    out: dict[str, str] = {}
+    for n in graph.nodes:
+        key = op_key(n.op_type, n.domain)
+        if key in out or key in QDQ or key in INT8_KERNELS or n.op_type in _DATA_MOVEMENT:
+            continue
+        first = next((i for i in n.input if i), None)
+        if first is None or first in graph.initializers or not is_float(graph.dtypes.get(first)):
+            continue
+        dqs = [graph.producer[i] for i in n.input if i in graph.producer
+               and graph.producer[i].op_type == "DequantizeLinear"]
+        qs = [c for o in n.output for c in graph.consumers.get(o, []) if c.op_type == "QuantizeLinear"]
+        if not dqs:
+            out[key] = "no DequantizeLinear before it: not quantized in the file"
+        elif key not in QDQ_FUSION_LIST:
+            out[key] = "not in ORT's QDQ fusion list: runs in float between DequantizeLinear and QuantizeLinear"
+        elif not qs and n.op_type not in ("MatMul", "Gemm"):
+            out[key] = "no QuantizeLinear after it: its output is not quantized in the file"
+        else:
+            act = {graph.dtypes.get(d.input[2]) for d in dqs if len(d.input) > 2 and d.input[2]
+                   and d.input[0] not in graph.initializers}
+            if not int8_allowed and n.op_type in _U8_ONLY and "int8" in act:
+                out[key] = ("not fused: its activation stayed int8 (QDQS8ToU8Transformer leaves a QuantizeLinear "
+                            "that feeds several DequantizeLinear) and on x86 ORT fuses Conv/MatMul on uint8 only")
+            else:
+                out[key] = "Q/DQ around it, but ORT's fusion conditions were not met (see the extended diff)"
+    return out

@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from service.pipeline.environment import cpu_info
 from service.pipeline.graph_diff import diff_graphs
 from service.pipeline.graph_summary import (
     INT8_COMPUTE_KERNELS,
@@ -30,6 +31,7 @@ from service.pipeline.graph_summary import (
     Graph,
     bias_state,
     compute_op_count,
+    float_op_reasons,
     graph_from_path,
     layout_info,
     node_summaries,
@@ -107,6 +109,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     lat = options.latency
     threads = lat.intra_op_threads
 
+    # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
+    int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
     fp32_compute = 0
     if "fp32" in artifact_paths:
         fp32_compute = compute_op_count(graph_from_path(artifact_paths["fp32"]))
@@ -193,7 +197,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                 quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
                 int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
                 compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
-                ops_float=ops_on_float(graph), bias=bias_state(graph),
+                ops_float=ops_on_float(graph), ops_float_reasons=float_op_reasons(graph, int8_allowed=int8_allowed),
+                bias=bias_state(graph),
                 layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
                 session_seconds=session_seconds,
             )

@@ -117,6 +117,7 @@ class OptimizedLevel(_Model):
     # int8 kernels by activation dtype: {"uint8": 3, "int8": 0}; x86 runs uint8 (QDQS8ToU8Transformer).
     kernel_activation_dtypes: dict[str, int] = Field(default_factory=dict)
     ops_float: dict[str, int] = Field(default_factory=dict)  # non-Q/DQ ops computing on float
+    ops_float_reasons: dict[str, str] = Field(default_factory=dict)  # op -> why ORT runs it in float here
     bias: BiasState = Field(default_factory=BiasState)
     layout: LayoutInfo = Field(default_factory=LayoutInfo)
     diff: LevelDiff | None = None

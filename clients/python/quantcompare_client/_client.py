@@ -40,7 +40,7 @@ TimeoutArg = Union[float, httpx.Timeout, None]
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
 # The POST holds the request this long so a cached or tiny comparison answers in one round trip;
 # after that the client polls, which keeps the progress display moving.
-_POST_WAIT_SECONDS = 5
+_POST_WAIT_SECONDS = 2
 _EXAMPLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_\-]*$")
 _MODEL_SUFFIXES = (".onnx", ".pt2")
 _BUSY_RETRIES = 3
@@ -265,7 +265,7 @@ class Client:
             except Busy as e:
                 if attempt == _BUSY_RETRIES:
                     raise
-                time.sleep(min(e.retry_after or 2.0, _MAX_RETRY_SLEEP))
+                time.sleep(min(2.0 if e.retry_after is None else e.retry_after, _MAX_RETRY_SLEEP))
                 for part in (kwargs.get("files") or {}).values():
                     if hasattr(part[1], "seek"):
                         part[1].seek(0)
@@ -313,17 +313,21 @@ class Client:
         ``progress``: ``None`` shows it in a notebook or on a terminal, ``True`` always, ``False``
         never, or a callable that receives each :class:`Job`.
         """
+        started = time.monotonic()
         job = self.submit(model, options=options, calibration=calibration, filename=filename,
                           wait_seconds=_POST_WAIT_SECONDS if wait else None)
         if not wait:
             return job
-        return self.wait(job, progress=progress, max_wait=max_wait)
+        return self._wait(job, progress, max_wait, started)
 
     def wait(self, job: Union[Job, str], *, progress: ProgressArg = None, max_wait: Optional[float] = None) -> Report:
         """Poll ``GET /v1/comparisons/{id}`` until the job is done; return its report."""
+        return self._wait(job, progress, max_wait, time.monotonic())
+
+    def _wait(self, job: Union[Job, str], progress: ProgressArg, max_wait: Optional[float], started: float) -> Report:
         current = job if isinstance(job, Job) else self.get(job)
-        reporter = reporter_from_arg(progress)
-        deadline = None if max_wait is None else time.monotonic() + max_wait
+        reporter = reporter_from_arg(progress, started=started)
+        deadline = None if max_wait is None else started + max_wait
         delays = _poll_delays()
         try:
             while not current.done:
@@ -438,7 +442,7 @@ class AsyncClient:
             except Busy as e:
                 if attempt == _BUSY_RETRIES:
                     raise
-                await asyncio.sleep(min(e.retry_after or 2.0, _MAX_RETRY_SLEEP))
+                await asyncio.sleep(min(2.0 if e.retry_after is None else e.retry_after, _MAX_RETRY_SLEEP))
                 for part in (kwargs.get("files") or {}).values():
                     if hasattr(part[1], "seek"):
                         part[1].seek(0)
@@ -461,17 +465,22 @@ class AsyncClient:
     async def compare(self, model: ModelInput, *, options: Union[Mapping[str, Any], str, None] = None,
                       calibration: CalibrationInput = None, wait: bool = True, progress: ProgressArg = None,
                       max_wait: Optional[float] = None, filename: Optional[str] = None) -> Any:
+        started = time.monotonic()
         job = await self.submit(model, options=options, calibration=calibration, filename=filename,
                                 wait_seconds=_POST_WAIT_SECONDS if wait else None)
         if not wait:
             return job
-        return await self.wait(job, progress=progress, max_wait=max_wait)
+        return await self._wait(job, progress, max_wait, started)
 
     async def wait(self, job: Union[Job, str], *, progress: ProgressArg = None,
                    max_wait: Optional[float] = None) -> Report:
+        return await self._wait(job, progress, max_wait, time.monotonic())
+
+    async def _wait(self, job: Union[Job, str], progress: ProgressArg, max_wait: Optional[float],
+                    started: float) -> Report:
         current = job if isinstance(job, Job) else await self.get(job)
-        reporter = reporter_from_arg(progress)
-        deadline = None if max_wait is None else time.monotonic() + max_wait
+        reporter = reporter_from_arg(progress, started=started)
+        deadline = None if max_wait is None else started + max_wait
         delays = _poll_delays()
         try:
             while not current.done:

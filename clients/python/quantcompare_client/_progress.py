@@ -48,10 +48,10 @@ def _describe(job: Job, elapsed: float) -> str:
 class _Terminal(_Reporter):
     """``\\r``-rewritten line on a TTY; on a pipe (CI logs) one line per change of stage."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, start: float) -> None:
         self.stream = stream
         self.tty = bool(getattr(stream, "isatty", lambda: False)())
-        self.start = time.monotonic()
+        self.start = start
         self.last_key: Any = None
         self.drawn = False
 
@@ -84,10 +84,10 @@ class _Terminal(_Reporter):
 
 
 class _Notebook(_Reporter):
-    def __init__(self, display: Any, html_cls: Any) -> None:
+    def __init__(self, display: Any, html_cls: Any, start: float) -> None:
         self._display = display
         self._html = html_cls
-        self.start = time.monotonic()
+        self.start = start
         self.handle: Any = None
 
     def _render(self, job: Job) -> Any:
@@ -125,17 +125,19 @@ def _notebook_display() -> Optional[tuple]:
     return display, HTML
 
 
-def reporter_from_arg(progress: ProgressArg, *, stream: Optional[TextIO] = None) -> _Reporter:
+def reporter_from_arg(progress: ProgressArg, *, stream: Optional[TextIO] = None,
+                      started: Optional[float] = None) -> _Reporter:
     """``None``: show progress only where someone watches (a notebook or a TTY on stderr);
     ``True``: always (a pipe gets one line per stage); ``False``: never; a callable gets each Job."""
+    start = time.monotonic() if started is None else started
     if progress is False:
         return _Silent()
     if callable(progress) and progress is not True:
         return _Callback(progress)
     nb = _notebook_display()
     if nb is not None:
-        return _Notebook(*nb)
+        return _Notebook(*nb, start)
     stream = stream if stream is not None else sys.stderr
     if progress is True or bool(getattr(stream, "isatty", lambda: False)()):
-        return _Terminal(stream)
+        return _Terminal(stream, start)
     return _Silent()

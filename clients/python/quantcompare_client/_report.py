@@ -678,4 +678,4 @@ class ArtifactLink:
 class Example:
     name: str
     description: str
-    inputs: Any = field(repr=False, default=None)
+    inputs: Any = field(repr=False, compare=False, default=None)

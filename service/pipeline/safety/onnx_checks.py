@@ -84,7 +84,8 @@ def onnx_model_from_path(
             "The upload could not be parsed as an ONNX model (corrupt, truncated or nested too deeply).",
             hint=_UPLOAD_HINT,
         ) from e
-    check_onnx_model(model, model_dir=path.parent, budgets=budgets, allowed_data_files=allowed_data_files)
+    check_onnx_model(model, model_dir=path.parent, budgets=budgets, allowed_data_files=allowed_data_files,
+                     _model_path=path)
     return model
 
 
@@ -94,6 +95,7 @@ def check_onnx_model(
     model_dir: Path | None,
     budgets: Budgets | None = None,
     allowed_data_files: set[str] | None = None,
+    _model_path: Path | None = None,
 ) -> "ModelStats":
     """Every static check on an already parsed ModelProto (external data not loaded)."""
     budgets = budgets or DEFAULT_BUDGETS
@@ -103,7 +105,7 @@ def check_onnx_model(
                      domains=domains)
     walker.run()
     _check_graph_io(model, budgets)
-    _run_onnx_checker(model)
+    _run_onnx_checker(model, _model_path, has_external=walker.stats.external_bytes > 0)
     return walker.stats
 
 
@@ -208,13 +210,24 @@ def _check_graph_io(model, budgets: Budgets) -> None:
             raise budgets.refuse("max_input_elements", f"input '{_safe(vi.name)}' declares", n)
 
 
-def _run_onnx_checker(model) -> None:
+def _run_onnx_checker(model, model_path: Path | None, *, has_external: bool) -> None:
     import onnx
+
+    target = model
+    if has_external:
+        # Given a proto, onnx's checker resolves external locations against the process's current
+        # directory; given the path, against the model's folder (already validated above).
+        if model_path is None:
+            target = onnx.ModelProto()
+            target.CopyFrom(model)
+            _strip_external(target)
+        else:
+            target = str(model_path)
 
     # Structural validation in onnx's own C++ checker (types, attributes, schemas, SSA). Runs
     # after our budgets so it only ever sees bounded models; external data stays unloaded.
     try:
-        onnx.checker.check_model(model, full_check=False)
+        onnx.checker.check_model(target, full_check=False)
     except onnx.checker.ValidationError as e:
         msg = str(e).splitlines()[0][:300] if str(e) else "validation failed"
         if "No Op registered" in msg or "No Schema registered" in msg:
@@ -598,6 +611,14 @@ def _check_external_location(t, model_dir: Path, allowed: set[str], *, where: st
     return length
 
 
+def _strip_external(model) -> None:
+    for t, _ in _iter_model_tensors(model):
+        if _is_external(t):
+            del t.external_data[:]
+            t.data_location = 0
+            t.raw_data = b"\0" * (math.prod(t.dims) * _itemsize(t.data_type))
+
+
 def _iter_model_tensors(model) -> Iterator[tuple["onnx.TensorProto", str]]:
     def graph(g):
         for t in g.initializer:
@@ -788,4 +809,3 @@ __all__ = [
     "load_external_data_from_job_folder",
     "onnx_model_from_path",
 ]
-_ = BudgetExceeded

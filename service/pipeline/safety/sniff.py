@@ -8,7 +8,7 @@ classes only); the deep checks live in :mod:`.onnx_checks` and :mod:`.pt2_checks
 
 from __future__ import annotations
 
-import os
+
 import zipfile
 from pathlib import Path
 from typing import Literal
@@ -108,6 +108,12 @@ def _sniff_onnx(path: Path, size: int) -> None:
     try:
         model.ParseFromString(data)
     except Exception as e:  # google.protobuf.message.DecodeError, RecursionError inside upb
+        other = _what_protobuf_is_it(data)
+        if other:
+            raise InvalidModel(
+                f"The upload parses as protobuf but is not an ONNX ModelProto{other}.",
+                hint="Save the whole model with onnx.save(model, path), not a single graph or tensor.",
+            ) from e
         what = "truncated or corrupt protobuf" if _looks_like_protobuf(data) else "not a protobuf at all"
         raise InvalidModel(
             f"The upload is not an ONNX model: {what}.",
@@ -157,4 +163,4 @@ def _what_protobuf_is_it(data: bytes) -> str:
 
 
 __all__ = ["ModelFormat", "sniff_model_format"]
-_ = os
+

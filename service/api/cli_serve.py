@@ -1,0 +1,34 @@
+"""``quantcompare serve``: the HTTP API with its local worker pool (one process + workers)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("serve", help="run the HTTP API and its worker pool",
+                              description="Run the HTTP API. Settings come from QUANTCOMPARE_* variables (README).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--workers", type=int, default=None, help="worker processes (QUANTCOMPARE_WORKERS)")
+    p.add_argument("--data-dir", default=None, help="data directory (QUANTCOMPARE_DATA_DIR)")
+    p.set_defaults(func=run_serve)
+    return p
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.config import Settings, get_settings
+
+    settings = get_settings()
+    overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir}.items() if v is not None}
+    if overrides:
+        settings = Settings.model_validate({**settings.model_dump(), **overrides})
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # One API process: it owns the worker pool, so no uvicorn --workers here.
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level,
+                proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
+    return 0

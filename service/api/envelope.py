@@ -1,0 +1,69 @@
+"""Job records -> the job envelope, with the report read from the job's folder."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from service.jobs.spec import REPORT_FILE
+from service.jobs.store import JobRecord
+from service.schemas.api import Job, JobLinks, Problem, Progress
+from service.schemas.report import Report
+
+log = logging.getLogger("quantcompare.api")
+
+
+def _ts(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, tz=timezone.utc) if value is not None else None
+
+
+def links(job_id: str) -> JobLinks:
+    base = f"/v1/comparisons/{job_id}"
+    return JobLinks(self=base, report_html=f"{base}/report.html", artifacts=f"{base}/artifacts")
+
+
+class ReportCache:
+    """Parsed reports by (path, mtime): polling clients do not re-parse the same file."""
+
+    def __init__(self, size: int = 32):
+        self._items: OrderedDict[tuple[str, int], Report] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def load(self, job_dir: Path) -> Report | None:
+        path = job_dir / REPORT_FILE
+        try:
+            key = (str(path), path.stat().st_mtime_ns)
+        except OSError:
+            return None
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        try:
+            report = Report.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError, ValueError):
+            # A report written by an older schema: treat as absent rather than fail the request.
+            log.warning("report of %s does not load with this version's schema", job_dir.name, exc_info=True)
+            return None
+        with self._lock:
+            self._items[key] = report
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+        return report
+
+
+def envelope(rec: JobRecord, job_dir: Path, reports: ReportCache, *, cached: bool = False) -> Job:
+    report = reports.load(job_dir) if rec.status == "succeeded" else None
+    return Job(
+        id=rec.id, status=rec.status, cached=cached,
+        created_at=_ts(rec.created_at), started_at=_ts(rec.started_at), finished_at=_ts(rec.finished_at),
+        progress=Progress(stage=rec.stage, done=rec.done, total=rec.total),
+        error=Problem(**rec.error) if rec.error else None,
+        report=report, links=links(rec.id),
+    )

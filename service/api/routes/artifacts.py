@@ -1,0 +1,67 @@
+"""/v1/comparisons/{id}/artifacts: every .onnx a job wrote, optimized graphs included."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import FileResponse
+
+from service.api.deps import ExecutorDep
+from service.api.errors import problem_responses
+from service.api.routes.comparisons import job_or_404
+from service.errors import NotFound
+from service.jobs.spec import ARTIFACTS_DIR
+from service.pipeline.options import LEVELS
+from service.schemas.api import ArtifactEntry, ArtifactList
+
+router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])
+
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
+
+
+def artifact_files(job_dir: Path) -> list[Path]:
+    folder = job_dir / ARTIFACTS_DIR
+    if not folder.is_dir():
+        return []
+    # Regular files only: a symlink planted by a model's external-data tricks is never served.
+    return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and _NAME.fullmatch(p.name))
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """'ort_qdq.all.onnx' -> ('ort_qdq', 'all'); 'fp32.onnx' -> ('fp32', None)."""
+    stem = name[:-5] if name.endswith(".onnx") else name
+    artifact, _, rest = stem.partition(".")
+    level = rest if rest in LEVELS else None
+    return artifact, level
+
+
+def download_name(model_name: str | None, job_id: str, name: str) -> str:
+    return f"{model_name or 'model'}-{job_id[:8]}.{name}"
+
+
+@router.get("/{job_id}/artifacts", response_model=ArtifactList, summary="Files the job produced",
+            responses=problem_responses(401, 404))
+def list_artifacts(job_id: str, executor: ExecutorDep) -> Any:
+    rec = job_or_404(executor, job_id)
+    out = []
+    for path in artifact_files(executor.job_dir(rec.id)):
+        artifact, level = split_name(path.name)
+        out.append(ArtifactEntry(name=path.name, artifact=artifact, level=level, size=path.stat().st_size,
+                                 url=f"/v1/comparisons/{rec.id}/artifacts/{path.name}"))
+    return ArtifactList(artifacts=out)
+
+
+@router.get("/{job_id}/artifacts/{name}", summary="Download one file",
+            response_class=FileResponse,
+            responses={200: {"content": {"application/octet-stream": {}}, "description": "the file"},
+                       **problem_responses(401, 404)})
+def download_artifact(job_id: str, name: str, executor: ExecutorDep) -> Any:
+    rec = job_or_404(executor, job_id)
+    match = next((p for p in artifact_files(executor.job_dir(rec.id)) if p.name == name), None)
+    if match is None:
+        raise NotFound("this job has no artifact by that name", hint=f"GET /v1/comparisons/{rec.id}/artifacts lists them")
+    return FileResponse(match, media_type="application/octet-stream",
+                        filename=download_name(rec.spec.model_name, rec.id, match.name))

@@ -1,0 +1,174 @@
+"""/v1/comparisons: submit a model (or an example), read the job."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import shutil
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect
+from pydantic import ValidationError
+
+from service.api.deps import ExecutorDep, SettingsDep
+from service.api.envelope import envelope
+from service.api.errors import InvalidRequest, problem_responses
+from service.api.uploads import display_name, receive_form, receive_json
+from service.errors import Busy, InvalidOptions, NotFound
+from service.jobs.executor import cache_key, new_job_id
+from service.jobs.spec import JobSpec
+from service.pipeline.environment import toolchain_versions
+from service.pipeline.options import ComparisonOptions
+from service.schemas.api import ComparisonBody, Job
+from service.schemas.report import SCHEMA_VERSION
+
+log = logging.getLogger("quantcompare.api")
+
+router = APIRouter(prefix="/v1/comparisons", tags=["comparisons"])
+
+_ID = re.compile(r"[0-9a-f]{32}")
+WaitQuery = Annotated[float, Query(ge=0, le=3600, description="seconds to wait for the job to finish")]
+
+_REQUEST_BODY = {
+    "required": True,
+    "content": {
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "required": ["model"],
+                "properties": {
+                    "model": {"type": "string", "format": "binary", "description": ".onnx or .pt2 (sniffed by content)"},
+                    "options": {"type": "string", "description": "ComparisonOptions as a JSON string"},
+                    "calibration": {"type": "string", "format": "binary",
+                                    "description": ".npz with one array per model input (first axis = samples)"},
+                },
+            }
+        },
+        "application/json": {"schema": ComparisonBody.model_json_schema(ref_template="#/components/schemas/{model}")},
+    },
+}
+
+
+def job_or_404(executor, job_id: str):
+    rec = executor.get(job_id) if _ID.fullmatch(job_id) else None
+    if rec is None:
+        raise NotFound(f"no comparison with id {job_id[:40]!r}", hint="ids come from POST /v1/comparisons")
+    return rec
+
+
+def resolve_options(raw: dict[str, Any]) -> ComparisonOptions:
+    try:
+        return ComparisonOptions.model_validate(raw)
+    except ValidationError as e:
+        errors = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in e.errors()]
+        detail = "; ".join(f"{x['loc'] or 'options'}: {x['msg']}" for x in errors)[:2000]
+        raise InvalidOptions(f"invalid options: {detail}", hint="GET /openapi.json describes ComparisonOptions",
+                             errors=errors) from None
+
+
+async def wait_for(executor, rec, wait: float, max_wait: float):
+    deadline = time.monotonic() + min(wait, max_wait)
+    while not rec.finished and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        rec = executor.get(rec.id)
+    return rec
+
+
+def respond(request: Request, executor, rec, *, cached: bool, created: bool) -> JSONResponse:
+    job = envelope(rec, executor.job_dir(rec.id), request.app.state.reports, cached=cached)
+    body = job.model_dump(mode="json")
+    if rec.finished:
+        return JSONResponse(body, status_code=200)
+    headers = {"Location": job.links.self}
+    if not created:
+        return JSONResponse(body, status_code=200)
+    return JSONResponse(body, status_code=202, headers=headers)
+
+
+@router.post(
+    "", response_model=Job, status_code=202,
+    summary="Submit a model (multipart) or a built-in example (JSON) for comparison",
+    openapi_extra={"requestBody": _REQUEST_BODY},
+    responses={200: {"model": Job, "description": "finished within ?wait, or a cached result"},
+               202: {"model": Job, "description": "accepted; poll the Location"},
+               **problem_responses(400, 401, 413, 415, 422, 429, 503)},
+)
+async def submit_comparison(request: Request, settings: SettingsDep, executor: ExecutorDep, wait: WaitQuery = 0) -> Any:
+    ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    versions = toolchain_versions()
+    staged = None
+    uploads = request.app.state.uploads
+    try:
+        if ctype == "multipart/form-data":
+            if uploads["active"] >= settings.max_concurrent_uploads:
+                executor.metrics.rejected.labels("uploads").inc()
+                raise Busy(f"{uploads['active']} uploads are already in progress", hint="retry shortly",
+                           retry_after=2, status=429)
+            uploads["active"] += 1
+            try:
+                staged = executor.staging_dir()
+                form = await receive_form(
+                    request, staged, max_model_bytes=int(settings.max_upload_mb * 1024 * 1024),
+                    max_calibration_bytes=int(settings.max_calibration_mb * 1024 * 1024), allow_pt2=settings.allow_pt2)
+            finally:
+                uploads["active"] -= 1
+            options = resolve_options(form.options)
+            spec_kw = dict(model_file=str(form.model.path.relative_to(staged)),
+                           calibration_file=str(form.calibration.path.relative_to(staged)) if form.calibration else None,
+                           model_name=display_name(form.model.filename))
+            model_key, calib_key = f"sha256:{form.model.sha256}", form.calibration.sha256 if form.calibration else None
+        elif ctype == "application/json":
+            raw = await receive_json(request)
+            try:
+                body = ComparisonBody.model_validate(raw)
+            except ValidationError as e:
+                raise InvalidRequest("the JSON body must be {\"example\": <name>, \"options\": {...}}",
+                                     hint="GET /v1/examples lists the examples",
+                                     errors=[{"loc": ".".join(map(str, x["loc"])), "msg": x["msg"]} for x in e.errors()],
+                                     status=422) from None
+            from service.examples import get_example
+
+            get_example(body.example)  # unknown names are refused here, not in a worker
+            options = resolve_options(body.options)
+            spec_kw = dict(example=body.example, model_name=body.example)
+            model_key, calib_key = f"example:{body.example}", None
+        else:
+            raise InvalidRequest("send multipart/form-data (a model upload) or application/json (an example)",
+                                 status=415, hint="curl -F model=@net.onnx http://HOST/v1/comparisons")
+
+        resolved = options.model_dump(mode="json")
+        key = cache_key(model=model_key, calibration=calib_key, options=resolved, versions=versions,
+                        extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2})
+        for rec in executor.cached(key):
+            if request.app.state.reports.load(executor.job_dir(rec.id)) is not None:
+                executor.metrics.cache_hits.inc()
+                if staged is not None:
+                    shutil.rmtree(staged, ignore_errors=True)
+                return respond(request, executor, rec, cached=True, created=True)
+
+        spec = JobSpec(id=new_job_id(), options=resolved, allow_pt2=settings.allow_pt2, **spec_kw)
+        rec = executor.submit(spec, staged, cache_key=key)
+        staged = None  # the job owns the folder now
+    except ClientDisconnect:
+        log.info("client went away during an upload; nothing kept")
+        return Response(status_code=400)
+    finally:
+        if staged is not None:  # refused, malformed or the client went away: leave nothing behind
+            shutil.rmtree(staged, ignore_errors=True)
+    if wait:
+        rec = await wait_for(executor, rec, wait, settings.max_wait_s)
+    return respond(request, executor, rec, cached=False, created=True)
+
+
+@router.get("/{job_id}", response_model=Job, summary="A job: status, progress, and the report when done",
+            responses=problem_responses(401, 404, 422))
+async def get_comparison(job_id: str, request: Request, settings: SettingsDep, executor: ExecutorDep,
+                         wait: WaitQuery = 0) -> Any:
+    rec = job_or_404(executor, job_id)
+    if wait:
+        rec = await wait_for(executor, rec, wait, settings.max_wait_s)
+    return respond(request, executor, rec, cached=False, created=False)

@@ -1,0 +1,26 @@
+"""/v1/comparisons/{id}/report.html: the report for a person."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from service.api.deps import ExecutorDep
+from service.api.errors import problem_responses
+from service.api.report_page import render_job_page
+from service.api.routes.comparisons import job_or_404
+
+router = APIRouter(prefix="/v1/comparisons", tags=["report"])
+
+
+@router.get("/{job_id}/report.html", response_class=HTMLResponse,
+            summary="The report as a page: decision table, levels, rewrites, numerics, latency, downloads",
+            responses={200: {"content": {"text/html": {}}, "description": "the page"}, **problem_responses(401, 404)})
+def report_html(job_id: str, request: Request, executor: ExecutorDep) -> HTMLResponse:
+    rec = job_or_404(executor, job_id)
+    job_dir = executor.job_dir(rec.id)
+    report = request.app.state.reports.load(job_dir) if rec.status == "succeeded" else None
+    from service.api.routes.artifacts import artifact_files
+
+    files = [(p.name, p.stat().st_size) for p in artifact_files(job_dir)]
+    return HTMLResponse(render_job_page(rec, report, files))

@@ -1,0 +1,67 @@
+"""The levels part of the CLI's one-screen summary: SQNR and latency per artifact per level, int8
+coverage, where each decision is made, and the lints."""
+
+from __future__ import annotations
+
+from service.pipeline.options import LEVELS
+
+__all__ = ["levels_summary_lines"]
+
+_COL = 15
+_DCOL = 22
+
+
+def _cell(ol) -> str:
+    if ol is None:
+        return "-"
+    if ol.error:
+        return "error"
+    n = ol.numerics
+    sq = "-" if n is None else ("exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}")
+    lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}"
+    return sq + lat
+
+
+def _short(where: str) -> str:
+    w = where.replace("at session level ", "").replace("in the file", "file")
+    if w.startswith("n/a"):
+        return "n/a"
+    return w
+
+
+def levels_summary_lines(report) -> list[str]:
+    arts = {k: a for k, a in report.artifacts.items() if a.status == "ok" and a.optimized}
+    if not arts:
+        return []
+    levels = [lv for lv in LEVELS if any(lv in a.optimized for a in arts.values())]
+    has_latency = any(ol.latency for a in arts.values() for ol in a.optimized.values())
+    threads = next((ol.latency.intra_op_threads for a in arts.values() for ol in a.optimized.values()
+                    if ol.latency), None)
+    unit = "worst SQNR dB vs fp32" + (f" | median ms ({threads} thread{'s' if threads != 1 else ''})"
+                                      if has_latency else "")
+    lines = [f"{'levels':<14}" + "".join(f"{lv:<{_COL}}" for lv in levels) + f"  ({unit})"]
+    for name, art in arts.items():
+        lines.append(f"{name:<14}" + "".join(f"{_cell(art.optimized.get(lv)):<{_COL}}" for lv in levels))
+    cov = []
+    for name, art in arts.items():
+        if name == "fp32":
+            continue
+        vals = [art.optimized[lv].int8_coverage for lv in levels if lv in art.optimized]
+        if any(v is not None for v in vals):
+            cov.append(f"{name} " + "/".join("-" if v is None else f"{v:.2f}" for v in vals))
+    if cov:
+        lines.append("int8 coverage per level: " + "; ".join(cov))
+    if report.decisions:
+        quant = [n for n in arts if n != "fp32"]
+        lines += ["", f"{'decision':<26}" + "".join(f"{n:<{_DCOL}}" for n in quant)]
+        for row in report.decisions:
+            if not any(n in row.where for n in quant):
+                continue
+            cells = [_short(row.where.get(n, "-"))[: _DCOL - 2] for n in quant]
+            lines.append(f"{row.decision[:25]:<26}" + "".join(f"{c:<{_DCOL}}" for c in cells))
+    for lint in report.lints[:4]:
+        where = f" {lint.artifact}" if lint.artifact else ""
+        lines.append(f"lint {lint.severity}{where} {lint.code}: {lint.hint or lint.message}"[:160])
+    if len(report.lints) > 4:
+        lines.append(f"... {len(report.lints) - 4} more lints in the report")
+    return lines

@@ -1,0 +1,150 @@
+"""Clean-ups that turn a third-party ONNX file into one onnx2torch can convert.
+
+Real files carry what their exporter left behind: initializers repeated in the input list (old
+exporters), symbolic dims that hide every ``Shape -> Gather -> Reshape`` chain behind a value only
+known at run time, ``If`` nodes that branch on an input the caller always sets to one value (a
+sample rate), opset versions newer than onnx2torch's converters. Each step here is standard
+ONNX in, standard ONNX out, and says what it did in a note; none of them touches the fp32
+artifact or the ORT paths, only the copy that becomes a torch graph for PT2E.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+CONTROL_FLOW = ("If", "Loop", "Scan")
+
+
+@dataclass
+class CleanedModel:
+    model: object  # onnx.ModelProto
+    notes: list[str] = field(default_factory=list)
+    baked_inputs: list[str] = field(default_factory=list)  # inputs folded in as constants
+
+
+def _drop_initializer_inputs(model, notes: list[str]) -> None:
+    inits = {i.name for i in model.graph.initializer}
+    kept = [i for i in model.graph.input if i.name not in inits]
+    dropped = len(model.graph.input) - len(kept)
+    if dropped:
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+        notes.append(f"dropped {dropped} initializers that were also listed as graph inputs")
+
+
+def _bake_inputs(model, constants: dict[str, np.ndarray], notes: list[str]) -> list[str]:
+    """Turn inputs that hold one value in every sample into initializers, so If/Shape on them fold."""
+    from onnx import numpy_helper
+
+    baked = []
+    kept = []
+    for vi in model.graph.input:
+        value = constants.get(vi.name)
+        if value is None:
+            kept.append(vi)
+            continue
+        model.graph.initializer.append(numpy_helper.from_array(np.asarray(value), vi.name))
+        baked.append(vi.name)
+    if baked:
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+        shown = ", ".join(f"{n}={_short(constants[n])}" for n in baked)
+        notes.append(f"inputs that hold one value in every calibration sample were folded in as constants: {shown}")
+    return baked
+
+
+def _short(value: np.ndarray) -> str:
+    arr = np.asarray(value)
+    return str(arr.item()) if arr.size == 1 else f"<{arr.dtype} {list(arr.shape)}>"
+
+
+def _fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], notes: list[str]) -> None:
+    fixed = []
+    for vi in model.graph.input:
+        want = shapes.get(vi.name)
+        if want is None or not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        dims = tt.shape.dim
+        if len(dims) != len(want) and len(dims) != 0:
+            continue
+        if len(dims) == 0 and want:
+            for _ in want:
+                dims.add()
+        changed = False
+        for d, value in zip(dims, want):
+            if not (d.HasField("dim_value") and d.dim_value == value):
+                d.ClearField("dim_param")
+                d.dim_value = int(value)
+                changed = True
+        if changed:
+            fixed.append(f"{vi.name}{list(want)}")
+    if fixed:
+        # Intermediate value_info from the exporter may disagree with the fixed shapes.
+        del model.graph.value_info[:]
+        notes.append("fixed input shapes for the conversion: " + ", ".join(fixed))
+
+
+def _fold_constants(model, notes: list[str]):
+    """onnxscript's optimizer: constant folding (Shape of a now-static tensor, If on a constant)."""
+    try:
+        from onnxscript import optimizer
+
+        before = Counter(n.op_type for n in model.graph.node)
+        folded = optimizer.optimize(model, num_iterations=3)
+        after = Counter(n.op_type for n in folded.graph.node)
+        removed = sum(before.values()) - sum(after.values())
+        if removed > 0:
+            gone_cf = {op: before[op] - after.get(op, 0) for op in CONTROL_FLOW if before[op] - after.get(op, 0) > 0}
+            extra = ""
+            if gone_cf:
+                extra = " (" + ", ".join(f"{op} x{n}" for op, n in gone_cf.items()) + " folded away)"
+            notes.append(f"constant folding removed {removed} of {sum(before.values())} nodes{extra}")
+        return folded
+    except Exception as e:  # noqa: BLE001 - folding is an improvement, never a requirement
+        log.info("constant folding failed: %r", e)
+        notes.append(f"constant folding skipped ({type(e).__name__})")
+        return model
+
+
+def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
+                      constants: dict[str, np.ndarray] | None = None) -> CleanedModel:
+    """A copy of ``model`` made ready for onnx2torch; ``model`` itself is left untouched."""
+    import onnx
+
+    work = onnx.ModelProto()
+    work.CopyFrom(model)
+    notes: list[str] = []
+    _drop_initializer_inputs(work, notes)
+    baked = _bake_inputs(work, constants or {}, notes)
+    _fix_input_shapes(work, shapes, notes)
+    work = _fold_constants(work, notes)
+    return CleanedModel(model=work, notes=notes, baked_inputs=baked)
+
+
+def constant_inputs(calibration: list[dict[str, np.ndarray]], *, max_elements: int = 16) -> dict[str, np.ndarray]:
+    """Integer/bool inputs that hold the same small value in every sample (a sample rate, a flag).
+
+    Float inputs are never baked: a float that never varies in calibration is still data.
+    """
+    if not calibration:
+        return {}
+    out = {}
+    for name, first in calibration[0].items():
+        arr = np.asarray(first)
+        if arr.dtype.kind not in "iub" or arr.size > max_elements:
+            continue
+        if all(np.array_equal(np.asarray(f[name]), arr) for f in calibration[1:]):
+            out[name] = arr
+    return out
+
+
+def control_flow_nodes(model) -> Counter:
+    """If/Loop/Scan in the main graph (what onnx2torch cannot convert)."""
+    return Counter(n.op_type for n in model.graph.node if n.op_type in CONTROL_FLOW and n.domain in ("", "ai.onnx"))

@@ -1,0 +1,182 @@
+"""Typed access, text summary and HTML of a report; the public surface; the gate syntax copy."""
+
+from __future__ import annotations
+
+import math
+from html.parser import HTMLParser
+
+import pytest
+from conftest import report_json
+
+import quantcompare_client as qc
+from service.errors import InvalidOptions
+from service.pipeline.gates import gate_from_string, gate_to_string
+
+PUBLIC = {
+    "__version__", "Client", "AsyncClient", "DEFAULT_TIMEOUT",
+    "Report", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
+    "OptimizedLevel", "Numerics", "OutputNumerics", "Latency", "LevelDiff", "Rewrite", "Decision", "Lint",
+    "GateResult", "Verdict", "ModelInfo", "Example",
+    "parse_gate", "format_gate", "GateSyntaxError",
+    "QuantCompareError", "TransportError", "ConnectError", "Timeout", "WaitTimeout", "APIError", "InvalidRequest",
+    "Unauthorized", "NotFound", "PayloadTooLarge", "Busy", "ServerError", "ComparisonFailed",
+}
+
+
+def test_public_surface_is_pinned():
+    assert set(qc.__all__) == PUBLIC
+    assert len(qc.__all__) == len(set(qc.__all__))
+    for name in qc.__all__:
+        obj = getattr(qc, name)
+        if isinstance(obj, type) or callable(obj):
+            assert not getattr(obj, "__module__", "quantcompare_client").startswith("quantcompare_client._"), name
+
+
+def test_the_error_tree_is_the_one_drawn_in_the_docstring():
+    import quantcompare_client._exceptions as exc
+
+    parents = {
+        "TransportError": "QuantCompareError", "ConnectError": "TransportError", "Timeout": "TransportError",
+        "WaitTimeout": "QuantCompareError", "APIError": "QuantCompareError", "InvalidRequest": "APIError",
+        "Unauthorized": "APIError", "NotFound": "APIError", "PayloadTooLarge": "APIError", "Busy": "APIError",
+        "ServerError": "APIError", "ComparisonFailed": "QuantCompareError",
+    }
+    for child, parent in parents.items():
+        assert getattr(qc, child).__bases__ == (getattr(qc, parent),), child
+        assert child in exc.__doc__
+    assert qc.QuantCompareError.__bases__ == (Exception,)
+
+
+@pytest.fixture
+def report() -> qc.Report:
+    gates = [{"artifact": "ort_qdq", "level": "all", "metric": "sqnr_db", "op": ">=", "value": 25}]
+    verdict = {"passed": False,
+               "gates": [{"gate": "ort_qdq.all.sqnr_db>=25", "passed": True, "actual": 31.5, "message": "ort_qdq=31.5 >= 25"},
+                         {"gate": "status_ok", "passed": False, "actual": 0.6667, "message": "2/3 ok; ort_qoperator failed"}],
+               "failures": ["status_ok: 2/3 ok; ort_qoperator failed"]}
+    return qc.Report(report_json(failed=("ort_qoperator",), gates=gates, verdict=verdict))
+
+
+def test_typed_access_over_the_report(report):
+    qdq = report.artifacts["ort_qdq"]
+    assert qdq.ok and qdq.status == "ok" and qdq.error is None
+    assert qdq.quantization.format == "qdq" and qdq.quantization.bias_summary == "int32"
+    assert qdq.file.size == 1234 and qdq.file.producer == "onnx.quantize 0.1.0"
+    assert list(qdq.optimized) == ["disable_all", "basic", "extended", "layout", "all"]
+    lv = qdq.optimized["all"]
+    assert lv.op_histogram == {"QLinearConv": 1} and lv.node_count == 1 and lv.int8_coverage == 1.0
+    assert lv.numerics.worst_sqnr_db == 31.5 and lv.numerics.outputs[0].name == "y"
+    assert lv.latency.median_ms == 0.8 and lv.latency.runs == 10
+    assert [str(r) for r in qdq.optimized["extended"].diff.rewrites] == [
+        "DequantizeLinear x3 + Conv + Relu + QuantizeLinear -> QLinearConv"]
+    assert report.sqnr_db("ort_qdq") == 31.5 and report.cosine("ort_qdq", "basic") == 0.9995
+    assert report.latency_ratio("ort_qdq") == pytest.approx(0.5)
+    assert report.int8_coverage("pt2e_qdq", "all") == 1.0
+    assert report.sqnr_db("ort_qoperator") is None and report.level("nope") is None
+    # the server writes null for an exactly-zero error: the client reads it as infinite SQNR
+    assert math.isinf(report.sqnr_db("fp32"))
+    failed = report.artifacts["ort_qoperator"]
+    assert not failed.ok and failed.error.stage == "quantize" and failed.optimized == {}
+    assert report.decisions[0].where["ort_qdq"] == "in the file"
+    assert report.lints[0].code == "s8_to_u8"
+    assert report.verdict.passed is False and not report.verdict
+    assert report.verdict.gates[0] == qc.GateResult("ort_qdq.all.sqnr_db>=25", True, 31.5, "ort_qdq=31.5 >= 25")
+    assert report.model.name == "conv_relu" and report.levels[-1] == "all"
+    assert report.raw["schema_version"] == "1"
+
+
+def test_repr_is_one_readable_line(report):
+    text = repr(report)
+    assert text.startswith("<Report c0ffee model='conv_relu'")
+    assert "ort_qoperator=failed" in text and text.endswith("verdict=failed>")
+    assert "\n" not in text
+    assert repr(report.artifacts["ort_qoperator"]).startswith("<Artifact ort_qoperator failed: quantize: AttributeError")
+    assert repr(report.artifacts["ort_qdq"]) == "<Artifact ort_qdq ok qdq levels=[disable_all, basic, extended, layout, all]>"
+
+
+def test_summary_is_a_compact_table_with_the_verdict(report, capsys):
+    report.summary()
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    assert lines[0].startswith("quantcompare report c0ffee · model conv_relu (example)")
+    header = lines[2].split()
+    assert header == ["artifact", "status", "format", "bias", "nodes", "int8", "sqnr_db", "cosine", "max_abs", "ms", "x", "fp32"]
+    row = {line.split()[0]: line.split() for line in lines[3:7]}
+    assert row["ort_qdq"][:4] == ["ort_qdq", "ok", "qdq", "int32"]
+    assert row["ort_qdq"][5:8] == ["100%", "31.5", "0.99950"] and row["ort_qdq"][-1] == "0.50"
+    assert row["fp32"][6] == "inf"
+    assert row["ort_qoperator"][1] == "failed"
+    assert "ort_qoperator failed: quantize: AttributeError" in text
+    assert "verdict: FAILED (1/2 gates)" in text and "FAIL  status_ok" in text
+    assert len(lines) < 25 and max(map(len, lines)) <= 200
+    assert str(report) == text.rstrip("\n")
+
+
+class _Cells(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.cells, self.tags = [], []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+
+    def handle_data(self, data):
+        if self.tags and self.tags[-1] in ("td", "th"):
+            self.cells.append(data)
+
+
+def test_repr_html_is_a_table_a_notebook_can_render(report):
+    html = report._repr_html_()
+    parser = _Cells()
+    parser.feed(html)
+    assert "<table>" in html and html.count("<tr") >= 5
+    assert {"artifact", "SQNR dB", "× fp32", "ort_qdq", "31.5", "failed"} <= set(parser.cells)
+    assert "verdict: FAILED" in html and "bias quantized to int32" in html
+
+
+def test_html_escapes_what_the_server_sends():
+    data = report_json(failed=("pt2e_qdq",))
+    data["artifacts"]["pt2e_qdq"]["error"]["message"] = "<script>alert(1)</script>"
+    html = qc.Report(data)._repr_html_()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+
+
+def test_unknown_fields_are_kept_and_missing_ones_are_none():
+    data = report_json()
+    data["something_new"] = {"x": 1}
+    del data["artifacts"]["ort_qdq"]["optimized"]["all"]["latency"]
+    data["artifacts"]["ort_qdq"]["optimized"]["all"]["numerics"] = None
+    r = qc.Report(data)
+    assert r.raw["something_new"] == {"x": 1}
+    assert r.artifacts["ort_qdq"].optimized["all"].latency is None
+    assert r.median_ms("ort_qdq") is None and r.latency_ratio("ort_qdq") is None and r.sqnr_db("ort_qdq") is None
+    r.summary_text()
+    r._repr_html_()
+
+
+def test_save_and_load_round_trip(report, tmp_path):
+    path = report.save(tmp_path / "report.json")
+    again = qc.Report.load(path)
+    assert again.raw == report.raw and repr(again) == repr(report)
+
+
+# ---- the client's copy of the gate syntax stays in step with the server's --------------------
+
+GATE_TEXTS = ["ort_qdq.all.sqnr_db>=25", "*.basic.cosine > 0.99", "pt2e_qdq.latency_ratio<=1.2",
+              "extended.int8_coverage==1", "status_ok", "ort_qdq.status_ok", "status_ok>=0.5",
+              "ort_qoperator.max_abs_error<1e-2", "", "ort_qdq.all.sqnr>=25", "ort_qdq.all.sqnr_db>=abc",
+              "ort_qdq.all.sqnr_db", "fp16.all.sqnr_db>=1", "all.ort_qdq.sqnr_db>=1", "ort_qdq.ort_qdq.sqnr_db>=1",
+              "a.b.c.sqnr_db>=1", "ort_qdq.all.sqnr_db>=nan", "basic.all.cosine>=1"]
+
+
+@pytest.mark.parametrize("text", GATE_TEXTS, ids=repr)
+def test_client_and_server_parse_gates_alike(text):
+    try:
+        server = gate_from_string(text)
+    except InvalidOptions:
+        with pytest.raises(qc.GateSyntaxError):
+            qc.parse_gate(text)
+        return
+    client = qc.parse_gate(text)
+    assert client == server.model_dump()
+    assert qc.format_gate(client) == gate_to_string(server)

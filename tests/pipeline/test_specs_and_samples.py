@@ -1,0 +1,93 @@
+"""Input shapes and the shared samples: the errors name what to fix, and every path gets the same data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.errors import InputShapeRequired, InvalidCalibration, InvalidOptions
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.samples import generated_samples, samples_from_npz
+from service.pipeline.specs import InputSpec, resolved_input_shapes
+
+IMG = InputSpec("image", "float32", ("batch", 3, "height", "width"))
+TOKENS = InputSpec("tokens", "int64", ("N", "seq"))
+
+
+def test_a_symbolic_batch_defaults_to_one_and_the_report_says_so():
+    shapes, notes = resolved_input_shapes([InputSpec("x", "float32", ("batch", 3, 8, 8))], {})
+    assert shapes == {"x": (1, 3, 8, 8)}
+    assert any("batch" in n for n in notes)
+
+
+def test_missing_dims_are_all_named_with_the_option_to_pass():
+    with pytest.raises(InputShapeRequired) as e:
+        resolved_input_shapes([IMG, TOKENS], {})
+    err = e.value
+    assert err.code == "input_shape_required"
+    assert err.details["dims"] == ["image[2] (height)", "image[3] (width)", "tokens[1] (seq)"]
+    assert '"input_shapes"' in err.hint and '"image"' in err.hint and '"tokens"' in err.hint
+
+
+@pytest.mark.parametrize("given, needle", [
+    ({"image": [1, 3, 8]}, "rank"),
+    ({"image": [1, 4, 8, 8]}, "fixes it at 3"),
+    ({"imgae": [1, 3, 8, 8]}, "does not have"),
+], ids=["wrong rank", "fixed dim changed", "misspelt input"])
+def test_bad_input_shapes_are_refused_with_the_reason(given, needle):
+    with pytest.raises(InvalidOptions, match=needle):
+        resolved_input_shapes([IMG], given)
+
+
+def test_generated_samples_are_seeded_and_evaluation_is_held_out():
+    opts = ComparisonOptions(calibration_samples=3, eval_samples=2, seed=7)
+    shapes = {"x": (1, 2, 4)}
+    spec = [InputSpec("x", "float32", ("batch", 2, 4))]
+    a, b = generated_samples(spec, shapes, opts), generated_samples(spec, shapes, opts)
+    assert len(a.calibration) == 3 and len(a.evaluation) == 2
+    assert all(np.array_equal(x["x"], y["x"]) for x, y in zip(a.calibration, b.calibration))
+    assert not np.array_equal(a.calibration[0]["x"], a.evaluation[0]["x"])
+    assert a.calibration[0]["x"].dtype == np.float32 and a.calibration[0]["x"].shape == (1, 2, 4)
+
+
+def test_integer_inputs_need_a_range_and_the_error_names_the_input():
+    with pytest.raises(InvalidOptions, match="'tokens' is int64") as e:
+        generated_samples([TOKENS], {"tokens": (1, 5)}, ComparisonOptions())
+    assert "input_values" in e.value.hint
+    s = generated_samples([TOKENS], {"tokens": (1, 5)},
+                          ComparisonOptions(input_values={"tokens": {"low": 0, "high": 10}}))
+    v = s.calibration[0]["tokens"]
+    assert v.dtype == np.int64 and v.min() >= 0 and v.max() < 10
+
+
+def _npz(tmp_path, **arrays):
+    path = tmp_path / "calib.npz"
+    np.savez(path, **arrays)
+    return path
+
+
+def test_uploaded_npz_splits_calibration_and_held_out_evaluation(tmp_path):
+    spec = [InputSpec("x", "float32", ("batch", 2))]
+    path = _npz(tmp_path, x=np.random.rand(10, 1, 2).astype(np.float32))
+    s = samples_from_npz(path, spec, {"x": (1, 2)}, ComparisonOptions(calibration_samples=6, eval_samples=4))
+    assert s.info.source == "uploaded" and len(s.calibration) == 6 and len(s.evaluation) == 4
+    assert s.calibration[0]["x"].shape == (1, 2)
+
+
+@pytest.mark.parametrize("arrays, needle", [
+    ({"y": np.zeros((4, 1, 2), np.float32)}, "missing: x"),
+    ({"x": np.zeros((4, 1, 3), np.float32)}, "expected \\[samples, 1, 2\\]"),
+    ({"x": np.full((4, 1, 2), np.nan, np.float32)}, "NaN or Inf"),
+    ({"x": np.zeros((4, 1, 2), np.int32)}, "is int32"),
+], ids=["wrong key", "wrong shape", "NaN", "wrong dtype"])
+def test_bad_npz_is_refused_with_what_to_fix(tmp_path, arrays, needle):
+    spec = [InputSpec("x", "float32", ("batch", 2))]
+    with pytest.raises(InvalidCalibration, match=needle):
+        samples_from_npz(_npz(tmp_path, **arrays), spec, {"x": (1, 2)}, ComparisonOptions())
+
+
+def test_npz_that_is_not_an_archive_is_refused(tmp_path):
+    path = tmp_path / "calib.npz"
+    path.write_bytes(b"not a zip")
+    with pytest.raises(InvalidCalibration, match="not a readable .npz"):
+        samples_from_npz(path, [InputSpec("x", "float32", (1,))], {"x": (1,)}, ComparisonOptions())

@@ -1,0 +1,116 @@
+"""A .zip / .tar(.gz) of model + external data is extracted flat, bounded, with no links or traversal."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from safety_models import tiny_onnx
+from service.errors import BudgetExceeded, UnsafeArchive
+from service.pipeline.safety import Budgets, onnx_model_from_path, safe_extract_archive
+
+
+def _model_with_data() -> tuple[bytes, bytes]:
+    arr = np.arange(16, dtype=np.float32).reshape(1, 16)
+    t = numpy_helper.from_array(arr, "w")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", "model.onnx.data"), ("offset", "0"), ("length", str(arr.nbytes))):
+        t.external_data.add(key=k, value=v)
+    m = tiny_onnx(nodes=[helper.make_node("MatMul", ["x", "w"], ["y"])],
+                  inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                  outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], initializers=[t])
+    return m.SerializeToString(), arr.tobytes()
+
+
+def _zip(tmp_path, members: dict[str, bytes], name="up.zip", compress=zipfile.ZIP_DEFLATED):
+    p = tmp_path / name
+    with zipfile.ZipFile(p, "w", compression=compress) as zf:
+        for n, d in members.items():
+            zf.writestr(n, d)
+    return p
+
+
+def _tar(tmp_path, members: list[tarfile.TarInfo | tuple[str, bytes]], gz=True):
+    p = tmp_path / ("up.tar.gz" if gz else "up.tar")
+    with tarfile.open(p, "w:gz" if gz else "w") as tf:
+        for m in members:
+            if isinstance(m, tarfile.TarInfo):
+                tf.addfile(m)
+            else:
+                info = tarfile.TarInfo(m[0])
+                info.size = len(m[1])
+                tf.addfile(info, io.BytesIO(m[1]))
+    return p
+
+
+def _dest(tmp_path):
+    d = tmp_path / "job" / "model"
+    d.mkdir(parents=True)
+    return d
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.gz", "tar"])
+def test_model_plus_data_is_extracted_and_loads_with_its_data(tmp_path, kind):
+    model, data = _model_with_data()
+    members = {"net/model.onnx": model, "net/model.onnx.data": data}
+    up = _zip(tmp_path, members) if kind == "zip" else _tar(tmp_path, list(members.items()), gz=kind == "tar.gz")
+    dest = _dest(tmp_path)
+    onnx_path = safe_extract_archive(up, dest)
+    assert onnx_path == dest / "model.onnx"
+    files = {p.name for p in dest.iterdir()} - {onnx_path.name}
+    onnx_model_from_path(onnx_path, allowed_data_files=files)
+
+
+def _link(name, target, kind=tarfile.SYMTYPE):
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info
+
+
+HOSTILE_TARS = {
+    "a symlink to /etc/passwd": [("model.onnx", b"x"), _link("model.onnx.data", "/etc/passwd")],
+    "a hard link out of the folder": [("model.onnx", b"x"), _link("model.onnx.data", "../../secret", tarfile.LNKTYPE)],
+    "a .. member": [("model.onnx", b"x"), ("../../evil.onnx.data", b"x")],
+    "an absolute member": [("model.onnx", b"x"), ("/tmp/evil", b"x")],
+    "a device node": [("model.onnx", b"x"), _link("dev", "", tarfile.CHRTYPE)],
+    "two models": [("a.onnx", b"x"), ("b.onnx", b"x")],
+    "no model": [("readme.txt", b"x")],
+}
+
+
+@pytest.mark.parametrize("members", HOSTILE_TARS.values(), ids=list(HOSTILE_TARS))
+def test_hostile_tar_is_refused_and_leaves_nothing_behind(tmp_path, members):
+    dest = _dest(tmp_path)
+    with pytest.raises(UnsafeArchive):
+        safe_extract_archive(_tar(tmp_path, members), dest)
+    assert list(dest.iterdir()) == []
+    assert not (tmp_path / "evil.onnx.data").exists()
+
+
+def test_zip_with_traversal_is_refused(tmp_path):
+    dest = _dest(tmp_path)
+    with pytest.raises(UnsafeArchive):
+        safe_extract_archive(_zip(tmp_path, {"model.onnx": b"x", "../../x.data": b"x"}), dest)
+    assert list(dest.iterdir()) == []
+
+
+def test_zip_bomb_is_refused_while_writing(tmp_path):
+    dest = _dest(tmp_path)
+    up = _zip(tmp_path, {"model.onnx": b"x", "model.onnx.data": b"\0" * (256 << 20)})
+    assert up.stat().st_size < 1 << 20
+    with pytest.raises(BudgetExceeded, match="max_compression_ratio"):
+        safe_extract_archive(up, dest)
+    assert list(dest.iterdir()) == []
+
+
+def test_too_many_members_is_refused(tmp_path):
+    members = {"model.onnx": b"x", **{f"d{i}.bin": b"x" for i in range(20)}}
+    with pytest.raises(BudgetExceeded, match="max_archive_members"):
+        safe_extract_archive(_zip(tmp_path, members), _dest(tmp_path), budgets=Budgets(max_archive_members=10))

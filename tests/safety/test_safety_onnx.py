@@ -1,0 +1,263 @@
+"""ONNX uploads: parsed with external data off, checked statically, amplification refused before ORT."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from safety_models import conv_onnx, save, tiny_onnx
+from service.errors import BudgetExceeded, InvalidModel, UnsupportedModel
+from service.pipeline.safety import Budgets, check_input_elements, load_external_data_from_job_folder, onnx_model_from_path
+
+F = TensorProto.FLOAT
+
+
+def _out(name="y"):
+    return [helper.make_tensor_value_info(name, F, [1, 4])]
+
+
+def test_an_ordinary_model_passes_and_comes_back_as_a_model_proto(tmp_path):
+    m = onnx_model_from_path(save(conv_onnx(), tmp_path / "m.onnx"))
+    assert isinstance(m, onnx.ModelProto) and len(m.graph.node) == 2
+
+
+def _const(name, arr):
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(arr)))
+
+
+def constant_of_shape_1gb():
+    shape = numpy_helper.from_array(np.array([16384, 16384], np.int64), "shape")
+    return tiny_onnx(nodes=[helper.make_node("ConstantOfShape", ["shape"], ["big"]),
+                            helper.make_node("Add", ["x", "big"], ["y"])], initializers=[shape])
+
+
+def constant_of_shape_behind_mul():
+    # [2^31, 2^31] hides behind small factors and int64 wrap-around
+    return tiny_onnx(nodes=[_const("a", np.array([65536, 4], np.int64)), _const("b", np.array([32768, 8], np.int64)),
+                            helper.make_node("Mul", ["a", "b"], ["s"]),
+                            helper.make_node("ConstantOfShape", ["s"], ["big"]),
+                            helper.make_node("Add", ["x", "big"], ["y"])])
+
+
+def sparse_initializer_1gb():
+    values = numpy_helper.from_array(np.array([1.0], np.float32), "sp")
+    indices = numpy_helper.from_array(np.array([0], np.int64), "sp_idx")
+    sp = helper.make_sparse_tensor(values, indices, [16384, 16384])
+    return tiny_onnx(nodes=[helper.make_node("Add", ["x", "sp"], ["y"])], sparse_initializer=[sp])
+
+
+def chain(n):
+    nodes = [helper.make_node("Relu", [f"v{i}" if i else "x"], [f"v{i + 1}" if i + 1 < n else "y"]) for i in range(n)]
+    return tiny_onnx(nodes=nodes)
+
+
+def expand_big():
+    s = numpy_helper.from_array(np.array([4096, 4096, 4], np.int64), "s")
+    return tiny_onnx(nodes=[helper.make_node("Expand", ["x", "s"], ["y"])], initializers=[s])
+
+
+def tile_big():
+    w = numpy_helper.from_array(np.ones((1, 4), np.float32), "w")
+    r = numpy_helper.from_array(np.array([1 << 16, 1 << 10], np.int64), "r")
+    return tiny_onnx(nodes=[helper.make_node("Tile", ["w", "r"], ["t"]), helper.make_node("Add", ["x", "t"], ["y"])],
+                     initializers=[w, r])
+
+
+def range_big():
+    return tiny_onnx(nodes=[_const("a", np.array(0.0, np.float32)), _const("b", np.array(1e9, np.float32)),
+                            _const("d", np.array(1.0, np.float32)), helper.make_node("Range", ["a", "b", "d"], ["r"]),
+                            helper.make_node("Add", ["x", "r"], ["y"])])
+
+
+def loop_forever():
+    body = helper.make_graph([helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Identity", ["v"], ["v_out"])],
+                             "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                                      helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                                      helper.make_tensor_value_info("v", F, [1, 4])],
+                             [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_out", F, [1, 4])])
+    return tiny_onnx(nodes=[_const("m", np.array(1 << 40, np.int64)), _const("c", np.array(True)),
+                            helper.make_node("Loop", ["m", "c", "x"], ["y"], body=body)])
+
+
+def nested_ifs(depth):
+    def graph(d):
+        if d == 0:
+            return helper.make_graph([helper.make_node("Identity", ["x"], ["o0"])], "leaf", [], _out("o0"))
+        return helper.make_graph([helper.make_node("If", ["cond"], [f"o{d}"], then_branch=graph(d - 1), else_branch=graph(d - 1))],
+                                 f"g{d}", [], _out(f"o{d}"))
+    g = graph(depth)
+    return tiny_onnx(nodes=[_const("cond", np.array(True)), helper.make_node("If", ["cond"], ["y"], then_branch=g, else_branch=g)])
+
+
+AMPLIFIERS = {
+    "a 132-byte ConstantOfShape worth 1 GiB": (constant_of_shape_1gb, "max_constant_output_bytes"),
+    "a ConstantOfShape whose shape hides behind a Mul": (constant_of_shape_behind_mul, "max_constant_output_bytes"),
+    "a sparse initializer whose dense size is 1 GiB": (sparse_initializer_1gb, "max_tensor_bytes"),
+    "a 100k-node chain": (lambda: chain(100_000), "max_nodes"),
+    "an Expand to 256 MiB": (expand_big, "max_constant_output_bytes"),
+    "a Tile of a constant to 1 GiB": (tile_big, "max_constant_output_bytes"),
+    "a Range of 1e9 elements": (range_big, "max_constant_output_bytes"),
+    "a Loop with 2^40 trips": (loop_forever, "max_loop_trip_count"),
+    "If bodies nested 6 deep": (lambda: nested_ifs(6), "max_subgraph_depth"),
+}
+
+
+@pytest.mark.parametrize("build,budget", AMPLIFIERS.values(), ids=list(AMPLIFIERS))
+def test_amplification_is_refused_statically_and_fast(tmp_path, build, budget):
+    p = save(build(), tmp_path / "m.onnx")
+    assert p.stat().st_size < 4_000_000
+    t0 = time.perf_counter()
+    with pytest.raises(BudgetExceeded) as e:
+        onnx_model_from_path(p)
+    assert time.perf_counter() - t0 < 5
+    assert e.value.code == "budget_exceeded" and e.value.details["budget"] == budget
+    assert budget in e.value.message  # the message names the setting to raise
+
+
+def test_a_raised_budget_lets_a_bigger_model_through(tmp_path):
+    p = save(chain(200), tmp_path / "m.onnx")
+    with pytest.raises(BudgetExceeded):
+        onnx_model_from_path(p, budgets=Budgets(max_nodes=100))
+    onnx_model_from_path(p, budgets=Budgets(max_nodes=300))
+
+
+def test_shared_external_ranges_are_counted_once_per_use(tmp_path):
+    data = tmp_path / "w.bin"
+    with open(data, "wb") as f:  # sparse 20 MiB file
+        f.truncate(20 << 20)
+    inits = []
+    for i in range(64):
+        t = TensorProto(name=f"w{i}", data_type=F, dims=[5 << 20])
+        t.data_location = TensorProto.EXTERNAL
+        for k, v in (("location", "w.bin"), ("offset", "0"), ("length", str(20 << 20))):
+            t.external_data.add(key=k, value=v)
+        inits.append(t)
+    nodes = [helper.make_node("ReduceSum", [f"w{i}"], [f"s{i}"], keepdims=0) for i in range(64)]
+    nodes.append(helper.make_node("Sum", ["x"] + [f"s{i}" for i in range(64)], ["y"]))
+    p = save(tiny_onnx(nodes=nodes, initializers=inits), tmp_path / "m.onnx")
+    assert p.stat().st_size < 10_000
+    with pytest.raises(BudgetExceeded) as e:
+        onnx_model_from_path(p, allowed_data_files={"w.bin"})
+    assert e.value.details["budget"] == "max_initializer_bytes"
+
+
+def _external_model(tmp_path, location, *, write_data=True):
+    arr = np.arange(16, dtype=np.float32).reshape(1, 16)
+    if write_data:
+        (tmp_path / "w.bin").write_bytes(arr.tobytes())
+    t = numpy_helper.from_array(arr, "w")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in (("location", location), ("offset", "0"), ("length", str(arr.nbytes))):
+        t.external_data.add(key=k, value=v)
+    return save(tiny_onnx(nodes=[helper.make_node("MatMul", ["x", "w"], ["y"])],
+                          inputs=[helper.make_tensor_value_info("x", F, [1, 1])],
+                          outputs=[helper.make_tensor_value_info("y", F, [1, 16])], initializers=[t]),
+                tmp_path / "m.onnx")
+
+
+def test_external_data_uploaded_next_to_the_model_is_accepted_and_loaded_by_path(tmp_path):
+    p = _external_model(tmp_path, "w.bin")
+    m = onnx_model_from_path(p, allowed_data_files={"w.bin"})
+    load_external_data_from_job_folder(m, tmp_path, {"w.bin"})
+    assert numpy_helper.to_array(m.graph.initializer[0]).sum() == 120
+
+
+@pytest.mark.parametrize("location", ["../w.bin", "/etc/passwd", "sub/w.bin", "..", "C:\\w.bin", "w.bin\x00x"],
+                         ids=["dot-dot", "absolute", "a sub folder", "the parent", "a windows path", "a NUL byte"])
+def test_external_locations_outside_the_folder_are_refused(tmp_path, location):
+    p = _external_model(tmp_path, location)
+    with pytest.raises(InvalidModel, match="plain file name"):
+        onnx_model_from_path(p, allowed_data_files={"w.bin", location})
+
+
+def test_external_data_that_was_not_uploaded_is_refused(tmp_path):
+    p = _external_model(tmp_path, "w.bin")
+    with pytest.raises(InvalidModel, match="not uploaded"):
+        onnx_model_from_path(p)  # allowed_data_files=None: nothing was uploaded with it
+
+
+def test_a_symlinked_data_file_is_refused(tmp_path):
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "secret").write_bytes(b"\0" * 64)
+    job = tmp_path / "job"
+    job.mkdir()
+    p = _external_model(job, "w.bin", write_data=False)
+    os.symlink(secret / "secret", job / "w.bin")
+    with pytest.raises(InvalidModel, match="link"):
+        onnx_model_from_path(p, allowed_data_files={"w.bin"})
+
+
+def test_a_hard_linked_data_file_is_refused(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"\0" * 64)
+    job = tmp_path / "job"
+    job.mkdir()
+    p = _external_model(job, "w.bin", write_data=False)
+    os.link(secret, job / "w.bin")
+    with pytest.raises(InvalidModel, match="link"):
+        onnx_model_from_path(p, allowed_data_files={"w.bin"})
+
+
+def test_an_external_range_past_the_end_of_the_file_is_refused(tmp_path):
+    p = _external_model(tmp_path, "w.bin")
+    (tmp_path / "w.bin").write_bytes(b"\0" * 8)
+    with pytest.raises(InvalidModel, match="past the end"):
+        onnx_model_from_path(p, allowed_data_files={"w.bin"})
+
+
+def _cycle():
+    return tiny_onnx(nodes=[helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
+                            helper.make_node("Relu", ["a"], ["y"])])
+
+
+STRUCTURE = {
+    "a graph without nodes": (lambda: tiny_onnx(nodes=[], outputs=[helper.make_tensor_value_info("x", F, None)]),
+                              InvalidModel, "no nodes"),
+    "a cycle": (_cycle, InvalidModel, "cycle"),
+    "an undefined input": (lambda: tiny_onnx(nodes=[helper.make_node("Add", ["x", "ghost"], ["y"])]), InvalidModel,
+                           "defines"),
+    "no graph inputs": (lambda: tiny_onnx(nodes=[_const("c", np.ones(2, np.float32)), helper.make_node("Relu", ["c"], ["y"])],
+                                          inputs=[]), UnsupportedModel, "no graph inputs"),
+    "an unknown op": (lambda: tiny_onnx(nodes=[helper.make_node("Frobnicate", ["x"], ["y"])]), UnsupportedModel,
+                      "Frobnicate"),
+    "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "domains"),
+    "opset 99": (lambda: tiny_onnx(opset=99), UnsupportedModel, "opset 99"),
+    "opset 1": (lambda: tiny_onnx(opset=1), UnsupportedModel, "opset 1"),
+    "IR version 99": (lambda: tiny_onnx(ir=99), UnsupportedModel, "IR version 99"),
+    "raw data shorter than its dims": (lambda: _short_raw(), InvalidModel, "declares"),
+}
+
+
+def _with_domain(dom):
+    m = tiny_onnx(nodes=[helper.make_node("Evil", ["x"], ["y"], domain=dom)])
+    m.opset_import.append(helper.make_opsetid(dom, 1))
+    return m
+
+
+def _short_raw():
+    t = TensorProto(name="w", data_type=F, dims=[1024, 1024], raw_data=b"\0" * 16)
+    return tiny_onnx(nodes=[helper.make_node("Add", ["x", "w"], ["y"])], initializers=[t])
+
+
+@pytest.mark.parametrize("build,error,needle", STRUCTURE.values(), ids=list(STRUCTURE))
+def test_broken_or_unsupported_structure_is_refused(tmp_path, build, error, needle):
+    with pytest.raises(error) as e:
+        onnx_model_from_path(save(build(), tmp_path / "m.onnx"))
+    assert needle in e.value.message and str(tmp_path) not in str(e.value)
+
+
+def test_declared_input_too_large_is_refused(tmp_path):
+    m = tiny_onnx(inputs=[helper.make_tensor_value_info("x", F, [1 << 14, 1 << 14])])
+    with pytest.raises(BudgetExceeded, match="max_input_elements"):
+        onnx_model_from_path(save(m, tmp_path / "m.onnx"))
+    with pytest.raises(BudgetExceeded, match="max_input_elements"):
+        check_input_elements("x", (1 << 14, 1 << 14))
+    check_input_elements("x", (8, 3, 224, 224))

@@ -1,0 +1,83 @@
+"""``quantcompare compare``: what a person runs, in a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = [sys.executable, "-m", "service.cli"]
+
+
+def _run(*args, cwd=None):
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def conv_relu_cli(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli") / "out"
+    proc = _run("compare", "--example", "conv_relu", "--options", '{"latency": {"runs": 2, "warmup": 1}}',
+                "--out", str(out))
+    return proc, out
+
+
+def test_compare_writes_report_and_every_artifact(conv_relu_cli):
+    proc, out = conv_relu_cli
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert report["schema_version"] == "1"
+    names = {p.name for p in (out / "artifacts").iterdir()}
+    for art in ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator"):
+        assert f"{art}.onnx" in names
+        assert f"{art}.all.onnx" in names and f"{art}.disable_all.onnx" in names
+
+
+def test_summary_fits_one_screen_and_names_each_artifact(conv_relu_cli):
+    proc, _ = conv_relu_cli
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 50
+    text = proc.stdout
+    for art in ("pt2e_qdq", "ort_qdq", "ort_qoperator"):
+        assert art in text
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+
+
+def test_compare_an_uploaded_onnx_file(tiny_onnx_models, tmp_path):
+    proc = _run("compare", str(tiny_onnx_models["tiny_conv_net"]), "--options", '{"latency": {"enabled": false}}',
+                "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["model"]["format"] == "onnx"
+    assert report["artifacts"]["ort_qdq"]["status"] == "ok"
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--example", "nope"], "unknown example"),
+    (["--example", "conv_relu", "--options", "{not json"], "not valid JSON"),
+    (["--example", "conv_relu", "--options", '{"calibration_samples": 0}'], "calibration_samples"),
+    (["/nonexistent/model.onnx"], "no such model file"),
+], ids=["unknown example", "options not JSON", "option out of range", "missing file"])
+def test_refusals_exit_2_with_a_message_and_no_traceback(tmp_path, args, needle):
+    proc = _run("compare", *args, "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2
+    assert needle in proc.stderr and "hint:" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00garbage" * 10, b"\x80\x04\x95 pickle"], ids=["empty", "random", "pickle"])
+def test_bad_bytes_exit_2_with_invalid_model(tmp_path, content):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(content)
+    proc = _run("compare", str(bad), "--out", str(tmp_path / "o"))
+    assert proc.returncode == 2, proc.stderr
+    assert "invalid_model" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_failing_gate_exits_1(tmp_path):
+    gates = '{"latency": {"enabled": false}, "gates": [{"artifact": "ort_qdq", "level": "all", "metric": "sqnr_db", "op": ">=", "value": 1000}]}'
+    proc = _run("compare", "--example", "conv_relu", "--options", gates, "--out", str(tmp_path / "o"))
+    assert proc.returncode == 1, proc.stderr
+    assert "FAIL" in proc.stdout
