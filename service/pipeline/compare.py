@@ -46,8 +46,8 @@ class ComparisonRequest:
     allow_pt2: bool = True
 
 
-def _source(request: ComparisonRequest):
-    from service.errors import InvalidOptions, UnsupportedModel
+def _source(request: ComparisonRequest, workdir: Path):
+    from service.errors import InvalidOptions
     from service.pipeline import sources
 
     if (request.example is None) == (request.model_path is None):
@@ -58,12 +58,13 @@ def _source(request: ComparisonRequest):
     from service.pipeline.safety import sniff_model_format
 
     name = request.model_name or "model"
-    fmt = sniff_model_format(request.model_path)
+    if sources.is_model_archive(request.model_path):
+        return sources.source_from_archive(request.model_path, workdir / "model", name=name, budgets=request.budgets)
+    # Sniffing refuses a .pt2 before any of its bytes are interpreted when .pt2 uploads are off.
+    fmt = sniff_model_format(request.model_path, allow_pt2=request.allow_pt2)
     if fmt == "pt2":
-        if not request.allow_pt2:
-            raise UnsupportedModel(".pt2 uploads are turned off on this server",
-                                   hint="upload the model as ONNX, or ask the operator to enable .pt2 uploads")
-        return sources.source_from_pt2(request.model_path, name=name, budgets=request.budgets)
+        return sources.source_from_pt2(request.model_path, name=name, budgets=request.budgets,
+                                       allow_pt2=request.allow_pt2)
     return sources.source_from_onnx(request.model_path, name=name, budgets=request.budgets)
 
 
@@ -92,7 +93,7 @@ def run_comparison(
 
     # prepare ---------------------------------------------------------------------------------
     with stage("prepare"):
-        source = _source(request)
+        source = _source(request, workdir)
         shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
         if request.calibration_path is not None:
             samples: Samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
@@ -180,7 +181,8 @@ def run_comparison(
     from service.pipeline.levels import analyze_levels
 
     levels = analyze_levels(artifact_paths=paths, eval_feeds=samples.evaluation, out_dir=art_dir,
-                            options=options, inventories=inventories, progress=notify)
+                            options=options, inventories=inventories, progress=notify,
+                            batchnorm_in_source=_batchnorm_count(source.program))
     for name, per_level in levels.optimized.items():
         if name in artifacts:
             artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})
@@ -208,6 +210,13 @@ def run_comparison(
     report = report.model_copy(update={"timings": dict(timings)})
     shutil.rmtree(scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return report
+
+
+def _batchnorm_count(program) -> int:
+    if program is None:
+        return 0
+    return sum(1 for n in program.graph.nodes
+               if n.op == "call_function" and "batch_norm" in str(getattr(n.target, "__name__", n.target)))
 
 
 def _inspect(path: Path, fp32_hist: dict[str, int]):

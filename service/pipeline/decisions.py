@@ -43,7 +43,9 @@ def _where(in_file: bool, levels, per_level, pred) -> str:
 
 def decisions_table(*, names: list[str], files: dict, optimized: dict[str, dict[str, OptimizedLevel]],
                     inventories: dict[str, QuantizationInventory | None], levels: list[str],
-                    options: ComparisonOptions) -> list[DecisionRow]:
+                    options: ComparisonOptions, batchnorm_in_source: int = 0) -> list[DecisionRow]:
+    """``batchnorm_in_source``: BatchNorm ops in the torch program the fp32 file was exported from
+    (torch.onnx.export folds them into Conv, so the fp32 file itself no longer shows them)."""
     quant = [n for n in names if n != "fp32"]
     fp32 = files.get("fp32")
     fp32_hist = fp32.op_histogram if fp32 else {}
@@ -53,6 +55,11 @@ def decisions_table(*, names: list[str], files: dict, optimized: dict[str, dict[
     where, detail = {}, {}
     n_bn = fp32_hist.get("BatchNormalization", 0)
     for a in names:
+        if not n_bn and batchnorm_in_source:
+            where[a] = "before quantization (torch.onnx.export)"
+            detail[a] = (f"the torch model has {batchnorm_in_source} BatchNorm; the exporter folded them into Conv, "
+                         "so every artifact starts from folded weights")
+            continue
         if not n_bn:
             where[a] = "n/a (no BatchNormalization in the fp32 model)"
             continue

@@ -91,7 +91,8 @@ def _ordered(names) -> list[str]:
 def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
                    out_dir: Path, options: ComparisonOptions,
                    inventories: dict[str, QuantizationInventory | None],
-                   progress: Callable[[str, int, int], None] | None = None) -> LevelsResult:
+                   progress: Callable[[str, int, int], None] | None = None,
+                   batchnorm_in_source: int = 0) -> LevelsResult:
     """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
 
     Writes ``out_dir/<artifact>.<level>.onnx``. A session that fails at one level is recorded in
@@ -208,7 +209,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     t2 = time.perf_counter()
     agreement = agreement_rows(results, output_names, steps_of, levels)
     decisions = decisions_table(names=names, files=files, optimized=optimized, inventories=inventories,
-                                levels=levels, options=options)
+                                levels=levels, options=options, batchnorm_in_source=batchnorm_in_source)
     lints = lints_for(names=names, files=files, optimized=optimized, options=options)
     timings["evaluate"] += time.perf_counter() - t2
     return LevelsResult(optimized=optimized, agreement=agreement, decisions=decisions, lints=lints,

@@ -23,7 +23,8 @@ def _cell(ol) -> str:
 
 
 def _short(where: str) -> str:
-    w = where.replace("at session level ", "").replace("in the file", "file")
+    w = where.replace("at session level ", "").replace("from session level ", "from ").replace("in the file", "file")
+    w = w.replace(" (QDQS8ToU8Transformer)", "").replace("never in an int8 kernel", "never int8")
     if w.startswith("n/a"):
         return "n/a"
     return w

@@ -37,6 +37,7 @@ def _import_onnx2torch():
     try:
         from onnx2torch import convert
 
+        _extend_registry()
         return convert
     except ImportError:
         raise
@@ -47,7 +48,61 @@ def _import_onnx2torch():
         sys.modules.update(_torchvision_stand_in())
         from onnx2torch import convert
 
+        _extend_registry()
         return convert
+
+
+# Ops whose opset 19/21 versions only widened the type list: the older converter is exact.
+_TYPES_ONLY_BUMPS = ("Cast", "Constant", "Identity", "Shape", "Size", "Flatten", "Squeeze", "Unsqueeze",
+                     "Transpose", "ConstantOfShape", "Equal", "Reshape")
+_NEWEST_OPSET = 23
+
+
+def _extend_registry() -> None:
+    """Make onnx2torch's converters usable by torch.export and by newer opsets (idempotent).
+
+    - Reshape: onnx2torch's module runs ``torch.any(shape == 0)`` on the shape tensor, a
+      data-dependent branch torch.export cannot trace; when the shape is a constant (the usual
+      case once constants are folded) the replacement bakes it in as Python ints.
+    - Ops whose newer versions only add types get the newest existing converter for those versions.
+    """
+    from onnx2torch.node_converters import registry
+
+    reg = registry._CONVERTER_REGISTRY
+    if getattr(registry, "_quantcompare_extended", False):
+        return
+    Desc = registry.OperationDescription
+    for v in (5, 13, 14):
+        reg[Desc("", "Reshape", v)] = _reshape_converter
+    for op in _TYPES_ONLY_BUMPS:
+        have = sorted(d.version for d in reg if d.domain == "" and d.operation_type == op)
+        if not have:
+            continue
+        for v in range(have[-1] + 1, _NEWEST_OPSET + 1):
+            reg.setdefault(Desc("", op, v), reg[Desc("", op, have[-1])])
+    registry._quantcompare_extended = True
+
+
+def _reshape_converter(node, graph):
+    import torch
+    from onnx2torch.node_converters.reshape import OnnxReshape
+    from onnx2torch.utils.common import OnnxMapping, OperationConverterResult, get_const_value, onnx_mapping_from_node
+
+    if node.attributes.get("allowzero", 0) == 1:
+        raise NotImplementedError('"allowzero=1" is not implemented')
+    try:
+        shape = [int(d) for d in get_const_value(node.input_values[1], graph).tolist()]
+    except (KeyError, AttributeError):
+        return OperationConverterResult(torch_module=OnnxReshape(), onnx_mapping=onnx_mapping_from_node(node=node))
+
+    class ConstantReshape(torch.nn.Module):
+        def forward(self, x):
+            return torch.reshape(x, [x.shape[i] if d == 0 else d for i, d in enumerate(shape)])
+
+    return OperationConverterResult(
+        torch_module=ConstantReshape(),
+        onnx_mapping=OnnxMapping(inputs=(node.input_values[0],), outputs=node.output_values),
+    )
 
 
 def _torchvision_stand_in() -> dict[str, types.ModuleType]:

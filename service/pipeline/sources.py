@@ -54,10 +54,10 @@ def source_from_example(name: str) -> ModelSource:
     return ModelSource(name=name, format="example", sha256=digest, specs=specs, program=program)
 
 
-def source_from_pt2(path: Path, *, name: str, budgets=None) -> ModelSource:
+def source_from_pt2(path: Path, *, name: str, budgets=None, allow_pt2: bool = True) -> ModelSource:
     from service.pipeline.safety import exported_program_from_pt2
 
-    program = exported_program_from_pt2(path, budgets=budgets)
+    program = exported_program_from_pt2(path, budgets=budgets, allow_pt2=allow_pt2)
     return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs_from_program(program),
                        program=program)
 
@@ -69,6 +69,35 @@ def source_from_onnx(path: Path, *, name: str, budgets=None, allowed_data_files=
     model = onnx_model_from_path(path, budgets=budgets, allowed_data_files=allowed_data_files)
     return ModelSource(name=name, format="onnx", sha256=file_sha256(path), specs=input_specs_from_onnx(model),
                        onnx_path=path, onnx_model=model)
+
+
+def is_model_archive(path: Path) -> bool:
+    """A .zip / .tar(.gz) of an ONNX model and its external data (not a torch.export .pt2 zip)."""
+    import tarfile
+    import zipfile
+
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return False
+        return any(n.endswith(".onnx") for n in names) and not any(n.endswith("/archive_format") for n in names)
+    try:
+        return tarfile.is_tarfile(path)
+    except OSError:
+        return False
+
+
+def source_from_archive(path: Path, dest: Path, *, name: str, budgets=None) -> ModelSource:
+    """Extract model + external data into the job's own folder, then load the model *by path* from there."""
+    from service.pipeline.safety import safe_extract_archive
+
+    onnx_path = safe_extract_archive(path, dest, budgets=budgets)
+    data_files = {p.name for p in dest.iterdir() if p.is_file()} - {onnx_path.name}
+    source = source_from_onnx(onnx_path, name=name, budgets=budgets, allowed_data_files=data_files)
+    source.sha256 = file_sha256(path)  # the upload as sent identifies the job
+    return source
 
 
 def specs_from_program(program) -> list[InputSpec]:

@@ -27,6 +27,12 @@ def gates_options(texts: list[str]) -> dict:
     return {"gates": [qc.parse_gate(t) for t in texts]}
 
 
+def upload_options(report: qc.Report) -> dict:
+    """Options for re-uploading the example's fp32.onnx: small, and its dynamic batch pinned."""
+    return {"artifacts": ["ort_qdq"], "levels": ["all"], "latency": {"enabled": False},
+            "input_shapes": report.raw["model"]["resolved_input_shapes"]}
+
+
 @pytest.fixture(scope="module")
 def passing_report(live_server) -> qc.Report:
     with qc.Client(live_server.url) as client:
@@ -66,8 +72,7 @@ def test_get_download_examples_versions_and_page(live_server, passing_report, tm
 def test_upload_a_file_path(live_server, passing_report, tmp_path):
     with qc.Client(live_server.url) as client:
         fp32 = client.download(passing_report.id, "fp32.onnx", tmp_path)
-        report = client.compare(fp32, options={"artifacts": ["ort_qdq"], "levels": ["all"],
-                                               "latency": {"enabled": False}}, progress=False, max_wait=600)
+        report = client.compare(fp32, options=upload_options(passing_report), progress=False, max_wait=600)
     assert report.model.format == "onnx" and report.artifacts["ort_qdq"].ok
 
 
@@ -136,8 +141,7 @@ def test_curl_compare_an_example_and_poll(live_server, passing_report, tmp_path)
 def test_curl_upload_a_file_with_options(live_server, passing_report, tmp_path):
     with qc.Client(live_server.url) as client:
         model = client.download(passing_report.id, "fp32.onnx", tmp_path)
-    options = {"artifacts": ["ort_qdq"], "levels": ["all"], "latency": {"enabled": False}}
-    proc = recipe(live_server, "compare.sh", str(model), json.dumps(options), cwd=tmp_path)
+    proc = recipe(live_server, "compare.sh", str(model), json.dumps(upload_options(passing_report)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     job = json.loads(proc.stdout)
     assert job["report"]["model"]["format"] == "onnx" and job["report"]["artifacts"]["ort_qdq"]["status"] == "ok"

@@ -248,3 +248,32 @@ def test_a_job_that_succeeds_already_in_the_post_needs_no_poll():
 def test_base_url_must_be_http():
     with pytest.raises(ValueError, match="http"):
         qc.Client("127.0.0.1:8000")
+
+
+def test_progress_on_a_terminal_rewrites_one_line(fake_server):
+    import quantcompare_client._progress as progress_mod
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Tty()
+    reporter = progress_mod.reporter_from_arg(None, stream=stream)
+    with client_for(fake_server) as client:
+        job = client.compare("conv_relu", wait=False)
+        reporter.update(job)
+        reporter.update(client.get(job.id))
+        reporter.close(client.wait(job.id, progress=False) and client.get(job.id))
+    text = stream.getvalue()
+    assert text.count("\r\x1b[K") == 3 and text.endswith("\n") and text.count("\n") == 1
+    assert "running · fp32 1/4" in text and "succeeded" in text.splitlines()[-1]
+
+
+def test_progress_is_silent_when_nobody_watches():
+    import quantcompare_client._progress as progress_mod
+
+    stream = io.StringIO()  # not a TTY, no notebook
+    reporter = progress_mod.reporter_from_arg(None, stream=stream)
+    reporter.update(qc.Job.from_dict(job_json("c0ffee", "running", stage="fp32", done=1, total=4)))
+    reporter.close(None)
+    assert stream.getvalue() == ""

@@ -22,7 +22,10 @@ def run(spec, job_dir: Path, progress) -> None:
     if command == "ok":
         for i, stage in enumerate(("prepare", "quantize", "optimize")):
             progress(stage, i + 1, 3)
-        Path("report.json").write_text("{}")
+        Path("artifacts").mkdir(exist_ok=True)
+        for name in ("fp32.onnx", "ort_qdq.onnx", "ort_qdq.all.onnx"):
+            Path("artifacts", name).write_bytes(b"not really onnx: " + name.encode())
+        Path("report.json").write_text(minimal_report(spec).model_dump_json())
     elif command == "sleep":
         progress("prepare", 0, 1)
         time.sleep(float(args[0]))
@@ -47,3 +50,21 @@ def run(spec, job_dir: Path, progress) -> None:
         raise RuntimeError("secret internal state at /srv/secret/path")
     else:
         raise AssertionError(f"unknown command {command}")
+
+
+def minimal_report(spec):
+    """A valid report with almost nothing in it: the page must render it with 'not available'."""
+    from datetime import datetime, timezone
+
+    from service.pipeline.environment import environment
+    from service.pipeline.options import ComparisonOptions
+    from service.schemas.report import ModelInfo, Report, SamplesInfo, Verdict
+
+    return Report(
+        id=spec.id, created_at=datetime.now(timezone.utc), environment=environment(),
+        options=ComparisonOptions.model_validate(spec.options),
+        model=ModelInfo(name=spec.model_name or "m", sha256="0" * 64, format="onnx", opset_imports={"ai.onnx": 17},
+                        inputs=[], outputs=[], node_count=0),
+        samples=SamplesInfo(source="generated", calibration_count=1, eval_count=1),
+        artifacts={}, verdict=Verdict(passed=True),
+    )

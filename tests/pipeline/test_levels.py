@@ -100,8 +100,7 @@ def test_every_artifact_has_every_level_and_the_graph_file(conv_relu_levels):
         for level, ol in per_level.items():
             assert ol.error is None
             assert ol.file == f"{name}.{level}.onnx"
-            onnx.checker.check_model(onnx.load(str(out / ol.file)), full_check=False) if level == "disable_all" else None
-            assert (out / ol.file).stat().st_size > 0
+            assert len(onnx.load(str(out / ol.file)).graph.node) == ol.node_count
     assert seen[-1][1:] == (20, 20) and {s for s, _, _ in seen} == {"optimize", "evaluate"}
     assert set(result.timings) == {"optimize", "evaluate"}
 

@@ -11,7 +11,7 @@ import zipfile
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 
 from safety_models import conv_onnx, save, write_members
 from service.errors import InvalidModel, UnsupportedModel
@@ -127,4 +127,3 @@ def test_a_model_saved_by_onnx_save_is_onnx(tmp_path):
     p = tmp_path / "m"
     onnx.save(conv_onnx(), p)
     assert sniff_model_format(p) == "onnx"
-    _ = helper

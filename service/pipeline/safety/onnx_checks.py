@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from service.errors import BudgetExceeded, InvalidModel, UnsupportedModel
+from service.errors import InvalidModel, UnsupportedModel
 
 from .budgets import DEFAULT_BUDGETS, Budgets
 

