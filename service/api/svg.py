@@ -26,10 +26,9 @@ def _nice_ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
     start = math.floor(lo / step) * step
-    ticks, t = [], start
-    while t <= hi + step * 0.5:
-        ticks.append(round(t, 10))
-        t += step
+    ticks = [round(start, 10)]
+    while ticks[-1] < hi - 1e-12:  # the top tick is at or above the largest value
+        ticks.append(round(ticks[-1] + step, 10))
     return ticks
 
 
@@ -54,7 +53,7 @@ def bar_chart(categories: list[str], series: dict[str, list[float | None]], *, t
     lo = min(0.0, min(values))
     ticks = _nice_ticks(lo, max(values))
     lo, hi = ticks[0], ticks[-1]
-    left, right, top, bottom = 52, 12, 30, 62
+    left, right, top, bottom = 52, 12, 34, 62
     plot_w, plot_h = width - left - right, height - top - bottom
 
     def y(v: float) -> float:

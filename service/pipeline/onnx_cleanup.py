@@ -64,7 +64,8 @@ def _short(value: np.ndarray) -> str:
     return str(arr.item()) if arr.size == 1 else f"<{arr.dtype} {list(arr.shape)}>"
 
 
-def _fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], notes: list[str]) -> None:
+def _fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], notes: list[str],
+                      keep_dynamic: dict[str, set[int]]) -> None:
     fixed = []
     for vi in model.graph.input:
         want = shapes.get(vi.name)
@@ -78,7 +79,9 @@ def _fix_input_shapes(model, shapes: dict[str, tuple[int, ...]], notes: list[str
             for _ in want:
                 dims.add()
         changed = False
-        for d, value in zip(dims, want):
+        for i, (d, value) in enumerate(zip(dims, want)):
+            if i in keep_dynamic.get(vi.name, ()):
+                continue  # the batch stays symbolic so the torch graph keeps a dynamic batch
             if not (d.HasField("dim_value") and d.dim_value == value):
                 d.ClearField("dim_param")
                 d.dim_value = int(value)
@@ -114,7 +117,8 @@ def _fold_constants(model, notes: list[str]):
 
 
 def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
-                      constants: dict[str, np.ndarray] | None = None) -> CleanedModel:
+                      constants: dict[str, np.ndarray] | None = None,
+                      keep_dynamic: dict[str, set[int]] | None = None) -> CleanedModel:
     """A copy of ``model`` made ready for onnx2torch; ``model`` itself is left untouched."""
     import onnx
 
@@ -123,7 +127,7 @@ def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
     notes: list[str] = []
     _drop_initializer_inputs(work, notes)
     baked = _bake_inputs(work, constants or {}, notes)
-    _fix_input_shapes(work, shapes, notes)
+    _fix_input_shapes(work, shapes, notes, keep_dynamic or {})
     work = _fold_constants(work, notes)
     return CleanedModel(model=work, notes=notes, baked_inputs=baked)
 

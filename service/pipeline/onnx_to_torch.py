@@ -178,7 +178,14 @@ def program_from_onnx(source: ModelSource, shapes: dict[str, tuple[int, ...]], *
 
     model = onnx.load(str(source.onnx_path), load_external_data=True)
     skip_if_quantized(model)
-    cleaned = cleaned_for_torch(model, shapes, constants=constant_inputs(calibration or []))
+    # Dim 0 stays symbolic where the spec has it symbolic: dynamic_shapes_for() exports it as `batch`.
+    keep = {s.name: {0} for s in source.specs if s.shape and not isinstance(s.shape[0], int)}
+    cleaned = cleaned_for_torch(model, shapes, constants=constant_inputs(calibration or []), keep_dynamic=keep)
+    if any(missing_ops := unconvertible_ops(cleaned.model)) and keep:
+        # Folding with a symbolic batch left ops behind: fold again with every dim fixed.
+        again = cleaned_for_torch(model, shapes, constants=constant_inputs(calibration or []))
+        if sum(unconvertible_ops(again.model).values()) < sum(missing_ops.values()):
+            cleaned = again
     for note in cleaned.notes:
         log.info("onnx -> torch clean-up: %s", note)
     missing = unconvertible_ops(cleaned.model)

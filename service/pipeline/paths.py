@@ -13,6 +13,7 @@ from service.schemas.report import PathError
 log = logging.getLogger(__name__)
 
 _ABS_PATH = re.compile(r"(/[\w.\-+@]+){2,}")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 # (artifact or "*", exception type name or "*", message substring, hint). First match wins.
 _HINTS: list[tuple[str, str, str, str]] = [
@@ -27,6 +28,9 @@ _HINTS: list[tuple[str, str, str, str]] = [
     ("pt2e_qdq", "*", "onnx2torch",
      "onnx2torch cannot convert this ONNX graph to torch; upload the PyTorch model as a torch.export .pt2 "
      "to run the PT2E path"),
+    ("pt2e_qdq", "TorchExportError", "",
+     "torch.onnx.export could not re-export the quantized torch graph; the ORT paths are unaffected. "
+     "Fixing dynamic dims with options.input_shapes, or uploading a torch.export .pt2, usually avoids it"),
     ("*", "*", "shape inference",
      "ONNX shape inference failed; fix dynamic dims with options.input_shapes or simplify the model"),
     ("*", "MemoryError", "", "the path ran out of memory; use fewer or smaller calibration samples"),
@@ -37,6 +41,7 @@ _HINTS: list[tuple[str, str, str, str]] = [
 
 def scrub(message: str) -> str:
     """Keep server paths out of anything a user sees."""
+    message = _ANSI.sub("", message)  # torch colours its exceptions
     return _ABS_PATH.sub(lambda m: "<path>/" + m.group(0).rsplit("/", 1)[-1], message)
 
 
@@ -50,6 +55,15 @@ def hint_for(artifact: str, exc: BaseException) -> str:
         if art in ("*", artifact) and etype in ("*", name) and needle in text:
             return hint
     return _HINTS[-1][3]
+
+
+def _summary(text: str) -> str:
+    """torch.onnx.export's errors are a page of advice; the cause is under "Exception summary"."""
+    text = _ANSI.sub("", text)
+    if "## Exception summary" in text:
+        tail = [ln.strip() for ln in text.split("## Exception summary", 1)[1].splitlines() if ln.strip()]
+        return "torch.export failed: " + " ".join(tail[:2])
+    return text
 
 
 @dataclass
@@ -71,7 +85,7 @@ def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
                                                      hint=e.hint))
     except Exception as e:  # noqa: BLE001 - a path fails alone, by design
         log.warning("path %s failed at %s:\n%s", artifact, stage, traceback.format_exc())
-        first = str(e).strip() or repr(e)
+        first = _summary(str(e).strip()) or repr(e)
         if len(first) > 600:
             first = first[:600] + " ..."
         return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(first),

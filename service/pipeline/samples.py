@@ -65,7 +65,8 @@ def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]
 
     def make(seed: int, count: int) -> list[Feed]:
         rng = np.random.default_rng(seed)
-        return [{s.name: gens[s.name][1](rng, shapes[s.name]) for s in specs} for _ in range(count)]
+        # np.asarray: a 0-d input (a sample rate, a flag) comes back from numpy as a scalar, which ORT refuses.
+        return [{s.name: np.asarray(gens[s.name][1](rng, shapes[s.name])) for s in specs} for _ in range(count)]
 
     info = SamplesInfo(
         source="generated",

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from service.errors import InputShapeRequired, InvalidOptions, UnsupportedModel
 
 # A symbolic leading dim with one of these names is taken to be the batch, defaulting to 1.
-_BATCH_NAMES = re.compile(r"^(batch|batch_size|batchsize|n|b|bs|N|B|None|\?|unk__\d+|p2o\.DynamicDimension\.0|dynamic_batch)$", re.I)
+_BATCH_NAMES = re.compile(r"^(batch|batch_size|batchsize|n|b|bs|N|B|None|\?|-1|unk__\d+|(p2o\.)?DynamicDimension\.0|dynamic_batch)$", re.I)
+# Named like this, a dim is the batch wherever it sits (silero-vad's state is [2, batch, 128]).
+_BATCH_ANYWHERE = re.compile(r"^(batch|batch_size|batchsize|dynamic_batch)$", re.I)
+# Names that do not identify one dim across inputs: each occurrence is its own unknown.
+_ANONYMOUS = {"?", "-1", "None"}
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,15 @@ def resolved_input_shapes(
     resolved: dict[str, tuple[int, ...]] = {}
     notes: list[str] = []
     missing: list[str] = []
+    # A symbolic name is one dim across the whole model (ONNX semantics): a value given for it in
+    # one input's shape, or the batch default, fills it in every other input.
+    symbols: dict[str, int] = {}
+    for spec in specs:
+        given = input_shapes.get(spec.name)
+        if given is not None and len(given) == len(spec.shape):
+            for d, v in zip(spec.shape, given):
+                if isinstance(d, str) and d not in _ANONYMOUS:
+                    symbols.setdefault(d, int(v))
     for spec in specs:
         given = input_shapes.get(spec.name)
         if given is not None:
@@ -101,9 +114,14 @@ def resolved_input_shapes(
         for i, d in enumerate(spec.shape):
             if isinstance(d, int):
                 dims.append(d)
-            elif i == 0 and (d is None or _BATCH_NAMES.match(str(d))):
+            elif isinstance(d, str) and d in symbols:
+                dims.append(symbols[d])
+                notes.append(f"{spec.name}: dim {i} ({d}) set to {symbols[d]}, the value {d} has in another input")
+            elif (i == 0 and (d is None or _BATCH_NAMES.match(str(d)))) or (d and _BATCH_ANYWHERE.match(str(d))):
                 dims.append(1)
-                notes.append(f"{spec.name}: dim 0 ({d if d else 'unnamed'}) taken as the batch, set to 1")
+                if isinstance(d, str) and d not in _ANONYMOUS:
+                    symbols[d] = 1
+                notes.append(f"{spec.name}: dim {i} ({d if d else 'unnamed'}) taken as the batch, set to 1")
             else:
                 dims.append(-1)
                 missing.append(f"{spec.name}[{i}] ({d if d else 'unnamed'})")

@@ -7,7 +7,7 @@ import json
 
 import httpx
 import pytest
-from conftest import FakeServer, problem_response, report_json
+from client_fakes import FakeServer, problem_response, report_json
 
 import quantcompare_client as qc
 from quantcompare_client import cli

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from client_fakes import REPO
 
 pytestmark = pytest.mark.heavy
 

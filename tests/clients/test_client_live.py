@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from client_fakes import REPO
 
 import quantcompare_client as qc
 

@@ -1,4 +1,4 @@
-"""The Python client against a transport that answers like our API (see conftest.FakeServer)."""
+"""The Python client against a transport that answers like our API (see client_fakes.FakeServer)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import httpx
 import pytest
-from conftest import FakeServer, job_json, problem_response, report_json
+from client_fakes import FakeServer, job_json, problem_response, report_json
 
 import quantcompare_client as qc
 

@@ -6,7 +6,7 @@ import math
 from html.parser import HTMLParser
 
 import pytest
-from conftest import report_json
+from client_fakes import report_json
 
 import quantcompare_client as qc
 from service.errors import InvalidOptions

@@ -1,0 +1,63 @@
+"""docker/ without a docker engine: every COPY source exists, the container runs the README's
+start command, runs as non-root, installs CPU torch at the pinned version, and checks /healthz."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = (REPO / "docker" / "Dockerfile").read_text()
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    out, buf = [], ""
+    for line in text.splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        buf += line.rstrip("\\").rstrip() + " " if line.rstrip().endswith("\\") else line
+        if not line.rstrip().endswith("\\"):
+            word, _, rest = buf.strip().partition(" ")
+            out.append((word.upper(), rest.strip()))
+            buf = ""
+    return out
+
+
+def test_every_copy_source_exists():
+    copies = [rest for word, rest in instructions(DOCKERFILE) if word in ("COPY", "ADD")]
+    assert copies
+    for rest in copies:
+        *sources, _dest = [a for a in shlex.split(rest) if not a.startswith("--")]
+        for src in sources:
+            assert (REPO / src).exists(), f"COPY source {src} is missing"
+
+
+def test_the_container_runs_the_readme_start_command_as_non_root_with_a_healthcheck():
+    ins = instructions(DOCKERFILE)
+    cmd = json.loads(next(rest for word, rest in ins if word == "CMD"))
+    assert cmd[:2] == ["quantcompare", "serve"]
+    readme = (REPO / "README.md").read_text()
+    assert " ".join(cmd) in readme, "the README must show the container's start command"
+    # make serve runs the same subcommand with the same flags.
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"quantcompare serve --host \$\(HOST\) --port \$\(PORT\)", makefile)
+    assert cmd[2::2] == ["--host", "--port"]
+    users = [rest for word, rest in ins if word == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert any(word == "HEALTHCHECK" and "/healthz" in rest for word, rest in ins)
+    assert ins[0] == ("FROM", "python:3.11-slim")
+
+
+def test_torch_is_the_pinned_cpu_build():
+    pin = re.search(r'"torch==([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
+    run = " ".join(rest for word, rest in instructions(DOCKERFILE) if word == "RUN")
+    assert f"torch=={pin}" in run and "/whl/cpu" in run
+
+
+def test_compose_has_the_service_and_a_data_volume():
+    text = (REPO / "docker" / "compose.yaml").read_text()
+    assert "dockerfile: docker/Dockerfile" in text
+    assert re.search(r"^\s+- quantcompare-data:/data\s*$", text, re.M)
+    assert re.search(r"^volumes:\s*\n\s+quantcompare-data:", text, re.M)
