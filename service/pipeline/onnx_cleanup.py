@@ -116,6 +116,27 @@ def _fold_constants(model, notes: list[str]):
         return model
 
 
+# onnx2torch's converters stop at opset 17 for ops whose inputs changed in 18 (Reduce*, Split, Pad).
+TORCH_CONVERTIBLE_OPSET = 17
+
+
+def _downgraded_opset(model, notes: list[str]):
+    import onnx
+    from onnx import version_converter
+
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset <= TORCH_CONVERTIBLE_OPSET:
+        return model
+    try:
+        down = version_converter.convert_version(model, TORCH_CONVERTIBLE_OPSET)
+        onnx.checker.check_model(down)
+    except Exception as e:  # noqa: BLE001 - not every op has a downgrade adapter
+        log.info("opset %s -> %s failed: %r", opset, TORCH_CONVERTIBLE_OPSET, e)
+        return model
+    notes.append(f"converted opset {opset} -> {TORCH_CONVERTIBLE_OPSET} for onnx2torch")
+    return down
+
+
 def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
                       constants: dict[str, np.ndarray] | None = None,
                       keep_dynamic: dict[str, set[int]] | None = None) -> CleanedModel:
@@ -129,6 +150,7 @@ def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
     baked = _bake_inputs(work, constants or {}, notes)
     _fix_input_shapes(work, shapes, notes, keep_dynamic or {})
     work = _fold_constants(work, notes)
+    work = _downgraded_opset(work, notes)
     return CleanedModel(model=work, notes=notes, baked_inputs=baked)
 
 

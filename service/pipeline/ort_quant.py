@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +28,29 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
-        quant_pre_process(str(fp32_path), str(out_path))
+        with _cwd(out_path.parent):
+            quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()))
         return out_path, "quant_pre_process: ok (shape inference + ORT basic optimization before quantizing)"
     except Exception as e:  # noqa: BLE001 - any failure here is survivable by design
         log.info("quant_pre_process failed: %r", e)
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         return fp32_path, f"quant_pre_process failed ({type(e).__name__}: {first}); quantized the fp32 file as is"
+
+
+_CWD_LOCK = threading.Lock()
+
+
+@contextmanager
+def _cwd(folder: Path):
+    """ORT's symbolic shape inference saves ``sym_shape_infer_temp.onnx`` (+ data) into the current
+    directory when it gives up; keep that debris in the job's scratch folder, not wherever we run."""
+    with _CWD_LOCK:
+        before = os.getcwd()
+        os.chdir(folder)
+        try:
+            yield
+        finally:
+            os.chdir(before)
 
 
 class _FeedReader:

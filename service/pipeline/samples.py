@@ -141,7 +141,7 @@ def samples_from_npz(
         raise InvalidCalibration(f"inputs have different or zero sample counts: {sorted(counts)}",
                                  hint="give every input the same number of samples")
     n = counts.pop()
-    feeds = [{name: per_input[name][i] for name in names} for i in range(n)]
+    feeds = [{name: np.asarray(per_input[name][i]) for name in names} for i in range(n)]  # 0-d stays an array
     n_cal = min(n, options.calibration_samples)
     notes = []
     if n > n_cal:

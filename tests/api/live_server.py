@@ -25,7 +25,7 @@ def free_port() -> int:
 
 
 class LiveServer:
-    def __init__(self, data_dir: Path, *, fault_jobs: bool = True, **settings):
+    def __init__(self, data_dir: Path, *, fault_jobs: bool = True, cwd: Path = REPO, **settings):
         self.data_dir = data_dir
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -37,6 +37,7 @@ class LiveServer:
         for k, v in settings.items():
             env[f"QUANTCOMPARE_{k.upper()}"] = str(v)
         self.env = env
+        self.cwd = cwd
         self.proc: subprocess.Popen | None = None
         self.log_path = data_dir.parent / f"server-{self.port}.log"
 
@@ -44,7 +45,7 @@ class LiveServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([str(QUANTCOMPARE), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                                     env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+                                     env=self.env, cwd=self.cwd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

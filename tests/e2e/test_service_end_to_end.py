@@ -8,7 +8,6 @@ import time
 
 import onnx
 import psutil
-from conftest import FAST
 
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 
@@ -38,7 +37,8 @@ def test_every_artifact_downloads_as_a_loadable_onnx_file(real_server, conv_relu
         assert any(n.op_type.startswith("QLinear") for n in model.graph.node)
 
 
-def test_an_uploaded_onnx_model_is_compared_and_then_cached(real_server, conv_relu_job):
+def test_an_uploaded_onnx_model_is_compared_and_then_cached(real_server, conv_relu_job, fast):
+    FAST = fast
     with real_server.client(timeout=400) as c:
         fp32 = c.get(f"{conv_relu_job['links']['artifacts']}/fp32.onnx").content
         files = {"model": ("conv_relu.onnx", fp32)}
@@ -62,7 +62,8 @@ def test_the_api_process_never_imports_torch(real_server, conv_relu_job):
     assert [m.path for m in worker.memory_maps() if "libtorch" in m.path]  # the warm worker has it
 
 
-def test_killing_the_worker_mid_job_fails_that_job_and_a_new_worker_takes_the_next(real_server, conv_relu_job):
+def test_killing_the_worker_mid_job_fails_that_job_and_a_new_worker_takes_the_next(real_server, conv_relu_job, fast):
+    FAST = fast
     with real_server.client(timeout=400) as c:
         victim = c.post("/v1/comparisons", json={"example": "tiny_conv_net", "options": {**FAST, "seed": 11}}).json()
         deadline = time.monotonic() + 60
@@ -79,3 +80,10 @@ def test_killing_the_worker_mid_job_fails_that_job_and_a_new_worker_takes_the_ne
         nxt = c.post("/v1/comparisons", params={"wait": 300},
                      json={"example": "conv_relu", "options": {**FAST, "seed": 12}}).json()
         assert nxt["status"] == "succeeded", nxt["error"]
+
+
+def test_nothing_is_written_outside_the_job_folders(real_server, conv_relu_job):
+    # Runs after the upload test: quant_pre_process's symbolic shape inference writes temp files
+    # to the current directory, which for a worker is the job's folder.
+    stray = [p.name for p in real_server.cwd.iterdir() if p.name != "var" and not p.name.startswith("server-")]
+    assert stray == []

@@ -35,9 +35,9 @@ def run(spec, job_dir: Path, progress) -> None:
         os.kill(os.getpid(), signal.SIGSEGV)
     elif command == "alloc":
         progress("quantize", 0, 1)
-        blocks = [bytearray(64 * 1024 * 1024) for _ in range(int(args[0]) // 64)]
+        block = bytearray(int(args[0]) * 1024 * 1024)  # one request past the limit: fails at once
         progress("quantize", 1, 1)
-        del blocks
+        del block
     elif command == "grandchild":
         # A helper process the job starts; a wall-clock kill must take it too.
         child = subprocess.Popen(["sleep", "120"])

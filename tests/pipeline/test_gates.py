@@ -219,3 +219,18 @@ def test_a_level_whose_session_failed_says_why_the_gate_has_no_numbers():
                          requested=["ort_qdq"])
     v = verdict_from_report(report, [gate_from_string("ort_qdq.all.cosine>=0.99")])
     assert not v.passed and "QLinearConv x has wrong type" in v.gates[0].message
+
+
+# ---- on a real comparison (shared with the other pipeline tests; latency is off there) ---------
+
+def test_gates_on_a_real_conv_relu_report(compared):
+    report, _ = compared("conv_relu")
+    gates = [gate_from_string(t) for t in ("status_ok", "*.all.sqnr_db>=25", "*.all.cosine>=0.999",
+                                           "ort_qdq.all.int8_coverage>0", "ort_qdq.all.latency_ratio<=2")]
+    v = verdict_from_report(report, gates)
+    ok, sqnr, cosine, coverage, latency = v.gates
+    assert ok.passed and sqnr.passed and cosine.passed and coverage.passed, v.failures
+    assert sqnr.actual == min(report.artifacts[a].optimized["all"].numerics.worst_sqnr_db
+                              for a in ("pt2e_qdq", "ort_qdq", "ort_qoperator"))
+    assert not latency.passed and "no latency at level 'all'" in latency.message
+    assert v.failures == [f"ort_qdq.all.latency_ratio<=2: {latency.message}"]

@@ -1,0 +1,76 @@
+"""Run the whole real-world corpus and print, per model, each path's status and time, and the share
+of paths that succeeded.  Usage: .venv/bin/python bench/corpus.py [--full] [name ...]
+
+Small calibration/eval counts, latency off: this measures whether each path works, not speed.
+--full also runs with 16 calibration samples.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+PATHS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
+
+
+def run_one(model, folder: Path, extra: dict):
+    from service.errors import QuantCompareError
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    t0 = time.perf_counter()
+    try:
+        path = model.locate(folder / "built")
+        options = ComparisonOptions.model_validate(model.options_with(**extra))
+        report = run_comparison(ComparisonRequest(model_path=path, model_name=model.name, options=options),
+                                Path(tempfile.mkdtemp(prefix=model.name, dir=folder)))
+    except QuantCompareError as e:
+        return None, f"refused: {e.code}: {e.message}", time.perf_counter() - t0
+    return report, None, time.perf_counter() - t0
+
+
+def main(argv: list[str]) -> int:
+    from tests.realworld.corpus import CORPUS
+
+    full = "--full" in argv
+    names = [a for a in argv if not a.startswith("--")]
+    extra = {"calibration_samples": 16} if full else {}
+    rows, ok, total = [], 0, 0
+    with tempfile.TemporaryDirectory(prefix="corpus") as tmp:
+        for model in CORPUS:
+            if names and model.name not in names:
+                continue
+            report, refused, secs = run_one(model, Path(tmp), extra)
+            cells = []
+            for p in PATHS:
+                if report is None or p not in report.artifacts:
+                    cells.append("refused" if report is None else "-")
+                    total += report is None
+                    continue
+                art = report.artifacts[p]
+                total += 1
+                ok += art.status == "ok"
+                bad_levels = sum(1 for lvl in art.optimized.values() if lvl.error)
+                cell = f"{art.status} {art.seconds or 0:.1f}s"
+                if art.status == "ok" and bad_levels:
+                    cell += f" ({bad_levels} levels fail)"
+                cells.append(cell)
+            why = refused or "; ".join(f"{p}: {report.artifacts[p].error.message[:90]}" for p in PATHS
+                                       if p in report.artifacts and report.artifacts[p].error)
+            rows.append((model.name, *cells, f"{secs:.1f}s", why))
+            print(f"| {' | '.join(rows[-1])} |", flush=True)
+    print()
+    print(f"| model | {' | '.join(PATHS)} | total | why not ok |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {' | '.join(r)} |")
+    print(f"\npaths ok: {ok}/{total} = {ok / max(total, 1):.0%} (a refused model counts its 3 paths as not ok)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
