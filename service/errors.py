@@ -17,6 +17,8 @@ so the chain stays in the log while the user sees only our words.
     ├── UnsafeArchive       unsafe_archive       422  a .pt2 / archive that fails the static check
     ├── BudgetExceeded      budget_exceeded      413/422  model too large for the configured budgets
     ├── PayloadTooLarge     payload_too_large    413
+    ├── InvalidRequest      invalid_request      400  the HTTP request itself is malformed
+    ├── Unauthorized        unauthorized         401  an API token is required
     ├── NotFound            not_found            404
     ├── Busy                busy                 429/503 (+ Retry-After)
     └── PathFailed          path_failed          (inside a report, per artifact; never an HTTP error)
@@ -80,6 +82,16 @@ class BudgetExceeded(QuantCompareError):
 
 class PayloadTooLarge(QuantCompareError):
     code, status, title = "payload_too_large", 413, "The upload is too large"
+
+
+class InvalidRequest(QuantCompareError):
+    """The HTTP request itself is malformed (multipart, JSON, content type, query)."""
+
+    code, status, title = "invalid_request", 400, "The request is malformed"
+
+
+class Unauthorized(QuantCompareError):
+    code, status, title = "unauthorized", 401, "An API token is required"
 
 
 class NotFound(QuantCompareError):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.api.errors import Unauthorized
+from service.errors import Unauthorized
 from service.config import Settings
 from service.jobs.executor import LocalExecutor
 

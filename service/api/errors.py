@@ -20,16 +20,6 @@ from service.schemas.api import PROBLEM_MEDIA_TYPE, problem, problem_from_error
 log = logging.getLogger("quantcompare.api")
 
 
-class InvalidRequest(QuantCompareError):
-    """The HTTP request itself is malformed (multipart, JSON, content type, query)."""
-
-    code, status, title = "invalid_request", 400, "The request is malformed"
-
-
-class Unauthorized(QuantCompareError):
-    code, status, title = "unauthorized", 401, "An API token is required"
-
-
 def problem_response(body: dict, status: int, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse(body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 

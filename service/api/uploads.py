@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
 
-from service.api.errors import InvalidRequest
+from service.errors import InvalidRequest
 from service.errors import InvalidModel, PayloadTooLarge, UnsupportedModel
 
 MAX_OPTIONS_BYTES = 64 * 1024

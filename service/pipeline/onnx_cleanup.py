@@ -174,3 +174,26 @@ def constant_inputs(calibration: list[dict[str, np.ndarray]], *, max_elements: i
 def control_flow_nodes(model) -> Counter:
     """If/Loop/Scan in the main graph (what onnx2torch cannot convert)."""
     return Counter(n.op_type for n in model.graph.node if n.op_type in CONTROL_FLOW and n.domain in ("", "ai.onnx"))
+
+
+# quantize_static writes per-channel DequantizeLinear(axis=...) whatever the opset; `axis` exists
+# only from opset 13, so an opset-11/12 file comes out invalid ("Unrecognized attribute: axis").
+ORT_QDQ_MIN_OPSET = 13
+
+
+def opset_for_ort(fp32_path, out_path) -> tuple[object, str | None]:
+    """The fp32 file ORT should quantize: upgraded to opset 13 when older; (path, note or None)."""
+    import onnx
+    from onnx import version_converter
+
+    model = onnx.load(str(fp32_path), load_external_data=False)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None or opset >= ORT_QDQ_MIN_OPSET:
+        return fp32_path, None
+    try:
+        model = onnx.load(str(fp32_path))
+        up = version_converter.convert_version(model, ORT_QDQ_MIN_OPSET)
+        onnx.save(up, str(out_path))
+    except Exception as e:  # noqa: BLE001 - quantize the file as it is, and say so
+        return fp32_path, f"opset {opset} could not be upgraded to {ORT_QDQ_MIN_OPSET} ({type(e).__name__}); quantized as is"
+    return out_path, f"opset {opset} upgraded to {ORT_QDQ_MIN_OPSET} before quantizing (per-channel Q/DQ needs `axis`)"

@@ -71,7 +71,8 @@ class Gate(_Strict):
     ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
     ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst output), ``int8_coverage``,
     ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
-    (every requested path ok; artifact and level ignored).
+    (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths).
+    Missing data (a failed path, a level not run) fails a gate; an exact match (SQNR ``None``) passes.
     """
 
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"

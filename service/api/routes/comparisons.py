@@ -16,7 +16,8 @@ from pydantic import ValidationError
 
 from service.api.deps import ExecutorDep, SettingsDep
 from service.api.envelope import envelope
-from service.api.errors import InvalidRequest, problem_responses
+from service.api.errors import problem_responses
+from service.errors import InvalidRequest
 from service.api.uploads import display_name, receive_form, receive_json
 from service.errors import Busy, InvalidOptions, NotFound
 from service.jobs.executor import cache_key, new_job_id
