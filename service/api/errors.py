@@ -14,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.errors import Busy, QuantCompareError
+from service.errors import Busy, InvalidRequest, QuantCompareError, Unauthorized
 from service.schemas.api import PROBLEM_MEDIA_TYPE, problem, problem_from_error
 
 log = logging.getLogger("quantcompare.api")
