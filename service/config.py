@@ -8,6 +8,8 @@ dependency, rather than patching the environment mid-run.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import os
 from functools import lru_cache
@@ -16,7 +18,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from service.pipeline.safety.budgets import Budgets  # framework-free (a dataclass of limits)
+
 ENV_PREFIX = "QUANTCOMPARE_"
+BUDGET_PREFIX = ENV_PREFIX + "BUDGET_"
 
 
 class Settings(BaseModel):
@@ -50,6 +55,9 @@ class Settings(BaseModel):
     api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
     executor: Literal["local"] = Field("local", description="job executor; 'local' = the embedded process pool")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    # Static budgets checked before the heavy calls (service.pipeline.safety.Budgets). Set one with
+    # QUANTCOMPARE_BUDGET_<FIELD> (e.g. QUANTCOMPARE_BUDGET_MAX_NODES=50000) or all as a JSON object here.
+    budgets: Budgets = Field(default_factory=Budgets, description="budget overrides as JSON, or QUANTCOMPARE_BUDGET_<FIELD> each")
 
     @field_validator("api_token")
     @classmethod
@@ -64,7 +72,9 @@ class Settings(BaseModel):
             key = ENV_PREFIX + name.upper()
             if key in env:
                 values[name] = env[key]
-        unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX):].lower() not in cls.model_fields)
+        values = _with_budget_overrides(env, values)
+        unknown = sorted(k for k in env if k.startswith(ENV_PREFIX) and k[len(ENV_PREFIX):].lower() not in cls.model_fields
+                         and not k.startswith(BUDGET_PREFIX))
         if unknown:
             # A misspelt setting silently ignored is a limit silently not applied: say so loudly.
             logging.getLogger("quantcompare").warning("ignoring unknown setting(s): %s", ", ".join(unknown))
@@ -90,6 +100,31 @@ class Settings(BaseModel):
     @property
     def preload_modules(self) -> list[str]:
         return [m.strip() for m in self.worker_preload.split(",") if m.strip()]
+
+
+def _with_budget_overrides(env, values: dict) -> dict:
+    """QUANTCOMPARE_BUDGETS (JSON object) and QUANTCOMPARE_BUDGET_<FIELD> into ``values["budgets"]``.
+
+    An unknown budget name is an error, not a warning: a misspelt limit would silently not apply.
+    """
+    fields = {f.name for f in dataclasses.fields(Budgets)}
+    overrides: dict = {}
+    raw = values.pop("budgets", None)
+    if raw:
+        try:
+            overrides = dict(json.loads(raw))
+        except (ValueError, TypeError):
+            raise ValueError(f"invalid settings: {ENV_PREFIX}BUDGETS must be a JSON object") from None
+    for key, value in env.items():
+        if key.startswith(BUDGET_PREFIX):
+            overrides[key[len(BUDGET_PREFIX):].lower()] = value
+    unknown = sorted(set(overrides) - fields)
+    if unknown:
+        raise ValueError(f"invalid settings: unknown budget(s) {', '.join(unknown)}; the budgets are: "
+                         + ", ".join(sorted(fields)))
+    if overrides:
+        values["budgets"] = overrides
+    return values
 
 
 @lru_cache(maxsize=1)

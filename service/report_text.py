@@ -55,6 +55,9 @@ def summary_table(report: Report) -> str:
         extra = levels_summary_lines(report)
         if extra:
             lines += [""] + list(extra)
+    if report.platform:
+        lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
+        lines += [f"  {p.topic}: {p.here.split(';')[0].split(':', 1)[-1].strip()[:100]}" for p in report.platform]
     v = report.verdict
     if report.options.gates:
         lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]

@@ -34,7 +34,7 @@ from service.config import Settings
 from service.jobs.metrics import JobMetrics
 from service.jobs.spec import ARTIFACTS_DIR, REPORT_FILE
 from service.jobs.store import JobRecord, JobStore
-from service.jobs.worker import worker_main
+from service.jobs.worker import clean_env_launcher, worker_main
 from service.schemas.api import problem
 
 log = logging.getLogger("quantcompare.pool")
@@ -153,7 +153,20 @@ class WorkerPool:
             kwargs={"preload": s.preload_modules, "job_function": s.job_function,
                     "memory_mb": s.worker_memory_mb, "log_level": s.log_level},
         )
-        proc.start()
+        # A worker starts from a minimal environment (no QUANTCOMPARE_* secrets, no credentials of the
+        # operator's shell): spawn execs a launcher that clears the environment first (worker.py).
+        # Only this supervisor thread spawns in the API process, so the swap of spawn's executable is safe.
+        from multiprocessing import spawn
+
+        if not hasattr(self, "_launcher"):
+            self._launcher = clean_env_launcher(s.data_dir)
+        previous = spawn.get_executable()
+        if self._launcher:
+            spawn.set_executable(self._launcher)
+        try:
+            proc.start()
+        finally:
+            spawn.set_executable(previous)
         child.close()
         self._workers.append(_Worker(process=proc, conn=parent, spawned_at=time.monotonic()))
         log.info("started worker %s", proc.pid)

@@ -17,6 +17,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
     # Imported here, not at module top: the API process imports this module's neighbours, never torch.
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
+    from service.pipeline.safety import Budgets
 
     request = ComparisonRequest(
         options=ComparisonOptions.model_validate(spec.options),
@@ -25,6 +26,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         calibration_path=(job_dir / spec.calibration_file) if spec.calibration_file else None,
         model_name=spec.model_name,
         allow_pt2=spec.allow_pt2,
+        budgets=Budgets(**spec.budgets) if spec.budgets else None,  # the server's QUANTCOMPARE_BUDGET_* settings
     )
     report = run_comparison(request, job_dir, progress=progress, report_id=spec.id)
     tmp = job_dir / (REPORT_FILE + ".tmp")

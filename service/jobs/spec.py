@@ -37,6 +37,8 @@ class JobSpec:
     calibration_file: str | None = None
     model_name: str | None = None  # display only; never used as a path
     allow_pt2: bool = True  # the server's setting, carried so a remote worker applies the same policy
+    # The server's static budgets (dataclasses.asdict of Budgets), carried for the same reason; {} = defaults.
+    budgets: dict[str, Any] = field(default_factory=dict)
     kind: str = "comparison"
 
     def to_json(self) -> str:

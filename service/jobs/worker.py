@@ -39,7 +39,50 @@ def resolve_function(dotted: str):
     return getattr(importlib.import_module(module), name)
 
 
+# What a worker keeps of the environment it was started from: what Python, the BLAS/OpenMP
+# runtimes and the locale need. Everything else (QUANTCOMPARE_API_TOKEN and every other
+# QUANTCOMPARE_* setting, cloud credentials, the operator's shell) never reaches a job.
+WORKER_ENV_KEEP = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",
+                   "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+LAUNCHER_NAME = "worker-python"
+
+
+def worker_environment(environ=None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in WORKER_ENV_KEEP if k in env}
+
+
+def clean_env_launcher(folder: Path) -> str | None:
+    """Write ``folder/worker-python``: runs this interpreter under ``env -i`` with only
+    :data:`WORKER_ENV_KEEP`. Returns its path, or None where it cannot run (no ``env``, a
+    noexec data dir): workers then only scrub ``os.environ`` (``/proc/self/environ`` keeps the
+    start-up environment, so the README says to keep secrets out of the server's environment).
+    """
+    import shlex
+    import shutil as _shutil
+
+    env_bin = _shutil.which("env") or "/usr/bin/env"
+    path = Path(folder) / LAUNCHER_NAME
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in worker_environment().items())
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(f"#!/bin/sh\n# written by quantcompare at start: workers get a minimal environment\n"
+                       f"exec {shlex.quote(env_bin)} -i {assigns} {shlex.quote(sys.executable)} \"$@\"\n")
+        os.chmod(tmp, 0o700)
+        os.replace(tmp, path)
+        if os.access(env_bin, os.X_OK) and os.access(path, os.X_OK):
+            return str(path)
+    except OSError:
+        pass
+    log.warning("workers inherit the API's environment minus QUANTCOMPARE_*: could not write %s", LAUNCHER_NAME)
+    return None
+
+
 def _isolate(memory_mb: int) -> None:
+    # Belt and braces (and the whole story without the launcher): no QUANTCOMPARE_* setting in a job.
+    for key in [k for k in os.environ if k.startswith("QUANTCOMPARE_") or k not in WORKER_ENV_KEEP]:
+        os.environ.pop(key, None)
     os.setsid()
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

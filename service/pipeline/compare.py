@@ -24,6 +24,7 @@ from service.pipeline.environment import environment
 from service.pipeline.inventory import file_info_from_onnx, inventory_from_onnx, op_key, all_nodes
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.paths import run_path
+from service.pipeline.platform_notes import platform_notes
 from service.pipeline.samples import Samples, generated_samples, samples_from_npz
 from service.pipeline.specs import output_specs_from_onnx, resolved_input_shapes
 from service.schemas.report import Artifact, ModelInfo, Report, TensorSpec, ToolInfo, Verdict
@@ -95,6 +96,12 @@ def run_comparison(
     with stage("prepare"):
         source = _source(request, workdir)
         shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
+        # Security: the declared-size check on the shapes samples are actually made with (dynamic dims
+        # filled in from input_shapes), before any array is allocated (Budgets.max_input_elements).
+        from service.pipeline.safety import check_input_elements
+
+        for input_name, input_shape in shapes.items():
+            check_input_elements(input_name, input_shape, request.budgets)
         if request.calibration_path is not None:
             samples: Samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
         else:
@@ -198,10 +205,12 @@ def run_comparison(
         resolved_input_shapes={k: list(v) for k, v in shapes.items()},
         shape_notes=shape_notes + source.notes,
     )
+    env = environment()
     report = Report(
-        id=report_id, created_at=datetime.now(timezone.utc), environment=environment(), options=options,
+        id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
-        decisions=levels.decisions, lints=levels.lints, verdict=Verdict(passed=True), timings=timings,
+        decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu),
+        verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):
         from service.pipeline.gates import verdict_from_report

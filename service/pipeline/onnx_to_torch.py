@@ -88,12 +88,16 @@ def _reshape_converter(node, graph):
     from onnx2torch.node_converters.reshape import OnnxReshape
     from onnx2torch.utils.common import OnnxMapping, OperationConverterResult, get_const_value, onnx_mapping_from_node
 
-    if node.attributes.get("allowzero", 0) == 1:
-        raise NotImplementedError('"allowzero=1" is not implemented')
+    allowzero = node.attributes.get("allowzero", 0) == 1
     try:
         shape = [int(d) for d in get_const_value(node.input_values[1], graph).tolist()]
     except (KeyError, AttributeError):
+        if allowzero:
+            raise NotImplementedError('Reshape with allowzero=1 and a computed shape') from None
         return OperationConverterResult(torch_module=OnnxReshape(), onnx_mapping=onnx_mapping_from_node(node=node))
+    if allowzero and 0 in shape:
+        raise NotImplementedError('Reshape with allowzero=1 to a shape with a 0 dim')
+    # allowzero only changes what a 0 in the shape means; without one, both readings agree.
 
     class ConstantReshape(torch.nn.Module):
         def forward(self, x):
@@ -109,8 +113,12 @@ def _torchvision_stand_in() -> dict[str, types.ModuleType]:
     def unavailable(*_a, **_k):
         raise RuntimeError("torchvision's C ops (nms, roi_align) are not available beside this torch build")
 
+    import importlib.machinery
+
     tv = types.ModuleType("torchvision")
     ops = types.ModuleType("torchvision.ops")
+    tv.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)  # torch.onnx probes find_spec()
+    ops.__spec__ = importlib.machinery.ModuleSpec("torchvision.ops", None)
     ops.nms = ops.roi_align = ops.box_convert = unavailable
     tv.ops = ops
     tv.__quantcompare_stand_in__ = True
@@ -227,10 +235,10 @@ def _static_arg(like, shape, calibration, name):
 
 def _AllInputs(inner, names: list[str], baked: set[str]):
     """Wrap the converted module so it takes every model input, in order, ignoring folded ones."""
+    import inspect
+
     import torch
 
-    if not baked:
-        return inner
     keep = [i for i, n in enumerate(names) if n not in baked]
 
     class AllInputs(torch.nn.Module):
@@ -241,4 +249,10 @@ def _AllInputs(inner, names: list[str], baked: set[str]):
         def forward(self, *args):
             return self.inner(*[args[i] for i in keep])
 
+    # torch.export names the placeholders (and so the PT2E file's graph inputs) after forward's
+    # parameters: keep the model's input names so evaluation feeds fit every artifact.
+    if all(n.isidentifier() for n in names):
+        params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+        AllInputs.forward.__signature__ = inspect.Signature(params)
     return AllInputs().eval()

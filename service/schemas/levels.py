@@ -152,3 +152,12 @@ class Lint(_Model):
     message: str
     hint: str | None = None  # what to do
     source: str | None = None  # where ORT says so
+
+
+class PlatformNote(_Model):
+    """Where this machine's ORT differs from what the course chapter measured on arm64."""
+
+    topic: str  # "activation dtype", "NCHWc", "NHWC MaxPool", "int8 dot product"
+    chapter: str  # what the chapter states (arm64, ORT 1.30)
+    here: str  # what happened on this machine, for this model
+    evidence: list[str] = Field(default_factory=list)  # "<artifact> at <level>: ..."

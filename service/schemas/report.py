@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.pipeline.options import ComparisonOptions
-from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
+from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel, PlatformNote
 
 SCHEMA_VERSION = "1"
 
@@ -182,5 +182,7 @@ class Report(_Model):
     agreement: list[AgreementRow] = Field(default_factory=list)
     decisions: list[DecisionRow] = Field(default_factory=list)
     lints: list[Lint] = Field(default_factory=list)
+    # Where this machine's ORT differs from the course chapter's arm64 measurements.
+    platform: list[PlatformNote] = Field(default_factory=list)
     verdict: Verdict
     timings: dict[str, float] = Field(default_factory=dict)

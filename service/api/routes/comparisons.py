@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import shutil
@@ -143,7 +144,8 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
 
         resolved = options.model_dump(mode="json")
         key = cache_key(model=model_key, calibration=calib_key, options=resolved, versions=versions,
-                        extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2})
+                        extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2,
+                               "budgets": dataclasses.asdict(settings.budgets)})  # a lower budget must not hit an old result
         for rec in executor.cached(key):
             if request.app.state.reports.load(executor.job_dir(rec.id)) is not None:
                 executor.metrics.cache_hits.inc()
@@ -151,7 +153,8 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
                     shutil.rmtree(staged, ignore_errors=True)
                 return respond(request, executor, rec, cached=True, created=True)
 
-        spec = JobSpec(id=new_job_id(), options=resolved, allow_pt2=settings.allow_pt2, **spec_kw)
+        spec = JobSpec(id=new_job_id(), options=resolved, allow_pt2=settings.allow_pt2,
+                       budgets=dataclasses.asdict(settings.budgets), **spec_kw)
         rec = executor.submit(spec, staged, cache_key=key)
         staged = None  # the job owns the folder now
     except ClientDisconnect:
