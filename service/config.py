@@ -41,8 +41,8 @@ class Settings(BaseModel):
     # A worker is replaced after this many jobs, so native leaks and fragmentation stay bounded.
     worker_max_jobs: int = Field(50, ge=1, description="jobs per worker before it is recycled")
     # Modules every worker imports before it says it is ready ("warm" workers).
-    worker_preload: str = Field("torch,torchao,onnx,onnxruntime,service.pipeline.compare",
-                                description="comma-separated modules each worker imports at start")
+    worker_preload: str = Field("torch,torchao,onnx,onnxruntime,service.pipeline.compare,service.pipeline.warmup",
+                                description="comma-separated modules each worker imports at start; a module's warm_up() runs too")
     # "module:function" run for each job inside a worker (tests inject their own).
     job_function: str = Field("service.jobs.runner:run_comparison_job", description="module:function a worker runs per job")
     max_upload_mb: float = Field(512.0, gt=0, description="largest model upload in MiB (413 past it)")
@@ -53,7 +53,11 @@ class Settings(BaseModel):
     retention_hours: float = Field(168.0, ge=0, description="finished jobs older than this are deleted (0 = keep)")
     allow_pt2: bool = Field(True, description="accept .pt2 uploads (they need the static archive check)")
     api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
-    executor: Literal["local"] = Field("local", description="job executor; 'local' = the embedded process pool")
+    executor: Literal["local", "celery"] = Field(
+        "local", description="job executor; 'local' = the embedded process pool, 'celery' = `quantcompare worker` processes via the broker")
+    # Celery executor only (README "Scaling out with Celery"); the API and every worker share it.
+    broker_url: str | None = Field(None, description="Redis URL of the Celery broker, e.g. redis://redis:6379/0 (executor=celery, `quantcompare worker`)")
+    job_lost_after_s: float = Field(60.0, gt=0, description="a job still running this long past its time limit lost its worker and runs again (celery)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     # Static budgets checked before the heavy calls (service.pipeline.safety.Budgets). Set one with
     # QUANTCOMPARE_BUDGET_<FIELD> (e.g. QUANTCOMPARE_BUDGET_MAX_NODES=50000) or all as a JSON object here.

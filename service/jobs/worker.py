@@ -62,7 +62,7 @@ def clean_env_launcher(folder: Path) -> str | None:
     import shutil as _shutil
 
     env_bin = _shutil.which("env") or "/usr/bin/env"
-    path = Path(folder) / LAUNCHER_NAME
+    path = Path(folder).resolve() / LAUNCHER_NAME
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in worker_environment().items())
@@ -103,7 +103,10 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
     warnings.filterwarnings("ignore")
     for name in preload:
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(name)
+            # A preloaded module may define warm_up(): first-call costs paid before the first job.
+            if callable(getattr(module, "warm_up", None)):
+                module.warm_up()
         except Exception:  # a missing optional module must not keep the pool from starting
             log.warning("preload of %s failed:\n%s", name, traceback.format_exc())
     fn = resolve_function(job_function)

@@ -15,6 +15,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.requests import ClientDisconnect
 from pydantic import ValidationError
 
+from starlette.concurrency import run_in_threadpool
+
+from service.api import prevalidate
 from service.api.deps import ExecutorDep, SettingsDep
 from service.api.envelope import envelope
 from service.api.errors import problem_responses
@@ -119,6 +122,9 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             finally:
                 uploads["active"] -= 1
             options = resolve_options(form.options)
+            if prevalidate.applies(settings):  # cheap checks now: most refusals become a 4xx, not a failed job
+                await run_in_threadpool(prevalidate.prevalidate_upload, form.model.path,
+                                        form.calibration.path if form.calibration else None, options, settings)
             spec_kw = dict(model_file=str(form.model.path.relative_to(staged)),
                            calibration_file=str(form.calibration.path.relative_to(staged)) if form.calibration else None,
                            model_name=display_name(form.model.filename))

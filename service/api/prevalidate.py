@@ -1,0 +1,83 @@
+"""Cheap checks of an upload in the API process, so most refusals are a 4xx at submit time.
+
+The worker runs every check again (and more) before anything heavy: this is an early answer,
+not the line of defence. Only pure-Python checks run here, on small uploads, off the event loop:
+
+* the format sniffed by content (pickles, TorchScript, checkpoints, not-a-model bytes);
+* ONNX: parsed with external data off, then the static walk and the budgets (no onnx C++
+  checker, no onnxruntime: native code only ever sees hostile bytes inside a worker);
+* .pt2: the static archive check (zipfile, json, pickletools; torch is never imported here);
+* the resolved input shapes against ``max_input_elements`` and, for ONNX, the calibration .npz
+  against the model's inputs (names, shapes, dtypes, NaN/Inf).
+
+Uploads larger than :data:`PREVALIDATE_MAX_BYTES` and .zip/.tar model archives are checked in
+the worker only; their refusal is a job that ends ``failed`` with the same ``code``.
+"""
+
+from __future__ import annotations
+
+import logging
+import zipfile
+from pathlib import Path
+
+from service.config import Settings
+from service.errors import QuantCompareError
+from service.pipeline.options import ComparisonOptions
+
+log = logging.getLogger("quantcompare.api")
+
+PREVALIDATE_MAX_BYTES = 32 * 1024 * 1024
+# The job function whose input contract these checks are (tests that inject their own skip them).
+COMPARISON_JOB_FUNCTION = Settings.model_fields["job_function"].default
+
+
+def applies(settings: Settings) -> bool:
+    return settings.job_function == COMPARISON_JOB_FUNCTION
+
+
+def prevalidate_upload(model_path: Path, calibration_path: Path | None, options: ComparisonOptions,
+                       settings: Settings) -> None:
+    """Raise the ``service.errors`` refusal the worker would raise, where it is cheap to know now."""
+    try:
+        _prevalidate(model_path, calibration_path, options, settings)
+    except QuantCompareError:
+        raise
+    except Exception:  # a gap in the early checks is not the user's fault: the worker decides
+        log.warning("pre-validation could not decide; the worker will", exc_info=True)
+
+
+def _prevalidate(model_path: Path, calibration_path: Path | None, options: ComparisonOptions,
+                 settings: Settings) -> None:
+    from service.pipeline.safety import (
+        check_input_elements, check_pt2_archive, onnx_model_from_path, sniff_model_format,
+    )
+    from service.pipeline.sources import is_model_archive
+
+    budgets = settings.budgets
+    if model_path.stat().st_size > PREVALIDATE_MAX_BYTES or is_model_archive(model_path):
+        return
+    fmt = sniff_model_format(model_path, allow_pt2=settings.allow_pt2)
+    if fmt == "pt2":
+        check_pt2_archive(model_path, budgets=budgets)
+        return
+    from service.pipeline.specs import input_specs_from_onnx, resolved_input_shapes
+
+    model = onnx_model_from_path(model_path, budgets=budgets, structural_check=False)
+    specs = input_specs_from_onnx(model)
+    shapes, _ = resolved_input_shapes(specs, options.input_shapes)
+    for name, shape in shapes.items():
+        check_input_elements(name, shape, budgets)
+    if calibration_path is not None and _small_npz(calibration_path):
+        from service.pipeline.samples import samples_from_npz
+
+        samples_from_npz(calibration_path, specs, shapes, options, max_bytes=4 * PREVALIDATE_MAX_BYTES)
+
+
+def _small_npz(path: Path) -> bool:
+    if path.stat().st_size > PREVALIDATE_MAX_BYTES:
+        return False
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return sum(i.file_size for i in zf.infolist()) <= 4 * PREVALIDATE_MAX_BYTES
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return True  # not a zip at all: samples_from_npz refuses it with invalid_calibration
