@@ -2,7 +2,7 @@
 
     python bench/run.py [--models conv_relu,op_zoo_net,resnet18,tiny_transformer] [--runs 3]
                         [--quick] [--smoke] [--no-service] [--no-extras] [--record | --no-record]
-                        [--json PATH]
+                        [--json PATH] [--from-json PATH]
 
 Per model, each run does, one after another (interleaved, so load drift hits all three alike):
   by hand   ``bench/by_hand.py`` in a fresh Python process (the chapter's method, public APIs only);
@@ -526,7 +526,16 @@ def main(argv=None) -> int:
     p.add_argument("--no-record", dest="record", action="store_false")
     p.add_argument("--json", default=None, help="also write the raw results here")
     p.add_argument("--workdir", default=None, help="scratch folder (default: a temp dir, removed after)")
+    p.add_argument("--from-json", default=None, help="re-render tables and bench/RESULTS.md from a --json file")
     args = p.parse_args(argv)
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text())
+        rows, extras, mach = data["rows"], data["extras"], data["machine"]
+        args.runs = max((r["runs"] for r in rows), default=0)
+        print(tables(rows, extras))
+        if args.record is not False:
+            record(rows, extras, mach, args, data["started"])
+        return 0
     full = not (args.models or args.quick or args.smoke)
     if args.smoke:
         models, args.runs, args.no_service, args.no_extras = ["conv_relu"], 1, True, True

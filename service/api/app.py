@@ -16,7 +16,7 @@ from service.api.envelope import ReportCache
 from service.api.errors import install_error_handlers
 from service.api.routes import artifacts, comparisons, meta, ops, report_page
 from service.config import Settings, get_settings
-from service.jobs.executor import LocalExecutor
+from service.jobs.executor import make_executor
 
 log = logging.getLogger("quantcompare.api")
 
@@ -32,7 +32,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        executor = LocalExecutor(settings)
+        executor = make_executor(settings)
         executor.start()
         app.state.executor = executor
         log.info("quantcompare %s: data in %s, %d workers", __version__, settings.data_dir.resolve(), settings.workers)

@@ -14,6 +14,10 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="worker processes (QUANTCOMPARE_WORKERS)")
     p.add_argument("--data-dir", default=None, help="data directory (QUANTCOMPARE_DATA_DIR)")
     p.set_defaults(func=run_serve)
+    # `quantcompare worker` (Celery executor) lives with the job system.
+    from service.jobs.cli_worker import add_worker_parser
+
+    add_worker_parser(subparsers)
     return p
 
 

@@ -41,12 +41,15 @@ def cache_key(*, model: str, calibration: str | None, options: dict, versions: d
 
 
 class LocalExecutor:
+    # Hooks for other executors over the same store and data directory (celery_executor.py).
+    store_class = JobStore
+
     def __init__(self, settings: Settings, *, start_pool: bool = True):
         self.settings = settings
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = JobStore(settings.db_path)
+        self.store = self.store_class(settings.db_path)
         self.metrics = JobMetrics(store=self.store)
-        self.pool = WorkerPool(settings, self.store, self.metrics)
+        self.pool = self._make_pool()
         self._start_pool = start_pool
         self.recovered: dict[str, list[str]] = {}
 
@@ -58,6 +61,13 @@ class LocalExecutor:
     def stop(self) -> None:
         self.pool.stop()
         self.store.close()
+
+    def _make_pool(self) -> WorkerPool | None:
+        return WorkerPool(self.settings, self.store, self.metrics)
+
+    def _enqueue(self, spec: JobSpec) -> None:
+        """The job is in the store as queued: hand it to whatever runs jobs (here: wake the pool)."""
+        self.pool.wake()
 
     # -- staging: an upload lands in tmp/, and becomes a job folder only when complete ------
     def staging_dir(self) -> Path:
@@ -82,8 +92,8 @@ class LocalExecutor:
             self.metrics.rejected.labels("queue_full").inc()
             raise Busy(f"the queue is full ({self.settings.max_queue} jobs waiting)",
                        hint="retry after the time in the Retry-After header", retry_after=self.retry_after())
+        self._enqueue(spec)
         self.metrics.submitted.labels("example" if spec.example else "upload").inc()
-        self.pool.wake()
         rec = self.store.get(spec.id)
         assert rec is not None
         return rec
@@ -104,3 +114,12 @@ class LocalExecutor:
     def cached(self, key: str) -> list[JobRecord]:
         """Succeeded jobs with this key whose report is still on disk, newest first."""
         return [r for r in self.store.find_succeeded(key) if (self.job_dir(r.id) / REPORT_FILE).is_file()]
+
+
+def make_executor(settings: Settings) -> LocalExecutor:
+    """The executor ``QUANTCOMPARE_EXECUTOR`` names: the local pool, or Celery workers via a broker."""
+    if settings.executor == "celery":
+        from service.jobs.celery_executor import CeleryExecutor
+
+        return CeleryExecutor(settings)
+    return LocalExecutor(settings)

@@ -124,24 +124,34 @@ def run_comparison(
     # quantize --------------------------------------------------------------------------------
     requested = list(options.artifacts)
     with stage("quantize", len(requested)):
-        tools: dict[str, ToolInfo] = {}
         outcomes = {}
         ort_settings = resolved_ort_settings(options)
-        pre_note = None
-        ort_input = fp32_path
-        done = 0
-        if any(a.startswith("ort_") for a in requested) and ort_settings["pre_process"]:
+        from service.pipeline.already_quantized import quantization_in_model, skip_if_quantized
+
+        # An upload that is already quantized is inspected as is, never quantized twice.
+        already = quantization_in_model(fp32_model) if source.onnx_path else None
+        ort_input, ort_notes = fp32_path, []
+        if already is None and any(a.startswith("ort_") for a in requested):
+            from service.pipeline.onnx_cleanup import opset_for_ort
             from service.pipeline.ort_quant import preprocessed_for_ort
 
-            t0 = time.perf_counter()
-            ort_input, pre_note = preprocessed_for_ort(fp32_path, scratch / "fp32.preprocessed.onnx")
-            timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
-        elif any(a.startswith("ort_") for a in requested):
-            pre_note = "quant_pre_process: off (options.ort.pre_process=false)"
+            ort_input, opset_note = opset_for_ort(fp32_path, scratch / "fp32.opset13.onnx")
+            ort_notes.append(opset_note)
+            if ort_settings["pre_process"]:
+                t0 = time.perf_counter()
+                ort_input, pre_note = preprocessed_for_ort(ort_input, scratch / "fp32.preprocessed.onnx")
+                timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
+                ort_notes.append(pre_note)
+            else:
+                ort_notes.append("quant_pre_process: off (options.ort.pre_process=false)")
+        ort_note = "; ".join(n for n in ort_notes if n) or None
+        done = 0
         for name in requested:
             out = art_dir / f"{name}.onnx"
             t0 = time.perf_counter()
-            if name == "pt2e_qdq":
+            if already is not None:
+                outcome = run_path(name, "quantize", skip_if_quantized, fp32_model)
+            elif name == "pt2e_qdq":
                 from service.pipeline.pt2e import qdq_from_pt2e
 
                 outcome = run_path(name, "quantize", qdq_from_pt2e, source, shapes, samples.calibration, out,
@@ -151,7 +161,7 @@ def run_comparison(
 
                 outcome = run_path(name, "quantize", quantized_by_ort, ort_input, out, samples.calibration,
                                    input_names, quant_format="qdq" if name == "ort_qdq" else "qoperator",
-                                   settings=ort_settings, pre_process_note=pre_note)
+                                   settings=ort_settings, pre_process_note=ort_note)
             outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
             done += 1
             notify("quantize", done, len(requested))

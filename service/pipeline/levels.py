@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from service.pipeline.paths import scrub
 from service.pipeline.environment import cpu_info
 from service.pipeline.graph_diff import diff_graphs
 from service.pipeline.graph_summary import (
@@ -144,7 +145,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                 graph = graph_from_path(out_file)
             except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
                 per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
-                                                  error=f"session creation failed: {type(e).__name__}: {e}"[:2000])
+                                                  error=scrub(f"session creation failed: {type(e).__name__}: {e}")[:2000])
                 done += 1
                 timings["optimize"] += time.perf_counter() - t0
                 if progress:
@@ -186,7 +187,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                     latency = latency_of(session, eval_feeds[0], runs=lat.runs, warmup=lat.warmup,
                                          intra_op_threads=threads)
             except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
-                error = f"run failed: {type(e).__name__}: {e}"[:2000]
+                error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
             del session
             timings["evaluate"] += time.perf_counter() - t1
             if progress:

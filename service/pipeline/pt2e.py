@@ -9,13 +9,13 @@ from service.pipeline.sources import ModelSource, dynamic_shapes_for, example_ar
 from service.schemas.report import ToolInfo
 
 
-def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]]):
+def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], calibration=None):
     """The torch.export program PT2E starts from; for ONNX uploads, via onnx2torch."""
     if source.program is not None:
         return source.program
     from service.pipeline.onnx_to_torch import program_from_onnx
 
-    return program_from_onnx(source, shapes)
+    return program_from_onnx(source, shapes, calibration=calibration)
 
 
 def qdq_from_pt2e(
@@ -31,7 +31,7 @@ def qdq_from_pt2e(
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 
-    program = program_for_pt2e(source, shapes)
+    program = program_for_pt2e(source, shapes, calibration)
     specs = source.specs
     config = get_symmetric_quantization_config(is_per_channel=per_channel)
     quantizer = XNNPACKQuantizer().set_global(config)

@@ -13,10 +13,7 @@ from tests.realworld.corpus import BY_NAME, CORPUS
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \".*\", line \d+|\x1b\[")
 
 # Real models refused by a check another module owns; strict: the xfail breaks once it is fixed.
-_BLOCKED = {
-    "silero_vad": "safety budget max_subgraph_depth=3; silero_vad.onnx nests If 4 deep",
-    "ppocr_mobile_cls": "safety check refuses dim_value -1 (paddle2onnx's dynamic batch) as invalid",
-}
+_BLOCKED: dict[str, str] = {}
 
 
 def _params():
@@ -110,7 +107,6 @@ def test_already_quantized_upload_is_inventoried_not_requantized(corpus_report, 
     assert pt2e.status == "skipped" and "already quantized" in pt2e.error.message
 
 
-@pytest.mark.xfail(strict=True, reason="needs compare.py to skip the ORT paths for quantized uploads (see README)")
 def test_already_quantized_upload_skips_the_ort_paths(corpus_report):
     report = corpus_report("already_quantized_qdq")
     assert {report.artifacts[a].status for a in ("ort_qdq", "ort_qoperator")} == {"skipped"}
@@ -132,8 +128,6 @@ def test_newest_opset_runs_pt2e(corpus_report):
     assert pt2e.optimized["all"].numerics.worst_sqnr_db > 20
 
 
-@pytest.mark.xfail(strict=True, reason="ORT writes per-channel DequantizeLinear(axis) into an opset-11 file; "
-                   "needs the opset upgraded to 13 before quantize_static (see README)")
 def test_ort_qdq_of_an_opset11_model_loads(corpus_report):
     report = corpus_report("opset11_ir6_initializers_as_inputs")
     assert all(lvl.error is None for lvl in report.artifacts["ort_qdq"].optimized.values())

@@ -104,7 +104,7 @@ AMPLIFIERS = {
     "a Tile of a constant to 1 GiB": (tile_big, "max_constant_output_bytes"),
     "a Range of 1e9 elements": (range_big, "max_constant_output_bytes"),
     "a Loop with 2^40 trips": (loop_forever, "max_loop_trip_count"),
-    "If bodies nested 6 deep": (lambda: nested_ifs(6), "max_subgraph_depth"),
+    "If bodies nested 12 deep": (lambda: nested_ifs(12), "max_subgraph_depth"),
 }
 
 

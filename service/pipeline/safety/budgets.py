@@ -24,7 +24,7 @@ class Budgets:
     max_initializer_bytes: int = 1 * GiB  # dense size: sparse initializers and every external reference counted
     max_tensor_bytes: int = 512 * MiB  # any one initializer / constant / declared weight
     max_constant_output_bytes: int = 64 * MiB  # ConstantOfShape/Expand/Tile/Range/... fed by constants
-    max_subgraph_depth: int = 3  # If/Loop/Scan bodies nested in each other
+    max_subgraph_depth: int = 8  # If/Loop/Scan bodies nested in each other (silero-vad nests 4)
     max_loop_trip_count: int = 100_000  # a Loop's constant trip count
     max_input_elements: int = 64 * 1024 * 1024  # one declared model input (elements), as fed for calibration
     max_graph_inputs: int = 256

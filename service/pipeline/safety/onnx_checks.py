@@ -209,9 +209,9 @@ def _check_graph_io(model, budgets: Budgets) -> None:
         if vi.type.WhichOneof("value") != "tensor_type":
             raise UnsupportedModel(f"Input '{_safe(vi.name)}' is not a tensor (sequence/map/optional inputs are not supported).")
         dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
-        static = [d.dim_value for d in dims if d.WhichOneof("value") == "dim_value"]
-        if any(d < 0 for d in static):
-            raise InvalidModel(f"Input '{_safe(vi.name)}' declares a negative dimension.", hint=_UPLOAD_HINT)
+        # Some exporters (Paddle) write -1 for a dynamic dim: it is dynamic, not an error, and
+        # input_shapes gives it a value like any symbolic dim.
+        static = [d.dim_value for d in dims if d.WhichOneof("value") == "dim_value" and d.dim_value > 0]
         n = math.prod(static) if static else 0
         if n > budgets.max_input_elements:
             raise budgets.refuse("max_input_elements", f"input '{_safe(vi.name)}' declares", n)

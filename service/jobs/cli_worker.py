@@ -1,0 +1,39 @@
+"""``quantcompare worker``: run jobs from the Celery broker (README "Scaling out with Celery")."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+
+def add_worker_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "worker", help="run jobs from the broker (QUANTCOMPARE_EXECUTOR=celery)",
+        description="Run a Celery worker with its own pool of warm worker processes. Settings come from "
+                    "QUANTCOMPARE_* variables, the same as the API's: QUANTCOMPARE_BROKER_URL, and "
+                    "QUANTCOMPARE_DATA_DIR on the volume the API shares.")
+    p.add_argument("--workers", type=int, default=None, help="worker processes = jobs at once (QUANTCOMPARE_WORKERS)")
+    p.add_argument("--data-dir", default=None, help="data directory shared with the API (QUANTCOMPARE_DATA_DIR)")
+    p.add_argument("--broker-url", default=None, help="redis://host:port/db (QUANTCOMPARE_BROKER_URL)")
+    p.add_argument("--name", default=None, help="Celery node name (default quantcompare-<pid>@<host>)")
+    p.set_defaults(func=run_worker_command)
+    return p
+
+
+def run_worker_command(args: argparse.Namespace) -> int:
+    from service.config import Settings, get_settings
+    from service.jobs.celery_worker import run_worker
+
+    settings = get_settings()
+    overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir,
+                                   "broker_url": args.broker_url}.items() if v is not None}
+    if overrides:
+        settings = Settings.model_validate({**settings.model_dump(), **overrides})
+    if not settings.broker_url:
+        import sys
+
+        print("error: `quantcompare worker` needs QUANTCOMPARE_BROKER_URL (or --broker-url), e.g. redis://127.0.0.1:6379/0",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return run_worker(settings, node_name=args.name)
