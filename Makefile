@@ -16,12 +16,14 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the suite uses: chromium renders the report page, curl and jq run the recipes.
+# Debian packages the suite uses: chromium renders the report page, curl and jq run the recipes,
+# redis-server is the broker tests/celery starts on loopback.
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
 	command -v jq >/dev/null || missing="$$missing jq"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

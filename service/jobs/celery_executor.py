@@ -39,8 +39,8 @@ log = logging.getLogger("quantcompare.celery")
 # Uploads in flight and job folders without a row are someone's work in progress for a while:
 # another API process may be writing them right now. Only older leftovers are removed.
 STALE_AFTER_S = 3600.0
-# Queued jobs younger than this are not republished even if the broker looks empty (the
-# publish of a job just inserted may still be on its way).
+# Queued jobs younger than this (or than job_lost_after_s) are not republished even if the
+# broker looks empty: the publish of a job just inserted may still be on its way.
 REPUBLISH_QUEUED_AFTER_S = 30.0
 HOUSEKEEPING_EVERY_S = 600.0
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
@@ -105,7 +105,7 @@ class CeleryExecutor(LocalExecutor):
         s, now = self.settings, time.time()
         self._republished = {k: t for k, t in self._republished.items() if now - t < s.job_lost_after_s}
         stuck = self.store.running_started_before(now - s.job_timeout_s - s.job_lost_after_s)
-        stuck += self.store.queued_before(now - REPUBLISH_QUEUED_AFTER_S)
+        stuck += self.store.queued_before(now - min(REPUBLISH_QUEUED_AFTER_S, s.job_lost_after_s))
         ids = [j for j in stuck if j not in self._republished]
         # While the broker holds any message, a lost worker's job is still there (unacknowledged,
         # restored after the visibility timeout): only an empty broker has lost something.

@@ -23,6 +23,10 @@ from live_server import QUANTCOMPARE, LiveServer, free_port  # noqa: E402
 
 REDIS_SERVER = shutil.which("redis-server")
 
+# The same limits tests/api's server runs with, plus how soon a lost worker's job is run again.
+API_SETTINGS = dict(workers=1, job_timeout_s=5, worker_memory_mb=1024, max_upload_mb=64, max_calibration_mb=8,
+                    max_queue=50, job_lost_after_s=2)
+
 
 def require_redis_server() -> str:
     if REDIS_SERVER is None:

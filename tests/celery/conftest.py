@@ -17,11 +17,7 @@ for sub in ("api", "e2e", "jobs"):
     if str(HERE.parent / sub) not in sys.path:
         sys.path.insert(0, str(HERE.parent / sub))
 
-from cluster import Cluster, RedisServer, require_redis_server  # noqa: E402
-
-# The same limits tests/api's server runs with, plus how soon a lost worker's job is run again.
-API_SETTINGS = dict(workers=1, job_timeout_s=5, worker_memory_mb=1024, max_upload_mb=64, max_calibration_mb=8,
-                    max_queue=50, job_lost_after_s=2)
+from cluster import API_SETTINGS, Cluster, RedisServer, require_redis_server  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -237,7 +237,7 @@ CASES: list[Case] = [
          422, "invalid_model"),
     Case("Tile to 1 GB", lambda e: model_form(ser(onnx_bombs.tile_big())), 422, "budget_exceeded"),
     Case("a Loop with a huge trip count", lambda e: model_form(ser(onnx_bombs.loop_forever())), 422, "budget_exceeded"),
-    Case("Ifs nested 6 deep", lambda e: model_form(ser(onnx_bombs.nested_ifs(6))), 422, "budget_exceeded"),
+    Case("Ifs nested 10 deep", lambda e: model_form(ser(onnx_bombs.nested_ifs(10))), 422, "budget_exceeded"),
     Case("a declared input of 300M elements",
          lambda e: model_form(ser(tiny_onnx(inputs=[helper.make_tensor_value_info("x", F, [1, 3, 10000, 10000])],
                                             outputs=[helper.make_tensor_value_info("y", F, [1, 3, 10000, 10000])]))),
