@@ -197,13 +197,16 @@ def default_node_name() -> str:
 
 def run_worker(settings: Settings, *, node_name: str | None = None) -> int:
     """Start the pool, then the Celery consumer (blocks until a warm shutdown: SIGTERM/Ctrl-C)."""
+    from celery.utils.nodenames import default_nodename, host_format
+
     require_broker(settings)
+    node_name = host_format(default_nodename(node_name or default_node_name()))  # expands %h, adds @host
     runtime = WorkerRuntime(settings)
     app = worker_app(settings, runtime)
     runtime.start()
     try:
         worker = app.Worker(
-            hostname=node_name or default_node_name(), pool_cls="threads", concurrency=settings.workers,
+            hostname=node_name, pool_cls="threads", concurrency=settings.workers,
             loglevel=settings.log_level.upper(), without_mingle=True, without_gossip=True, without_heartbeat=True,
             optimization="fair", queues=None,
         )

@@ -159,7 +159,7 @@ class WorkerPool:
         from multiprocessing import spawn
 
         if not hasattr(self, "_launcher"):
-            self._launcher = clean_env_launcher(s.data_dir)
+            self._launcher = clean_env_launcher()  # in the machine's temp dir, private to this process
         previous = spawn.get_executable()
         if self._launcher:
             spawn.set_executable(self._launcher)

@@ -52,19 +52,25 @@ def worker_environment(environ=None) -> dict[str, str]:
     return {k: env[k] for k in WORKER_ENV_KEEP if k in env}
 
 
-def clean_env_launcher(folder: Path) -> str | None:
-    """Write ``folder/worker-python``: runs this interpreter under ``env -i`` with only
+def clean_env_launcher(folder: Path | None = None) -> str | None:
+    """Write a ``worker-python`` launcher that runs this interpreter under ``env -i`` with only
     :data:`WORKER_ENV_KEEP`. Returns its path, or None where it cannot run (no ``env``, a
-    noexec data dir): workers then only scrub ``os.environ`` (``/proc/self/environ`` keeps the
+    noexec temp dir): workers then only scrub ``os.environ`` (``/proc/self/environ`` keeps the
     start-up environment, so the README says to keep secrets out of the server's environment).
     """
     import shlex
     import shutil as _shutil
 
     env_bin = _shutil.which("env") or "/usr/bin/env"
-    path = Path(folder).resolve() / LAUNCHER_NAME
     try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
+        # A private folder per process: API and Celery workers on several hosts may share the data
+        # dir, and each host's launcher must name its own interpreter (no shared temp file to race on).
+        import atexit
+        import tempfile
+
+        private = Path(tempfile.mkdtemp(prefix="quantcompare-launcher-", dir=folder))
+        atexit.register(_shutil.rmtree, private, ignore_errors=True)
+        path = private / LAUNCHER_NAME
         assigns = " ".join(shlex.quote(f"{k}={v}") for k, v in worker_environment().items())
         tmp = path.with_suffix(".tmp")
         tmp.write_text(f"#!/bin/sh\n# written by quantcompare at start: workers get a minimal environment\n"

@@ -63,6 +63,28 @@ def test_a_job_whose_worker_is_lost_runs_again_exactly_once(cluster):
     assert (row["status"], row["attempts"]) == ("succeeded", 2)
 
 
+def test_a_duplicate_message_for_a_running_job_waits_and_never_runs_it_twice(cluster):
+    from service.config import Settings
+    from service.jobs.celery_app import QUEUE, TASK_RUN_JOB, celery_app
+
+    cluster.add_worker()
+    cluster.add_worker()
+    with cluster.api.client() as c:
+        job = upload(c, "sleep 3").json()
+    holder = cluster.worker_running(job["id"])
+    settings = Settings(**{k: v for k, v in cluster.settings.items() if k != "executor"})
+    celery_app(settings).send_task(TASK_RUN_JOB, args=[job["id"]], queue=QUEUE)  # as a broker might redeliver
+    other = next(w for w in cluster.workers if w is not holder)
+    assert cluster.api.wait_job(job["id"], timeout=30)["status"] == "succeeded"
+    deadline = time.monotonic() + 20  # the duplicate looks again after the job's deadline, then skips it
+    while "succeeded in" not in other.log() or "'skip'" not in other.log():
+        assert time.monotonic() < deadline, other.log()[-2000:]
+        time.sleep(0.1)
+    assert "retry: Retry in" in other.log()
+    row = cluster.row(job["id"])
+    assert (row["status"], row["attempts"]) == ("succeeded", 1)
+
+
 def test_a_job_that_loses_its_worker_twice_fails_as_interrupted(cluster):
     for _ in range(3):
         cluster.add_worker()
@@ -109,6 +131,8 @@ def test_a_broker_restart_mid_queue_loses_and_duplicates_nothing(tmp_path, persi
         for job_id in ids:
             assert cluster.api.wait_job(job_id, timeout=40)["status"] == "succeeded", cluster.workers[0].log()[-3000:]
         assert [cluster.row(j)["attempts"] for j in ids] == [1, 1, 1, 1]
+        if not persistent:  # the queued messages were gone: the API's reconciler published them again
+            assert "republished" in cluster.api.log()
         with cluster.api.client() as c:  # and the pair goes on as before
             assert upload(c, "ok", {"seed": 410}, wait=30).json()["status"] == "succeeded"
     finally:

@@ -80,7 +80,7 @@ def assert_nothing_outside(server: LiveServer, env: Env) -> None:
     assert list(server.cwd.iterdir()) == [], "something was written to the server's working directory"
     assert not any((server.data_dir / "tmp").iterdir()), "an upload was left in tmp/"
     assert sorted(p.name for p in server.data_dir.iterdir() if not p.name.startswith("quantcompare.sqlite3")) == \
-        ["jobs", "tmp", "worker-python"]
+        ["jobs", "tmp"]
     for job in (server.data_dir / "jobs").iterdir():
         assert re.fullmatch(r"[0-9a-f]{32}", job.name), job.name
         assert {p.name for p in job.iterdir()} <= JOB_ENTRIES | {"scratch"}, sorted(p.name for p in job.iterdir())
