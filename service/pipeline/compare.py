@@ -161,7 +161,8 @@ def run_comparison(
 
                 outcome = run_path(name, "quantize", quantized_by_ort, ort_input, out, samples.calibration,
                                    input_names, quant_format="qdq" if name == "ort_qdq" else "qoperator",
-                                   settings=ort_settings, pre_process_note=ort_note)
+                                   settings=ort_settings, pre_process_note=ort_note,
+                                   calibration_cache=scratch / "ort_calibration_ranges.json")
             outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
             done += 1
             notify("quantize", done, len(requested))

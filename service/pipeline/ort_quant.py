@@ -75,7 +75,12 @@ class _FeedReader:
 def quantized_by_ort(
     model_path: Path, out_path: Path, calibration: list[Feed], input_names: list[str], *,
     quant_format: str, settings: dict[str, Any], pre_process_note: str | None = None,
+    calibration_cache: Path | None = None,
 ) -> ToolInfo:
+    """``calibration_cache``: a JSON file in the job's scratch folder. The first format to run
+    writes the tensor ranges there and the second reads them: both formats calibrate the same
+    tensors (the union of ORT's QDQ and QOperator op lists) on the same samples, so the ranges
+    are identical and the calibration inference runs once per job instead of twice."""
     import onnxruntime
     from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
 
@@ -94,6 +99,8 @@ def quantized_by_ort(
         kwargs["op_types_to_quantize"] = settings["op_types_to_quantize"]
     if settings.get("nodes_to_exclude"):
         kwargs["nodes_to_exclude"] = settings["nodes_to_exclude"]
+    if calibration_cache is not None:
+        kwargs["calibration_cache_path"] = str(calibration_cache)
     quantize_static(str(model_path), str(out_path), reader, **kwargs)
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"

@@ -124,6 +124,8 @@ class OptimizedLevel(_Model):
     numerics: LevelNumerics | None = None
     latency: LatencyStats | None = None
     session_seconds: float | None = None
+    # The level before this one, when ORT wrote a byte-identical graph: outputs were reused, not rerun.
+    same_graph_as: str | None = None
 
 
 class AgreementRow(_Model):

@@ -1,0 +1,15 @@
+"""A level whose graph ORT wrote byte for byte as at the level before reuses its outputs."""
+
+from __future__ import annotations
+
+
+def test_identical_graphs_are_labelled_and_keep_identical_numerics(compared):
+    report, workdir = compared("conv_relu")
+    opt = report.artifacts["ort_qdq"].optimized
+    assert opt["all"].same_graph_as == "layout"
+    arts = workdir / "artifacts"
+    assert (arts / "ort_qdq.all.onnx").read_bytes() == (arts / "ort_qdq.layout.onnx").read_bytes()
+    assert opt["all"].numerics.worst_sqnr_db == opt["layout"].numerics.worst_sqnr_db
+    assert all(o.drift_steps in (None, 0.0) for o in opt["all"].numerics.outputs)
+    # A level that changed the graph was run, not reused.
+    assert opt["extended"].same_graph_as is None
