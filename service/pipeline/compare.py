@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -117,9 +118,7 @@ def run_comparison(
         fp32_path = fp32_onnx_from_source(source, art_dir / "fp32.onnx")
         fp32_model = source.onnx_model if source.onnx_model is not None else onnx.load(str(fp32_path), load_external_data=False)
         paths["fp32"] = fp32_path
-    fp32_hist: dict[str, int] = {}
-    for n in all_nodes(fp32_model.graph):
-        fp32_hist[op_key(n)] = fp32_hist.get(op_key(n), 0) + 1
+    fp32_hist = dict(Counter(op_key(n) for n in all_nodes(fp32_model.graph)))
 
     # quantize --------------------------------------------------------------------------------
     requested = list(options.artifacts)
