@@ -59,6 +59,9 @@ def _cmd_compare(args) -> int:
         from service.pipeline.logs import quiet_toolchain_logs
 
         quiet_toolchain_logs()
+    from service.pipeline.exporter_cache import install_exporter_registry_cache
+
+    install_exporter_registry_cache()  # the second export of the job reuses the first one's registry
 
     if (args.model is None) == (args.example is None):
         raise InvalidOptions("give a model PATH or --example NAME (one of them)",

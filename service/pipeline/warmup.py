@@ -17,10 +17,12 @@ log = logging.getLogger("quantcompare.warmup")
 
 def warm_up() -> float:
     from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.exporter_cache import install_exporter_registry_cache
     from service.pipeline.logs import quiet_toolchain_logs
     from service.pipeline.options import ComparisonOptions
 
     quiet_toolchain_logs()
+    install_exporter_registry_cache()
     t0 = time.perf_counter()
     options = ComparisonOptions(calibration_samples=2, eval_samples=1, latency={"enabled": False})
     with tempfile.TemporaryDirectory(prefix="quantcompare-warmup-") as d:
