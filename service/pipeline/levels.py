@@ -197,8 +197,13 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                                               previous=prev_outputs, samples=len(eval_feeds))
                 prev_outputs = outputs
                 if lat.enabled and eval_feeds:
-                    latency = latency_of(session, eval_feeds[0], runs=lat.runs, warmup=lat.warmup,
-                                         intra_op_threads=threads)
+                    if same_as and per_level.get(same_as) and per_level[same_as].latency is not None:
+                        latency = per_level[same_as].latency  # same graph: its measurement stands
+                    else:
+                        # The evaluation runs above already warmed this session; only top them up.
+                        warmed = 0 if same_as else len(eval_feeds)
+                        latency = latency_of(session, eval_feeds[0], runs=lat.runs,
+                                             warmup=max(0, lat.warmup - warmed), intra_op_threads=threads)
             except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
                 error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
             del session

@@ -37,6 +37,7 @@ class ModelSource:
     onnx_path: Path | None = None  # the uploaded ONNX file
     onnx_model: Any = None  # its ModelProto, parsed without external data
     program: Any = None  # torch.export.ExportedProgram (pt2 upload / example)
+    data_files: list[Path] = field(default_factory=list)  # external data next to onnx_path
     notes: list[str] = field(default_factory=list)
 
 
@@ -97,6 +98,7 @@ def source_from_archive(path: Path, dest: Path, *, name: str, budgets=None) -> M
     data_files = {p.name for p in dest.iterdir() if p.is_file()} - {onnx_path.name}
     source = source_from_onnx(onnx_path, name=name, budgets=budgets, allowed_data_files=data_files)
     source.sha256 = file_sha256(path)  # the upload as sent identifies the job
+    source.data_files = [dest / n for n in sorted(data_files)]
     return source
 
 

@@ -94,7 +94,7 @@ class LatencyStats(_Model):
     median_ms: float
     p90_ms: float
     runs: int
-    warmup: int
+    warmup: int  # untimed runs just before timing (the evaluation runs on the same session count too)
     intra_op_threads: int
     batch: dict[str, list[int]] = Field(default_factory=dict)  # input shapes timed
 
@@ -124,7 +124,8 @@ class OptimizedLevel(_Model):
     numerics: LevelNumerics | None = None
     latency: LatencyStats | None = None
     session_seconds: float | None = None
-    # The level before this one, when ORT wrote a byte-identical graph: outputs were reused, not rerun.
+    # The level before this one, when ORT wrote a byte-identical graph: its outputs and latency
+    # were reused, not measured again.
     same_graph_as: str | None = None
 
 

@@ -130,3 +130,12 @@ def test_a_failing_path_fails_alone(compared):
     assert failed.status == "failed"
     assert failed.error.stage == "quantize" and failed.error.hint
     assert "/" + "tmp" not in failed.error.message  # no server paths
+
+
+def test_fp32_export_names_the_batch_dim_as_the_model_declares(compared):
+    """A downloaded fp32.onnx re-uploads without options: its batch dim is 'batch', not torch's 's77'."""
+    _, workdir = compared("conv_relu")
+    model = onnx.load(str(workdir / "artifacts" / "fp32.onnx"))
+    dims = [[d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]
+            for vi in [*model.graph.input, *model.graph.output]]
+    assert dims == [["batch", 3, 16, 16], ["batch", 8, 16, 16]]

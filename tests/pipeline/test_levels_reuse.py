@@ -13,3 +13,12 @@ def test_identical_graphs_are_labelled_and_keep_identical_numerics(compared):
     assert all(o.drift_steps in (None, 0.0) for o in opt["all"].numerics.outputs)
     # A level that changed the graph was run, not reused.
     assert opt["extended"].same_graph_as is None
+
+
+def test_identical_graphs_reuse_the_latency_measurement(compared):
+    report, _ = compared("conv_relu", latency={"runs": 3, "warmup": 2})
+    opt = report.artifacts["ort_qdq"].optimized
+    assert opt["all"].same_graph_as == "layout"
+    assert opt["all"].latency == opt["layout"].latency
+    # A level that ran was timed after the evaluation runs warmed its session.
+    assert opt["extended"].latency.runs == 3 and opt["extended"].latency.median_ms > 0
