@@ -368,8 +368,23 @@ def summarize(model: str, runs: list[dict]) -> dict:
     target = TARGET_SERVICE_RATIO.get(model)
     row["target_ratio"] = target
     row["service_met"] = None if target is None or row["service_ratio"] is None else row["service_ratio"] <= target
+    # A CLI or service run that lost a path the by-hand run produced did less work: its time is no
+    # evidence of speed, so the target is not met, whatever the ratio says.
+    row["same_work"] = _same_work(runs)
+    if not row["same_work"] and row["service_met"] is not None:
+        row["service_met"] = False
     row["repeat_met"] = None if row["repeat_ms"] is None else (row["repeat_ms"] <= TARGET_REPEAT_MS and row["repeat_cached"])
     return row
+
+
+def _same_work(runs: list[dict]) -> bool:
+    for r in runs:
+        ref = (r.get("by_hand") or {}).get("sqnr_all") or {}
+        for side in ("cli", "service"):
+            got = (r.get(side) or {}).get("sqnr_all")
+            if got is not None and any(v is not None and got.get(k) is None for k, v in ref.items()):
+                return False
+    return True
 
 
 def tables(rows: list[dict], extras: dict) -> str:
@@ -379,6 +394,8 @@ def tables(rows: list[dict], extras: dict) -> str:
     out.append("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         met = {True: "yes", False: "**no**", None: "-"}[r["service_met"]]
+        if not r.get("same_work", True):
+            met = "**no: a path failed in the CLI or service run**"
         out.append(
             f"| {r['model']} | {r['runs']} | {fmt(r['by_hand_s'])} | {fmt(r['cli_s'])} | {fmt(r['service_s'])} "
             f"| {fmt(r['repeat_ms'], '.1f')}{'' if r['repeat_cached'] in (True, None) else ' (not cached!)'} "

@@ -2,9 +2,13 @@
 
 ``torch.onnx.export(dynamo=True)`` calls ``ONNXRegistry.from_torchlib()`` on every export: it
 walks every torchlib function and builds its signature, 0.4-0.8 s each time, paid twice per job
-(fp32 and pt2e_qdq) even in a warm worker. Memoized per opset, each call still gets its own
-registry (a fresh object with copied function lists), so a call that registers custom
-translations cannot leak them into the next. The exported bytes are identical (a test pins it).
+(fp32 and pt2e_qdq) even in a warm worker. Memoized per opset *and per set of registered ops*:
+the registry only holds functions for ops that exist when it is built, and torchao registers its
+``quantized_decomposed`` ops when PT2E is first imported, after the fp32 export may have run; so
+the number of ops the dispatcher knows is part of the key (3 ms to read), and a registry built
+before torchao loaded is never reused after. Each call still gets its own registry (a fresh
+object with copied function lists), so a call that registers custom translations cannot leak
+them into the next. The exported bytes are identical (a test pins it).
 
 This touches a private torch API; torch is pinned (2.13.0), and if the API moves, the cache is
 simply not installed and exports take the usual path.
@@ -34,12 +38,15 @@ def install_exporter_registry_cache() -> bool:
     except (ImportError, AttributeError, KeyError) as e:
         log.info("exporter registry cache not installed: %s", e)
         return False
-    built: dict[int, object] = {}
+    import torch
+
+    built: dict[tuple[int, int], object] = {}
 
     def from_torchlib(klass, opset_version=default_opset):
-        base = built.get(opset_version)
+        key = (opset_version, len(torch._C._dispatch_get_all_op_names()))
+        base = built.get(key)
         if base is None:
-            base = built[opset_version] = original.__func__(klass, opset_version)
+            base = built[key] = original.__func__(klass, opset_version)
         fresh = klass()
         fresh._opset_version = base._opset_version
         fresh.functions = {k: list(v) for k, v in base.functions.items()}
