@@ -5,9 +5,8 @@
 ``torch.onnx.export(dynamo=True)`` calls ``ONNXRegistry.from_torchlib()`` each time (it walks
 every torchlib function and builds its signature): a fixed cost per export, paid twice per job
 (fp32 and pt2e_qdq) even in a warm worker. This measures, in one warm process, the fp32 and the
-PT2E export of each model with the registry built per call (as now) and with a memoized registry
-(a fresh shallow copy per call, so ``custom_translation_table`` could still not leak between
-calls), alternating, and checks that the ONNX bytes are identical.
+PT2E export of each model with the registry built per call (torch's own behaviour) and with a memoized registry
+(``service.pipeline.exporter_cache``, which the workers and the CLI install), alternating, and checks that the ONNX bytes are identical.
 """
 
 from __future__ import annotations
@@ -20,33 +19,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def install_registry_cache():
-    """Memoize ONNXRegistry.from_torchlib per opset; each call gets its own shallow copy.
-
-    Returns an ``uninstall`` callable. This is the change proposed for the worker's preload.
-    """
-    from torch.onnx._internal.exporter import _registration
-
-    cls = _registration.ONNXRegistry
-    original = cls.__dict__["from_torchlib"]
-    cache = {}
-
-    def from_torchlib(klass, opset_version=_registration._constants.TORCHLIB_OPSET):
-        base = cache.get(opset_version)
-        if base is None:
-            base = cache[opset_version] = original.__func__(klass, opset_version)
-        fresh = klass()
-        fresh._opset_version = base._opset_version
-        fresh.functions = {k: list(v) for k, v in base.functions.items()}
-        return fresh
-
-    cls.from_torchlib = classmethod(from_torchlib)
-
-    def uninstall():
-        cls.from_torchlib = original
-
-    return uninstall
+from service.pipeline.exporter_cache import (  # noqa: E402 - after the path insert
+    install_exporter_registry_cache,
+    uninstall_exporter_registry_cache,
+)
 
 
 def main(argv=None) -> int:
@@ -91,14 +67,14 @@ def main(argv=None) -> int:
                     t = time.perf_counter()
                     a = fn().model_proto.SerializeToString()
                     plain.append(time.perf_counter() - t)
-                    uninstall = install_registry_cache()
+                    install_exporter_registry_cache()
                     try:
                         fn()  # first call fills the cache; measure the next
                         t = time.perf_counter()
                         b = fn().model_proto.SerializeToString()
                         cached.append(time.perf_counter() - t)
                     finally:
-                        uninstall()
+                        uninstall_exporter_registry_cache()
                     same = same and a == b
             mp, mc = statistics.median(plain), statistics.median(cached)
             print(f"{name:<18}{label:<8}{mp:>14.3f}{mc:>14.3f}{mp - mc:>8.2f}{str(same):>12}", flush=True)
