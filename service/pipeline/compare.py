@@ -99,10 +99,13 @@ def run_comparison(
         shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
         # Security: the declared-size check on the shapes samples are actually made with (dynamic dims
         # filled in from input_shapes), before any array is allocated (Budgets.max_input_elements).
-        from service.pipeline.safety import check_input_elements
+        from service.pipeline.safety import check_input_elements, check_sample_bytes
 
         for input_name, input_shape in shapes.items():
             check_input_elements(input_name, input_shape, request.budgets)
+        if request.calibration_path is None:  # an uploaded .npz is bounded by its upload limit
+            check_sample_bytes(shapes, {s.name: s.dtype for s in source.specs},
+                               options.calibration_samples + options.eval_samples, request.budgets)
         if request.calibration_path is not None:
             samples: Samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
         else:

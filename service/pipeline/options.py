@@ -44,6 +44,19 @@ class Pt2eOptions(_Strict):
     per_channel: bool = True
 
 
+# The extra_options keys onnxruntime 1.32's quantize_static and its calibrators read (from its
+# source). ORT ignores any other key silently, so a misspelt one would quietly change nothing.
+ORT_EXTRA_OPTIONS = frozenset({
+    "ActivationRestrictedAsymmetric", "ActivationSymmetric", "AddQDQPairToWeight", "BlockSize",
+    "CalibMaxIntermediateOutputs", "CalibMovingAverage", "CalibMovingAverageConstant", "CalibPercentile",
+    "CalibStridedMinMax", "CalibTensorRangeSymmetric", "DedicatedQDQPair", "DefaultTensorType", "EnableSubgraph",
+    "ForceQuantizeNoInputCheck", "MatMulConstBOnly", "MinimumRealRange", "OpTypesToExcludeOutputQuantization",
+    "QDQDisableWeightAdjustForInt32Bias", "QDQKeepRemovableActivations", "QDQOpTypePerChannelSupportToAxis",
+    "QuantizeBias", "SmoothQuant", "SmoothQuantAlpha", "SmoothQuantFolding", "TensorQuantOverrides",
+    "UseQDQContribOps", "WeightSymmetric", "extra.Sigmoid.nnapi",
+})
+
+
 class OrtQuantOptions(_Strict):
     """Overrides for ORT's ``quantize_static``; ``None`` means: take it from the preset."""
 
@@ -56,6 +69,15 @@ class OrtQuantOptions(_Strict):
     op_types_to_quantize: list[str] | None = None
     nodes_to_exclude: list[str] | None = None
     extra_options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("extra_options")
+    @classmethod
+    def _known_extra_options(cls, v):
+        unknown = sorted(set(v) - ORT_EXTRA_OPTIONS)
+        if unknown:
+            raise ValueError(f"quantize_static does not read {', '.join(unknown)}; "
+                             f"known keys: {', '.join(sorted(ORT_EXTRA_OPTIONS))}")
+        return v
 
 
 class LatencyOptions(_Strict):

@@ -91,3 +91,11 @@ def test_npz_that_is_not_an_archive_is_refused(tmp_path):
     path.write_bytes(b"not a zip")
     with pytest.raises(InvalidCalibration, match="not a readable .npz"):
         samples_from_npz(path, [InputSpec("x", "float32", (1,))], {"x": (1,)}, ComparisonOptions())
+
+
+def test_a_misspelt_ort_extra_option_is_refused_not_ignored():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="WeightSymetric"):
+        ComparisonOptions(ort={"extra_options": {"WeightSymetric": True}})
+    assert ComparisonOptions(ort={"extra_options": {"WeightSymmetric": True}}).ort.extra_options == {"WeightSymmetric": True}

@@ -53,3 +53,18 @@ def test_the_shapes_samples_are_made_with_are_checked_before_any_array_exists(tm
     with pytest.raises(BudgetExceeded) as e:
         run_comparison(request, tmp_path / "work")
     assert e.value.details["budget"] == "max_input_elements"
+
+
+def test_many_samples_of_a_large_input_are_refused_before_any_is_made(tmp_path):
+    """Each input fits max_input_elements, but 4096 + 4096 samples of it would not fit in memory."""
+    from service.errors import BudgetExceeded
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    options = ComparisonOptions(calibration_samples=4096, eval_samples=4096,
+                                input_shapes={"x": [64, 3, 16, 16]})
+    with pytest.raises(BudgetExceeded) as e:
+        run_comparison(ComparisonRequest(example="conv_relu", options=options,
+                                         budgets=Budgets(max_sample_bytes=512 << 20)), tmp_path)
+    assert e.value.details["budget"] == "max_sample_bytes"
+    assert "8192 samples" in e.value.message

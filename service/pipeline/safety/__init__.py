@@ -12,7 +12,7 @@ Every refusal is a ``service.errors`` error with a stable code: ``invalid_model`
 """
 
 from .archives import safe_extract_archive
-from .budgets import DEFAULT_BUDGETS, Budgets
+from .budgets import DEFAULT_BUDGETS, Budgets, check_sample_bytes
 from .onnx_checks import (
     ModelStats,
     check_input_elements,
@@ -32,6 +32,7 @@ __all__ = [
     "check_input_elements",
     "check_onnx_model",
     "check_pt2_archive",
+    "check_sample_bytes",
     "exported_program_from_pt2",
     "load_external_data_from_job_folder",
     "onnx_model_from_path",

@@ -28,6 +28,7 @@ class Budgets:
     max_loop_trip_count: int = 100_000  # a Loop's constant trip count
     max_input_elements: int = 64 * 1024 * 1024  # one declared model input (elements), as fed for calibration
     max_graph_inputs: int = 256
+    max_sample_bytes: int = 2 * GiB  # every calibration + evaluation sample together, as generated
     # archives (.pt2 and .zip/.tar of model + external data)
     max_archive_members: int = 4096
     max_archive_bytes: int = 2 * GiB  # total uncompressed
@@ -48,6 +49,28 @@ class Budgets:
 
 
 DEFAULT_BUDGETS = Budgets()
+
+
+def check_sample_bytes(shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str], count: int,
+                       budgets: Budgets | None = None) -> None:
+    """Refuse sample sets too large to hold: each input's size is bounded on its own
+    (``max_input_elements``), but ``count`` samples of several inputs multiply."""
+    import math
+
+    import numpy as np
+
+    budgets = budgets or DEFAULT_BUDGETS
+    per_sample = 0
+    for name, shape in shapes.items():
+        try:
+            itemsize = np.dtype(dtypes.get(name, "float32")).itemsize
+        except TypeError:
+            itemsize = 4
+        per_sample += math.prod(shape) * itemsize
+    total = per_sample * count
+    if total > budgets.max_sample_bytes:
+        raise budgets.refuse("max_sample_bytes", f"{count} samples of {_fmt(per_sample, 'bytes')} each", total,
+                             unit="bytes")
 
 
 def _fmt(v: int | float, unit: str) -> str:
