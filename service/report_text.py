@@ -17,7 +17,7 @@ def _size(n: int | None) -> str:
 
 def _ops(counts: dict[str, int], limit: int = 6) -> str:
     items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    text = ", ".join(f"{k}x{v}" if v > 1 else k for k, v in items[:limit])
+    text = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in items[:limit])
     return text + (f", +{len(items) - limit}" if len(items) > limit else "") if text else "-"
 
 
@@ -57,7 +57,8 @@ def summary_table(report: Report) -> str:
             lines += [""] + list(extra)
     if report.platform:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
-        lines += [f"  {p.topic}: {p.here.split(';')[0].split(':', 1)[-1].strip()[:100]}" for p in report.platform]
+        # The first clause of each note; the report and the page carry the whole text and evidence.
+        lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
     v = report.verdict
     if report.options.gates:
         lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]

@@ -3,12 +3,15 @@ coverage, where each decision is made, and the lints."""
 
 from __future__ import annotations
 
+import re
+
 from service.pipeline.options import LEVELS
 
 __all__ = ["levels_summary_lines"]
 
 _COL = 15
-_DCOL = 22
+_DCOL = 24
+_LABEL = 40
 
 
 def _cell(ol) -> str:
@@ -23,11 +26,18 @@ def _cell(ol) -> str:
 
 
 def _short(where: str) -> str:
+    """A cell that fits: the level or 'file', without the parenthesised detail the page shows."""
     w = where.replace("at session level ", "").replace("from session level ", "from ").replace("in the file", "file")
-    w = w.replace(" (QDQS8ToU8Transformer)", "").replace("never in an int8 kernel", "never int8")
+    w = w.replace("never in an int8 kernel", "never int8")
     if w.startswith("n/a"):
         return "n/a"
-    return w
+    while True:  # drop (...) details, innermost first
+        stripped = re.sub(r"\s*\([^()]*\)", "", w)
+        if stripped == w:
+            break
+        w = stripped
+    w = w.replace("; ", ", ").strip()
+    return w if len(w) <= _DCOL - 2 else w[: _DCOL - 5] + "..."
 
 
 def levels_summary_lines(report) -> list[str]:
@@ -54,12 +64,12 @@ def levels_summary_lines(report) -> list[str]:
         lines.append("int8 coverage per level: " + "; ".join(cov))
     if report.decisions:
         quant = [n for n in arts if n != "fp32"]
-        lines += ["", f"{'decision':<26}" + "".join(f"{n:<{_DCOL}}" for n in quant)]
+        lines += ["", f"{'decision':<{_LABEL}}" + "".join(f"{n:<{_DCOL}}" for n in quant)]
         for row in report.decisions:
             if not any(n in row.where for n in quant):
                 continue
-            cells = [_short(row.where.get(n, "-"))[: _DCOL - 2] for n in quant]
-            lines.append(f"{row.decision[:25]:<26}" + "".join(f"{c:<{_DCOL}}" for c in cells))
+            cells = [_short(row.where.get(n, "-")) for n in quant]
+            lines.append(f"{row.decision[:_LABEL - 1]:<{_LABEL}}" + "".join(f"{c:<{_DCOL}}" for c in cells))
     for lint in report.lints[:4]:
         where = f" {lint.artifact}" if lint.artifact else ""
         lines.append(f"lint {lint.severity}{where} {lint.code}: {lint.hint or lint.message}"[:160])
