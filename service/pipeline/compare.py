@@ -137,7 +137,8 @@ def run_comparison(
             from service.pipeline.onnx_cleanup import opset_for_ort
             from service.pipeline.ort_quant import preprocessed_for_ort
 
-            ort_input, opset_note = opset_for_ort(fp32_path, scratch / "fp32.opset13.onnx")
+            ai_onnx = next((o.version for o in fp32_model.opset_import if o.domain in ("", "ai.onnx")), None)
+            ort_input, opset_note = opset_for_ort(fp32_path, scratch / "fp32.opset13.onnx", opset=ai_onnx)
             ort_notes.append(opset_note)
             if ort_settings["pre_process"]:
                 t0 = time.perf_counter()

@@ -181,13 +181,14 @@ def control_flow_nodes(model) -> Counter:
 ORT_QDQ_MIN_OPSET = 13
 
 
-def opset_for_ort(fp32_path, out_path) -> tuple[object, str | None]:
-    """The fp32 file ORT should quantize: upgraded to opset 13 when older; (path, note or None)."""
+def opset_for_ort(fp32_path, out_path, *, opset: int | None) -> tuple[object, str | None]:
+    """The fp32 file ORT should quantize: upgraded to opset 13 when older; (path, note or None).
+
+    ``opset`` is the file's ai.onnx opset, which the caller already read: a large model is not
+    parsed again just to learn it."""
     import onnx
     from onnx import version_converter
 
-    model = onnx.load(str(fp32_path), load_external_data=False)
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     if opset is None or opset >= ORT_QDQ_MIN_OPSET:
         return fp32_path, None
     try:
