@@ -53,13 +53,13 @@ def options_error_message(e) -> str:
 
 def _cmd_compare(args) -> int:
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.report_text import summary_table
+    from service.render.text import summary_table
 
     if not args.verbose:
         from service.pipeline.logs import quiet_toolchain_logs
 
         quiet_toolchain_logs()
-    from service.pipeline.exporter_cache import install_exporter_registry_cache
+    from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
 
     install_exporter_registry_cache()  # the second export of the job reuses the first one's registry
 

@@ -22,7 +22,7 @@ def add_worker_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_worker_command(args: argparse.Namespace) -> int:
     from service.config import Settings, get_settings
-    from service.jobs.celery_worker import run_worker
+    from service.jobs.celery.worker import run_worker
 
     settings = get_settings()
     overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir,

@@ -41,7 +41,7 @@ def cache_key(*, model: str, calibration: str | None, options: dict, versions: d
 
 
 class LocalExecutor:
-    # Hooks for other executors over the same store and data directory (celery_executor.py).
+    # Hooks for other executors over the same store and data directory (celery/executor.py).
     store_class = JobStore
 
     def __init__(self, settings: Settings, *, start_pool: bool = True):
@@ -119,7 +119,7 @@ class LocalExecutor:
 def make_executor(settings: Settings) -> LocalExecutor:
     """The executor ``QUANTCOMPARE_EXECUTOR`` names: the local pool, or Celery workers via a broker."""
     if settings.executor == "celery":
-        from service.jobs.celery_executor import CeleryExecutor
+        from service.jobs.celery.executor import CeleryExecutor
 
         return CeleryExecutor(settings)
     return LocalExecutor(settings)

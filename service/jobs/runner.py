@@ -17,7 +17,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
     # Imported here, not at module top: the API process imports this module's neighbours, never torch.
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
-    from service.pipeline.safety import Budgets
+    from service.pipeline.inputs.safety import Budgets
 
     request = ComparisonRequest(
         options=ComparisonOptions.model_validate(spec.options),

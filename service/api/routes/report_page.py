@@ -7,7 +7,7 @@ from fastapi.responses import HTMLResponse
 
 from service.api.deps import ExecutorDep
 from service.api.errors import problem_responses
-from service.api.report_page import render_job_page
+from service.render.page import render_job_page
 from service.api.routes.comparisons import job_or_404
 
 router = APIRouter(prefix="/v1/comparisons", tags=["report"])

@@ -44,7 +44,7 @@ class Quantization:
 
 def quantization_in_model(model) -> Quantization | None:
     """The quantization already in ``model`` (None for a float model)."""
-    from service.pipeline.inventory import all_nodes, op_key
+    from service.pipeline.inspect.inventory import all_nodes, op_key
 
     hist = Counter(op_key(n) for n in all_nodes(model.graph))
     ops = {k: v for k, v in hist.items() if k in QUANT_OPS}

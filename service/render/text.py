@@ -48,7 +48,7 @@ def summary_table(report: Report) -> str:
         lines.append(f"{name:<14}{'ok':<9}{f'{q.quantize_linear}/{q.dequantize_linear}':>8}  {q.bias_summary:<8}"
                      f"{weights:<10}{size:>9}  {ops}")
     try:
-        from service.pipeline.levels_text import levels_summary_lines
+        from service.render.levels_text import levels_summary_lines
     except ImportError:  # levels summary not available
         levels_summary_lines = None
     if levels_summary_lines is not None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from service.api import svg
+from service.render import svg
 from service.api.routes.artifacts import split_name
 from service.pipeline.options import LEVELS
 

@@ -23,10 +23,10 @@ from typing import Callable
 
 import numpy as np
 
-from service.pipeline.paths import scrub
+from service.pipeline.quantize.isolation import scrub
 from service.pipeline.environment import cpu_info
-from service.pipeline.graph_diff import diff_graphs
-from service.pipeline.graph_summary import (
+from service.pipeline.inspect.graph_diff import diff_graphs
+from service.pipeline.inspect.graph_summary import (
     INT8_COMPUTE_KERNELS,
     INT8_KERNELS,
     Graph,
@@ -43,9 +43,9 @@ from service.pipeline.graph_summary import (
     quantized_activation_dtypes,
     weight_quant_params,
 )
-from service.pipeline.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
+from service.pipeline.runtime.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
 from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
-from service.pipeline.ort_sessions import session_for
+from service.pipeline.runtime.ort_sessions import session_for
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
 from service.schemas.report import QuantizationInventory
 
@@ -105,8 +105,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     Writes ``out_dir/<artifact>.<level>.onnx``. A session that fails at one level is recorded in
     that level's ``error`` and the other levels go on.
     """
-    from service.pipeline.decisions import decisions_table
-    from service.pipeline.lints import lints_for
+    from service.pipeline.verdict.decisions import decisions_table
+    from service.pipeline.verdict.lints import lints_for
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

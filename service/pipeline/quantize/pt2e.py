@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.pipeline.samples import Feed
-from service.pipeline.sources import ModelSource, dynamic_shapes_for, example_args
+from service.pipeline.inputs.samples import Feed
+from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.schemas.report import ToolInfo
 
 
@@ -13,7 +13,7 @@ def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], ca
     """The torch.export program PT2E starts from; for ONNX uploads, via onnx2torch."""
     if source.program is not None:
         return source.program
-    from service.pipeline.onnx_to_torch import program_from_onnx
+    from service.pipeline.quantize.onnx_to_torch import program_from_onnx
 
     return program_from_onnx(source, shapes, calibration=calibration)
 

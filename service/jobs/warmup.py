@@ -17,7 +17,7 @@ log = logging.getLogger("quantcompare.warmup")
 
 def warm_up() -> float:
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.exporter_cache import install_exporter_registry_cache
+    from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
     from service.pipeline.logs import quiet_toolchain_logs
     from service.pipeline.options import ComparisonOptions
 

@@ -23,7 +23,7 @@ from collections import Counter
 
 import onnx
 
-from service.pipeline.graph_summary import INT8_KERNELS, MS, NCHWC, QDQ_FUSION_LIST, Graph, op_key  # noqa: F401
+from service.pipeline.inspect.graph_summary import INT8_KERNELS, MS, NCHWC, QDQ_FUSION_LIST, Graph, op_key  # noqa: F401
 from service.schemas.levels import LevelDiff, Rewrite
 
 _TOKEN = re.compile(r"(_token_\d+)+$")

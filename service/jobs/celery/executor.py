@@ -2,7 +2,7 @@
 
 ``CeleryExecutor`` is the ``LocalExecutor`` minus the pool: submission stages the job folder
 and inserts the queued row exactly as before, then publishes the job id. Workers started with
-``quantcompare worker`` (celery_worker.py) claim and run it, writing state and progress to the
+``quantcompare worker`` (worker.py) claim and run it, writing state and progress to the
 same store the API reads, and the report and artifacts to the same shared data directory.
 
 Several API processes may share one data directory and broker, so start-up here touches nothing
@@ -15,7 +15,7 @@ reconciler thread covers what the broker cannot:
   it as ``interrupted`` once it used its attempts;
 - finished jobs past the retention are deleted, as the local pool's housekeeping does.
 
-A duplicate message is always harmless (see celery_store.py), so the reconciler errs on the
+A duplicate message is always harmless (see store.py), so the reconciler errs on the
 side of publishing.
 """
 
@@ -28,8 +28,8 @@ import time
 
 from service.config import Settings
 from service.errors import Busy
-from service.jobs.celery_app import QUEUE, TASK_RUN_JOB, celery_app, require_broker
-from service.jobs.celery_store import SharedJobStore
+from service.jobs.celery.app import QUEUE, TASK_RUN_JOB, celery_app, require_broker
+from service.jobs.celery.store import SharedJobStore
 from service.jobs.executor import LocalExecutor
 from service.jobs.pool import sweep_expired
 from service.jobs.spec import JobSpec

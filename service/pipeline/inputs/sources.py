@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from service.examples import get_example
-from service.pipeline.specs import InputSpec
+from service.pipeline.inputs.specs import InputSpec
 
 BATCH_FOR_EXPORT = 2  # torch.export specializes a dynamic dim to 1 when the example batch is 1
 
@@ -56,7 +56,7 @@ def source_from_example(name: str) -> ModelSource:
 
 
 def source_from_pt2(path: Path, *, name: str, budgets=None, allow_pt2: bool = True) -> ModelSource:
-    from service.pipeline.safety import exported_program_from_pt2
+    from service.pipeline.inputs.safety import exported_program_from_pt2
 
     program = exported_program_from_pt2(path, budgets=budgets, allow_pt2=allow_pt2)
     return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs_from_program(program),
@@ -64,8 +64,8 @@ def source_from_pt2(path: Path, *, name: str, budgets=None, allow_pt2: bool = Tr
 
 
 def source_from_onnx(path: Path, *, name: str, budgets=None, allowed_data_files=None) -> ModelSource:
-    from service.pipeline.safety import onnx_model_from_path
-    from service.pipeline.specs import input_specs_from_onnx
+    from service.pipeline.inputs.safety import onnx_model_from_path
+    from service.pipeline.inputs.specs import input_specs_from_onnx
 
     model = onnx_model_from_path(path, budgets=budgets, allowed_data_files=allowed_data_files)
     return ModelSource(name=name, format="onnx", sha256=file_sha256(path), specs=input_specs_from_onnx(model),
@@ -92,7 +92,7 @@ def is_model_archive(path: Path) -> bool:
 
 def source_from_archive(path: Path, dest: Path, *, name: str, budgets=None) -> ModelSource:
     """Extract model + external data into the job's own folder, then load the model *by path* from there."""
-    from service.pipeline.safety import safe_extract_archive
+    from service.pipeline.inputs.safety import safe_extract_archive
 
     onnx_path = safe_extract_archive(path, dest, budgets=budgets)
     data_files = {p.name for p in dest.iterdir() if p.is_file()} - {onnx_path.name}
