@@ -15,7 +15,7 @@ import logging
 import sys
 from pathlib import Path
 
-from service.errors import InvalidOptions, QuantCompareError
+from service.errors import InvalidOptions, QuantCompareError, validation_detail, validation_errors
 
 
 def load_options(text: str | None):
@@ -34,21 +34,7 @@ def load_options(text: str | None):
     try:
         return ComparisonOptions.model_validate_json(text)
     except ValidationError as e:
-        raise InvalidOptions(options_error_message(e), hint="see `quantcompare compare --help` and the README's options table") from e
-
-
-def options_error_message(e) -> str:
-    """Pydantic's errors in one line a person can act on: 'latency.runs: must be >= 1; ...'."""
-    parts = []
-    for err in e.errors()[:8]:
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "(body)"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown option"
-        elif err.get("type") == "json_invalid":
-            msg = "not valid JSON"
-        parts.append(f"{loc}: {msg}")
-    return "invalid options: " + "; ".join(parts)
+        raise InvalidOptions("invalid options: " + validation_detail(validation_errors(e), empty_loc="(body)"), hint="see `quantcompare compare --help` and the README's options table") from e
 
 
 def _cmd_compare(args) -> int:

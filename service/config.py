@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from service.errors import validation_errors
 from service.pipeline.inputs.safety.budgets import Budgets  # framework-free (a dataclass of limits)
 
 ENV_PREFIX = "QUANTCOMPARE_"
@@ -85,7 +86,7 @@ class Settings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as e:
-            msgs = "; ".join(f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}" for err in e.errors())
+            msgs = "; ".join(f"{ENV_PREFIX}{x['loc'].split('.')[0].upper()}: {x['msg']}" for x in validation_errors(e, skip=()))
             raise ValueError(f"invalid settings: {msgs}") from None
 
     # Derived paths: one place decides the layout of the data directory.

@@ -124,3 +124,19 @@ class PathSkipped(QuantCompareError):
     def __init__(self, message: str, *, stage: str, hint: str | None = None):
         super().__init__(message, hint=hint)
         self.stage = stage
+
+
+# Pydantic's error types whose own message reads as jargon to a person.
+_PLAIN_MESSAGES = {"extra_forbidden": "unknown field", "json_invalid": "not valid JSON"}
+
+
+def validation_errors(e, *, skip=("body", "query", "path")) -> list[dict[str, str]]:
+    """A pydantic ``ValidationError`` as ``[{"loc": "latency.runs", "msg": ...}]``: where and what,
+    never the input value (it may be large or hostile). ``skip`` drops FastAPI's location prefixes."""
+    return [{"loc": ".".join(str(p) for p in err.get("loc", ()) if p not in skip),
+             "msg": _PLAIN_MESSAGES.get(err.get("type"), err.get("msg", "invalid"))} for err in e.errors()]
+
+
+def validation_detail(errors: list[dict[str, str]], *, empty_loc: str, limit: int = 8) -> str:
+    """Those errors in one line a person can act on: 'latency.runs: must be >= 1; ...'."""
+    return "; ".join(f"{x['loc'] or empty_loc}: {x['msg']}" for x in errors[:limit])

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Callable
 
 from service.pipeline.environment import environment
-from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx, op_key, all_nodes
+from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
+from service.pipeline.vocabulary import all_nodes, op_key
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.isolation import run_path
 from service.pipeline.verdict.platform_notes import platform_notes

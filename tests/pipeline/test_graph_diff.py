@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.inspect.graph_diff import diff_graphs
-from service.pipeline.inspect.graph_summary import graph_from_model, graph_from_path
+from service.pipeline.vocabulary import graph_from_model, graph_from_path
 from service.pipeline.runtime.ort_sessions import session_for
 
 

@@ -24,7 +24,7 @@ from service.jobs.spec import REPORT_FILE
 from service.api.errors import problem_responses
 from service.errors import InvalidRequest
 from service.api.uploads import display_name, receive_form, receive_json
-from service.errors import Busy, InvalidOptions, NotFound
+from service.errors import Busy, InvalidOptions, NotFound, validation_detail, validation_errors
 from service.jobs.executor import cache_key, new_job_id
 from service.jobs.spec import JobSpec
 from service.pipeline.environment import toolchain_versions
@@ -70,8 +70,8 @@ def resolve_options(raw: dict[str, Any]) -> ComparisonOptions:
     try:
         return ComparisonOptions.model_validate(raw)
     except ValidationError as e:
-        errors = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in e.errors()]
-        detail = "; ".join(f"{x['loc'] or 'options'}: {x['msg']}" for x in errors)[:2000]
+        errors = validation_errors(e, skip=())
+        detail = validation_detail(errors, empty_loc="options")[:2000]
         raise InvalidOptions(f"invalid options: {detail}", hint="GET /openapi.json describes ComparisonOptions",
                              errors=errors) from None
 
@@ -154,7 +154,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             except ValidationError as e:
                 raise InvalidRequest("the JSON body must be {\"example\": <name>, \"options\": {...}}",
                                      hint="GET /v1/examples lists the examples",
-                                     errors=[{"loc": ".".join(map(str, x["loc"])), "msg": x["msg"]} for x in e.errors()],
+                                     errors=validation_errors(e, skip=()),
                                      status=422) from None
             from service.examples import get_example
 

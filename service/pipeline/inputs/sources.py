@@ -15,17 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from service.examples import get_example
+from service.pipeline.files import file_sha256
 from service.pipeline.inputs.specs import InputSpec
 
 BATCH_FOR_EXPORT = 2  # torch.export specializes a dynamic dim to 1 when the example batch is 1
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass

@@ -1,70 +1,36 @@
 """What one graph holds, in ORT's terms: op histogram, int8 kernels, biases, layout nodes.
 
-Works on the ``onnx`` protobuf of a file as written or as ORT saved it after optimization
-(``optimized_model_filepath``). ORT's saved graphs carry no value_info for its own
-``com.microsoft`` ops, so tensor dtypes are propagated here from initializers, graph inputs and
-the zero points of Q / QLinear nodes (enough to tell int8 from uint8 from float).
+Works on the graph index (``vocabulary.GraphIndex``) of a file as written or as ORT saved it
+after optimization (``optimized_model_filepath``); the op sets it counts come from
+``vocabulary``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
+from service.pipeline.vocabulary import (
+    DATA_MOVEMENT_OPS,
+    INT8_KERNELS,
+    MS,
+    NCHWC,
+    QDQ_FUSION_LIST,
+    QDQ_OPS,
+    QLINEAR_BIAS_INDEX,
+    COMPUTE_OPS,
+    SYMMETRIC_ZERO_POINT,
+    GraphIndex,
+    is_float,
+    op_key,
+)
 from service.schemas.levels import BiasState, LayoutInfo, NodeSummary
 
-MS = "com.microsoft"
-NCHWC = "com.microsoft.nchwc"
-
-# Float compute ops whose int8 versions the coverage counts.
-COMPUTE_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", f"{MS}.Attention", f"{MS}.MultiHeadAttention",
-               f"{MS}.FusedConv", f"{MS}.FusedMatMul", f"{MS}.FusedGemm", f"{NCHWC}.Conv"}
-# int8 kernels that stand for one of COMPUTE_OPS.
-INT8_COMPUTE_KERNELS = {
-    "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", f"{MS}.QLinearConv", f"{MS}.QGemm",
-    f"{MS}.QAttention", f"{MS}.DynamicQuantizeMatMul", f"{MS}.MatMulIntegerToFloat",
-    f"{MS}.QOrderedMatMul", f"{MS}.DynamicQuantizeLSTM", f"{MS}.QLinearConvTranspose", f"{MS}.NhwcQLinearConv",
-}
-# Other int8 kernels (element-wise, pooling, ...), from ORT's QDQ selector/action registry.
-INT8_OTHER_KERNELS = {
-    f"{MS}.QLinearAdd", f"{MS}.QLinearMul", f"{MS}.QLinearConcat", f"{MS}.QLinearSigmoid",
-    f"{MS}.QLinearSoftmax", f"{MS}.QLinearAveragePool", f"{MS}.QLinearGlobalAveragePool",
-    f"{MS}.QLinearLeakyRelu", f"{MS}.QLinearWhere", f"{MS}.QLinearReduceMean", f"{MS}.QLinearPool",
-    f"{MS}.QEmbedLayerNormalization", f"{MS}.QLinearSplit",
-}
-INT8_KERNELS = INT8_COMPUTE_KERNELS | INT8_OTHER_KERNELS
 # Index of the activation zero point among a kernel's inputs (default 2: x, x_scale, x_zero_point).
-_ACT_ZP_INDEX = {f"{MS}.QLinearConcat": 1}
-# Index of the output zero point (to type the kernel's output).
-_OUT_ZP_INDEX = {"QLinearConv": 7, f"{MS}.QLinearConv": 7, "QLinearMatMul": 7, f"{MS}.QGemm": 7,
-                 f"{MS}.QLinearAdd": 7, f"{MS}.QLinearMul": 7, f"{MS}.QLinearConcat": 1,
-                 f"{MS}.QLinearSigmoid": 4, f"{MS}.QLinearSoftmax": 4, f"{MS}.QLinearAveragePool": 4,
-                 f"{MS}.QLinearGlobalAveragePool": 4, f"{MS}.QLinearLeakyRelu": 4, f"{MS}.QLinearWhere": 8}
-# Ops whose output dtype is not the first input's.
-_FIXED_OUT = {"Shape": "int64", "Size": "int64", "NonZero": "int64", "ArgMax": "int64", "ArgMin": "int64",
-              "Equal": "bool", "Less": "bool", "Greater": "bool", "Not": "bool", "And": "bool", "Or": "bool",
-              "DequantizeLinear": "float32", "MatMulInteger": "int32", "ConvInteger": "int32",
-              f"{MS}.MatMulIntegerToFloat": "float32", f"{MS}.DynamicQuantizeMatMul": "float32"}
-# Ops that move/reshape data and never compute; not "left in float" in a meaningful sense.
-_DATA_MOVEMENT = {"Shape", "Size", "Constant", "Identity", "Cast", "Gather", "Unsqueeze", "Squeeze", "Concat",
-                  "Reshape", "Flatten", "Transpose", "Slice", "Expand", "Split", "Range", "ConstantOfShape"}
-QDQ = {"QuantizeLinear", "DequantizeLinear"}
-
-
-def op_key(op_type: str, domain: str) -> str:
-    """Histogram key: ``op_type`` for ai.onnx, ``domain.op_type`` otherwise."""
-    return f"{domain}.{op_type}" if domain not in ("", "ai.onnx") else op_type
-
-
-def _np_dtype_name(elem_type: int) -> str:
-    try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except Exception:  # noqa: BLE001 - exotic types (float8, int4) have no plain numpy name
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
+_ACT_ZP_INDEX = {f"{MS}.QLinearConcat": 4}  # Y_scale, Y_zp, then (X, X_scale, X_zp) triples: first input's zp
 
 
 _ATTR_SKIP = {"value"}  # Constant payloads: large and not what a reader compares
@@ -85,103 +51,12 @@ def _attributes(node: onnx.NodeProto) -> dict:
     return out
 
 
-@dataclass
-class Graph:
-    """A loaded graph with the indexes the summaries and the diff need."""
-
-    model: onnx.ModelProto
-    nodes: list[onnx.NodeProto]
-    initializers: dict[str, onnx.TensorProto]
-    producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
-    consumers: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
-    dtypes: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def opset(self) -> int:
-        for o in self.model.opset_import:
-            if o.domain in ("", "ai.onnx"):
-                return o.version
-        return 0
-
-    def init_array(self, name: str) -> np.ndarray | None:
-        t = self.initializers.get(name)
-        return numpy_helper.to_array(t) if t is not None else None
-
-
-def graph_from_model(model: onnx.ModelProto) -> Graph:
-    g = model.graph
-    nodes = list(g.node)
-    inits = {t.name: t for t in g.initializer}
-    # Constant nodes act as initializers for our purposes (dtype and value lookups).
-    for n in nodes:
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            for a in n.attribute:
-                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-                    t = onnx.TensorProto()
-                    t.CopyFrom(a.t)
-                    t.name = n.output[0]
-                    inits[n.output[0]] = t
-    graph = Graph(model=model, nodes=nodes, initializers=inits)
-    for n in nodes:
-        for o in n.output:
-            if o:
-                graph.producer[o] = n
-        for i in n.input:
-            if i:
-                graph.consumers.setdefault(i, []).append(n)
-    graph.dtypes = _propagate_dtypes(graph)
-    return graph
-
-
-def graph_from_path(path) -> Graph:
-    return graph_from_model(onnx.load(str(path)))
-
-
-def _propagate_dtypes(graph: Graph) -> dict[str, str]:
-    g = graph.model.graph
-    dt: dict[str, str] = {}
-    for vi in list(g.input) + list(g.output) + list(g.value_info):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            dt[vi.name] = _np_dtype_name(vi.type.tensor_type.elem_type)
-    for name, t in graph.initializers.items():
-        dt[name] = _np_dtype_name(t.data_type)
-    for n in graph.nodes:  # ONNX and ORT-saved graphs are topologically sorted
-        key = op_key(n.op_type, n.domain)
-        out_dt = None
-        if key == "QuantizeLinear":
-            out_dt = dt.get(n.input[2]) if len(n.input) > 2 and n.input[2] else "uint8"
-            if out_dt is None:
-                for a in n.attribute:
-                    if a.name == "output_dtype" and a.i:
-                        out_dt = _np_dtype_name(a.i)
-        elif key in _OUT_ZP_INDEX:
-            idx = _OUT_ZP_INDEX[key]
-            out_dt = dt.get(n.input[idx]) if len(n.input) > idx and n.input[idx] else "uint8"
-        elif key in _FIXED_OUT:
-            out_dt = _FIXED_OUT[key]
-        elif key == "Cast":
-            for a in n.attribute:
-                if a.name == "to":
-                    out_dt = _np_dtype_name(a.i)
-        elif key in ("Where",):
-            out_dt = dt.get(n.input[1]) if len(n.input) > 1 else None
-        else:
-            first = next((i for i in n.input if i), None)
-            out_dt = dt.get(first) if first else None
-        for o in n.output:
-            if o and o not in dt and out_dt is not None:
-                dt[o] = out_dt
-    return dt
-
-
-def activation_dtype(graph: Graph, node: onnx.NodeProto) -> str | None:
+def activation_dtype(graph: GraphIndex, node: onnx.NodeProto) -> str | None:
     """dtype an int8 kernel's activation operand has, read from its zero point (or the tensor)."""
-    key = op_key(node.op_type, node.domain)
+    key = op_key(node)
     if key in (f"{MS}.DynamicQuantizeMatMul", f"{MS}.DynamicQuantizeLSTM"):
         return "uint8"  # quantized at run time, always u8 on CPU
     idx = _ACT_ZP_INDEX.get(key, 2)
-    if key == f"{MS}.QLinearConcat":
-        idx = 4  # Y_scale, Y_zp, then (X, X_scale, X_zp) triples: first input's zp
     if len(node.input) > idx and node.input[idx]:
         d = graph.dtypes.get(node.input[idx])
         if d:
@@ -190,10 +65,10 @@ def activation_dtype(graph: Graph, node: onnx.NodeProto) -> str | None:
     return graph.dtypes.get(first)
 
 
-def node_summaries(graph: Graph) -> list[NodeSummary]:
+def node_summaries(graph: GraphIndex) -> list[NodeSummary]:
     out = []
     for n in graph.nodes:
-        key = op_key(n.op_type, n.domain)
+        key = op_key(n)
         out.append(NodeSummary(
             op_type=n.op_type, domain=n.domain, name=n.name, inputs=list(n.input), outputs=list(n.output),
             attributes=_attributes(n),
@@ -202,24 +77,20 @@ def node_summaries(graph: Graph) -> list[NodeSummary]:
     return out
 
 
-def op_histogram(graph: Graph) -> dict[str, int]:
-    return dict(Counter(op_key(n.op_type, n.domain) for n in graph.nodes))
+def op_histogram(graph: GraphIndex) -> dict[str, int]:
+    return dict(Counter(op_key(n) for n in graph.nodes))
 
 
-def compute_op_count(graph: Graph) -> int:
-    return sum(1 for n in graph.nodes if op_key(n.op_type, n.domain) in COMPUTE_OPS)
+def compute_op_count(graph: GraphIndex) -> int:
+    return sum(1 for n in graph.nodes if op_key(n) in COMPUTE_OPS)
 
 
-def is_float(dtype: str | None) -> bool:
-    return dtype is not None and dtype.startswith(("float", "bfloat"))
-
-
-def ops_on_float(graph: Graph) -> dict[str, int]:
+def ops_on_float(graph: GraphIndex) -> dict[str, int]:
     """Non-Q/DQ compute ops whose first data input is float: what still runs in fp32."""
     c: Counter[str] = Counter()
     for n in graph.nodes:
-        key = op_key(n.op_type, n.domain)
-        if key in QDQ or key in INT8_KERNELS or n.op_type in _DATA_MOVEMENT:
+        key = op_key(n)
+        if key in QDQ_OPS or key in INT8_KERNELS or n.op_type in DATA_MOVEMENT_OPS:
             continue
         first = next((i for i in n.input if i), None)
         if first is not None and first not in graph.initializers and is_float(graph.dtypes.get(first)):
@@ -227,21 +98,20 @@ def ops_on_float(graph: Graph) -> dict[str, int]:
     return dict(c)
 
 
-def _bias_input_is_int32(graph: Graph, name: str) -> bool:
+def _bias_input_is_int32(graph: GraphIndex, name: str) -> bool:
     if graph.dtypes.get(name) == "int32":
         return True
     p = graph.producer.get(name)
     return bool(p is not None and p.op_type == "DequantizeLinear" and graph.dtypes.get(p.input[0]) == "int32")
 
 
-def bias_state(graph: Graph) -> BiasState:
+def bias_state(graph: GraphIndex) -> BiasState:
     i32 = f32 = 0
     for n in graph.nodes:
-        key = op_key(n.op_type, n.domain)
-        if key in ("QLinearConv", f"{MS}.QLinearConv") and len(n.input) > 8 and n.input[8]:
-            i32 += 1
-        elif key == f"{MS}.QGemm" and len(n.input) > 6 and n.input[6]:
-            i32 += 1
+        key = op_key(n)
+        bias = QLINEAR_BIAS_INDEX.get(key)
+        if bias is not None:
+            i32 += int(len(n.input) > bias and bool(n.input[bias]))
         elif key in ("Conv", "ConvTranspose", "Gemm", f"{MS}.FusedConv", f"{NCHWC}.Conv") and len(n.input) > 2 and n.input[2]:
             if _bias_input_is_int32(graph, n.input[2]):
                 i32 += 1
@@ -251,7 +121,7 @@ def bias_state(graph: Graph) -> BiasState:
     return BiasState(int32=i32, float32=f32, summary=summary)
 
 
-def layout_info(graph: Graph, transposes_in_file: int) -> LayoutInfo:
+def layout_info(graph: GraphIndex, transposes_in_file: int) -> LayoutInfo:
     nhwc = nchwc = reorders = transposes = 0
     for n in graph.nodes:
         if n.domain == NCHWC:
@@ -267,7 +137,7 @@ def layout_info(graph: Graph, transposes_in_file: int) -> LayoutInfo:
                       nchwc_nodes=nchwc, reorders=reorders)
 
 
-def weight_quant_params(graph: Graph) -> list[dict]:
+def weight_quant_params(graph: GraphIndex) -> list[dict]:
     """Per quantized weight: per_channel, symmetric, zero points; for lints and the decisions table.
 
     A weight is an integer initializer of rank >= 2 read by a DequantizeLinear, or operand 3 of a
@@ -286,7 +156,7 @@ def weight_quant_params(graph: Graph) -> list[dict]:
         s = graph.init_array(scale)
         z = graph.init_array(zp) if zp else None
         zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=arr.dtype)
-        mid = 0 if np.issubdtype(arr.dtype, np.signedinteger) else (np.iinfo(arr.dtype).max + 1) // 2
+        mid = SYMMETRIC_ZERO_POINT.get(arr.dtype.name, 0)
         out.append({
             "name": w, "dtype": arr.dtype.name, "consumer": consumer,
             "per_channel": s is not None and s.size > 1,
@@ -295,7 +165,7 @@ def weight_quant_params(graph: Graph) -> list[dict]:
         })
 
     for n in graph.nodes:
-        key = op_key(n.op_type, n.domain)
+        key = op_key(n)
         if key == "DequantizeLinear" and n.input[0] in graph.initializers:
             cons = graph.consumers.get(n.output[0], [])
             add(n.input[0], n.input[1], n.input[2] if len(n.input) > 2 else None,
@@ -305,7 +175,7 @@ def weight_quant_params(graph: Graph) -> list[dict]:
     return out
 
 
-def quantized_activation_dtypes(graph: Graph) -> list[str]:
+def quantized_activation_dtypes(graph: GraphIndex) -> list[str]:
     """dtypes that QuantizeLinear writes activations in (the file's choice, before ORT)."""
     out = set()
     for n in graph.nodes:
@@ -316,7 +186,7 @@ def quantized_activation_dtypes(graph: Graph) -> list[str]:
     return sorted(out)
 
 
-def output_steps(graph: Graph) -> list[float | None]:
+def output_steps(graph: GraphIndex) -> list[float | None]:
     """Per graph output: the quantization step (max scale) of the DequantizeLinear producing it."""
     out = []
     for o in graph.model.graph.output:
@@ -330,21 +200,16 @@ def output_steps(graph: Graph) -> list[float | None]:
     return out
 
 
-# Ops whose QDQ node unit ORT turns into an int8 kernel or runs on int8 (qdq_selector_action_transformer.cc).
-QDQ_FUSION_LIST = {"MaxPool", "ReduceMax", "ReduceMin", "Resize", "Expand", "Flatten", "Gather", "GatherElements",
-                   "Reshape", "Slice", "Squeeze", "Tile", "Transpose", "Unsqueeze", "Split", "ArgMax",
-                   "Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
-                   "LeakyRelu", "Sigmoid", "Softmax", "Where"}
 # On CPUs where QDQIsInt8Allowed() is false (x86), these selectors take uint8 activations only.
 _U8_ONLY = {"Conv", "MatMul"}
 
 
-def float_op_reasons(graph: Graph, *, int8_allowed: bool) -> dict[str, str]:
+def float_op_reasons(graph: GraphIndex, *, int8_allowed: bool) -> dict[str, str]:
     """For each op type that still runs in float in this graph: why, in ORT's terms."""
     out: dict[str, str] = {}
     for n in graph.nodes:
-        key = op_key(n.op_type, n.domain)
-        if key in out or key in QDQ or key in INT8_KERNELS or n.op_type in _DATA_MOVEMENT:
+        key = op_key(n)
+        if key in out or key in QDQ_OPS or key in INT8_KERNELS or n.op_type in DATA_MOVEMENT_OPS:
             continue
         first = next((i for i in n.input if i), None)
         if first is None or first in graph.initializers or not is_float(graph.dtypes.get(first)):
