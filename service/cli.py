@@ -15,13 +15,19 @@ import logging
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from service.api.cli_serve import add_serve_parser
 from service.errors import InvalidOptions, QuantCompareError, validation_detail, validation_errors
+from service.examples import list_examples
+from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.logs import quiet_toolchain_logs
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
+from service.render.text import summary_table
 
 
 def load_options(text: str | None):
-    from pydantic import ValidationError
-
-    from service.pipeline.options import ComparisonOptions
 
     if not text:
         return ComparisonOptions()
@@ -38,14 +44,8 @@ def load_options(text: str | None):
 
 
 def _cmd_compare(args) -> int:
-    from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.render.text import summary_table
-
     if not args.verbose:
-        from service.pipeline.logs import quiet_toolchain_logs
-
         quiet_toolchain_logs()
-    from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
 
     install_exporter_registry_cache()  # the second export of the job reuses the first one's registry
 
@@ -82,8 +82,6 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_examples(args) -> int:
-    from service.examples import list_examples
-
     for e in list_examples():
         shapes = ", ".join(f"{i['name']}{i['shape']}" for i in e["inputs"])
         print(f"{e['name']:<18}{shapes:<28}{e['description']}")
@@ -107,12 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("examples", help="list the built-in example models")
     p.set_defaults(func=_cmd_examples)
 
-    try:  # the HTTP service's subcommands live with the API
-        from service.api.cli_serve import add_serve_parser
-    except ImportError:
-        add_serve_parser = None
-    if add_serve_parser is not None:
-        add_serve_parser(sub)
+    add_serve_parser(sub)  # the HTTP service's subcommands (serve, worker) live with the API
     return parser
 
 

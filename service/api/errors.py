@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.errors import Busy, InvalidRequest, QuantCompareError, Unauthorized, validation_detail, validation_errors
-from service.schemas.api import PROBLEM_MEDIA_TYPE, problem, problem_from_error
+from service.schemas.api import PROBLEM_MEDIA_TYPE, Problem, problem, problem_from_error
 
 log = logging.getLogger("quantcompare.api")
 
@@ -42,7 +42,7 @@ async def _validation(request: Request, exc: RequestValidationError) -> JSONResp
 
 
 _HTTP_CODES = {404: ("not_found", "Not found"), 405: ("method_not_allowed", "Method not allowed"),
-               413: ("payload_too_large", "The upload is too large"), 415: ("unsupported_media_type", "Unsupported media type")}
+               413: ("payload_too_large", "The upload is too large"), 415: ("invalid_request", InvalidRequest.title)}
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -68,6 +68,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def problem_responses(*statuses: int) -> dict:
     """OpenAPI ``responses=`` entries for these error statuses."""
-    from service.schemas.api import Problem
 
     return {s: {"model": Problem, "content": {PROBLEM_MEDIA_TYPE: {}}, "description": "problem details"} for s in statuses}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from service.render.levels_text import levels_summary_lines
 from service.schemas.report import Report
 
 
@@ -47,14 +48,9 @@ def summary_table(report: Report) -> str:
             ops += f" ({_ops(q.int8_kernels_in_file, 4)})"
         lines.append(f"{name:<14}{'ok':<9}{f'{q.quantize_linear}/{q.dequantize_linear}':>8}  {q.bias_summary:<8}"
                      f"{weights:<10}{size:>9}  {ops}")
-    try:
-        from service.render.levels_text import levels_summary_lines
-    except ImportError:  # levels summary not available
-        levels_summary_lines = None
-    if levels_summary_lines is not None:
-        extra = levels_summary_lines(report)
-        if extra:
-            lines += [""] + list(extra)
+    extra = levels_summary_lines(report)
+    if extra:
+        lines += [""] + list(extra)
     if report.platform:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.

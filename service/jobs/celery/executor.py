@@ -1,7 +1,7 @@
 """The API's side of the Celery executor: same store, same job folders, jobs published to Redis.
 
-``CeleryExecutor`` is the ``LocalExecutor`` minus the pool: submission stages the job folder
-and inserts the queued row exactly as before, then publishes the job id. Workers started with
+``CeleryExecutor`` shares ``JobFolders`` with the local executor: submission stages the job
+folder and inserts the queued row exactly as there, then publishes the job id. Workers started with
 ``quantcompare worker`` (worker.py) claim and run it, writing state and progress to the
 same store the API reads, and the report and artifacts to the same shared data directory.
 
@@ -30,7 +30,7 @@ from service.config import Settings
 from service.errors import Busy
 from service.jobs.celery.app import QUEUE, TASK_RUN_JOB, celery_app, require_broker
 from service.jobs.celery.store import SharedJobStore
-from service.jobs.executor import LocalExecutor
+from service.jobs.executor import JobFolders
 from service.jobs.pool import sweep_expired
 from service.jobs.spec import JobSpec
 
@@ -46,20 +46,17 @@ HOUSEKEEPING_EVERY_S = 600.0
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 
 
-class CeleryExecutor(LocalExecutor):
-    store_class = SharedJobStore
+class CeleryExecutor(JobFolders):
+    """Jobs published to the broker; ``quantcompare worker`` processes claim and run them."""
 
     def __init__(self, settings: Settings):
         require_broker(settings)
-        super().__init__(settings, start_pool=False)
+        super().__init__(settings, SharedJobStore(settings.db_path))
         self.app = celery_app(settings)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._republished: dict[str, float] = {}
         self.reconcile_every_s = max(1.0, min(30.0, settings.job_lost_after_s / 2))
-
-    def _make_pool(self):
-        return None  # jobs run in `quantcompare worker` processes
 
     def start(self) -> None:
         self.recovered = prepare_shared_data_dir(self.settings)

@@ -31,23 +31,23 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from service.config import Settings
+from service.errors import Interrupted
 from service.jobs.celery.app import TASK_RUN_JOB, celery_app, require_broker
 from service.jobs.celery.store import SharedJobStore
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import STARTUP_TIMEOUT_S, WorkerPool
 from service.jobs.store import JobRecord
-from service.schemas.api import problem
+from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.celery")
 
 
 def lost_worker_problem(rec: JobRecord) -> dict:
-    return problem(
-        "interrupted", "The worker running this job was lost", 500,
+    return problem_from_error(Interrupted(
         f"the worker running this job was lost {rec.attempts} time(s) (killed, or its machine went away) "
         f"{'during ' + rec.stage if rec.stage else 'before its first stage'}; it was not run again",
         hint="submit it again; if it keeps happening, the model may be taking its worker down",
-        stage=rec.stage)
+        stage=rec.stage))
 
 
 @dataclass(eq=False)

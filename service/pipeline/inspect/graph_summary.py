@@ -14,6 +14,7 @@ import onnx
 from onnx import helper
 
 from service.pipeline.vocabulary import (
+    COMPUTE_OPS,
     DATA_MOVEMENT_OPS,
     INT8_KERNELS,
     MS,
@@ -21,7 +22,6 @@ from service.pipeline.vocabulary import (
     QDQ_FUSION_LIST,
     QDQ_OPS,
     QLINEAR_BIAS_INDEX,
-    COMPUTE_OPS,
     SYMMETRIC_ZERO_POINT,
     GraphIndex,
     is_float,

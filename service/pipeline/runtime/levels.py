@@ -23,7 +23,6 @@ from typing import Callable
 
 import numpy as np
 
-from service.pipeline.quantize.isolation import scrub
 from service.pipeline.environment import cpu_info
 from service.pipeline.files import file_sha256
 from service.pipeline.inspect.graph_diff import diff_graphs
@@ -39,6 +38,12 @@ from service.pipeline.inspect.graph_summary import (
     quantized_activation_dtypes,
     weight_quant_params,
 )
+from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
+from service.pipeline.quantize.isolation import scrub
+from service.pipeline.runtime.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
+from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.verdict.decisions import decisions_table
+from service.pipeline.verdict.lints import lints_for
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
     INT8_COMPUTE_KERNELS,
@@ -47,9 +52,6 @@ from service.pipeline.vocabulary import (
     graph_from_path,
     op_key,
 )
-from service.pipeline.runtime.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
-from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
-from service.pipeline.runtime.ort_sessions import session_for
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
 from service.schemas.report import QuantizationInventory
 
@@ -103,8 +105,6 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     Writes ``out_dir/<artifact>.<level>.onnx``. A session that fails at one level is recorded in
     that level's ``error`` and the other levels go on.
     """
-    from service.pipeline.verdict.decisions import decisions_table
-    from service.pipeline.verdict.lints import lints_for
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
