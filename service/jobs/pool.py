@@ -401,20 +401,33 @@ def prepare_data_dir(settings: Settings, store: JobStore) -> dict[str, list[str]
     shutil.rmtree(settings.tmp_dir, ignore_errors=True)
     settings.tmp_dir.mkdir(parents=True, exist_ok=True)
     requeued, failed = store.recover(max_attempts=settings.max_attempts, fail_problem=interrupted_problem)
-    known = store.ids()
-    swept = []
-    for entry in settings.jobs_dir.iterdir():
-        if entry.name not in known:
-            swept.append(entry.name)
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+    swept = sweep_unknown_job_folders(settings, store.ids())
     expired = sweep_expired(settings, store)
     if requeued or failed or swept or expired:
         log.info("recovered: %d re-queued, %d failed as interrupted, %d stale folders swept, %d expired",
                  len(requeued), len(failed), len(swept), len(expired))
     return {"requeued": requeued, "failed": failed, "swept": swept, "expired": expired}
+
+
+def sweep_unknown_job_folders(settings: Settings, known: set[str], *, older_than: float | None = None) -> list[str]:
+    """Remove job folders (or stray files) the index does not know, last changed before ``older_than``."""
+    swept = []
+    for entry in settings.jobs_dir.iterdir():
+        if entry.name in known or (older_than is not None and last_changed(entry) >= older_than):
+            continue
+        swept.append(entry.name)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return swept
+
+
+def last_changed(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def sweep_expired(settings: Settings, store: JobStore) -> list[str]:

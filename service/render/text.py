@@ -3,17 +3,8 @@
 from __future__ import annotations
 
 from service.render.levels_text import levels_summary_lines
+from service.render.units import human_size
 from service.schemas.report import Report
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _ops(counts: dict[str, int], limit: int = 6) -> str:
@@ -34,7 +25,7 @@ def summary_table(report: Report) -> str:
     ]
     for name, art in report.artifacts.items():
         q = art.quantization
-        size = _size(art.file.size if art.file else None)
+        size = human_size(art.file.size if art.file else None, missing="-")
         if art.status != "ok":
             lines.append(f"{name:<14}{art.status:<9}{'':>8}  {'':<8}{'':<10}{size:>9}  "
                          f"{art.error.stage}: {art.error.message[:70] if art.error else ''}")

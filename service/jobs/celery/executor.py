@@ -31,7 +31,7 @@ from service.errors import Busy
 from service.jobs.celery.app import QUEUE, TASK_RUN_JOB, celery_app, require_broker
 from service.jobs.celery.store import SharedJobStore
 from service.jobs.executor import JobFolders
-from service.jobs.pool import sweep_expired
+from service.jobs.pool import last_changed, sweep_expired, sweep_unknown_job_folders
 from service.jobs.spec import JobSpec
 
 log = logging.getLogger("quantcompare.celery")
@@ -127,28 +127,14 @@ def prepare_shared_data_dir(settings: Settings) -> dict[str, list[str]]:
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     settings.tmp_dir.mkdir(parents=True, exist_ok=True)
     cutoff = time.time() - STALE_AFTER_S
-    swept = []
     for entry in settings.tmp_dir.iterdir():
-        if _mtime(entry) < cutoff:
+        if last_changed(entry) < cutoff:
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
     store = SharedJobStore(settings.db_path)
     try:
-        known = store.ids()
-        for entry in settings.jobs_dir.iterdir():
-            if entry.name not in known and _mtime(entry) < cutoff:
-                swept.append(entry.name)
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
-                else:
-                    entry.unlink(missing_ok=True)
+        swept = sweep_unknown_job_folders(settings, store.ids(), older_than=cutoff)
         expired = sweep_expired(settings, store)
     finally:
         store.close()
     return {"requeued": [], "failed": [], "swept": swept, "expired": expired}
 
-
-def _mtime(path) -> float:
-    try:
-        return path.lstat().st_mtime
-    except OSError:
-        return 0.0
