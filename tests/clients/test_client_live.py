@@ -18,6 +18,8 @@ from client_fakes import REPO
 
 import quantcompare_client as qc
 
+from tests.missing_tools import skip_or_fail
+
 CURL = REPO / "clients" / "curl"
 PASSING = ["ort_qdq.all.sqnr_db>=25", "status_ok", "*.all.int8_coverage>=0.5"]
 FAILING = ["ort_qdq.all.sqnr_db>=200"]
@@ -118,8 +120,13 @@ def test_check_exits_2_when_the_server_is_unreachable(tmp_path):
 
 # ---- curl recipes -------------------------------------------------------------------------------
 
-needs_curl = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")),
-                                reason="curl and jq are needed (make system-deps installs them)")
+@pytest.fixture
+def curl_and_jq() -> None:
+    if not (shutil.which("curl") and shutil.which("jq")):
+        skip_or_fail("curl and jq are needed (make system-deps installs them)")
+
+
+needs_curl = pytest.mark.usefixtures("curl_and_jq")
 
 
 def recipe(live_server, name: str, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:

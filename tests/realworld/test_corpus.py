@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from service.errors import InvalidCalibration, InvalidOptions, QuantCompareError
-from tests.realworld.corpus import BY_NAME, CORPUS
+from tests.missing_tools import skip_or_fail
+from tests.realworld.corpus import BY_NAME, CORPUS, MissingCorpusPackage
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \".*\", line \d+|\x1b\[")
 
@@ -144,8 +145,8 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     model = BY_NAME["silero_vad_op18_ifless"]
     try:
         path = model.locate(corpus_dir)
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(str(e))
+    except MissingCorpusPackage as e:
+        skip_or_fail(str(e))
     source = source_from_onnx(path, name=model.name)
     options = ComparisonOptions.model_validate(model.options_with())
     shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
