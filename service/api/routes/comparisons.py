@@ -19,6 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api import prevalidate
 from service.api.deps import ExecutorDep, SettingsDep
+from service.api.baseline import options_with_baseline
 from service.api.envelope import envelope
 from service.jobs.spec import REPORT_FILE
 from service.api.errors import problem_responses
@@ -166,6 +167,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             raise InvalidRequest("send multipart/form-data (a model upload) or application/json (an example)",
                                  status=415, hint="curl -F model=@net.onnx http://HOST/v1/comparisons")
 
+        options = options_with_baseline(options, executor, request.app.state.reports)
         resolved = options.model_dump(mode="json")
         key = cache_key(model=model_key, calibration=calib_key, options=resolved, versions=versions,
                         extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2,
