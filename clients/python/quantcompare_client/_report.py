@@ -324,6 +324,9 @@ class GateResult:
     passed: bool
     actual: Optional[float]
     message: str
+    # Gates relative to a baseline: the deciding artifact's baseline figure and actual - baseline.
+    baseline: Optional[float] = None
+    delta: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -335,7 +338,8 @@ class Verdict:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
         d = _d(d)
-        gates = [GateResult(str(g.get("gate", "")), bool(g.get("passed")), _f(g.get("actual")), str(g.get("message", "")))
+        gates = [GateResult(str(g.get("gate", "")), bool(g.get("passed")), _f(g.get("actual")), str(g.get("message", "")),
+                            _f(g.get("baseline")), _f(g.get("delta")))
                  for g in d.get("gates") or [] if isinstance(g, dict)]
         return cls(bool(d.get("passed")), gates, [str(f) for f in d.get("failures") or []])
 
