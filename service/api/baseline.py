@@ -8,7 +8,7 @@ failed job later, and the resolved figures are part of the options the report ec
 from __future__ import annotations
 
 from service.errors import InvalidOptions
-from service.pipeline.gates import baseline_values_from_report
+from service.pipeline.verdict.gates import baseline_values_from_report
 from service.pipeline.options import ComparisonOptions
 
 _HINT = "options.baseline is the id of an earlier comparison that succeeded (the 'id' in its report.json)"

@@ -6,7 +6,7 @@ import pytest
 from test_gates import _artifact, healthy, make_report
 
 from service.errors import InvalidOptions
-from service.pipeline.gates import baseline_values_from_report, gate_from_string, gate_to_string, verdict_from_report
+from service.pipeline.verdict.gates import baseline_values_from_report, gate_from_string, gate_to_string, verdict_from_report
 from service.pipeline.options import ComparisonOptions, Gate
 
 

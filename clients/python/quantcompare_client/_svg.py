@@ -1,6 +1,6 @@
 """The report page's grouped bar chart, drawn in the client for ``Report._repr_html_``.
 
-A copy of ``service/api/svg.py``'s ``bar_chart`` (the client must not import the service), with
+A copy of ``service/render/svg.py``'s ``bar_chart`` (the client must not import the service), with
 the page's CSS classes turned into inline attributes: a notebook has no stylesheet for them, and
 Jupyter strips nothing from script-free SVG. Every label goes through ``escape``.
 """
