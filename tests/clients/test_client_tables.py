@@ -75,6 +75,7 @@ def test_layers_table_is_one_row_per_tensor_and_artifact_with_why_a_figure_is_mi
     assert (conv.op_type, conv.sqnr_db, conv.max_abs_error_lsb, conv.clipped_share, conv.scale, conv.zero_point) == (
         "Conv", 31.2, 2.1, 0.001, 0.024, 3)
     assert df.iloc[3].left_out == "fused into QLinearConv: no tensor in the file" and pd.isna(df.iloc[3].sqnr_db)
+    assert math.isinf(df.iloc[2].sqnr_db)  # the server's null (identical to fp32), as in the levels table
 
 
 def test_a_report_without_layers_and_an_unknown_table_are_refused_with_what_to_do():

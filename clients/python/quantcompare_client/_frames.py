@@ -7,11 +7,15 @@ here without pandas; only :func:`frame_from_report` imports it, on first use.
                max abs error, median / p90 ms, latency ratio vs fp32, the level's error
     decisions  one row per decision ("bias quantized to int32"), one column per artifact
     gates      one row per gate of the verdict: passed, actual, baseline, delta, message
-    layers     one row per fp32 tensor x artifact (the report's per-tensor ``layers`` table)
+    layers     one row per fp32 tensor x artifact (the report's per-tensor ``layers`` table);
+               an artifact the server left out of a row has its reason in ``left_out``
+
+An exact match (no error) has ``sqnr_db`` ``inf`` in every table, where the JSON has ``null``.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List
 
 __all__ = ["KINDS", "rows_for", "frame_from_report"]
@@ -71,7 +75,10 @@ def _layers(report: Any) -> List[Dict[str, Any]]:
         left_out = row.get("left_out") if isinstance(row.get("left_out"), dict) else {}
         for artifact, cell in cells.items():
             cell = cell if isinstance(cell, dict) else {}
-            rows.append({**head, "artifact": artifact, **{k: cell.get(k) for k in _LAYER_FIGURES}, "left_out": None})
+            figures = {k: cell.get(k) for k in _LAYER_FIGURES}
+            if "sqnr_db" in cell and cell["sqnr_db"] is None:
+                figures["sqnr_db"] = math.inf  # the server's null: identical to fp32, as in the levels table
+            rows.append({**head, "artifact": artifact, **figures, "left_out": None})
         for artifact, why in left_out.items():
             if artifact not in cells:
                 rows.append({**head, "artifact": artifact, **{k: None for k in _LAYER_FIGURES}, "left_out": str(why)})
