@@ -17,6 +17,7 @@ import pytest
 from service.pipeline.runtime.levels import analyze_levels
 from service.render.levels_text import levels_summary_lines
 from service.pipeline.options import LEVELS, ComparisonOptions
+from tests.isa import sqnr_floor
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 x86_only = pytest.mark.skipif(not X86, reason="pins ORT's x86 behaviour (int8 -> uint8, NCHWc)")
@@ -177,11 +178,13 @@ def test_numerics_against_fp32_and_between_levels(conv_relu_levels):
         for level, ol in result.optimized[name].items():
             n = ol.numerics
             assert n.samples == 4 and len(n.outputs) == 1
-            assert n.worst_sqnr_db > 30, (name, level, n.worst_sqnr_db)
-            assert n.worst_cosine > 0.999
+            # at the fused levels an AVX2-only CPU's u8s8 kernel saturates (tests/isa.py)
+            assert n.worst_sqnr_db > sqnr_floor(level), (name, level, n.worst_sqnr_db)
+            assert n.worst_cosine > (0.999 if sqnr_floor(level) >= 30 else 0.98)
             assert n.outputs[0].output_step > 0
-            if level != "disable_all":
-                # ORT's rewrites move an output by at most a couple of quantization steps
+            if level != "disable_all" and sqnr_floor(level) >= 30:
+                # ORT's rewrites move an output by at most a couple of quantization steps (unless the
+                # CPU's u8s8 kernel saturates: 75 steps at extended on an AVX2-only machine)
                 assert n.outputs[0].drift_steps <= 2.0, (name, level, n.outputs[0].drift_steps)
 
 
@@ -200,7 +203,7 @@ def test_agreement_rows_between_quantized_artifacts(conv_relu_levels):
     for r in result.agreement:
         # None = bitwise identical (infinite SQNR): ort_qdq and ort_qoperator share calibration and
         # settings, and at level all both run the same NHWC QLinearConv
-        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > 25)
+        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > sqnr_floor("all", 25.0))
         assert 0 <= r.equal_share <= 1 and r.max_diff_steps is not None
 
 
