@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from datetime import datetime, timezone
 
 import pytest
@@ -199,7 +201,11 @@ def test_exactly_zero_error_is_null_sqnr_and_passes_as_infinite():
     report = make_report({"ort_qdq": _artifact("ort_qdq", sqnr=None)}, requested=["ort_qdq"])
     v = verdict_from_report(report, [gate_from_string("ort_qdq.all.sqnr_db>=25")])
     assert v.passed, v.gates[0].message
-    assert v.model_dump_json()  # inf never reaches the JSON as a bare Infinity
+    # inf never reaches the JSON as a bare Infinity (which strict JSON parsers refuse)
+    text = v.model_dump_json()
+    assert "Infinity" not in text and "NaN" not in text
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"bare {c} in the verdict JSON"))
+    assert data["passed"] is True and data["gates"][0]["passed"] is True
 
 
 def test_a_level_whose_session_failed_says_why_the_gate_has_no_numbers():

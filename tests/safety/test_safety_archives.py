@@ -64,7 +64,11 @@ def test_model_plus_data_is_extracted_and_loads_with_its_data(tmp_path, kind):
     onnx_path = safe_extract_archive(up, dest)
     assert onnx_path == dest / "model.onnx"
     files = {p.name for p in dest.iterdir()} - {onnx_path.name}
-    onnx_model_from_path(onnx_path, allowed_data_files=files)
+    assert files == {"model.onnx.data"}
+    loaded = onnx_model_from_path(onnx_path, allowed_data_files=files)
+    # the weight that came back is the one that went in (read from the extracted data file)
+    (w,) = [numpy_helper.to_array(t, base_dir=str(dest)) for t in loaded.graph.initializer if t.name == "w"]
+    np.testing.assert_array_equal(w, np.frombuffer(data, dtype=np.float32).reshape(1, 16))
 
 
 def _link(name, target, kind=tarfile.SYMTYPE):
