@@ -23,3 +23,17 @@ def skip_or_fail(reason: str):
     if running_under_ci():
         pytest.fail(f"{reason} (under CI every tool must be installed)")
     pytest.skip(reason)
+
+
+def require_module(name: str):
+    """``import name``, pinned in pyproject's test extra: a missing one is a broken set-up, not a reason
+    to skip quietly (pytest.importorskip would skip even under CI)."""
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        reason = f"{name} is not installed (pip install -e '.[test]')"
+        if running_under_ci():
+            pytest.fail(f"{reason} (under CI every test dependency must be installed)")
+        pytest.skip(reason, allow_module_level=True)
