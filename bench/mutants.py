@@ -7,6 +7,7 @@ should catch it, with this checkout's venv and the copy first on ``sys.path``. A
 
     .venv/bin/python bench/mutants.py                # every mutant; writes bench/MUTANTS.md
     .venv/bin/python bench/mutants.py gate_flip ...  # some of them, no record
+    .venv/bin/python bench/mutants.py gate_flip --record  # some of them, their rows replaced in the record
     .venv/bin/python bench/mutants.py --list
 
 Not part of ``make test`` (each mutant costs a pytest start with torch, some a real comparison).
@@ -86,6 +87,13 @@ MUTANTS: list[Mutant] = [
     Mutant("upload_met_ignores_status", "the bench upload target ignores the HTTP status",
            "bench/run.py", 'return u.get("status") in (200, 202) and u.get("growth_mb") is not None',
            'return u.get("growth_mb") is not None', ("tests/bench/test_bench_checks.py",)),
+    Mutant("ci_only_true", "a skip hides again: only CI=true counts as CI (CI=1 or yes would skip a missing tool)",
+           "tests/missing_tools.py", 'return os.environ.get("CI", "").strip().lower() not in _FALSY',
+           'return os.environ.get("CI", "") == "true"', ("tests/test_missing_tools.py",)),
+    Mutant("qdq_upload_requantized", "a corpus outcome moves: a QDQ upload is no longer seen as already quantized",
+           "service/pipeline/quantize/already_quantized.py", "    if not ops:\n        return None",
+           '    if not ops or "DequantizeLinear" in ops:\n        return None',
+           ("tests/realworld/test_corpus.py::test_corpus_model_returns_a_report_with_every_path_explained[already_quantized_qdq]",)),
 ]
 
 
@@ -162,15 +170,21 @@ def main(argv: list[str]) -> int:
     survived = [r["id"] for r in rows if not r["killed"]]
     if not chosen:
         record(rows)
+    elif "--record" in argv:  # re-ran some mutants: replace their rows in the last full record
+        raw = ROOT / "bench" / "MUTANTS.json"
+        previous = json.loads(raw.read_text()) if raw.exists() else []
+        fresh = {r["id"]: r for r in rows}
+        merged = [fresh.pop(r["id"], r) for r in previous] + list(fresh.values())
+        record(merged, rerun=sorted({r["id"] for r in rows}))
     print(f"{len(rows) - len(survived)}/{len(rows)} mutants killed" + (f"; SURVIVED: {', '.join(survived)}" if survived else ""))
     return 1 if survived else 0
 
 
-def record(rows: list[dict]) -> None:
+def record(rows: list[dict], rerun: list[str] | None = None) -> None:
     lines = ["# Mutation check (`bench/mutants.py`, issue 19)", "",
              f"Run {datetime.now(timezone.utc).isoformat(timespec='seconds')}: each mutant is applied to a copy of the tree "
              "and the listed tests are run there (after the same tests passed on the unmutated copy). "
-             "Killed = those tests failed.", "",
+             "Killed = those tests failed." + (f" Re-run in this record: {', '.join(rerun)}." if rerun else ""), "",
              "| mutant | break | file | tests | killed | s |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['id']} | {r['what']} | `{r['file']}` | {', '.join(f'`{t}`' for t in r['tests'])} | "

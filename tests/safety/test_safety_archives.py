@@ -105,6 +105,17 @@ def test_zip_with_traversal_is_refused(tmp_path):
     assert list(dest.iterdir()) == []
 
 
+@pytest.mark.parametrize("name", ["../model.onnx.data", "./model.onnx.data", "net/../model.onnx.data"])
+def test_a_dot_or_dotdot_component_is_refused_even_one_level_up(tmp_path, name):
+    """One '..' above the folder is within the two-part limit: the '..' check itself must refuse it."""
+    model, data = _model_with_data()
+    dest = _dest(tmp_path)
+    with pytest.raises(UnsafeArchive) as e:
+        safe_extract_archive(_zip(tmp_path, {"model.onnx": model, name: data}), dest)
+    assert "'..'" in e.value.message or "nested" in e.value.message
+    assert list(dest.iterdir()) == [] and not (tmp_path / "job" / "model.onnx.data").exists()
+
+
 def test_zip_bomb_is_refused_while_writing(tmp_path):
     dest = _dest(tmp_path)
     up = _zip(tmp_path, {"model.onnx": b"x", "model.onnx.data": b"\0" * (256 << 20)})
