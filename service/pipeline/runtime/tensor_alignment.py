@@ -241,6 +241,7 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
     mapped: dict[str, str] = {}  # fp32 tensor -> canonical value in the file
     how: dict[str, str] = {}
     raw_only: dict[str, str] = {}  # fp32 tensor -> why only the float value before the clamp compares
+    hidden: dict[str, str] = {}  # fp32 tensor -> why nothing in the file equals it (kept mapped for what follows)
     for pos, name in enumerate(ref.inputs):
         if name in idx.inputs:
             mapped[name], how[name] = name, "graph input, by name"
@@ -267,13 +268,14 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
                 for k, o in enumerate(outs):
                     if k < len(s.output) and s.output[k]:
                         mapped[o], how[o] = s.output[k], f"structure: {s.op_type} '{s.name}'"
-                        _check_absorbed_consumer(o, s.output[k], ref, idx, raw_only, mapped)
+                        _check_absorbed_consumer(o, s.output[k], ref, idx, raw_only, hidden)
                 continue
             if n.op_type in _ABSORBABLE and len(ins) == 1 and outs:
                 c = mapped[ins[0]]
                 mapped[outs[0]] = c
                 how[outs[0]] = (f"{n.op_type} absorbed by the file (it clamps through the quantization range of '{c}')"
                                 if ins[0] in raw_only else f"{n.op_type} absorbed by the file (none after '{c}')")
+                _check_absorbed_consumer(outs[0], c, ref, idx, raw_only, hidden)
                 continue
         if names_shared:  # the structure differs (a fused or rewritten op): fall back on the name
             for o in outs:
@@ -288,6 +290,9 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
                 " or name)" if names_shared else ")")
             continue
         c = mapped[o]
+        if o in hidden:
+            result.left_out[o] = hidden[o]
+            continue
         if o in raw_only:
             if idx.is_integer(c):
                 result.left_out[o] = raw_only[o] + "; the file only holds the value after it, as integers"
@@ -312,7 +317,7 @@ def _read(c: str, how: str, idx: GraphIndex) -> Located:
     return Located(tensor, how + f"; read after its QuantizeLinear ({tensor})", integer, *step)
 
 
-def _check_absorbed_consumer(o: str, c: str, ref: GraphIndex, idx: GraphIndex, raw_only: dict, mapped: dict) -> None:
+def _check_absorbed_consumer(o: str, c: str, ref: GraphIndex, idx: GraphIndex, raw_only: dict, hidden: dict) -> None:
     """fp32 ``o`` feeds an op the file absorbed: the file's value ``c`` is then that op's output,
     not ``o``. A clamped activation leaves the pre-clamp float in QDQ files (compare it raw);
     a folded BatchNormalization leaves nothing that equals ``o``."""
@@ -326,7 +331,8 @@ def _check_absorbed_consumer(o: str, c: str, ref: GraphIndex, idx: GraphIndex, r
         if a.op_type in ACTIVATIONS_CLAMPED and len(ref.consumers.get(o, [])) == 1:
             raw_only[o] = f"the file dropped the {a.op_type} after it into a QuantizeLinear"
         else:
-            del mapped[o]  # nothing in the file equals the value before the folded op
+            hidden[o] = (f"the file folded the {a.op_type} after it into this op: its '{c}' is the value after "
+                         f"the {a.op_type}, nothing in the file equals the value before")
         return
 
 
