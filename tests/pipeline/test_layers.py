@@ -38,6 +38,7 @@ def exposed_run(path: Path, names: list[str], feeds) -> dict[str, np.ndarray]:
     model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in have)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1  # MLAS splits reductions by thread: fixed threads, same float sums
     session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     outs = [o.name for o in session.get_outputs()]
     runs = [dict(zip(outs, session.run(None, f))) for f in feeds]
@@ -88,7 +89,7 @@ def check_against_oracle(report, oracle) -> None:
             assert cell.sqnr_db is None, t
         else:
             assert cell.sqnr_db == pytest.approx(want["sqnr_db"], abs=1e-6), t
-        assert cell.cosine == pytest.approx(want["cosine"], abs=1e-9), t
+        assert cell.cosine == pytest.approx(want["cosine"], abs=1e-7), t
         assert cell.max_abs_error == pytest.approx(want["max_abs_error"], rel=1e-6, abs=1e-9), t
     finite = {t: oracle[t]["sqnr_db"] for t in covered if oracle[t]["sqnr_db"] is not None}
     assert report.worst["ort_qdq"] == min(finite, key=finite.get)
