@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ._layers import Layers
+
 __all__ = [
     "Report",
     "Job",
@@ -395,6 +397,8 @@ class Report:
         self.options: Dict[str, Any] = _d(self.raw.get("options"))
         self.environment: Dict[str, Any] = _d(self.raw.get("environment"))
         self.samples: Dict[str, Any] = _d(self.raw.get("samples"))
+        # Per-tensor error (issue 15); None from a server that does not measure it or when it is off.
+        self.layers: Optional[Layers] = Layers(self.raw["layers"]) if isinstance(self.raw.get("layers"), dict) else None
 
     # -- lookups --------------------------------------------------------------------------------
 
