@@ -22,7 +22,8 @@ class LayerCell(_Model):
     max_abs_error: float
     # max_abs_error / scale: how many quantization steps the worst element is off.
     max_abs_error_lsb: float | None = None
-    # Share of the fp32 values outside [scale*(qmin-zp), scale*(qmax-zp)]: clipped by this step.
+    # Share of the fp32 values beyond [scale*(qmin-zp), scale*(qmax-zp)] by more than half a
+    # step: they saturate at the end of the range instead of rounding to the nearest step.
     clipped_share: float | None = None
     scale: float | None = None  # None: the file keeps this value in float
     zero_point: int | None = None

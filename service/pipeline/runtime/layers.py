@@ -85,6 +85,7 @@ def layers_from_files(
                 ref_values = fp32_session.run(feed)
                 if float_tensors is None:
                     float_tensors = [t for t in candidates if str(ref_values[t].dtype) in _FLOAT_KINDS]
+                refs: dict[str, _Ref] = {}
                 for name, ctx in sessions.items():
                     got = ctx.run(feed)
                     for t in float_tensors:
@@ -96,7 +97,10 @@ def layers_from_files(
                             left_out[(name, t)] = (f"'{loc.tensor}' has shape {list(value.shape)} where fp32 "
                                                    f"has {list(ref_values[t].shape)}")
                             continue
-                        acc.setdefault((name, t), _Acc()).add(ref_values[t], value, loc)
+                        if t not in refs:
+                            refs[t] = _Ref(ref_values[t])
+                        acc.setdefault((name, t), _Acc()).add(refs[t], value, loc)
+                refs.clear()
                 samples += 1
         finally:
             for ctx in sessions.values():
@@ -184,22 +188,19 @@ class _Acc:
         self.n = self.clipped = 0
         self.loc: Located | None = None
 
-    def add(self, ref: np.ndarray, got: np.ndarray, loc: Located) -> None:
-        r = ref.astype(np.float64, copy=False).ravel()
+    def add(self, ref: _Ref, got: np.ndarray, loc: Located) -> None:
         g = np.asarray(got, dtype=np.float64).ravel()
-        e = r - g
-        self.ref2 += float(r @ r)
-        self.err2 += float(e @ e)
-        self.dot += float(r @ g)
-        self.act2 += float(g @ g)
+        e = np.subtract(ref.r64, g, out=ref.scratch)
+        self.ref2 += ref.ref2
+        self.err2 += _dot(e, e)
+        self.dot += _dot(ref.r64, g)
+        self.act2 += _dot(g, g)
         if e.size:
-            self.max_abs = max(self.max_abs, float(np.max(np.abs(e))))
-        self.n += r.size
+            self.max_abs = max(self.max_abs, float(e.max()), -float(e.min()))
+        self.n += e.size
         self.loc = loc
         if loc.scale is not None and loc.qmin is not None:
-            lo = loc.scale * (loc.qmin - (loc.zero_point or 0))
-            hi = loc.scale * (loc.qmax - (loc.zero_point or 0))
-            self.clipped += int(np.count_nonzero((r < lo - loc.scale / 2) | (r > hi + loc.scale / 2)))
+            self.clipped += ref.clipped(loc)
 
     def cell(self, drop_db: float | None = None) -> LayerCell:
         loc = self.loc
@@ -210,6 +211,32 @@ class _Acc:
             clipped_share=(self.clipped / self.n if self.n else 0.0) if loc.scale is not None else None,
             scale=loc.scale, zero_point=loc.zero_point, file_tensor=loc.tensor, alignment=loc.how, drop_db=drop_db,
         )
+
+
+class _Ref:
+    """One fp32 tensor of one sample, converted once and shared by every artifact's accumulator."""
+
+    def __init__(self, value: np.ndarray):
+        self.r32 = value.ravel()
+        self.r64 = self.r32.astype(np.float64)
+        self.scratch = np.empty_like(self.r64)  # one error buffer per tensor, reused by every artifact
+        self.ref2 = _dot(self.r64, self.r64)
+        self._clipped: dict[tuple, int] = {}
+
+    def clipped(self, loc: Located) -> int:
+        """Values beyond the representable range by more than half a step (they round to the end)."""
+        key = (loc.scale, loc.zero_point, loc.qmin, loc.qmax)
+        if key not in self._clipped:
+            lo = loc.scale * (loc.qmin - (loc.zero_point or 0)) - loc.scale / 2
+            hi = loc.scale * (loc.qmax - (loc.zero_point or 0)) + loc.scale / 2
+            self._clipped[key] = int(np.count_nonzero(self.r32 < lo)) + int(np.count_nonzero(self.r32 > hi))
+        return self._clipped[key]
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    # einsum, not BLAS ddot: OpenBLAS threads a long dot product, which only adds contention
+    # next to ORT's own threads on a busy worker.
+    return float(np.einsum("i,i->", a, b))
 
 
 def _sqnr(signal: float, noise: float) -> float | None:
