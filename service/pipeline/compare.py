@@ -208,6 +208,18 @@ def run_comparison(
         if name in artifacts:
             artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})
     timings.update(levels.timings)
+    # Per-tensor error (issue 15): timed as its own entry, reported under the evaluate stage.
+    t0 = time.perf_counter()
+    from service.pipeline.runtime.layers_stage import layers_for_comparison
+
+    layers = layers_for_comparison(
+        options=options, paths=paths, eval_feeds=samples.evaluation,
+        tools={n: a.tool for n, a in artifacts.items() if a.tool is not None}, out_dir=scratch,
+        source=source, shapes=shapes, calibration=samples.calibration, input_names=input_names,
+        ort_input=ort_input, ort_settings=ort_settings, fp32_model=fp32_model,
+    )
+    if layers is not None:
+        timings["layers"] = round(time.perf_counter() - t0, 4)
 
     model_info = ModelInfo(
         name=source.name, sha256=source.sha256, format=source.format,
@@ -224,7 +236,7 @@ def run_comparison(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
         decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu),
-        verdict=Verdict(passed=True), timings=timings,
+        layers=layers, verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):
         from service.pipeline.gates import verdict_from_report
