@@ -217,6 +217,7 @@ def run_comparison(
         tools={n: a.tool for n, a in artifacts.items() if a.tool is not None}, out_dir=scratch,
         source=source, shapes=shapes, calibration=samples.calibration, input_names=input_names,
         ort_input=ort_input, ort_settings=ort_settings, fp32_model=fp32_model,
+        optimized_paths={a: {lv: art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in paths},
     )
     if layers is not None:
         timings["layers"] = round(time.perf_counter() - t0, 4)

@@ -90,9 +90,12 @@ class LatencyOptions(_Strict):
 class LayersOptions(_Strict):
     """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
     counterpart in each quantized file, at ``disable_all``, on the first ``max_samples`` evaluation
-    samples. ``retry_k > 0`` re-quantizes each artifact with its k worst origin nodes kept in float."""
+    samples. ``by_level``: also the SQNR of each tensor at every other requested level where it still
+    exists (the graph ORT saved at that level, run as written). ``retry_k > 0`` re-quantizes each
+    artifact with its k worst origin nodes kept in float."""
 
     enabled: bool = True
+    by_level: bool = False
     max_tensors: int = Field(2000, ge=1, le=100_000)
     max_samples: int = Field(2, ge=1, le=4096)
     max_seconds: float = Field(120.0, gt=0, le=3600)

@@ -31,6 +31,8 @@ class LayerCell(_Model):
     alignment: str  # how file_tensor was found (structure / absorbed op / name), in words
     # SQNR of this tensor's worst input minus its own: how much error appears at this op.
     drop_db: float | None = None
+    # SQNR at the other levels where the tensor still exists in the graph ORT runs (options.layers.by_level).
+    by_level: dict[str, float | None] | None = None
 
 
 class LayerRow(_Model):

@@ -169,3 +169,42 @@ def test_at_least_half_of_the_rows_are_aligned_across_all_three_tools(compared, 
     report = layers_from_files(fp32_path=art / "fp32.onnx", artifact_paths={a: art / f"{a}.onnx" for a in QUANTIZED},
                                eval_feeds=feeds_for(art / "fp32.onnx", n=2))
     assert report.rows and report.aligned_all_share >= 0.5, [(r.tensor, r.left_out) for r in report.rows if r.left_out]
+
+
+def test_by_level_reads_the_graph_ort_saved_because_exposing_a_tensor_blocks_the_fusion(compared, tmp_path):
+    """ORT keeps a graph output out of a fusion: the original file run at 'extended' with the
+    QLinearConv's output exposed still runs Conv in float. The saved 'extended' graph, run as
+    written, gives exactly what the original computes at 'extended' (same final output), so
+    by_level reads that file."""
+    import onnxruntime as ort
+
+    from service.pipeline.ort_sessions import session_for
+
+    _, workdir = compared("op_zoo_net")
+    art = workdir / "artifacts"
+    feeds = feeds_for(art / "fp32.onnx", n=1)
+    at_level = session_for(art / "ort_qdq.onnx", "extended").run(None, feeds[0])[0]
+    saved = session_for(art / "ort_qdq.extended.onnx", "disable_all").run(None, feeds[0])[0]
+    assert np.array_equal(at_level, saved)
+
+    model = onnx.load(str(art / "ort_qdq.onnx"))
+    first_dq = next(n.output[0] for n in model.graph.node
+                    if n.op_type == "DequantizeLinear" and not n.output[0].startswith(("x_", "conv", "fc", "proj")))
+    model.graph.output.append(onnx.ValueInfoProto(name=first_dq))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "exposed.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    exposed_ops = [n.op_type for n in onnx.load(str(tmp_path / "exposed.onnx")).graph.node]
+    saved_ops = [n.op_type for n in onnx.load(str(art / "ort_qdq.extended.onnx")).graph.node]
+    assert "QLinearConv" in saved_ops and exposed_ops.count("QLinearConv") < saved_ops.count("QLinearConv")
+
+    report = layers_from_files(
+        fp32_path=art / "fp32.onnx", artifact_paths={"ort_qdq": art / "ort_qdq.onnx"}, eval_feeds=feeds,
+        optimized_paths={"ort_qdq": {lv: art / f"ort_qdq.{lv}.onnx" for lv in ("basic", "extended", "all")}})
+    cells = [r.artifacts["ort_qdq"] for r in report.rows if "ort_qdq" in r.artifacts]
+    assert any(c.by_level and "extended" in c.by_level for c in cells)
+    # basic does no QDQ fusion on this graph: every tensor there reads as at disable_all
+    for c in cells:
+        if c.by_level and "basic" in c.by_level and c.sqnr_db is not None:
+            assert c.by_level["basic"] == pytest.approx(c.sqnr_db, abs=0.05)

@@ -39,6 +39,8 @@ class LayerCell:
     drop_db: Optional[float]
     file_tensor: str
     alignment: str = field(repr=False)
+    # SQNR at the other levels where the tensor still exists (options.layers.by_level); inf = exact.
+    by_level: Dict[str, float] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LayerCell":
@@ -46,7 +48,9 @@ class LayerCell:
         zp = d.get("zero_point")
         return cls(sqnr, _f(d.get("cosine")), _f(d.get("max_abs_error")), _f(d.get("max_abs_error_lsb")),
                    _f(d.get("clipped_share")), _f(d.get("scale")), int(zp) if isinstance(zp, int) else None,
-                   _f(d.get("drop_db")), str(d.get("file_tensor", "")), str(d.get("alignment", "")))
+                   _f(d.get("drop_db")), str(d.get("file_tensor", "")), str(d.get("alignment", "")),
+                   {str(k): (math.inf if v is None else float(v)) for k, v in (d.get("by_level") or {}).items()
+                    if v is None or _f(v) is not None})
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,14 @@ class LayersBudget:
 def layers_from_files(
     *, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
     budget: LayersBudget = LayersBudget(), calibration: dict[str, str] | None = None,
+    optimized_paths: dict[str, dict[str, Path]] | None = None,
 ) -> LayersReport:
-    """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``."""
+    """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``.
+
+    ``optimized_paths``: artifact -> level -> the graph ORT saved at that level (the levels
+    stage writes them). Each is run as written (``disable_all``) and every tensor that still
+    exists there gets its SQNR in ``by_level``; a fused-away tensor is simply absent.
+    """
     import onnx
 
     t0 = time.perf_counter()
@@ -60,23 +66,35 @@ def layers_from_files(
         candidates = candidates[: budget.max_tensors]
     alignments: dict[str, Alignment] = {}
     quantized = {a: p for a, p in artifact_paths.items() if a != "fp32"}
+    # (artifact, level) -> (file, fp32 tensor -> Located); level disable_all is the file as written
+    runs: dict[tuple[str, str], tuple[Path, dict[str, Located]]] = {}
     for name, path in quantized.items():
         model = onnx.load(str(path), load_external_data=False)
         alignments[name] = aligned_tensors(fp32_model, model, names_shared=name.startswith("ort_"), wanted=candidates)
+        runs[(name, "disable_all")] = (path, alignments[name].located)
+        written = None
+        for level, opt_path in ((optimized_paths or {}).get(name) or {}).items():
+            if level == "disable_all" or not Path(opt_path).exists():
+                continue
+            written = written or GraphIndex(model)
+            at_level = _located_at_level(alignments[name].located, written,
+                                         GraphIndex(onnx.load(str(opt_path), load_external_data=False)))
+            if at_level:
+                runs[(name, level)] = (Path(opt_path), at_level)
 
     feeds = eval_feeds[: max(1, budget.max_samples)]
     acc: dict[tuple[str, str], _Acc] = {}
+    level_acc: dict[tuple[str, str, str], _Acc] = {}
     left_out: dict[tuple[str, str], str] = {}
     float_tensors: list[str] | None = None
     samples = 0
     with _exposing(fp32_path, fp32_model, candidates) as fp32_session:
         sessions = {}
         try:
-            for name, path in quantized.items():
+            for key, (path, located) in runs.items():
                 model = onnx.load(str(path), load_external_data=False)
-                wanted = sorted({loc.tensor for loc in alignments[name].located.values()})
-                sessions[name] = _exposing(path, model, wanted)
-                sessions[name].__enter__()
+                sessions[key] = _exposing(path, model, sorted({loc.tensor for loc in located.values()}))
+                sessions[key].__enter__()
             for feed in feeds:
                 if samples and time.perf_counter() - t0 > budget.max_seconds:
                     notes.append(f"time budget: {samples} of {len(feeds)} samples measured "
@@ -86,26 +104,34 @@ def layers_from_files(
                 if float_tensors is None:
                     float_tensors = [t for t in candidates if str(ref_values[t].dtype) in _FLOAT_KINDS]
                 refs: dict[str, _Ref] = {}
-                for name, ctx in sessions.items():
+                for (name, level), ctx in sessions.items():
                     got = ctx.run(feed)
+                    located = runs[(name, level)][1]
                     for t in float_tensors:
-                        loc = alignments[name].located.get(t)
+                        loc = located.get(t)
                         if loc is None or (name, t) in left_out:
                             continue
                         value = _dequantized(got[loc.tensor], loc)
                         if value.shape != ref_values[t].shape:
-                            left_out[(name, t)] = (f"'{loc.tensor}' has shape {list(value.shape)} where fp32 "
-                                                   f"has {list(ref_values[t].shape)}")
-                            continue
+                            if level == "disable_all":
+                                left_out[(name, t)] = (f"'{loc.tensor}' has shape {list(value.shape)} where fp32 "
+                                                       f"has {list(ref_values[t].shape)}")
+                            continue  # at a layout level: channels-last or blocked, not comparable as is
                         if t not in refs:
                             refs[t] = _Ref(ref_values[t])
-                        acc.setdefault((name, t), _Acc()).add(refs[t], value, loc)
+                        if level == "disable_all":
+                            acc.setdefault((name, t), _Acc()).add(refs[t], value, loc)
+                        else:
+                            level_acc.setdefault((name, level, t), _Acc()).add(refs[t], value, loc)
                 refs.clear()
                 samples += 1
         finally:
             for ctx in sessions.values():
                 ctx.__exit__(None, None, None)
-    rows = _rows(ref, float_tensors or [], alignments, acc, left_out, list(quantized), calibration or {})
+    by_level: dict[tuple[str, str], dict[str, float | None]] = {}
+    for (name, level, t), a in level_acc.items():
+        by_level.setdefault((name, t), {})[level] = a.cell().sqnr_db
+    rows = _rows(ref, float_tensors or [], alignments, acc, left_out, list(quantized), calibration or {}, by_level)
     origins = _origins(rows, list(quantized))
     worst = {}
     for a in quantized:
@@ -163,6 +189,28 @@ class _exposing:
             self.copy.unlink(missing_ok=True)
         self.session = None
         return False
+
+
+def _located_at_level(located: dict[str, Located], written: GraphIndex, optimized: GraphIndex) -> dict[str, Located]:
+    """The same values in a graph ORT optimized: the tensor if it survived (read with the step the
+    optimized graph gives it: QDQS8ToU8 turns int8 into uint8 with zero point + 128), else the
+    integer QuantizeLinear output that a fused DequantizeLinear used to read."""
+    present = set(optimized.producer) | set(optimized.inputs)
+    out = {}
+    for t, loc in located.items():
+        name = loc.tensor
+        if name not in present:
+            dq = written.producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in present:
+                continue
+            name = dq.input[0]
+        if optimized.is_integer(name):
+            step = optimized.step_of_integer(name)
+            if step is not None:
+                out[t] = Located(name, loc.how, True, *step)
+        else:
+            out[t] = Located(name, loc.how, False, loc.scale, loc.zero_point, loc.qmin, loc.qmax)
+    return out
 
 
 def _candidate_tensors(ref: GraphIndex) -> list[str]:
@@ -259,7 +307,8 @@ def _cos(dot: float, a2: float, b2: float) -> float:
 # rows, origins, explanations
 
 
-def _rows(ref: GraphIndex, tensors: list[str], alignments, acc, left_out, artifacts, calibration) -> list[LayerRow]:
+def _rows(ref: GraphIndex, tensors: list[str], alignments, acc, left_out, artifacts, calibration,
+          by_level) -> list[LayerRow]:
     depth = _depths(ref)
     sqnr = {k: a.cell().sqnr_db for k, a in acc.items()}
     rows = []
@@ -274,6 +323,8 @@ def _rows(ref: GraphIndex, tensors: list[str], alignments, acc, left_out, artifa
                 own = sqnr[(a, t)]
                 drop = None if inherited is None else round(inherited - (CLEAN_DB if own is None else own), 3)
                 cells[a] = acc[(a, t)].cell(drop)
+                if (a, t) in by_level:
+                    cells[a] = cells[a].model_copy(update={"by_level": by_level[(a, t)]})
             else:
                 missing[a] = left_out.get((a, t)) or alignments[a].left_out.get(t) or "not measured"
         rows.append(LayerRow(
