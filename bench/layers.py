@@ -30,7 +30,7 @@ QUANTIZED = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 
 
 def _plain(paths: dict[str, Path], feeds) -> float:
-    from service.pipeline.ort_sessions import session_for
+    from service.pipeline.runtime.ort_sessions import session_for
 
     t = time.perf_counter()
     for path in paths.values():
@@ -55,9 +55,9 @@ def main(argv=None) -> int:
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
     from service.pipeline.runtime.layers import LayersBudget, layers_from_files
-    from service.pipeline.samples import generated_samples
-    from service.pipeline.sources import source_from_example
-    from service.pipeline.specs import resolved_input_shapes
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_example
+    from service.pipeline.inputs.specs import resolved_input_shapes
 
     print(f"| model | rows | aligned x3 | samples | plain s | layers s | extra s | layers / plain | RSS growth MiB |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -35,6 +35,7 @@ from service.pipeline.quantize.isolation import run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
+from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.gates import verdict_from_report
 from service.pipeline.verdict.platform_notes import platform_notes
@@ -205,8 +206,6 @@ def run_comparison(
     timings.update(levels.timings)
     # Per-tensor error (issue 15): timed as its own entry, reported under the evaluate stage.
     t0 = time.perf_counter()
-    from service.pipeline.runtime.layers_stage import layers_for_comparison
-
     layers = layers_for_comparison(
         options=options, paths=paths, eval_feeds=samples.evaluation,
         tools={n: a.tool for n, a in artifacts.items() if a.tool is not None}, out_dir=scratch,

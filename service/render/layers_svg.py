@@ -6,12 +6,12 @@ from __future__ import annotations
 import math
 from html import escape
 
+from service.render.svg import color
+
 CLEAN_DB = 100.0  # an exact tensor (infinite SQNR) is drawn at the top of the axis, not at infinity
 
 
 def _color(name: str, i: int) -> str:
-    from service.api.svg import color
-
     return color(name, i)
 
 

@@ -18,6 +18,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.api.routes.artifacts import split_name
 from service.pipeline.options import LEVELS
 from service.render import svg
+from service.render.layers_svg import sqnr_by_depth, worst_rows
 from service.render.units import human_size
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
@@ -159,8 +160,6 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         downloads.append({"name": fname, "artifact": art, "level": lv, "size": size,
                           "url": f"/v1/comparisons/{job_id}/artifacts/{fname}"})
     lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
-    from service.render.layers_svg import sqnr_by_depth, worst_rows
-
     layers = report.get("layers") or None
     layer_view = None if not layers else {
         "chart": sqnr_by_depth(layers), "worst": worst_rows(layers, 10), "l": layers,

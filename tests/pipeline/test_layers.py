@@ -178,7 +178,7 @@ def test_by_level_reads_the_graph_ort_saved_because_exposing_a_tensor_blocks_the
     by_level reads that file."""
     import onnxruntime as ort
 
-    from service.pipeline.ort_sessions import session_for
+    from service.pipeline.runtime.ort_sessions import session_for
 
     _, workdir = compared("op_zoo_net")
     art = workdir / "artifacts"

@@ -27,7 +27,7 @@ def test_the_report_carries_a_layers_table_by_default(zoo_report):
 
 
 def test_the_page_draws_sqnr_by_depth_and_the_worst_tensors(zoo_report):
-    from service.api.report_page import render_job_page
+    from service.render.page import render_job_page
     from service.jobs.spec import JobSpec
     from service.jobs.store import JobRecord
 

@@ -13,9 +13,9 @@ from service.pipeline.runtime.layers_retry import (RetryInputs, advice_from_retr
 @pytest.fixture(scope="module")
 def retried(compared, tmp_path_factory):
     from service.pipeline.options import ComparisonOptions, resolved_ort_settings
-    from service.pipeline.samples import generated_samples
-    from service.pipeline.sources import source_from_example
-    from service.pipeline.specs import resolved_input_shapes
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_example
+    from service.pipeline.inputs.specs import resolved_input_shapes
 
     _, workdir = compared("op_zoo_net")
     art = workdir / "artifacts"

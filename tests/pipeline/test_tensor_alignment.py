@@ -94,7 +94,7 @@ def test_folded_batchnorm_leaves_the_pre_bn_value_out(tmp_path):
 
     fp32 = _conv_relu_conv(tmp_path / "m.onnx", bn=True)
     # quantize the BN-free graph ORT's basic level writes (ConvBNFusion), as pre-processing would
-    from service.pipeline.ort_sessions import session_for
+    from service.pipeline.runtime.ort_sessions import session_for
 
     session_for(tmp_path / "m.onnx", "basic", optimized_model_path=tmp_path / "folded.onnx")
     folded = onnx.load(str(tmp_path / "folded.onnx"))

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from service.pipeline.runtime.tensor_alignment import Alignment, GraphIndex, Located, aligned_tensors
+from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.runtime.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
 from service.schemas.layers import LayerCell, LayerOrigin, LayerRow, LayersReport
 
 # SQNR counted for an input that carries no error, when computing a drop (int8 rounding of a
@@ -56,7 +57,7 @@ def layers_from_files(
 
     t0 = time.perf_counter()
     fp32_model = onnx.load(str(fp32_path), load_external_data=False)
-    ref = GraphIndex(fp32_model)
+    ref = GraphView(fp32_model)
     candidates = _candidate_tensors(ref)
     notes: list[str] = []
     truncated = len(candidates) > budget.max_tensors
@@ -76,9 +77,9 @@ def layers_from_files(
         for level, opt_path in ((optimized_paths or {}).get(name) or {}).items():
             if level == "disable_all" or not Path(opt_path).exists():
                 continue
-            written = written or GraphIndex(model)
+            written = written or GraphView(model)
             at_level = _located_at_level(alignments[name].located, written,
-                                         GraphIndex(onnx.load(str(opt_path), load_external_data=False)))
+                                         GraphView(onnx.load(str(opt_path), load_external_data=False)))
             if at_level:
                 runs[(name, level)] = (Path(opt_path), at_level)
 
@@ -168,8 +169,6 @@ class _exposing:
     def __enter__(self):
         import onnx
 
-        from service.pipeline.ort_sessions import session_for
-
         present = {o.name for o in self.model.graph.output}
         for t in self.tensors:
             if t not in present:
@@ -191,7 +190,7 @@ class _exposing:
         return False
 
 
-def _located_at_level(located: dict[str, Located], written: GraphIndex, optimized: GraphIndex) -> dict[str, Located]:
+def _located_at_level(located: dict[str, Located], written: GraphView, optimized: GraphView) -> dict[str, Located]:
     """The same values in a graph ORT optimized: the tensor if it survived (read with the step the
     optimized graph gives it: QDQS8ToU8 turns int8 into uint8 with zero point + 128), else the
     integer QuantizeLinear output that a fused DequantizeLinear used to read."""
@@ -213,7 +212,7 @@ def _located_at_level(located: dict[str, Located], written: GraphIndex, optimize
     return out
 
 
-def _candidate_tensors(ref: GraphIndex) -> list[str]:
+def _candidate_tensors(ref: GraphView) -> list[str]:
     out = list(ref.inputs)
     for n in ref.nodes:
         if ref.is_compute(n):
@@ -307,7 +306,7 @@ def _cos(dot: float, a2: float, b2: float) -> float:
 # rows, origins, explanations
 
 
-def _rows(ref: GraphIndex, tensors: list[str], alignments, acc, left_out, artifacts, calibration,
+def _rows(ref: GraphView, tensors: list[str], alignments, acc, left_out, artifacts, calibration,
           by_level) -> list[LayerRow]:
     depth = _depths(ref)
     sqnr = {k: a.cell().sqnr_db for k, a in acc.items()}
@@ -335,7 +334,7 @@ def _rows(ref: GraphIndex, tensors: list[str], alignments, acc, left_out, artifa
     return rows
 
 
-def _inherited(artifact: str, inputs: list[str], sqnr, ref: GraphIndex, hops: int = 4) -> float | None:
+def _inherited(artifact: str, inputs: list[str], sqnr, ref: GraphView, hops: int = 4) -> float | None:
     """The worst SQNR among the inputs (CLEAN_DB for an exact one). An input the file does not
     hold (a Conv output whose Relu QOperator absorbed) is looked through to its own inputs."""
     worst = CLEAN_DB
@@ -354,7 +353,7 @@ def _inherited(artifact: str, inputs: list[str], sqnr, ref: GraphIndex, hops: in
     return worst
 
 
-def _depths(ref: GraphIndex) -> dict[str, int]:
+def _depths(ref: GraphView) -> dict[str, int]:
     depth = {i: 0 for i in ref.inputs}
     for n in ref.nodes:
         if not ref.is_compute(n):

@@ -20,6 +20,10 @@ from typing import Callable
 
 import numpy as np
 
+from service.pipeline.quantize.ort_quant import quantized_by_ort
+from service.pipeline.quantize.pt2e import qdq_from_pt2e
+from service.pipeline.runtime.numerics import concat_runs, latency_of, sqnr_db
+from service.pipeline.runtime.ort_sessions import session_for
 from service.schemas.layers import LayersReport, LayersRetry, RetryArtifact
 
 # ops a quantizer quantizes for their own sake; a data-movement op is never worth excluding
@@ -125,26 +129,18 @@ def module_of_node(fp32_model, node_name: str) -> str | None:
 
 
 def _outputs(path: Path, feeds) -> list[np.ndarray]:
-    from service.pipeline.numerics import concat_runs
-    from service.pipeline.ort_sessions import session_for
-
     session = session_for(path, "disable_all")
     names = {i.name for i in session.get_inputs()}
     return concat_runs([session.run(None, {k: v for k, v in f.items() if k in names}) for f in feeds])
 
 
 def _worst_sqnr(reference: list[np.ndarray], actual: list[np.ndarray]) -> float | None:
-    from service.pipeline.numerics import sqnr_db
-
     values = [sqnr_db(r, a) for r, a in zip(reference, actual) if r.dtype.kind == "f" and r.shape == a.shape]
     finite = [v for v in values if v is not None]
     return round(min(finite), 4) if finite else None
 
 
 def _latency(path: Path, inputs: RetryInputs) -> float | None:
-    from service.pipeline.numerics import latency_of
-    from service.pipeline.ort_sessions import session_for
-
     session = session_for(path, "all", intra_op_threads=inputs.intra_op_threads)
     names = {i.name for i in session.get_inputs()}
     feed = {k: v for k, v in inputs.eval_feeds[0].items() if k in names}
@@ -159,8 +155,6 @@ def requantizer(*, source, shapes, calibration, input_names: list[str], ort_inpu
 
     def run(artifact: str, nodes: list[str], out: Path) -> str:
         if artifact == "pt2e_qdq":
-            from service.pipeline.pt2e import qdq_from_pt2e
-
             modules = {n: module_of_node(fp32_model, n) for n in nodes}
             missing = [n for n, m in modules.items() if not m]
             if missing:
@@ -170,8 +164,6 @@ def requantizer(*, source, shapes, calibration, input_names: list[str], ort_inpu
                           skip_modules=tuple(sorted(set(modules.values()))))
             return "XNNPACKQuantizer module_name_config[" + ", ".join(sorted(set(modules.values()))) + "] = None"
         import onnx
-
-        from service.pipeline.ort_quant import quantized_by_ort
 
         present = {n.name for n in onnx.load(str(ort_input), load_external_data=False).graph.node}
         kept = [n for n in nodes if n in present]

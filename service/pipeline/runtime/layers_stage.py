@@ -10,6 +10,8 @@ import logging
 import time
 from pathlib import Path
 
+from service.pipeline.runtime.layers import LayersBudget, layers_from_files
+from service.pipeline.runtime.layers_retry import RetryInputs, requantizer, retry_without_origins
 from service.schemas.layers import LayersReport
 
 log = logging.getLogger(__name__)
@@ -21,8 +23,6 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
                           optimized_paths: dict[str, dict[str, Path]] | None = None) -> LayersReport | None:
     """``paths``: fp32 + every quantized artifact whose path is ok. ``tools``: artifact -> ToolInfo
     (its ``calibration`` sentence explains differing steps). The rest is only read by the retry."""
-    from service.pipeline.runtime.layers import LayersBudget, layers_from_files
-
     opts = options.layers
     quantized = {a: p for a, p in paths.items() if a != "fp32"}
     if not opts.enabled or not quantized or "fp32" not in paths:
@@ -41,8 +41,6 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
                             seconds=round(time.perf_counter() - t0, 4))
     if opts.retry_k <= 0:
         return report
-    from service.pipeline.runtime.layers_retry import RetryInputs, requantizer, retry_without_origins
-
     run = requantizer(source=source, shapes=shapes, calibration=calibration, input_names=input_names,
                       ort_input=ort_input, ort_settings=ort_settings, per_channel=options.pt2e.per_channel,
                       fp32_model=fp32_model)

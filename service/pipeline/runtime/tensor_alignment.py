@@ -1,6 +1,7 @@
 """Which tensor of a quantized file holds the quantized counterpart of an fp32 tensor.
 
-NOTE: this module reads ModelProtos and returns plain dataclasses; it runs nothing.
+NOTE: this module reads ModelProtos and returns plain dataclasses; it runs nothing. The op sets
+and the graph index come from ``service.pipeline.vocabulary``.
 
 Each tool writes a different file from the same fp32 model:
 
@@ -29,26 +30,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
-_QDQ = {QUANTIZE, DEQUANTIZE}
+import numpy as np
 
-# QOperator ops: the float op they compute, where their activation inputs are, where the output
-# scale and zero point are (onnxruntime/python/tools/quantization/operators/*.py).
-_QLINEAR: dict[str, tuple[str, tuple[int, ...] | str, tuple[int, int]]] = {
-    "QLinearConv": ("Conv", (0,), (6, 7)),
-    "QLinearMatMul": ("MatMul", (0, 3), (6, 7)),
-    "QGemm": ("Gemm", (0,), (7, 8)),
-    "QLinearAdd": ("Add", (0, 3), (6, 7)),
-    "QLinearMul": ("Mul", (0, 3), (6, 7)),
-    "QLinearSigmoid": ("Sigmoid", (0,), (3, 4)),
-    "QLinearLeakyRelu": ("LeakyRelu", (0,), (3, 4)),
-    "QLinearSoftmax": ("Softmax", (0,), (3, 4)),
-    "QLinearAveragePool": ("AveragePool", (0,), (3, 4)),
-    "QLinearGlobalAveragePool": ("GlobalAveragePool", (0,), (3, 4)),
-    "QLinearReduceMean": ("ReduceMean", (0,), (3, 4)),
-    "QLinearWhere": ("Where", (0, 1, 4), (7, 8)),
-    "QLinearConcat": ("Concat", "concat", (0, 1)),
-}
+from service.pipeline.vocabulary import (
+    DEQUANTIZE,
+    MS,
+    OUTPUT_ZERO_POINT_INDEX,
+    QDQ_OPS,
+    QLINEAR_OPERANDS,
+    QUANTIZE,
+    graph_from_model,
+    op_key,
+)
+
 _COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum", "Mean"}
 # fp32 ops a quantizer may drop into a neighbour: activations into the QuantizeLinear clamp,
 # BatchNormalization into the Conv's weights, no-ops removed by pre-processing.
@@ -82,124 +76,87 @@ class Alignment:
     left_out: dict[str, str] = field(default_factory=dict)  # fp32 tensor -> why it is not compared
 
 
-class GraphIndex:
-    """Producers, consumers, constants and float-op view of a main graph (subgraphs are not exposable)."""
+class GraphView:
+    """The float-op view of one main graph (subgraph tensors cannot be exposed as outputs) on top
+    of the shared ``vocabulary.GraphView``: constants (initializers, Constant nodes and what only
+    they feed), the float op a QOperator kernel computes, values seen through Q/DQ pairs."""
 
     def __init__(self, model):
-        from onnx import numpy_helper
-
+        self.index = graph_from_model(model)
         g = model.graph
-        self.graph = g
-        self.nodes = list(g.node)
-        self.producer = {}
-        self.consumers: dict[str, list] = {}
-        for n in self.nodes:
-            for o in n.output:
-                if o:
-                    self.producer[o] = n
-            for i in n.input:
-                if i:
-                    self.consumers.setdefault(i, []).append(n)
-        self.initializers = {t.name: t for t in g.initializer}
-        self.inputs = [i.name for i in g.input if i.name not in self.initializers]
-        self.outputs = [o.name for o in g.output]
-        self.const: set[str] = set(self.initializers)
+        self.nodes = self.index.nodes
+        self.producer, self.consumers = self.index.producer, self.index.consumers
+        self.inputs = [i.name for i in g.input if i.name not in self.index.initializers]
+        self.const: set[str] = set(self.index.initializers)
         for n in self.nodes:  # graph order is topological
-            if n.op_type == "Constant" or (n.input and all((not i) or i in self.const for i in n.input)):
+            if n.input and all((not i) or i in self.const for i in n.input):
                 self.const.update(o for o in n.output if o)
-        self._values: dict[str, object] = {}
-        self._numpy = numpy_helper
-
-    def constant_value(self, name: str):
-        """An initializer's or a Constant node's value, else None."""
-        if name in self._values:
-            return self._values[name]
-        value = None
-        if name in self.initializers:
-            value = self._numpy.to_array(self.initializers[name])
-        else:
-            n = self.producer.get(name)
-            if n is not None and n.op_type == "Constant":
-                for a in n.attribute:
-                    if a.name == "value":
-                        value = self._numpy.to_array(a.t)
-        self._values[name] = value
-        return value
 
     def is_compute(self, n) -> bool:
-        return n.op_type not in _QDQ and n.op_type != "Constant" and not all(o in self.const for o in n.output if o)
+        return n.op_type not in QDQ_OPS and n.op_type != "Constant" and not all(o in self.const for o in n.output if o)
 
     def float_op(self, n) -> str:
-        return _QLINEAR[n.op_type][0] if n.op_type in _QLINEAR else n.op_type
+        """QLinearConv / com.microsoft.QLinearAdd / QGemm compute Conv / Add / Gemm."""
+        if op_key(n) in OUTPUT_ZERO_POINT_INDEX:
+            return n.op_type[len("QLinear"):] if n.op_type.startswith("QLinear") else n.op_type[1:]
+        return n.op_type
 
     def activation_inputs(self, n) -> list[str]:
-        spec = _QLINEAR.get(n.op_type)
-        if spec is None:
-            names = [i for i in n.input if i and i not in self.const]
-        elif spec[1] == "concat":
+        key = op_key(n)
+        if key in QLINEAR_OPERANDS:
+            names = [n.input[d] for d, _, _ in QLINEAR_OPERANDS[key][:-1] if d < len(n.input) and n.input[d]]
+        elif key == f"{MS}.QLinearConcat":
             names = [n.input[k] for k in range(2, len(n.input), 3)]
         else:
-            names = [n.input[k] for k in spec[1] if k < len(n.input) and n.input[k]]
+            names = [i for i in n.input if i]
         return [self.canonical(i) for i in names if i not in self.const]
 
     def canonical(self, name: str) -> str:
         """The value a tensor carries, looking through QuantizeLinear/DequantizeLinear pairs."""
-        seen = 0
-        while seen < 8:
+        for _ in range(8):
             n = self.producer.get(name)
-            if n is None or n.op_type not in _QDQ or name in self.const:
+            if n is None or n.op_type not in QDQ_OPS or name in self.const:
                 return name
             name = n.input[0]
-            seen += 1
         return name
 
     def compute_consumers(self, name: str) -> list:
         """The compute nodes reading ``name``, through Q/DQ pairs."""
-        out, stack, seen = [], [name], set()
+        out, stack, seen = [], [name], {name}
         while stack:
-            t = stack.pop()
-            for c in self.consumers.get(t, []):
-                if c.op_type in _QDQ:
-                    stack.extend(o for o in c.output if o and o not in seen)
-                    seen.update(c.output)
-                elif id(c) not in {id(x) for x in out}:
+            for c in self.consumers.get(stack.pop(), []):
+                if c.op_type in QDQ_OPS:
+                    fresh = [o for o in c.output if o and o not in seen]
+                    seen.update(fresh)
+                    stack.extend(fresh)
+                elif all(c is not x for x in out):
                     out.append(c)
         return out
 
     def scope(self, n) -> str:
-        for p in n.metadata_props:
-            if p.key == _NAME_SCOPES:
-                return p.value
-        return ""
+        return next((p.value for p in n.metadata_props if p.key == _NAME_SCOPES), "")
 
     def is_integer(self, name: str) -> bool:
-        """Produced as an integer tensor by a quantizing op (QuantizeLinear, QLinear*, or a
-        data-movement op reading one)."""
-        n = self.producer.get(name)
-        if n is None:
-            return False
-        if n.op_type == QUANTIZE or n.op_type in _QLINEAR:
-            return True
-        if n.op_type == DEQUANTIZE:
-            return False
-        ins = [i for i in n.input if i and i not in self.const]
-        return bool(ins) and self.is_integer(ins[0])
+        dtype = self.index.dtypes.get(name)
+        return dtype is not None and dtype.startswith(("int", "uint"))
 
     def step_of_integer(self, name: str) -> tuple[float, int, int, int] | None:
-        """(scale, zero_point, qmin, qmax) of an integer activation tensor, from the op that wrote it."""
+        """(scale, zero_point, qmin, qmax) of an integer activation, from the op that wrote it
+        (MaxPool / Transpose / Reshape on int8 keep their input's step)."""
         n = self.producer.get(name)
         for _ in range(64):
             if n is None:
                 return None
-            if n.op_type == QUANTIZE:
+            key = op_key(n)
+            if key == QUANTIZE:
                 return self._step(n.input[1], n.input[2] if len(n.input) > 2 else None)
-            if n.op_type in _QLINEAR:
-                s, z = _QLINEAR[n.op_type][2]
-                return self._step(n.input[s], n.input[z] if z < len(n.input) else None)
+            if key in OUTPUT_ZERO_POINT_INDEX:
+                z = OUTPUT_ZERO_POINT_INDEX[key]
+                return self._step(n.input[z - 1], n.input[z] if z < len(n.input) else None)
             ins = [i for i in n.input if i and i not in self.const]
             if not ins:
                 return None
-            n = self.producer.get(ins[0])  # MaxPool / Transpose / Reshape on int8 keep the step
+            n = self.producer.get(ins[0])
         return None
 
     def quantized_view(self, name: str) -> tuple[str, bool, tuple] | None:
@@ -217,26 +174,24 @@ class GraphIndex:
         return None
 
     def _step(self, scale_name: str, zp_name: str | None):
-        import numpy as np
-
-        scale = self.constant_value(scale_name)
+        scale = self.index.init_array(scale_name)
         if scale is None or np.size(scale) != 1:
             return None  # per-channel activations: no single step
-        zp, lo_hi = 0, (-128, 127)
+        zp, lo, hi = 0, -128, 127
         if zp_name:
-            z = self.constant_value(zp_name)
-            if z is None or np.size(z) != 1:
+            z = self.index.init_array(zp_name)
+            if z is None or np.size(z) != 1 or z.dtype.kind not in "iu":
                 return None
-            zp = int(np.asarray(z).ravel()[0])
-            info = np.iinfo(np.asarray(z).dtype) if np.asarray(z).dtype.kind in "iu" else None
-            if info is not None:
-                lo_hi = (int(info.min), int(info.max))
-        return float(np.asarray(scale).ravel()[0]), zp, lo_hi[0], lo_hi[1]
+            zp = int(z.ravel()[0])
+            lo, hi = int(np.iinfo(z.dtype).min), int(np.iinfo(z.dtype).max)
+        else:
+            lo, hi = 0, 255  # no zero point: uint8, zero point 0
+        return float(np.asarray(scale).ravel()[0]), zp, lo, hi
 
 
 def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] | None = None) -> Alignment:
     """fp32 tensor -> its counterpart in ``model`` (see the module docstring for the rules)."""
-    ref, idx = GraphIndex(fp32_model), GraphIndex(model)
+    ref, idx = GraphView(fp32_model), GraphView(model)
     result = Alignment()
     mapped: dict[str, str] = {}  # fp32 tensor -> canonical value in the file
     how: dict[str, str] = {}
@@ -304,7 +259,7 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
     return result
 
 
-def _read(c: str, how: str, idx: GraphIndex) -> Located:
+def _read(c: str, how: str, idx: GraphView) -> Located:
     if idx.is_integer(c):
         step = idx.step_of_integer(c)
         if step is None:
@@ -317,7 +272,7 @@ def _read(c: str, how: str, idx: GraphIndex) -> Located:
     return Located(tensor, how + f"; read after its QuantizeLinear ({tensor})", integer, *step)
 
 
-def _check_absorbed_consumer(o: str, c: str, ref: GraphIndex, idx: GraphIndex, raw_only: dict, hidden: dict) -> None:
+def _check_absorbed_consumer(o: str, c: str, ref: GraphView, idx: GraphView, raw_only: dict, hidden: dict) -> None:
     """fp32 ``o`` feeds an op the file absorbed: the file's value ``c`` is then that op's output,
     not ``o``. A clamped activation leaves the pre-clamp float in QDQ files (compare it raw);
     a folded BatchNormalization leaves nothing that equals ``o``."""
@@ -336,7 +291,7 @@ def _check_absorbed_consumer(o: str, c: str, ref: GraphIndex, idx: GraphIndex, r
         return
 
 
-def _tie_break(n, options: list, ref: GraphIndex, idx: GraphIndex):
+def _tie_break(n, options: list, ref: GraphView, idx: GraphView):
     if len(options) == 1:
         return options[0]
     scope = ref.scope(n)
@@ -354,7 +309,7 @@ def _key(op: str, inputs: list[str]) -> tuple:
     return (op, tuple(sorted(inputs)) if op in _COMMUTATIVE else tuple(inputs))
 
 
-def _float_tensors(ref: GraphIndex, wanted: list[str] | None) -> list[str]:
+def _float_tensors(ref: GraphView, wanted: list[str] | None) -> list[str]:
     if wanted is not None:
         return list(wanted)
     outs = list(ref.inputs)
