@@ -60,3 +60,11 @@ def test_the_client_exposes_report_layers(zoo_report):
 def test_layers_off_leaves_the_section_out(compared):
     report, _ = compared("conv_relu", layers={"enabled": False})
     assert report.layers is None and "layers" not in report.timings
+
+
+def test_the_cli_summary_names_the_worst_tensor_per_artifact(zoo_report):
+    from service.render.text import summary_table
+
+    text = summary_table(zoo_report)
+    for art, tensor in zoo_report.layers.worst.items():
+        assert re.search(rf"^  {art}\s+worst {re.escape(tensor)} ", text, re.M), art
