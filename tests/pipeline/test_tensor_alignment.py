@@ -103,3 +103,37 @@ def test_folded_batchnorm_leaves_the_pre_bn_value_out(tmp_path):
     al = aligned_tensors(fp32, q, names_shared=True)
     assert "conv_out" in al.left_out
     assert "bn_out" in al.located and "relu_out" in al.located
+
+
+def test_a_rewritten_op_is_found_through_the_module_the_converter_named_after_the_onnx_node():
+    """ONNX uploads reach PT2E through the ONNX->torch converter, which names each module after its
+    ONNX node (onnx2torch: ``inner.GlobalAveragePool@0``); the re-export writes that into
+    ``pkg.torch.onnx.name_scopes``. GlobalAveragePool comes back as ReduceMean: structure alone
+    cannot match it, the module name can, and what follows matches on structure again."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    fp32 = helper.make_model(helper.make_graph([
+        helper.make_node("Relu", ["x"], ["r"], name="Relu@0"),
+        helper.make_node("GlobalAveragePool", ["r"], ["pooled"], name="GlobalAveragePool@0"),
+        helper.make_node("Sigmoid", ["pooled"], ["y"], name="Sigmoid@0"),
+    ], "fp32", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])]))
+
+    def scoped(node, *scopes):
+        entry = node.metadata_props.add()
+        entry.key, entry.value = "pkg.torch.onnx.name_scopes", repr(["", *scopes])
+        return node
+
+    axes = numpy_helper.from_array(np.array([2, 3], np.int64), "axes")
+    exported = helper.make_model(helper.make_graph([
+        scoped(helper.make_node("Relu", ["x"], ["relu"], name="node_relu"), "inner.Relu@0", "relu"),
+        scoped(helper.make_node("ReduceMean", ["relu", "axes"], ["mean"], name="node_mean"),
+               "inner.GlobalAveragePool@0", "mean"),
+        scoped(helper.make_node("Sigmoid", ["mean"], ["sigmoid"], name="node_sigmoid"), "inner.Sigmoid@0", "sigmoid"),
+    ], "pt2e", [x], [helper.make_tensor_value_info("sigmoid", TensorProto.FLOAT, [1, 4, 1, 1])], initializer=[axes]))
+    al = aligned_tensors(fp32, exported, names_shared=False)
+    assert al.located["pooled"].tensor == "mean" and "GlobalAveragePool@0" in al.located["pooled"].how
+    assert al.located["y"].tensor == "sigmoid" and al.located["y"].how.startswith("structure")
+    # without the module names nothing after the rewritten op can be aligned
+    for n in exported.graph.node:
+        del n.metadata_props[:]
+    bare = aligned_tensors(fp32, exported, names_shared=False)
+    assert "pooled" in bare.left_out and "y" in bare.left_out

@@ -28,6 +28,8 @@ or left out with the reason.
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,6 +138,15 @@ class GraphView:
     def scope(self, n) -> str:
         return next((p.value for p in n.metadata_props if p.key == _NAME_SCOPES), "")
 
+    def scope_names(self, n) -> list[str]:
+        """``pkg.torch.onnx.name_scopes`` as a list (``['', 'conv_a', 'conv2d_1']``), else []."""
+        raw = self.scope(n)
+        try:
+            value = ast.literal_eval(raw) if raw else []
+        except (ValueError, SyntaxError):
+            return []
+        return [str(v) for v in value if v] if isinstance(value, list) else []
+
     def is_integer(self, name: str) -> bool:
         dtype = self.index.dtypes.get(name)
         return dtype is not None and dtype.startswith(("int", "uint"))
@@ -208,6 +219,7 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
         if idx.is_compute(n):
             candidates.setdefault(_key(idx.float_op(n), idx.activation_inputs(n)), []).append(n)
     claimed: set[int] = set()
+    scopes = _scope_index(idx)
     file_tensors = {o for n in idx.nodes for o in n.output if o}
 
     for n in ref.nodes:
@@ -232,6 +244,15 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
                                 if ins[0] in raw_only else f"{n.op_type} absorbed by the file (none after '{c}')")
                 _check_absorbed_consumer(outs[0], c, ref, idx, raw_only, hidden)
                 continue
+        s = _by_module_scope(n, idx, scopes, claimed)
+        if s is not None:  # the structure differs, but the converter kept the ONNX node's name
+            claimed.add(id(s))
+            if outs:
+                mapped[outs[0]] = idx.canonical(s.output[0])
+                how[outs[0]] = (f"the module the ONNX->torch conversion named after fp32 node '{n.name}': "
+                                f"its last op, {s.op_type} '{s.name}'")
+                _check_absorbed_consumer(outs[0], mapped[outs[0]], ref, idx, raw_only, hidden)
+            continue
         if names_shared:  # the structure differs (a fused or rewritten op): fall back on the name
             for o in outs:
                 if o in file_tensors:
@@ -303,6 +324,34 @@ def _tie_break(n, options: list, ref: GraphView, idx: GraphView):
         if s.name and s.name in (n.name, f"{n.name}_quant"):
             return s
     return options[0]
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z@]+", "_", name).strip("_")
+
+
+def _scope_index(idx: GraphView) -> dict[str, list]:
+    """Normalized module name -> the file's compute nodes under it, in file order. An ONNX upload
+    reaches PT2E through the ONNX->torch converter, which names each module after its ONNX node
+    (onnx2torch: ``inner.Conv@0`` for node ``Conv@0``); torch.onnx.export writes those module
+    names into ``pkg.torch.onnx.name_scopes``."""
+    out: dict[str, list] = {}
+    for n in idx.nodes:
+        if not idx.is_compute(n):
+            continue
+        for module in idx.scope_names(n)[:-1]:  # the last scope is the op's own FX name
+            for key in {_norm(module), _norm(module.rsplit(".", 1)[-1])}:
+                if key:
+                    out.setdefault(key, []).append(n)
+    return out
+
+
+def _by_module_scope(n, idx: GraphView, scopes: dict[str, list], claimed: set[int]):
+    """The last unclaimed file op in the module named after fp32 node ``n`` (its output is the module's)."""
+    if not n.name:
+        return None
+    nodes = [s for s in scopes.get(_norm(n.name), []) if id(s) not in claimed]
+    return nodes[-1] if nodes else None
 
 
 def _key(op: str, inputs: list[str]) -> tuple:
