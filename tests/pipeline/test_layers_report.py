@@ -68,3 +68,18 @@ def test_the_cli_summary_names_the_worst_tensor_per_artifact(zoo_report):
     text = summary_table(zoo_report)
     for art, tensor in zoo_report.layers.worst.items():
         assert re.search(rf"^  {art}\s+worst {re.escape(tensor)} ", text, re.M), art
+
+
+@pytest.mark.heavy
+def test_retry_through_the_spine_feeds_advice_items(compared):
+    from service.pipeline.runtime.layers_retry import advice_from_retry
+
+    report, _ = compared("op_zoo_net", layers={"retry_k": 1}, latency={"enabled": True, "runs": 3})
+    retry = report.layers.retry
+    assert retry is not None and retry.k == 1
+    done = [r for r in retry.artifacts if not r.error]
+    assert {r.artifact for r in done} >= {"ort_qdq", "ort_qoperator"}
+    for r in done:
+        assert len(r.excluded_nodes) == 1 and r.latency_ms_before and r.latency_ms_after
+    items = advice_from_retry(retry)
+    assert {i["artifact"] for i in items} == {r.artifact for r in done}
