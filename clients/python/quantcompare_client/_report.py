@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ._layers import Layers
+from ._svg import bar_chart
 
 __all__ = [
     "Report",
@@ -326,6 +327,9 @@ class GateResult:
     passed: bool
     actual: Optional[float]
     message: str
+    # Gates relative to a baseline: the deciding artifact's baseline figure and actual - baseline.
+    baseline: Optional[float] = None
+    delta: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -337,7 +341,8 @@ class Verdict:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
         d = _d(d)
-        gates = [GateResult(str(g.get("gate", "")), bool(g.get("passed")), _f(g.get("actual")), str(g.get("message", "")))
+        gates = [GateResult(str(g.get("gate", "")), bool(g.get("passed")), _f(g.get("actual")), str(g.get("message", "")),
+                            _f(g.get("baseline")), _f(g.get("delta")))
                  for g in d.get("gates") or [] if isinstance(g, dict)]
         return cls(bool(d.get("passed")), gates, [str(f) for f in d.get("failures") or []])
 
@@ -398,7 +403,11 @@ class Report:
         self.environment: Dict[str, Any] = _d(self.raw.get("environment"))
         self.samples: Dict[str, Any] = _d(self.raw.get("samples"))
         # Per-tensor error (issue 15); None from a server that does not measure it or when it is off.
-        self.layers: Optional[Layers] = Layers(self.raw["layers"]) if isinstance(self.raw.get("layers"), dict) else None
+        # (a bare list of rows is read as {"rows": [...]}, as to_pandas("layers") does)
+        raw_layers = self.raw.get("layers")
+        if isinstance(raw_layers, list):
+            raw_layers = {"rows": raw_layers}
+        self.layers: Optional[Layers] = Layers(raw_layers) if isinstance(raw_layers, dict) else None
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -442,6 +451,29 @@ class Report:
                 if lv not in seen:
                     seen.append(lv)
         return sorted(seen, key=lambda lv: LEVELS.index(lv) if lv in LEVELS else len(LEVELS))
+
+    # -- tables -----------------------------------------------------------------------------------
+
+    def to_pandas(self, kind: str = "levels") -> Any:
+        """A DataFrame of one table: ``"levels"``, ``"decisions"``, ``"gates"`` or ``"layers"``.
+
+        Needs pandas (``pip install 'quantcompare-client[pandas]'``). ``levels`` has one row per
+        artifact x level (an exact SQNR is ``inf``); ``layers`` one row per fp32 tensor x artifact,
+        and raises ``ValueError`` when the report has no per-tensor table.
+        """
+        from ._frames import frame_from_report
+
+        return frame_from_report(self, kind)
+
+    def charts_svg(self) -> str:
+        """SQNR and latency per level as two inline SVG bar charts (no scripts), like the report page."""
+        levels = self.levels
+        quant = [n for n in self.artifacts if n != "fp32"]
+        sqnr = bar_chart(levels, {n: [self.sqnr_db(n, lv) for lv in levels] for n in quant},
+                         title="SQNR vs fp32 (worst output; higher is better)", unit="dB")
+        latency = bar_chart(levels, {n: [self.median_ms(n, lv) for lv in levels] for n in self.artifacts},
+                            title="Latency per run (median; lower is better)", unit="ms")
+        return f'<div style="display:flex;flex-wrap:wrap;gap:18px">{sqnr}{latency}</div>'
 
     # -- serialisation --------------------------------------------------------------------------
 
@@ -564,6 +596,7 @@ class Report:
                 cells.append(f"<td{align}{title}>{e(text)}</td>")
             parts.append(f"<tr{colour}>{''.join(cells)}</tr>")
         parts.append("</tbody></table>")
+        parts.append(self.charts_svg())
         errors = [r for r in self.rows(level) if r["error"]]
         if errors:
             parts.append("<ul>" + "".join(f"<li><code>{e(r['artifact'])}</code> {e(r['status'])}: {e(r['error'])}</li>"
