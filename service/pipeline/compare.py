@@ -209,6 +209,19 @@ def run_comparison(
             artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})
     timings.update(levels.timings)
 
+    # advice: the changes the blockers point to, re-run for real within options.advice's budget
+    advice, refuted = [], []
+    if options.advice.enabled and already is None:
+        from service.pipeline.verdict.advice import advice_for_job
+
+        t0 = time.perf_counter()
+        advice, refuted = advice_for_job(
+            levels.optimized, paths, options, ort_input=ort_input if any(a.startswith("ort_") for a in paths) else None,
+            ort_settings=ort_settings, samples=samples, input_names=input_names,
+            calibration_cache=scratch / "ort_calibration_ranges.json",
+            quantize_seconds={n: s for n, (_, s) in outcomes.items()})
+        timings["advice"] = round(time.perf_counter() - t0, 4)
+
     model_info = ModelInfo(
         name=source.name, sha256=source.sha256, format=source.format,
         opset_imports={(o.domain or "ai.onnx"): o.version for o in fp32_model.opset_import},
@@ -224,7 +237,7 @@ def run_comparison(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
         decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu),
-        verdict=Verdict(passed=True), timings=timings,
+        advice=advice, advice_refuted=refuted, verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):
         from service.pipeline.gates import verdict_from_report

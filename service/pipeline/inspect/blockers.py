@@ -29,7 +29,7 @@ from service.pipeline.graph_summary import INT8_KERNELS, Graph, is_float, op_key
 from service.pipeline.options import LEVEL_VALUES
 from service.schemas.advice import UnfusedNode
 
-__all__ = ["BLOCKERS", "Blocker", "unfused_nodes", "unfused_by_level", "grouped_blockers"]
+__all__ = ["BLOCKERS", "Blocker", "grouped_blockers", "reasons_by_op", "rows_index", "unfused_by_level", "unfused_nodes"]
 
 
 @dataclass(frozen=True)
@@ -358,9 +358,10 @@ def unfused_nodes(graph: Graph, *, level: str, int8_allowed: bool,
         if not _is_candidate(v, n):
             continue
         key = op_key(n.op_type, n.domain)
-        prev_name = n.name[:-len("_nchwc")] if n.name.endswith("_nchwc") else n.name  # NchwcTransformer's rename
-        if previous is not None and level_value > LEVEL_VALUES["extended"] and prev_name in previous:
-            prev = previous[prev_name].model_copy(update={"node": n.name})
+        prev = _previous_row(v, n, previous) if previous is not None and level_value > LEVEL_VALUES["extended"] \
+            else None
+        if prev is not None:
+            prev = prev.model_copy(update={"node": n.name})
             rows.append(prev.model_copy(update={"op_type": key}) if prev.op_type != key else prev)
             continue
         base = _BASE_OP.get(key, key)
@@ -385,6 +386,31 @@ def unfused_nodes(graph: Graph, *, level: str, int8_allowed: bool,
     return rows
 
 
+def _previous_row(v: _View, n, previous: dict[str, UnfusedNode]) -> UnfusedNode | None:
+    """The extended row of the node a layout pass rewrote: same name, NchwcTransformer's
+    ``<name>_nchwc``, or the node that read the same tensor before a ReorderInput was put in between."""
+    name = n.name[:-len("_nchwc")] if n.name.endswith("_nchwc") else n.name
+    if name in previous:
+        return previous[name]
+    first = next((i for i in n.input if i), None)
+    p = v.producer(first) if first else None
+    if p is not None and op_key(p.op_type, p.domain) in _PLUMBING and p.input:
+        first = p.input[0]
+    return previous.get(f"input:{first}")
+
+
+def rows_index(rows: list[UnfusedNode], graph: Graph) -> dict[str, UnfusedNode]:
+    """Extended rows by node name and by the first data input they read (see ``_previous_row``)."""
+    out = {r.node: r for r in rows}
+    by_name = {n.name: n for n in graph.nodes}
+    for r in rows:
+        n = by_name.get(r.node)
+        first = next((i for i in n.input if i), None) if n is not None else None
+        if first:
+            out.setdefault(f"input:{first}", r)
+    return out
+
+
 def unfused_by_level(graphs: dict[str, Graph], *, int8_allowed: bool) -> dict[str, list[UnfusedNode]]:
     """``graphs``: level -> ORT's saved graph, in level order. Rows per level."""
     out: dict[str, list[UnfusedNode]] = {}
@@ -393,7 +419,7 @@ def unfused_by_level(graphs: dict[str, Graph], *, int8_allowed: bool) -> dict[st
         rows = unfused_nodes(graphs[level], level=level, int8_allowed=int8_allowed, previous=extended)
         out[level] = rows
         if level == "extended":
-            extended = {r.node: r for r in rows}
+            extended = rows_index(rows, graphs[level])
     return out
 
 
@@ -430,3 +456,17 @@ def grouped_blockers(rows: list[UnfusedNode]) -> list[tuple[int, str, str, str, 
     c: Counter = Counter((r.op_type, r.blocker, _phrase(r), r.fix) for r in rows)
     return [(k, op, code, phrase, fix) for (op, code, phrase, fix), k in
             sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def reasons_by_op(rows: list[UnfusedNode]) -> dict[str, str]:
+    """op_type -> one line: the blockers of its float nodes, most frequent first, with ORT's condition."""
+    from collections import Counter, defaultdict
+
+    by_op: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        by_op[r.op_type][r.blocker] += 1
+    out = {}
+    for op, c in by_op.items():
+        parts = [f"{code}{'' if n == 1 else f' x{n}'}: {BLOCKERS[code].title}" for code, n in c.most_common()]
+        out[op] = "; ".join(parts)
+    return out
