@@ -55,6 +55,9 @@ def summary_table(report: Report) -> str:
         extra = levels_summary_lines(report)
         if extra:
             lines += [""] + list(extra)
+    from service.render.why_float import why_float_lines
+
+    lines += why_float_lines(report)
     if report.platform:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.

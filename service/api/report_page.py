@@ -168,7 +168,10 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         downloads.append({"name": fname, "artifact": art, "level": lv, "size": size,
                           "url": f"/v1/comparisons/{job_id}/artifacts/{fname}"})
     lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
-    return {"r": report, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+    from service.render.why_float import advice_rows, blocker_groups
+
+    why = {"groups": blocker_groups(report), "advice": advice_rows(report), "refuted": advice_rows(report, refuted=True)}
+    return {"r": report, "why": why, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
             "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts)}
 

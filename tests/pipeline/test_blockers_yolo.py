@@ -100,3 +100,20 @@ def test_refuted_candidates_are_never_proposed(compared):
     dedicated = [a for a in report.advice_refuted if "DedicatedQDQPair" in str(a.change)]
     # ORT's CSE merges the dedicated pairs back: coverage does not move
     assert dedicated and dedicated[0].measured.after.int8_coverage == dedicated[0].measured.before.int8_coverage
+
+
+def test_cli_and_page_show_blockers_grouped_and_advice_as_before_after(compared):
+    from service.api.report_page import build_view
+    from service.report_text import summary_table
+
+    report, _ = compared("yolo_style")
+    text = summary_table(report)
+    conv = [ln for ln in text.splitlines() if ln.strip().split(" ")[1:2] == ["Conv:"] and "stays int8" in ln]
+    assert conv and all("-> quantize activations as uint8 on x86" in ln for ln in conv)
+    assert "advice (re-run and measured):" in text
+    adv = report.advice[0].measured
+    assert f"{adv.before.latency_ms:.2f} -> {adv.after.latency_ms:.2f}" in text
+    view = build_view(report.model_dump(mode="json"), [], "job")
+    groups = {g["artifact"]: g for g in view["why"]["groups"]}
+    total = sum(x["count"] for x in groups["ort_qdq"]["groups"])
+    assert total == len(report.artifacts["ort_qdq"].optimized["all"].unfused)

@@ -1,0 +1,1 @@
+"""Renderers: the CLI text, the report page, the SVG charts."""
