@@ -1,0 +1,77 @@
+"""Statements issue 14 found wrong, each pinned with an oracle that is the file itself or ORT's
+saved graph (read here with plain onnx / numpy), never the report's own other fields."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+
+def _inits(path):
+    m = onnx.load(str(path))
+    return m, {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+
+def test_qoperator_matmul_weight_axis_is_the_one_its_scales_run_along(compared):
+    report, workdir = compared("op_zoo_net")
+    inv = report.artifacts["ort_qoperator"].quantization
+    m, inits = _inits(workdir / "artifacts" / "ort_qoperator.onnx")
+    _, fp32 = _inits(workdir / "artifacts" / "fp32.onnx")
+    checked = 0
+    for node in m.graph.node:
+        if node.op_type not in ("QLinearMatMul", "QGemm"):
+            continue
+        w_name, s_name, z_name = node.input[3], node.input[4], node.input[5]
+        t = next(t for t in inv.tensors if t.name == w_name)
+        w, s, z = inits[w_name].astype(np.float32), inits[s_name], inits[z_name]
+        if s.size == 1:
+            continue
+        shape = [1] * w.ndim
+        shape[t.axis] = -1
+        deq = (w - z.reshape(shape)) * s.reshape(shape)
+        ref = next(v for k, v in fp32.items() if v.shape == w.shape or v.T.shape == w.shape)
+        ref = ref if ref.shape == w.shape else ref.T
+        assert np.abs(deq - ref).max() < 0.05, (w_name, t.axis)
+        checked += 1
+    assert checked
+
+
+def test_qoperator_inventory_counts_ops_reading_8bit_tensors_as_quantized(compared):
+    report, workdir = compared("op_zoo_net")
+    inv = report.artifacts["ort_qoperator"].quantization
+    m = onnx.load(str(workdir / "artifacts" / "ort_qoperator.onnx"))
+    producer = {o: n for n in m.graph.node for o in n.output}
+    on_8bit = {n.op_type for n in m.graph.node if n.op_type in ("MaxPool", "Reshape", "Transpose")
+               and n.input[0] in producer and (producer[n.input[0]].op_type == "QuantizeLinear"
+                                              or producer[n.input[0]].op_type.startswith("QLinear"))}
+    assert on_8bit
+    for op in on_8bit:
+        assert op not in inv.ops_float and inv.ops_quantized.get(op)
+
+
+def test_reasons_below_extended_name_the_level_not_s8_to_u8(compared):
+    report, _ = compared("op_zoo_net")
+    for art in ("ort_qdq", "pt2e_qdq"):
+        for level in ("disable_all", "basic"):
+            ol = report.artifacts[art].optimized[level]
+            assert "QDQS8ToU8" not in " ".join(ol.ops_float_reasons.values())
+            conv = [r for r in ol.unfused if r.op_type == "Conv"]
+            assert conv and {r.blocker for r in conv} == {"fusion_starts_at_extended"}
+
+
+def test_pt2e_conv_relu_q_is_one_unit_not_no_q_after_it(compared, tmp_path):
+    """The file has Conv -> Relu -> Q: ORT's selector takes the Relu into the Conv's unit."""
+    report, workdir = compared("op_zoo_net")
+    m = onnx.load(str(workdir / "artifacts" / "pt2e_qdq.onnx"))
+    readers = {}
+    for n in m.graph.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+    conv_relu_q = [n for n in m.graph.node if n.op_type == "Conv" and [c.op_type for c in readers.get(n.output[0], [])] == ["Relu"]
+                   and [c.op_type for c in readers.get(readers[n.output[0]][0].output[0], [])] == ["QuantizeLinear"]]
+    assert conv_relu_q
+    for level, ol in report.artifacts["pt2e_qdq"].optimized.items():
+        rows = {r.node: r for r in ol.unfused}
+        for n in conv_relu_q:
+            assert rows.get(n.name) is None or rows[n.name].blocker != "no_q_on_output", level
