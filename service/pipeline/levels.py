@@ -293,7 +293,10 @@ def _attribute(diff, path: Path, level: str, prev_graph: Graph, threads: int):
                         cache[cand] = {rw.summary}
                 if rw.summary not in cache[cand]:
                     confirmed.append(cand)
-            rewrites.append(rw.model_copy(update={"confirmed": bool(confirmed), "confirmed_by": confirmed}))
+            update = {"confirmed": bool(confirmed), "confirmed_by": confirmed}
+            if not confirmed:
+                update["transformer"] = None  # switching each candidate off left the rewrite in place: none made it
+            rewrites.append(rw.model_copy(update=update))
         return diff.model_copy(update={"rewrites": rewrites})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

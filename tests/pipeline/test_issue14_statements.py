@@ -75,3 +75,35 @@ def test_pt2e_conv_relu_q_is_one_unit_not_no_q_after_it(compared, tmp_path):
         rows = {r.node: r for r in ol.unfused}
         for n in conv_relu_q:
             assert rows.get(n.name) is None or rows[n.name].blocker != "no_q_on_output", level
+
+
+def test_bn_folding_in_pt2e_is_credited_to_prepare_pt2e(compared):
+    import torch
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e
+    from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+
+    from service.examples import EXAMPLES
+
+    program = torch.export.export(EXAMPLES["tiny_conv_net"].factory(), (torch.randn(2, 3, 16, 16),))
+    bn = lambda gm: sum("batch_norm" in str(n.target) for n in gm.graph.nodes)  # noqa: E731
+    prepared = prepare_pt2e(program.module(), XNNPACKQuantizer().set_global(get_symmetric_quantization_config()))
+    assert bn(program) == 1 and bn(prepared) == 0  # the oracle: prepare_pt2e itself folds it
+    report, _ = compared("tiny_conv_net")
+    row = next(r for r in report.decisions if r.decision == "Conv+BatchNorm folding")
+    assert row.where["pt2e_qdq"] == "before quantization (prepare_pt2e)"
+    assert row.where["ort_qdq"] == "before quantization (torch.onnx.export)"
+
+
+def test_qdq_drop_names_the_dtype_the_op_reads_in_the_saved_graph(compared):
+    report, workdir = compared("op_zoo_net")
+    m = onnx.load(str(workdir / "artifacts" / "ort_qdq.extended.onnx"))
+    zp = {t.name: t.data_type for t in m.graph.initializer}
+    producer = {o: n for n in m.graph.node for o in n.output}
+    drops = [r for r in report.artifacts["ort_qdq"].optimized["extended"].diff.rewrites if r.kind == "qdq_drop"]
+    assert drops
+    names = {onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT8: "int8"}
+    for n in m.graph.node:
+        if n.op_type in ("MaxPool", "Reshape", "Transpose") and producer.get(n.input[0]) is not None \
+                and producer[n.input[0]].op_type == "QuantizeLinear":
+            dtype = names[zp[producer[n.input[0]].input[2]]]
+            assert any(f"around {n.op_type} (runs on {dtype})" in r.summary for r in drops), n.op_type
