@@ -236,7 +236,7 @@ def run_comparison(
     report = Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
-        decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu),
+        decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu, advice + refuted),
         advice=advice, advice_refuted=refuted, verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):

@@ -107,3 +107,42 @@ def test_qdq_drop_names_the_dtype_the_op_reads_in_the_saved_graph(compared):
                 and producer[n.input[0]].op_type == "QuantizeLinear":
             dtype = names[zp[producer[n.input[0]].input[2]]]
             assert any(f"around {n.op_type} (runs on {dtype})" in r.summary for r in drops), n.op_type
+
+
+def test_platform_notes_quote_the_chapter_word_for_word(compared):
+    """Oracle: the chapter's text (shared/seeds). Every note either quotes it exactly or says the
+    chapter has nothing on the topic; no note puts sdot/udot or 'not measured on arm64' in its mouth."""
+    import glob
+
+    from service.pipeline.platform_notes import NOT_IN_CHAPTER
+
+    seeds = glob.glob("/work/shared/seeds/*.txt")
+    if not seeds:
+        import pytest
+
+        pytest.skip("the chapter text is not on this machine")
+    chapter = "".join(open(p, encoding="utf-8").read() for p in seeds)
+    report, _ = compared("op_zoo_net")
+    assert report.platform
+    for note in report.platform:
+        if note.chapter == NOT_IN_CHAPTER:
+            continue
+        quote = note.chapter.split(" / ")[0]
+        for part in quote.replace("）", "）\n").splitlines():
+            assert part.strip() in chapter, (note.topic, part)
+        assert "sdot" not in note.chapter and "not measured on arm64" not in note.chapter
+    assert "sdot" not in chapter and "udot" not in chapter
+
+
+def test_int8_allowed_coverage_is_reported_where_it_differs(compared):
+    """The largest x86 difference on op_zoo_net: coverage here vs with int8 allowed, both measured."""
+    report, _ = compared("op_zoo_net")
+    note = next(n for n in report.platform if n.topic == "activation dtype")
+    measured = [a for a in report.advice_refuted + report.advice
+                if a.change == {"session": {"session.qdqisint8allowed": "1"}} and a.measured
+                and a.artifact in ("pt2e_qdq", "ort_qdq")]
+    assert {a.artifact for a in measured} == {"pt2e_qdq", "ort_qdq"}
+    for a in measured:
+        assert a.measured.after.int8_coverage > a.measured.before.int8_coverage
+        assert any(f"int8 coverage {a.measured.before.int8_coverage:.2f} here, "
+                   f"{a.measured.after.int8_coverage:.2f} with session.qdqisint8allowed=1" in e for e in note.evidence)

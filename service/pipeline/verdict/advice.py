@@ -81,6 +81,13 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
     out: list[Candidate] = []
     if int8_allowed:
         return out
+    # PT2E's XNNPACK config writes int8 activations and has no uint8 option; only ORT's session switch
+    # applies to its file. It is measured so the report can show what x86 costs this model.
+    pt2e_blocked = [r for r in unfused.get("pt2e_qdq", []) if r.blocker in DTYPE_BLOCKERS]
+    if pt2e_blocked:
+        out.append(Candidate("pt2e_qdq", {"session": {"session.qdqisint8allowed": "1"}},
+                             "ORT's switch to fuse int8 activations on x86 (every selector accepts them)",
+                             blocked_nodes=len(pt2e_blocked)))
     for art in ("ort_qdq", "ort_qoperator"):
         if art not in unfused and art not in kernel_dtypes:
             continue
