@@ -236,7 +236,7 @@ def run_comparison(
     report = Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
-        decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu, advice + refuted),
+        decisions=levels.decisions, lints=levels.lints + _symbolic_dim_lints(source.specs, shapes), platform=platform_notes(levels.optimized, env.cpu, advice + refuted),
         advice=advice, advice_refuted=refuted, verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):
@@ -246,6 +246,23 @@ def run_comparison(
     report = report.model_copy(update={"timings": dict(timings)})
     shutil.rmtree(scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return report
+
+
+def _symbolic_dim_lints(specs, shapes) -> list:
+    """The artifacts keep the model's symbolic dims, but every run here used one value for each."""
+    from service.schemas.levels import Lint
+
+    fixed = []
+    for spec in specs:
+        for i, d in enumerate(spec.shape):
+            if not isinstance(d, int) and spec.name in shapes and i < len(shapes[spec.name]):
+                fixed.append(f"{spec.name}[{i}] '{d or '?'}' = {shapes[spec.name][i]}")
+    if not fixed:
+        return []
+    return [Lint(code="symbolic_dims_measured_at_one_size", severity="info",
+                 message="the artifacts keep symbolic input dims, but calibration, evaluation, latency and advice "
+                         "ran with " + ", ".join(fixed),
+                 hint="set options.input_shapes to measure the size you deploy with")]
 
 
 def _batchnorm_count(program) -> int:

@@ -146,3 +146,28 @@ def test_int8_allowed_coverage_is_reported_where_it_differs(compared):
         assert a.measured.after.int8_coverage > a.measured.before.int8_coverage
         assert any(f"int8 coverage {a.measured.before.int8_coverage:.2f} here, "
                    f"{a.measured.after.int8_coverage:.2f} with session.qdqisint8allowed=1" in e for e in note.evidence)
+
+
+def test_the_report_says_the_symbolic_batch_ran_at_one_size(compared):
+    report, workdir = compared("op_zoo_net")
+    m = onnx.load(str(workdir / "artifacts" / "ort_qdq.onnx"))
+    dim = m.graph.input[0].type.tensor_type.shape.dim[0]
+    assert dim.dim_param  # the oracle: the file keeps a symbolic batch
+    lint = next(x for x in report.lints if x.code == "symbolic_dims_measured_at_one_size")
+    assert f"'{dim.dim_param}' = 1" in lint.message
+
+
+def test_every_op_ort_runs_on_dequantized_input_is_in_ops_float_concat_included(compared):
+    """Oracle: ORT's saved graph; a node reading a DequantizeLinear output runs in float, data movement or not."""
+    from collections import Counter
+
+    report, workdir = compared("op_zoo_net")
+    for art in ("pt2e_qdq", "ort_qdq"):
+        m = onnx.load(str(workdir / "artifacts" / f"{art}.all.onnx"))
+        producer = {o: n for n in m.graph.node for o in n.output}
+        raw = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in m.graph.node
+                      if n.op_type not in ("QuantizeLinear", "DequantizeLinear", "ReorderInput")  # ORT's NCHWc plumbing
+                      and any(i in producer and producer[i].op_type == "DequantizeLinear" for i in n.input))
+        ops_float = report.artifacts[art].optimized["all"].ops_float
+        for op, n in raw.items():
+            assert ops_float.get(op, 0) >= n, (art, op)
