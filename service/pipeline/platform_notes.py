@@ -47,13 +47,14 @@ def platform_notes(optimized: dict[str, dict[str, OptimizedLevel]], cpu: CpuInfo
             evidence.append(f"{artifact} at {level}: {n} int8 kernel(s) take uint8 activations")
         top = next((per_level[lv] for lv in ("all", "layout", "extended") if lv in per_level
                     and per_level[lv].error is None), None)
-        if top is not None:
+        if top is not None and level:  # only where QDQS8ToU8Transformer rewrote something
             shared = sum(1 for r in top.unfused if r.blocker in ("io_dtype_mismatch", "int8_activation_on_x86"))
             if shared:
                 evidence.append(f"{artifact} at {top.level}: {shared} nodes stay float because a tensor read by "
                                 "several nodes kept int8 (see the blockers)")
     for a in advice_measured or []:
-        if a.change == {"session": {"session.qdqisint8allowed": "1"}} and a.measured is not None:
+        if a.change == {"session": {"session.qdqisint8allowed": "1"}} and a.measured is not None \
+                and (a.measured.after.int8_coverage or 0) > (a.measured.before.int8_coverage or 0):
             b, f = a.measured.before, a.measured.after
             evidence.append(f"{a.artifact} at {f.level}: int8 coverage {b.int8_coverage:.2f} here, "
                             f"{f.int8_coverage:.2f} with session.qdqisint8allowed=1 (as where int8 is allowed); "

@@ -24,7 +24,8 @@ class UnfusedNode(BaseModel):
 
 class AdviceFigures(_Model):
     int8_coverage: float | None = None
-    latency_ms: float | None = None  # median, same threads/runs as the levels stage
+    latency_ms: float | None = None  # median of the alternated runs
+    latency_min_ms: float | None = None  # fastest run: what load from other jobs cannot inflate
     sqnr_db: float | None = None  # worst output vs fp32; None = identical outputs
     level: str | None = None  # the ORT level the figures were taken at
 
