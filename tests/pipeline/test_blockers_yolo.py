@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from service.pipeline.environment import cpu_info
-from service.pipeline.ort_sessions import session_options_for
+from service.pipeline.runtime.ort_sessions import session_options_for
 
 pytestmark = [pytest.mark.heavy,
               pytest.mark.skipif(cpu_info().arch in ("aarch64", "arm64"), reason="x86 conditions")]
@@ -103,8 +103,8 @@ def test_refuted_candidates_are_never_proposed(compared):
 
 
 def test_cli_and_page_show_blockers_grouped_and_advice_as_before_after(compared):
-    from service.api.report_page import build_view
-    from service.report_text import summary_table
+    from service.render.page import build_view
+    from service.render.text import summary_table
 
     report, _ = compared("yolo_style")
     text = summary_table(report)

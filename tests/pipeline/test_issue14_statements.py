@@ -114,7 +114,7 @@ def test_platform_notes_quote_the_chapter_word_for_word(compared):
     chapter has nothing on the topic; no note puts sdot/udot or 'not measured on arm64' in its mouth."""
     import glob
 
-    from service.pipeline.platform_notes import NOT_IN_CHAPTER
+    from service.pipeline.verdict.platform_notes import NOT_IN_CHAPTER
 
     seeds = glob.glob("/work/shared/seeds/*.txt")
     if not seeds:

@@ -20,13 +20,14 @@ and its DQ, which would hide the reason).
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 import onnx
 
-from service.pipeline.graph_summary import INT8_KERNELS, Graph, is_float, op_key
 from service.pipeline.options import LEVEL_VALUES
+from service.pipeline.vocabulary import INT8_KERNELS, GraphIndex, is_float, op_key
 from service.schemas.advice import UnfusedNode
 
 __all__ = ["BLOCKERS", "Blocker", "grouped_blockers", "reasons_by_op", "rows_index", "unfused_by_level", "unfused_nodes"]
@@ -109,7 +110,7 @@ _INT16 = {"int16", "uint16"}
 class _View:
     """What the selector reads around one node: its DQ parents, Q children, readers, dtypes."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: GraphIndex):
         self.g = graph
         self.graph_outputs = {o.name for o in graph.model.graph.output}
 
@@ -152,7 +153,7 @@ def _why_dtype(v: _View, tensor: str, int8_allowed: bool) -> str:
             return f"int8 (read by {readers} nodes: QDQS8ToU8Transformer converts single-reader Q/DQ only)"
         return "int8"
     if dt == "int8" and p is not None and not _is_q(p):
-        return f"int8 (written by {op_key(p.op_type, p.domain)} {p.name})"
+        return f"int8 (written by {op_key(p)} {p.name})"
     return dt
 
 
@@ -163,7 +164,7 @@ def _row(node, key: str, code: str, detail: str) -> UnfusedNode:
 
 def _is_candidate(v: _View, n) -> bool:
     """A node of the model that computes on float: a float data input that is not a constant."""
-    key = op_key(n.op_type, n.domain)
+    key = op_key(n)
     if key in _QDQ or key in INT8_KERNELS or key in _PLUMBING or n.op_type in _NOT_COMPUTE:
         return False
     data = [i for i in n.input if i and not v.is_const(i)]
@@ -193,13 +194,13 @@ def _check_qdq_nodes(v: _View, n, dqs, qs, num_dq: int, empty_q_ok: bool) -> tup
     if not qs:
         if empty_q_ok:
             return None
-        readers = [op_key(c.op_type, c.domain) for o in n.output if o for c in v.readers(o)]
+        readers = [op_key(c) for o in n.output if o for c in v.readers(o)]
         return "no_q_on_output", "output read by " + (", ".join(sorted(set(readers))) or "nothing") + \
             ", no QuantizeLinear"
     outs = [o for o in n.output if o]
     edges = sum(len(v.readers(o)) for o in outs)
     if len(outs) != len(qs) or len(qs) != edges:
-        others = sorted({op_key(c.op_type, c.domain) for o in outs for c in v.readers(o) if not _is_q(c)})
+        others = sorted({op_key(c) for o in outs for c in v.readers(o) if not _is_q(c)})
         return "no_q_on_output", f"output read by {edges} nodes, {len(qs)} of them QuantizeLinear" + \
             (f" (also {', '.join(others)})" if others else "")
     if any(o in v.graph_outputs for o in outs):
@@ -344,7 +345,7 @@ def _has_qdq(v: _View, n) -> bool:
     return any(_is_q(c) for o in n.output if o for c in v.readers(o))
 
 
-def unfused_nodes(graph: Graph, *, level: str, int8_allowed: bool,
+def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
                   previous: dict[str, UnfusedNode] | None = None) -> list[UnfusedNode]:
     """One row per node of the model that ORT runs in float in ``graph`` (saved at ``level``).
 
@@ -357,7 +358,7 @@ def unfused_nodes(graph: Graph, *, level: str, int8_allowed: bool,
     for n in graph.nodes:
         if not _is_candidate(v, n):
             continue
-        key = op_key(n.op_type, n.domain)
+        key = op_key(n)
         prev = _previous_row(v, n, previous) if previous is not None and level_value > LEVEL_VALUES["extended"] \
             else None
         if prev is not None:
@@ -394,12 +395,12 @@ def _previous_row(v: _View, n, previous: dict[str, UnfusedNode]) -> UnfusedNode 
         return previous[name]
     first = next((i for i in n.input if i), None)
     p = v.producer(first) if first else None
-    if p is not None and op_key(p.op_type, p.domain) in _PLUMBING and p.input:
+    if p is not None and op_key(p) in _PLUMBING and p.input:
         first = p.input[0]
     return previous.get(f"input:{first}")
 
 
-def rows_index(rows: list[UnfusedNode], graph: Graph) -> dict[str, UnfusedNode]:
+def rows_index(rows: list[UnfusedNode], graph: GraphIndex) -> dict[str, UnfusedNode]:
     """Extended rows by node name and by the first data input they read (see ``_previous_row``)."""
     out = {r.node: r for r in rows}
     by_name = {n.name: n for n in graph.nodes}
@@ -411,7 +412,7 @@ def rows_index(rows: list[UnfusedNode], graph: Graph) -> dict[str, UnfusedNode]:
     return out
 
 
-def unfused_by_level(graphs: dict[str, Graph], *, int8_allowed: bool) -> dict[str, list[UnfusedNode]]:
+def unfused_by_level(graphs: dict[str, GraphIndex], *, int8_allowed: bool) -> dict[str, list[UnfusedNode]]:
     """``graphs``: level -> ORT's saved graph, in level order. Rows per level."""
     out: dict[str, list[UnfusedNode]] = {}
     extended: dict[str, UnfusedNode] | None = None
@@ -451,8 +452,6 @@ def _phrase(row: UnfusedNode) -> str:
 
 def grouped_blockers(rows: list[UnfusedNode]) -> list[tuple[int, str, str, str, str]]:
     """(count, op_type, blocker, phrase, fix), largest groups first."""
-    from collections import Counter
-
     c: Counter = Counter((r.op_type, r.blocker, _phrase(r), r.fix) for r in rows)
     return [(k, op, code, phrase, fix) for (op, code, phrase, fix), k in
             sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
@@ -460,8 +459,6 @@ def grouped_blockers(rows: list[UnfusedNode]) -> list[tuple[int, str, str, str, 
 
 def reasons_by_op(rows: list[UnfusedNode]) -> dict[str, str]:
     """op_type -> one line: the blockers of its float nodes, most frequent first, with ORT's condition."""
-    from collections import Counter, defaultdict
-
     by_op: dict[str, Counter] = defaultdict(Counter)
     for r in rows:
         by_op[r.op_type][r.blocker] += 1

@@ -34,6 +34,12 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from service.pipeline.environment import cpu_info
+from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
+from service.pipeline.quantize.ort_quant import quantized_by_ort
+from service.pipeline.runtime.numerics import concat_runs, sqnr_db
+from service.pipeline.runtime.ort_sessions import session_for, session_options_for
+from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
 __all__ = ["Candidate", "AdviceContext", "candidates_from_blockers", "measured_advice"]
@@ -139,9 +145,6 @@ def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray]
     """(session, figures without latency): coverage from ORT's saved graph, SQNR on the eval samples."""
     import onnxruntime as ort
 
-    from service.pipeline.graph_summary import INT8_COMPUTE_KERNELS, graph_from_path, op_histogram
-    from service.pipeline.numerics import concat_runs, sqnr_db
-    from service.pipeline.ort_sessions import session_options_for
 
     saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}.onnx"
     so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved)
@@ -227,10 +230,6 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
     """(proposed, refuted). Each candidate is re-run while the budget lasts; a candidate that would
     not fit is proposed unmeasured only when it is a blockers-backed speed change (``uint8``), and
     never when it is one of the candidates measurement refutes on x86."""
-    from service.pipeline.graph_summary import compute_op_count, graph_from_path
-    from service.pipeline.numerics import concat_runs
-    from service.pipeline.ort_quant import quantized_by_ort
-    from service.pipeline.ort_sessions import session_for
 
     candidates = list(candidates)
     proposed: list[AdviceEntry] = []
@@ -304,8 +303,6 @@ def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_inpu
                    quantize_seconds: dict[str, float]) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
     """The spine's one call: candidates from the levels stage's blockers at ``options.advice.level``,
     measured within ``options.advice.budget_seconds``."""
-    from service.pipeline.environment import cpu_info
-
     cpu = cpu_info()
     int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
