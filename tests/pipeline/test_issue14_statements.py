@@ -171,3 +171,27 @@ def test_every_op_ort_runs_on_dequantized_input_is_in_ops_float_concat_included(
         ops_float = report.artifacts[art].optimized["all"].ops_float
         for op, n in raw.items():
             assert ops_float.get(op, 0) >= n, (art, op)
+
+
+def test_attribution_names_no_transformer_it_refutes(compared, tmp_path):
+    """op_zoo_net's ort_qoperator: MaxPool -> NhwcMaxPool already happens at extended. Oracle: ORT with
+    NhwcTransformer switched off still writes NhwcMaxPool there, so NhwcTransformer (a layout-level
+    pass) must not be credited at extended; and no rewrite names a transformer attribution refuted."""
+    import onnxruntime as ort
+
+    from service.pipeline.runtime.ort_sessions import session_options_for
+
+    report, workdir = compared("op_zoo_net", attribution=True)
+    out = tmp_path / "ext.onnx"
+    so = session_options_for("extended", optimized_model_path=out, disabled_optimizers=["NhwcTransformer"])
+    ort.InferenceSession(str(workdir / "artifacts" / "ort_qoperator.onnx"), so, providers=["CPUExecutionProvider"])
+    still = any(n.op_type == "NhwcMaxPool" for n in onnx.load(str(out)).graph.node)
+    ext = report.artifacts["ort_qoperator"].optimized["extended"].diff
+    nhwc = [r for r in ext.rewrites if "NhwcMaxPool" in r.summary]
+    assert still  # made at extended by something other than NhwcTransformer
+    assert nhwc and all(r.transformer != "NhwcTransformer" for r in nhwc)
+    for art in report.artifacts.values():
+        for ol in (art.optimized or {}).values():
+            for r in (ol.diff.rewrites if ol.diff else []):
+                if r.confirmed is False:
+                    assert r.transformer is None, r
