@@ -56,9 +56,9 @@ class Builder:
         self.nodes.append(helper.make_node("DequantizeLinear", [xq, s, z], [out], name=name or self.name("DQ")))
         return out
 
-    def qdq(self, x, dtype="uint8", scale=0.05, readers=1):
-        xq = self.q(x, dtype, scale)
-        return [self.dq(xq, dtype, scale) for _ in range(readers)]
+    def qdq(self, x, dtype="uint8", scale=0.05, readers=1, zp=None):
+        xq = self.q(x, dtype, scale, zp)
+        return [self.dq(xq, dtype, scale, zp) for _ in range(readers)]
 
     def weight(self, shape, dtype="int8", scale=0.02):
         w = self.const(np.random.default_rng(0).integers(-20, 20, shape).astype(NP[dtype]))
@@ -307,3 +307,19 @@ PINNED = {"no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_n
 
 def test_every_code_in_the_table_is_pinned_by_a_test_above():
     assert set(BLOCKERS) - {"unexplained"} == PINNED
+
+
+@pytest.mark.parametrize("level", ["basic", "extended"])
+def test_relu_between_conv_and_q_shares_the_conv_units_fate(tmp_path, level):
+    """PT2E writes Conv -> Relu -> Q: ORT's selector takes the Relu into the Conv's unit."""
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.node("Conv", [b.qdq(x)[0], b.weight([4, 4, 3, 3]), b.bias(4)], "conv", pads=[1, 1, 1, 1])
+    r = b.node("Relu", [y], "relu")
+    b.output(b.node("Sigmoid", [b.qdq(r, zp=0)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / "cr.onnx"), level)
+    fused = "QLinearConv" in ops(g)
+    assert fused == (level == "extended") and ("Relu" in ops(g)) == (not fused)
+    if not fused:
+        assert rows["relu"].blocker == rows["conv"].blocker == "fusion_starts_at_extended"
+        assert "part of conv's unit" in rows["relu"].detail

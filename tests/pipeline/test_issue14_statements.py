@@ -56,7 +56,7 @@ def test_reasons_below_extended_name_the_level_not_s8_to_u8(compared):
         for level in ("disable_all", "basic"):
             ol = report.artifacts[art].optimized[level]
             assert "QDQS8ToU8" not in " ".join(ol.ops_float_reasons.values())
-            conv = [r for r in ol.unfused if r.op_type == "Conv"]
+            conv = [r for r in ol.unfused if r.op_type in ("Conv", "Relu")]
             assert conv and {r.blocker for r in conv} == {"fusion_starts_at_extended"}
 
 

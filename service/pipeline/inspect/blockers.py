@@ -355,6 +355,7 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
     v = _View(graph)
     level_value = LEVEL_VALUES.get(level, 99)
     rows = []
+    heads: list[tuple[int, onnx.NodeProto]] = []
     for n in graph.nodes:
         if not _is_candidate(v, n):
             continue
@@ -371,9 +372,14 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
             continue
         if kind is None:
-            what = "Relu/Clip is dropped only as part of the unit before it, or by a QuantizeLinear that makes " \
-                   "it redundant" if base in ("Relu", "Clip") else f"no rule for {base}"
-            rows.append(_row(n, key, "no_qdq_rule", what))
+            unit = _unit_head(v, n)
+            if unit is not None:
+                # A Relu/Clip between a Conv/MatMul/... and its QuantizeLinear joins that node's unit
+                # (GetQDQSelection's redundant clip): it stays float for the same reason the head does.
+                heads.append((len(rows), unit))
+                rows.append(_row(n, key, "no_qdq_rule", f"part of {unit.name}'s unit"))
+                continue
+            rows.append(_row(n, key, "no_qdq_rule", f"no rule for {base}"))
             continue
         if level_value < LEVEL_VALUES["extended"]:
             rows.append(_row(n, key, "fusion_starts_at_extended", f"{level} runs no QDQ fusion; "
@@ -384,7 +390,28 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             rows.append(_row(n, key, "unexplained", f"{base} selector ({kind}) conditions all hold here"))
         else:
             rows.append(_row(n, key, *hit))
+    by_node = {r.node: r for r in rows}
+    for i, head in heads:
+        h = by_node.get(head.name)
+        if h is not None:
+            rows[i] = rows[i].model_copy(update={"blocker": h.blocker, "fix": h.fix,
+                                                 "detail": f"part of {head.name}'s unit: {h.detail}"})
     return rows
+
+
+def _unit_head(v: _View, n) -> onnx.NodeProto | None:
+    """The node whose QDQ unit a Relu/Clip belongs to: its input's producer has a rule, the Relu/Clip is
+    that producer's only reader, and the Relu/Clip's only reader is a QuantizeLinear."""
+    if n.op_type not in ("Relu", "Clip") or not n.input:
+        return None
+    p = v.producer(n.input[0])
+    if p is None or RULE_KIND.get(_BASE_OP.get(op_key(p), op_key(p))) not in ("conv", "matmul", "gemm", "binary",
+                                                                            "unary"):
+        return None
+    if len(v.readers(n.input[0])) != 1:
+        return None
+    readers = v.readers(n.output[0])
+    return p if len(readers) == 1 and _is_q(readers[0]) else None
 
 
 def _previous_row(v: _View, n, previous: dict[str, UnfusedNode]) -> UnfusedNode | None:
