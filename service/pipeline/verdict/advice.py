@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import logging
 import shutil
 import tempfile
 import time
@@ -44,6 +45,7 @@ from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, U
 
 __all__ = ["Candidate", "AdviceContext", "candidates_from_blockers", "measured_advice"]
 
+log = logging.getLogger(__name__)
 DTYPE_BLOCKERS = {"io_dtype_mismatch", "int8_activation_on_x86"}
 # after/before latency: a speed candidate must be at least 10% faster by the median AND by the fastest
 # run (a shared 2-core machine inflates single medians by 2-10x; noise only ever adds time).
@@ -324,4 +326,8 @@ def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_inpu
                         input_names=input_names, calibration_cache=calibration_cache, level=level,
                         runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads,
                         budget_seconds=options.advice.budget_seconds, quantize_seconds=quantize_seconds)
-    return measured_advice(candidates, ctx)
+    try:
+        return measured_advice(candidates, ctx)
+    except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
+        log.warning("advice failed; the report has none", exc_info=True)
+        return [], []
