@@ -42,3 +42,48 @@ def test_an_extra_candidate_is_measured_like_the_others(compared):
     m = entry.measured
     assert m is not None and m.before.latency_ms and m.after.latency_ms and m.seconds
     assert entry.adopted == (entry in proposed)
+
+
+def test_dedicated_qdq_pairs_are_merged_back_by_cse(tmp_path):
+    """Why DedicatedQDQPair is refuted on x86. Oracle: ORT's saved basic graph. quantize_static writes
+    one Q/DQ pair per reader of a shared tensor; CommonSubexpressionElimination merges the identical
+    QuantizeLinear back into one (which then feeds several DQs, so QDQS8ToU8Transformer leaves it
+    int8); with CSE off the pairs stay, and the producer's output is read by several Q
+    (``output_quantized_twice``)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from service.pipeline.runtime.ort_sessions import session_options_for
+
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["y"], ["s"], name="sig"),
+             helper.make_node("Mul", ["y", "s"], ["z"], name="mul"),
+             helper.make_node("Conv", ["z", "w2"], ["out"], name="conv2", pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 8, 8])], w)
+    fp32 = tmp_path / "silu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(fp32))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = tmp_path / "silu.q.onnx"
+    quantize_static(str(fp32), str(q), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, extra_options={"DedicatedQDQPair": True})
+
+    def q_on_y(disabled):
+        out = tmp_path / f"basic{len(disabled)}.onnx"
+        so = session_options_for("basic", optimized_model_path=out, disabled_optimizers=disabled)
+        ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
+        return sum(1 for n in onnx.load(str(out)).graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "y")
+
+    assert q_on_y([]) == 1
+    assert q_on_y(["CommonSubexpressionElimination"]) == 2

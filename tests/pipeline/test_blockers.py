@@ -208,6 +208,20 @@ def test_no_q_on_output(tmp_path, with_q):
         assert rows["conv"].blocker == "no_q_on_output"
 
 
+@pytest.mark.parametrize("two_q", [False, True], ids=["one QuantizeLinear", "two (other scales: CSE keeps both)"])
+def test_output_quantized_twice(tmp_path, two_q):
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.node("Conv", [b.qdq(x)[0], b.weight([4, 4, 3, 3]), b.bias(4)], "conv", pads=[1, 1, 1, 1])
+    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "t1"))
+    if two_q:
+        b.output(b.node("Sigmoid", [b.qdq(y, scale=0.1)[0]], "t2"))
+    g, rows = saved(b.save(tmp_path / "q2.onnx"))
+    assert ("QLinearConv" in ops(g)) == (not two_q)
+    if two_q:
+        assert rows["conv"].blocker == "output_quantized_twice"
+
+
 @pytest.mark.parametrize("output_too", [False, True])
 def test_output_is_graph_output(tmp_path, output_too):
     g, rows = saved(conv_model(tmp_path, output_too=output_too))
@@ -300,7 +314,7 @@ def test_grouping_counts_nodes_per_op_and_reason(tmp_path):
     assert "output read by 2 nodes stays int8" in groups[0][3]
 
 
-PINNED = {"no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
+PINNED = {"output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "int16_not_supported", "qdq_params_differ", "scale_not_positive"}
 

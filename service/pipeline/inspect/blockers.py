@@ -57,6 +57,10 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
     Blocker("no_q_on_output", "its output is not read by QuantizeLinear nodes only",
             "quantize its output (every reader should see a QuantizeLinear)",
             "qdq_selectors.cc: CheckQDQNodes, q_nodes empty or q_nodes.size() != GetOutputEdgesCount()"),
+    Blocker("output_quantized_twice", "its output is read by several QuantizeLinear: the selector takes exactly "
+            "one QuantizeLinear per output (what DedicatedQDQPair writes once CSE does not merge the copies)",
+            "quantize each output once (one QuantizeLinear, its DequantizeLinear copies per reader)",
+            "qdq_selectors.cc: CheckQDQNodes, num_outputs != q_nodes.size()"),
     Blocker("output_is_graph_output", "its output is also a graph output", "quantize the graph output, or "
             "output the dequantized value", "qdq_selectors.cc: CheckQDQNodes, NodeProducesGraphOutput"),
     Blocker("io_dtype_mismatch", "its input and output Q/DQ have different types (int8 vs uint8)",
@@ -199,6 +203,8 @@ def _check_qdq_nodes(v: _View, n, dqs, qs, num_dq: int, empty_q_ok: bool) -> tup
             ", no QuantizeLinear"
     outs = [o for o in n.output if o]
     edges = sum(len(v.readers(o)) for o in outs)
+    if len(qs) == edges and len(qs) > len(outs):
+        return "output_quantized_twice", f"output read by {len(qs)} QuantizeLinear nodes ({', '.join(q.name for q in qs[:3])})"
     if len(outs) != len(qs) or len(qs) != edges:
         others = sorted({op_key(c) for o in outs for c in v.readers(o) if not _is_q(c)})
         return "no_q_on_output", f"output read by {edges} nodes, {len(qs)} of them QuantizeLinear" + \

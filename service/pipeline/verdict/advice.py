@@ -12,7 +12,9 @@ kept in ``advice_refuted`` with their figures.
 On x86 two candidates that look plausible from the source are refuted by measurement and are
 therefore measured, never assumed: ``session.qdqisint8allowed=1`` fuses every node but selects
 the s8s8 kernels, which are slower on x86; ``DedicatedQDQPair`` writes one Q/DQ pair per reader,
-but ORT's common-subexpression elimination merges the pairs back before QDQS8ToU8Transformer runs.
+but ORT's CommonSubexpressionElimination (Level1) merges the identical QuantizeLinear back before
+QDQS8ToU8Transformer runs, and without CSE the producer's output would be read by several
+QuantizeLinear, which the selectors refuse (``output_quantized_twice``).
 
 Hook for per-tensor error (issue 15, ``runtime/layers.py``): give ``measured_advice`` more
 ``Candidate``s, e.g. ``Candidate(artifact="ort_qdq", change={"ort": {"nodes_to_exclude": [...]}},
@@ -127,7 +129,8 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
                                  blocked_nodes=len(blocked)))
         if blocked and art == "ort_qdq":
             out.append(Candidate(art, {"ort": {"extra_options": {"DedicatedQDQPair": True}}},
-                                 "one Q/DQ pair per reader, so each pair has a single reader for QDQS8ToU8Transformer",
+                                 "one Q/DQ pair per reader, so each pair has a single reader for QDQS8ToU8Transformer "
+                                 "(ORT's CommonSubexpressionElimination may merge the pairs back)",
                                  blocked_nodes=len(blocked)))
     return out
 
