@@ -6,6 +6,7 @@
     inspect   what each file writes
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32, latency
+    advice    the changes the blockers point to, re-run and measured
     decide    decisions, lints, platform notes, gate verdict
 
 ``run_comparison`` calls one function per stage; each returns a typed value the next ones read.
@@ -53,7 +54,7 @@ from service.schemas.report import Artifact, FileInfo, ModelInfo, QuantizationIn
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "decide")
+STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "advice", "decide")
 
 
 @dataclass(frozen=True)
@@ -231,15 +232,13 @@ def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspect
     scratch folder (the pre-processed input, the calibration ranges) still exists: (proposed, refuted)."""
     if not options.advice.enabled:
         return [], []
-    t0 = time.perf_counter()
-    advice, refuted = advice_for_job(
-        levels.optimized, inspected.paths, options, ort_input=run.ort_input,
-        ort_settings=resolved_ort_settings(options), samples=prepared.samples,
-        input_names=[s.name for s in prepared.source.specs],
-        calibration_cache=run.scratch / "ort_calibration_ranges.json",
-        quantize_seconds={n: s for n, (_, s) in outcomes.items()})
-    run.timings["advice"] = round(time.perf_counter() - t0, 4)
-    return advice, refuted
+    with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
+        return advice_for_job(
+            levels.optimized, inspected.paths, options, ort_input=run.ort_input,
+            ort_settings=resolved_ort_settings(options), samples=prepared.samples,
+            input_names=[s.name for s in prepared.source.specs],
+            calibration_cache=run.scratch / "ort_calibration_ranges.json",
+            quantize_seconds={n: s for n, (_, s) in outcomes.items()})
 
 
 def _symbolic_dim_lints(specs, shapes) -> list[Lint]:
