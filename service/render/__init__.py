@@ -1,1 +1,1 @@
-"""Renderers: the CLI text, the report page, the SVG charts."""
+"""What people read: the CLI text, the report page, the SVG drawings."""

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.pipeline.options import ComparisonOptions
 from service.schemas.advice import AdviceEntry
+from service.schemas.layers import LayersReport
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel, PlatformNote
 
 SCHEMA_VERSION = "1"
@@ -191,5 +192,7 @@ class Report(_Model):
     # What to change, re-run for real and measured (verdict/advice.py); refuted = measured, not better.
     advice: list[AdviceEntry] = Field(default_factory=list)
     advice_refuted: list[AdviceEntry] = Field(default_factory=list)
+    # Per-tensor error of each quantized file against fp32 (options.layers); None when off.
+    layers: LayersReport | None = None
     verdict: Verdict
     timings: dict[str, float] = Field(default_factory=dict)
