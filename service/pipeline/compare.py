@@ -6,6 +6,7 @@
     inspect   what each file writes
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32, latency
+    advice    the changes the blockers point to, re-run and measured
     decide    decisions, lints, platform notes, gate verdict
 
 ``run_comparison`` calls one function per stage; each returns a typed value the next ones read.
@@ -42,16 +43,20 @@ from service.pipeline.quantize.isolation import PathOutcome, run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
+from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
+from service.schemas.levels import Lint
+from service.schemas.layers import LayersReport
 from service.schemas.report import Artifact, FileInfo, ModelInfo, QuantizationInventory, Report, TensorSpec, ToolInfo
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "decide")
+STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "advice", "decide")
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class _Run:
     scratch: Path
     notify: Progress
     timings: dict[str, float] = field(default_factory=dict)
+    ort_input: Path | None = None  # the (pre-processed) fp32 file the ORT paths quantized; advice re-uses it
 
     @contextmanager
     def stage(self, name: str, total: int = 1):
@@ -142,19 +148,23 @@ def run_comparison(
     levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                             out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded)
     run.timings.update(levels.timings)
+    layers = layers_stage(options, prepared, fp32, inspected, run)
     artifacts = {name: art.model_copy(update={"optimized": levels.optimized[name]}) if name in levels.optimized
                  else art for name, art in inspected.artifacts.items()}
+    advice, refuted = advice_stage(options, prepared, levels, inspected, outcomes, run)
     env = environment()
     with run.stage("decide"):
         decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
-                                      batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu)
+                                      batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu,
+                                      advice_measured=advice + refuted)
         verdict = verdict_from_artifacts(artifacts, options, list(options.gates))
     shutil.rmtree(run.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
-        agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints, platform=decided.platform,
-        verdict=verdict, timings=dict(run.timings),
+        agreement=levels.agreement, decisions=decided.decisions,
+        lints=decided.lints + _symbolic_dim_lints(prepared.source.specs, prepared.shapes), platform=decided.platform,
+        advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
 
 
@@ -200,6 +210,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
         ort_input, ort_note = fp32_path, None
         if already is None and any(a.startswith("ort_") for a in requested):
             ort_input, ort_note = _input_for_ort(fp32, ort_settings, run)
+            run.ort_input = ort_input
         for done, name in enumerate(requested, start=1):
             out = run.art_dir / f"{name}.onnx"
             t0 = time.perf_counter()
@@ -216,6 +227,36 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
             outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
             run.notify("quantize", done, len(requested))
     return outcomes
+
+
+def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspected: Inspected,
+                 outcomes: dict[str, tuple[PathOutcome, float]], run: _Run):
+    """The changes the blockers point to, re-run for real within options.advice's budget, while the
+    scratch folder (the pre-processed input, the calibration ranges) still exists: (proposed, refuted)."""
+    if not options.advice.enabled:
+        return [], []
+    with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
+        return advice_for_job(
+            levels.optimized, inspected.paths, options, ort_input=run.ort_input,
+            ort_settings=resolved_ort_settings(options), samples=prepared.samples,
+            input_names=[s.name for s in prepared.source.specs],
+            calibration_cache=run.scratch / "ort_calibration_ranges.json",
+            quantize_seconds={n: s for n, (_, s) in outcomes.items()})
+
+
+def _symbolic_dim_lints(specs, shapes) -> list[Lint]:
+    """The artifacts keep the model's symbolic dims, but every run here used one value for each."""
+    fixed = []
+    for spec in specs:
+        for i, d in enumerate(spec.shape):
+            if not isinstance(d, int) and spec.name in shapes and i < len(shapes[spec.name]):
+                fixed.append(f"{spec.name}[{i}] '{d or '?'}' = {shapes[spec.name][i]}")
+    if not fixed:
+        return []
+    return [Lint(code="symbolic_dims_measured_at_one_size", severity="info",
+                 message="the artifacts keep symbolic input dims, but calibration, evaluation, latency and advice "
+                         "ran with " + ", ".join(fixed),
+                 hint="set options.input_shapes to measure the size you deploy with")]
 
 
 def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str | None]:
@@ -266,6 +307,33 @@ def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32,
             artifacts[name] = Artifact(name=name, status="ok", tool=outcome.value, file=file_info,
                                        quantization=inventory, seconds=secs)
     return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded)
+
+
+def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
+                 run: _Run) -> LayersReport | None:
+    """Per-tensor error of each quantized file against fp32 (issue 15), after the levels stage wrote
+    the optimized graphs; timed as ``timings.layers`` (its progress is part of ``evaluate``)."""
+    t0 = time.perf_counter()
+    layers = layers_for_comparison(
+        options=options, paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
+        tools={n: a.tool for n, a in inspected.artifacts.items() if a.tool is not None}, out_dir=run.scratch,
+        source=prepared.source, shapes=prepared.shapes, calibration=prepared.samples.calibration,
+        input_names=[s.name for s in prepared.source.specs], ort_input=_ort_input_used(fp32, run),
+        ort_settings=resolved_ort_settings(options), fp32_model=fp32.file.model,
+        optimized_paths={a: {lv: run.art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in inspected.paths},
+    )
+    if layers is not None:
+        run.timings["layers"] = round(time.perf_counter() - t0, 4)
+    return layers
+
+
+def _ort_input_used(fp32: Fp32, run: _Run) -> Path:
+    """The file the ORT paths quantized (``_input_for_ort``; still in scratch): exclude-and-retry
+    re-quantizes that same file, so ORT's node names are those it saw."""
+    for name in ("fp32.preprocessed.onnx", "fp32.opset13.onnx"):
+        if (run.scratch / name).exists():
+            return run.scratch / name
+    return fp32.file.path
 
 
 def _inspect(path: Path, fp32_hist: dict[str, int]) -> tuple[OnnxFile, FileInfo, QuantizationInventory]:

@@ -19,7 +19,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from tests.isa import sqnr_floor
+from tests.cpu import sqnr_floor
 
 BATCH = 2  # the batch the comparison runs at: not the batch the .pt2 was exported with (3)
 N_CAL, N_EVAL = 4, 2
@@ -104,7 +104,7 @@ def _check_pt2_report(report: dict, artifacts: Path, pt2: Path, net, eval_feeds)
         assert got.shape == want.shape
         stated = report["artifacts"][name]["optimized"]["disable_all"]["numerics"]["worst_sqnr_db"]
         assert stated == pytest.approx(_sqnr(reference, got), abs=1e-3), name
-        assert stated > sqnr_floor("disable_all", 25.0)
+        assert stated > sqnr_floor("disable_all", clean=25)
 
 
 def test_pt2_through_the_core(pt2_upload, tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from tests.isa import sqnr_floor
+from tests.cpu import int8_kernels_exact
 
 pytestmark = pytest.mark.heavy
 
@@ -32,6 +32,6 @@ def test_big_example_every_path_ok_and_numbers_hold(compared, example, floor):
         for level in FAST["levels"]:
             ol = report.artifacts[name].optimized[level]
             assert ol.error is None, (name, level, ol.error)
-            assert ol.numerics.worst_sqnr_db > sqnr_floor(level, floor, floor - 10), (example, name, level)
+            assert ol.numerics.worst_sqnr_db > (floor if int8_kernels_exact(level) else floor - 10), (example, name, level)
         # measured on this machine: resnet18 pt2e_qdq 0.48 at level all; every path runs a real share in int8
         assert report.artifacts[name].optimized["all"].int8_coverage > 0.25, name

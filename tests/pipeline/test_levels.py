@@ -18,8 +18,8 @@ import pytest
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.decide import decided_from_levels
 from service.render.levels_text import levels_summary_lines
+from tests.cpu import U8S8_SATURATES, cosine_floor, int8_kernels_exact, sqnr_floor
 from service.pipeline.options import LEVELS, ComparisonOptions
-from tests.isa import sqnr_floor, u8s8_may_saturate
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 x86_only = pytest.mark.skipif(not X86, reason="pins ORT's x86 behaviour (int8 -> uint8, NCHWc)")
@@ -167,12 +167,12 @@ def test_qoperator_file_keeps_int8_activations_and_is_linted(conv_relu_levels):
 
 
 def test_the_saturation_lint_follows_this_cpu(conv_relu_levels):
-    """The u8s8 lint is raised exactly on the CPUs /proc/cpuinfo says saturate (tests/isa.py), and there
+    """The u8s8 lint is raised exactly on the CPUs /proc/cpuinfo says saturate (tests/cpu.py), and there
     the fused level really loses accuracy that the unfused level keeps."""
     result, _, _ = conv_relu_levels
     linted = {lint.artifact for lint in result.lints if lint.code == "u8s8_saturation_without_vnni"}
-    assert ("ort_qdq" in linted) is u8s8_may_saturate()
-    if u8s8_may_saturate():
+    assert ("ort_qdq" in linted) is U8S8_SATURATES
+    if U8S8_SATURATES:
         fused = result.optimized["ort_qdq"]["all"].numerics.worst_sqnr_db
         unfused = result.optimized["ort_qdq"]["basic"].numerics.worst_sqnr_db
         assert fused < unfused - 6, (fused, unfused)
@@ -195,13 +195,11 @@ def test_numerics_against_fp32_and_between_levels(conv_relu_levels):
         for level, ol in result.optimized[name].items():
             n = ol.numerics
             assert n.samples == 4 and len(n.outputs) == 1
-            # at the fused levels an AVX2-only CPU's u8s8 kernel saturates (tests/isa.py)
             assert n.worst_sqnr_db > sqnr_floor(level), (name, level, n.worst_sqnr_db)
-            assert n.worst_cosine > (0.999 if sqnr_floor(level) >= 30 else 0.98)
+            assert n.worst_cosine > cosine_floor(level)
             assert n.outputs[0].output_step > 0
-            if level != "disable_all" and sqnr_floor(level) >= 30:
-                # ORT's rewrites move an output by at most a couple of quantization steps (unless the
-                # CPU's u8s8 kernel saturates: 75 steps at extended on an AVX2-only machine)
+            if level != "disable_all" and int8_kernels_exact(level):
+                # ORT's rewrites move an output by at most a couple of quantization steps
                 assert n.outputs[0].drift_steps <= 2.0, (name, level, n.outputs[0].drift_steps)
 
 
@@ -220,7 +218,7 @@ def test_agreement_rows_between_quantized_artifacts(conv_relu_levels):
     for r in result.agreement:
         # None = bitwise identical (infinite SQNR): ort_qdq and ort_qoperator share calibration and
         # settings, and at level all both run the same NHWC QLinearConv
-        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > sqnr_floor("all", 25.0))
+        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > sqnr_floor("all", clean=25))
         assert 0 <= r.equal_share <= 1 and r.max_diff_steps is not None
 
 

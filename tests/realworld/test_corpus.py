@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from service.errors import InvalidCalibration, InvalidOptions, QuantCompareError
-from tests.isa import sqnr_floor
+from tests.cpu import sqnr_floor
 from tests.missing_tools import skip_or_fail
 from tests.realworld.corpus import BY_NAME, CORPUS, MissingCorpusPackage
 from tests.realworld.outcomes import OUTCOMES
@@ -132,7 +132,7 @@ def test_newest_opset_runs_pt2e(corpus_report):
     assert pt2e.status == "ok", pt2e.error
     # the converted graph keeps the model's input names, so ORT runs it on the shared samples
     assert all(lvl.error is None for lvl in pt2e.optimized.values())
-    assert pt2e.optimized["all"].numerics.worst_sqnr_db > sqnr_floor("all", 20.0)
+    assert pt2e.optimized["all"].numerics.worst_sqnr_db > sqnr_floor("all", clean=20)
 
 
 def test_ort_qdq_of_an_opset11_model_loads(corpus_report):
