@@ -140,6 +140,11 @@ def run_comparison(
             ai_onnx = next((o.version for o in fp32_model.opset_import if o.domain in ("", "ai.onnx")), None)
             ort_input, opset_note = opset_for_ort(fp32_path, scratch / "fp32.opset13.onnx", opset=ai_onnx)
             ort_notes.append(opset_note)
+            from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
+
+            ort_input, fix_note = fixed_for_ort_quantizer(
+                ort_input, scratch / "fp32.ort_fixups.onnx", model=fp32_model if ort_input == fp32_path else None)
+            ort_notes.append(fix_note)
             if ort_settings["pre_process"]:
                 t0 = time.perf_counter()
                 ort_input, pre_note = preprocessed_for_ort(ort_input, scratch / "fp32.preprocessed.onnx")
