@@ -223,6 +223,7 @@ def run_comparison(
         node_count=sum(fp32_hist.values()),
         resolved_input_shapes={k: list(v) for k, v in shapes.items()},
         shape_notes=shape_notes + source.notes,
+        notes=_model_notes(fp32_model),
     )
     env = environment()
     report = Report(
@@ -238,6 +239,12 @@ def run_comparison(
     report = report.model_copy(update={"timings": dict(timings)})
     shutil.rmtree(scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return report
+
+
+def _model_notes(fp32_model) -> list[str]:
+    from service.pipeline.inspect.domains import unused_domains_note
+
+    return [n for n in (unused_domains_note(fp32_model),) if n]
 
 
 def _batchnorm_count(program) -> int:

@@ -56,6 +56,8 @@ class ModelInfo(_Model):
     # The concrete shapes every sample was made with, and where each dynamic value came from.
     resolved_input_shapes: dict[str, list[int]] = Field(default_factory=dict)
     shape_notes: list[str] = Field(default_factory=list)
+    # What else the file tells a reader about itself (e.g. operator domains imported but unused).
+    notes: list[str] = Field(default_factory=list)
 
 
 class SamplesInfo(_Model):

@@ -158,3 +158,30 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
         assert "If" not in e.message and "Pad" in e.message, e.message
     else:
         assert len(program.graph_signature.user_inputs) == len(source.specs)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", ["ppocr_v4_det"])
+def test_qoperator_quantizes_a_paddle_export_whose_weights_are_constant_nodes(corpus_report, name):
+    """PP-OCR keeps every Conv weight and bias in a Constant node; ORT's QOperator Conv quantizer
+    reads a bias only from initializers (AttributeError before the pre-step)."""
+    report = corpus_report(name, artifacts=["ort_qoperator"], levels=["disable_all"])
+    art = report.artifacts["ort_qoperator"]
+    assert art.status == "ok", art.error
+    assert any("Constant nodes turned into initializers" in n for n in art.tool.notes)
+    assert art.quantization.int8_kernels_in_file.get("QLinearConv", 0) > 50  # the model has 62 Convs
+
+
+@pytest.mark.parametrize("name", ["unused_domain_imports", "already_quantized_unused_domains"])
+def test_domains_no_node_uses_are_noted_not_refused(corpus_report, name):
+    from tests.realworld.corpus import UNUSED_DOMAINS
+
+    report = corpus_report(name, levels=["disable_all"])
+    assert not isinstance(report, QuantCompareError), f"refused: {report}"
+    note = next(n for n in report.model.notes if "no node uses" in n)
+    assert all(d in note for d in UNUSED_DOMAINS)
+    if name.startswith("already_quantized"):  # inspected as is, not quantized twice
+        assert report.artifacts["fp32"].quantization.int8_kernels_in_file.get("QLinearConv") == 1
+        assert {report.artifacts[a].status for a in ("ort_qdq", "ort_qoperator")} == {"skipped"}
+    else:
+        assert report.artifacts["ort_qdq"].status == "ok" and report.artifacts["ort_qoperator"].status == "ok"
