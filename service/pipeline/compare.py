@@ -96,7 +96,13 @@ def run_comparison(
     # prepare ---------------------------------------------------------------------------------
     with stage("prepare"):
         source = _source(request, workdir)
-        shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
+        data_shapes = None
+        if request.calibration_path is not None:
+            from service.pipeline.inputs.data_shapes import array_shapes_in_npz
+
+            data_shapes = array_shapes_in_npz(request.calibration_path)
+        shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes, data_shapes=data_shapes,
+                                                    batch_dims=source.batch_dims)
         # Security: the declared-size check on the shapes samples are actually made with (dynamic dims
         # filled in from input_shapes), before any array is allocated (Budgets.max_input_elements).
         from service.pipeline.safety import check_input_elements, check_sample_bytes
