@@ -170,7 +170,18 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
     lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
     return {"r": report, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
-            "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts)}
+            "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts),
+            "made_up_banner": _made_up_banner(report.get("samples"))}
+
+
+def _made_up_banner(samples: Any) -> str | None:
+    from service.pipeline.verdict.made_up_data import made_up_data_banner
+    from service.schemas.report import SamplesInfo
+
+    try:
+        return made_up_data_banner(SamplesInfo.model_validate(samples)) if samples else None
+    except Exception:  # noqa: BLE001 - an older report without samples renders without the banner
+        return None
 
 
 def render_job_page(rec, report, files: list[tuple[str, int]]) -> str:

@@ -28,6 +28,7 @@ from service.pipeline.paths import run_path
 from service.pipeline.platform_notes import platform_notes
 from service.pipeline.samples import Samples, generated_samples, samples_from_npz
 from service.pipeline.specs import output_specs_from_onnx, resolved_input_shapes
+from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.schemas.report import Artifact, ModelInfo, Report, TensorSpec, ToolInfo, Verdict
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,10 @@ def run_comparison(
         if request.calibration_path is not None:
             samples: Samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
         else:
-            samples = generated_samples(source.specs, shapes, options)
+            from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
+
+            ranges = input_ranges_from_onnx(source.onnx_model, source.specs) if source.onnx_model is not None else {}
+            samples = generated_samples(source.specs, shapes, options, model_ranges=ranges)
     input_names = [s.name for s in source.specs]
 
     # fp32 ------------------------------------------------------------------------------------
@@ -235,7 +239,7 @@ def run_comparison(
     report = Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
-        decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu),
+        decisions=levels.decisions, lints=made_up_data_lints(samples.info) + list(levels.lints), platform=platform_notes(levels.optimized, env.cpu),
         verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):

@@ -13,6 +13,8 @@ import ``service``; keep the two in step (``tests/clients`` pins the client's si
     artifact  pt2e_qdq | ort_qdq | ort_qoperator | *        (default *: every requested artifact)
     level     disable_all | basic | extended | layout | all (default all)
     metric    sqnr_db | cosine | max_abs_error | int8_coverage | latency_ratio | status_ok
+              | calibration_data_uploaded  (whole report: 1 when the user's .npz was used, 0 when
+                samples were generated; lets CI refuse numbers that describe made-up data)
     op        >= > <= < ==                                   (default >=, value default 1)
 """
 
@@ -28,7 +30,10 @@ from service.errors import InvalidOptions
 from service.pipeline.options import ARTIFACTS, LEVELS, Gate
 from service.schemas.report import Artifact, GateResult, Report, Verdict
 
-METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok")
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
+           "calibration_data_uploaded")
+# Metrics that read a yes/no of the whole report or its paths: no threshold needed (default >= 1).
+_FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
 # Longest first so ">=" is not read as ">" followed by "=25".
 OPS = (">=", "<=", "==", ">", "<")
 _NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error"}
@@ -42,7 +47,7 @@ def gate_from_string(text: str) -> Gate:
     """
     hint = (
         "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
-        "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2' or 'status_ok'"
+        "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' or 'calibration_data_uploaded'"
     )
     m = _GATE_RE.match(text or "")
     if not m:
@@ -66,6 +71,9 @@ def gate_from_string(text: str) -> Gate:
         if key in fields:
             raise InvalidOptions(f"gate {text!r}: {key} given twice", hint=hint)
         fields[key] = part
+    if metric == "calibration_data_uploaded" and len(parts) > 1:
+        raise InvalidOptions(f"gate {text!r}: calibration_data_uploaded is about the whole report; "
+                             "write it without artifact or level", hint=hint)
     if len(parts) == 3 and (parts[0] not in (*ARTIFACTS, "*") or parts[1] not in LEVELS):
         raise InvalidOptions(f"gate {text!r}: write artifact before level", hint=hint)
     if len(parts) > 3:
@@ -78,7 +86,7 @@ def gate_from_string(text: str) -> Gate:
         if math.isnan(value):
             raise InvalidOptions(f"gate {text!r}: the threshold is NaN", hint=hint)
         fields["op"], fields["value"] = m["op"], value
-    elif metric != "status_ok":
+    elif metric not in _FLAG_METRICS:
         raise InvalidOptions(f"gate {text!r}: a threshold is missing (e.g. {text}>=25)", hint=hint)
     try:
         return Gate(**fields)
@@ -88,8 +96,8 @@ def gate_from_string(text: str) -> Gate:
 
 def gate_to_string(gate: Gate) -> str:
     """The inverse of :func:`gate_from_string`; ``status_ok>=1`` reads as ``status_ok``."""
-    if gate.metric == "status_ok":
-        head = "status_ok" if gate.artifact == "*" else f"{gate.artifact}.status_ok"
+    if gate.metric in _FLAG_METRICS:
+        head = gate.metric if gate.artifact == "*" else f"{gate.artifact}.{gate.metric}"
         return head if (gate.op, gate.value) == (">=", 1.0) else f"{head}{gate.op}{_num(gate.value)}"
     return f"{gate.artifact}.{gate.level}.{gate.metric}{gate.op}{_num(gate.value)}"
 
@@ -109,6 +117,8 @@ def _result_from_gate(report: Report, gate: Gate) -> GateResult:
     try:
         if gate.metric == "status_ok":
             return _status_ok(report, gate, label)
+        if gate.metric == "calibration_data_uploaded":
+            return _calibration_uploaded(report, gate, label)
         return _metric_gate(report, gate, label)
     except Exception as e:  # a malformed report must fail the gate, not the job
         return GateResult(gate=label, passed=False, actual=None, message=f"could not evaluate: {type(e).__name__}: {e}")
@@ -139,6 +149,19 @@ def _status_ok(report: Report, gate: Gate, label: str) -> GateResult:
     else:
         message = f"{len(names) - len(bad)}/{len(names)} ok; " + "; ".join(bad)
     return GateResult(gate=label, passed=passed, actual=share, message=message)
+
+
+def _calibration_uploaded(report: Report, gate: Gate, label: str) -> GateResult:
+    samples = report.samples
+    uploaded = 1.0 if samples.source == "uploaded" else 0.0
+    passed = _compare(uploaded, gate.op, gate.value)
+    if uploaded:
+        message = f"calibration and evaluation used the uploaded .npz ({samples.calibration_count} samples)"
+    else:
+        made = ", ".join(f"{k}: {v}" for k, v in samples.generators.items()) or "generated"
+        message = (f"no .npz was uploaded: samples were generated ({made}); scales and accuracy describe that "
+                   "data, not the model's real inputs (upload calibration data to pass)")
+    return GateResult(gate=label, passed=passed, actual=uploaded, message=message)
 
 
 def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:

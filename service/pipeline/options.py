@@ -93,13 +93,15 @@ class Gate(_Strict):
     ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
     ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst output), ``int8_coverage``,
     ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
-    (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths).
+    (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths),
+    or ``calibration_data_uploaded`` (1 when the uploaded .npz was used, 0 for generated samples).
     Missing data (a failed path, a level not run) fails a gate; an exact match (SQNR ``None``) passes.
     """
 
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
     level: Level = "all"
-    metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok"]
+    metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
+                    "calibration_data_uploaded"]
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
 
