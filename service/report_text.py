@@ -29,6 +29,8 @@ def summary_table(report: Report) -> str:
         f"samples: {report.samples.calibration_count} calibration / {report.samples.eval_count} evaluation "
         f"({report.samples.source}); {report.environment.cpu.arch}, onnxruntime {report.environment.versions.get('onnxruntime')}",
     ]
+    if m.notes:
+        lines += [f"note: {n}" for n in m.notes]
     from service.pipeline.verdict.made_up_data import made_up_data_banner
 
     banner = made_up_data_banner(report.samples)

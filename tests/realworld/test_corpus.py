@@ -180,6 +180,9 @@ def test_domains_no_node_uses_are_noted_not_refused(corpus_report, name):
     assert not isinstance(report, QuantCompareError), f"refused: {report}"
     note = next(n for n in report.model.notes if "no node uses" in n)
     assert all(d in note for d in UNUSED_DOMAINS)
+    from service.report_text import summary_table
+
+    assert f"note: {note}" in summary_table(report)
     if name.startswith("already_quantized"):  # inspected as is, not quantized twice
         assert report.artifacts["fp32"].quantization.int8_kernels_in_file.get("QLinearConv") == 1
         assert {report.artifacts[a].status for a in ("ort_qdq", "ort_qoperator")} == {"skipped"}
