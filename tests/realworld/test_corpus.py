@@ -188,3 +188,13 @@ def test_domains_no_node_uses_are_noted_not_refused(corpus_report, name):
         assert {report.artifacts[a].status for a in ("ort_qdq", "ort_qoperator")} == {"skipped"}
     else:
         assert report.artifacts["ort_qdq"].status == "ok" and report.artifacts["ort_qoperator"].status == "ok"
+
+
+def test_magika_byte_ids_are_drawn_in_the_one_hot_range_the_model_states(corpus_report):
+    """magika one-hot encodes its int32 bytes against arange(257) (jax's one_hot): without
+    options.input_values the ids are drawn in [0, 257) instead of being refused."""
+    report = corpus_report("magika", input_values={}, artifacts=["ort_qdq"], levels=["disable_all"])
+    assert not isinstance(report, QuantCompareError), f"refused: {report}"
+    assert report.samples.generators["bytes"].startswith("uniform int [0, 257)")
+    assert "arange" in report.samples.generators["bytes"]
+    assert report.artifacts["ort_qdq"].status == "ok"

@@ -4,7 +4,8 @@ Generated ``normal(0, 1)`` data says nothing about a real input. Some graphs say
 first ops on an input, and samples drawn from that are closer to what the model was built for:
 
 * ids: an input used as the indices of a ``Gather`` on an initializer (an embedding table) is
-  valid in ``[0, rows)``: the table's size on the gathered axis.
+  valid in ``[0, rows)``: the table's size on the gathered axis; an input one-hot encoded by
+  ``Equal`` with a constant ``arange(K)`` (jax's ``one_hot``, as in magika) in ``[0, K)``.
 * normalized inputs: ``(x - mean) / std`` (``Sub`` then ``Div``/``Mul`` by constants) or a
   ``BatchNormalization`` directly on the input: ``x`` is drawn as ``mean + std * normal(0, 1)``
   (per channel, broadcast as the model broadcasts), so what the network sees after its own
@@ -25,6 +26,10 @@ Generator = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
 
 _DEFAULT = ("", "ai.onnx")
 _PASS_THROUGH = ("Cast", "Identity")  # ids often go through a Cast to int64 first
+# Ops that move ids around without changing their values (their input 0), and ops that read only
+# the shape: followed, resp. ignored, on the way from an id input to what consumes its values.
+_ID_MOVES = ("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten")
+_SHAPE_ONLY = ("Shape", "Size")
 
 
 @dataclass(frozen=True)
@@ -89,23 +94,52 @@ def _follow(name: str, consumers) -> list:
     return found
 
 
+def _id_uses(name, consumers, depth=0) -> list:
+    uses = []
+    for node, idx in consumers.get(name, []):
+        if node.op_type in _SHAPE_ONLY:
+            continue
+        if node.op_type in _ID_MOVES and idx == 0 and depth < 8:
+            uses += _id_uses(node.output[0], consumers, depth + 1)
+        else:
+            uses.append((node, idx))
+    return uses
+
+
+def _one_hot_classes(node, idx, tables, numpy_helper) -> int | None:
+    """``Equal(ids, arange(K))``: a one-hot (jax's ``one_hot``, magika); K, or None."""
+    other = node.input[1 - idx] if len(node.input) == 2 else None
+    arr = _array(tables[other], numpy_helper) if other in tables else None
+    if arr is None or arr.size == 0 or arr.dtype.kind not in "iu":
+        return None
+    values = np.unique(arr)
+    k = int(values.size)
+    return k if np.array_equal(values, np.arange(k)) else None
+
+
 def _ids_range(name, consumers, tables, numpy_helper, dtype) -> InputRange | None:
     rows = []
-    for node, idx in _follow(name, consumers):
+    for node, idx in _id_uses(name, consumers):
+        if node.op_type == "Equal":
+            k = _one_hot_classes(node, idx, tables, numpy_helper)
+            if k is None:
+                return None
+            rows.append((k, f"the one-hot classes 0..{k - 1} it is compared with (Equal with a constant arange)"))
+            continue
         if node.op_type != "Gather" or idx != 1 or node.input[0] not in tables:
             return None  # used as anything else too: no single range to trust
         dims = list(tables[node.input[0]].dims)
         axis = int(_attr(node, "axis", 0))
         if not dims or not -len(dims) <= axis < len(dims):
             return None
-        rows.append((dims[axis], node.input[0]))
+        rows.append((dims[axis], f"the {dims[axis]} rows of {node.input[0]!r} it indexes (Gather on an initializer)"))
     if not rows:
         return None
-    n, table = min(rows)
+    n, why = min(rows)
     if n < 1:
         return None
     np_dtype = np.dtype(dtype)
-    return InputRange(f"uniform int [0, {n})", f"it indexes the {n} rows of {table!r} (Gather on an initializer)",
+    return InputRange(f"uniform int [0, {n})", why,
                       lambda rng, shape: rng.integers(0, n, size=shape).astype(np_dtype))
 
 
