@@ -102,3 +102,18 @@ def test_a_file_without_the_traits_is_passed_through(tmp_path):
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
     assert fixed_for_ort_quantizer(tmp_path / "m.onnx", tmp_path / "out.onnx") == (tmp_path / "m.onnx", None)
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_ort_itself_holds_constant_nodes_as_initializers(tmp_path):
+    """Pins the claim that the rewrite changes nothing ORT runs: ORT's Graph constructor
+    (onnxruntime/core/graph/graph.cc) turns Constant nodes into initializers, so even with every
+    optimization off the graph ORT writes has no Constant node left."""
+    raw = tmp_path / "raw.onnx"
+    _conv_weights_in_constant_nodes(raw)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    ort.InferenceSession(str(raw), so, providers=["CPUExecutionProvider"])
+    written = onnx.load(str(tmp_path / "ort.onnx"))
+    assert "Constant" not in {n.op_type for n in written.graph.node}
+    assert {"conv.w", "conv.b"} <= {t.name for t in written.graph.initializer}

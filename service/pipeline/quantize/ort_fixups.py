@@ -10,7 +10,8 @@ Why each step, in ORT's own code:
   ``find_by_name(bias_name, self.model.initializer())``: a bias held by a ``Constant`` node (what
   Paddle2ONNX writes for every weight) is ``None`` there, and ``tensor_proto_to_array(None)`` raises
   ``AttributeError: 'NoneType' object has no attribute 'data_type'``. ORT itself turns ``Constant``
-  nodes into initializers when it loads a graph, so the rewrite changes nothing ORT runs.
+  nodes into initializers when it loads a graph (``Graph::Graph`` in ``onnxruntime/core/graph/graph.cc``;
+  pinned by ``tests/pipeline/test_ort_fixups.py``), so the rewrite changes nothing ORT runs.
 * **Outer-scope reads go through an Identity.** In QOperator format a quantized op's output is
   renamed (``QLinearMatMul`` writes ``<name>_quantized``); float consumers get a DequantizeLinear
   from ``QuantOperatorBase.quantize`` (``operators/base_operator.py``), which looks only at a node's
