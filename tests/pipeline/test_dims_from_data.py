@@ -13,7 +13,7 @@ import pytest
 
 from service.errors import InputShapeRequired, InvalidCalibration
 from service.pipeline.inputs.data_shapes import array_shapes_in_npz
-from service.pipeline.specs import InputSpec, resolved_input_shapes
+from service.pipeline.inputs.specs import InputSpec, resolved_input_shapes
 
 IMG = InputSpec("image", "float32", ("batch", 3, "height", "width"))
 MASK = InputSpec("mask", "float32", ("batch", 1, "height", "width"))
@@ -118,7 +118,7 @@ def test_pt2_with_a_dim_batch_and_nothing_else_runs_at_batch_one(tmp_path):
 
 
 def test_pt2_batch_range_lower_bound_is_the_default(tmp_path):
-    from service.pipeline.sources import source_from_pt2
+    from service.pipeline.inputs.sources import source_from_pt2
 
     source = source_from_pt2(_pt2(tmp_path, batch_min=3), name="net")
     assert list(source.batch_dims.values()) == [3]

@@ -15,11 +15,11 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 
 from service.errors import InvalidOptions
-from service.pipeline.gates import gate_from_string, verdict_from_report
+from service.pipeline.verdict.gates import gate_from_string, verdict_from_report
 from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
 from service.pipeline.options import ComparisonOptions
-from service.pipeline.samples import generated_samples
-from service.pipeline.specs import input_specs_from_onnx, resolved_input_shapes
+from service.pipeline.inputs.samples import generated_samples
+from service.pipeline.inputs.specs import input_specs_from_onnx, resolved_input_shapes
 
 FAST = {"calibration_samples": 2, "eval_samples": 1, "levels": ["disable_all"], "artifacts": ["ort_qdq"]}
 
@@ -59,10 +59,10 @@ def test_uploaded_data_has_no_lint_and_passes_the_gate(generated_and_uploaded):
 
 
 def test_banner_on_the_cli_summary_and_the_page_only_for_generated_data(generated_and_uploaded):
-    from service.api.report_page import render_job_page
+    from service.render.page import render_job_page
     from service.jobs.spec import JobSpec
     from service.jobs.store import JobRecord
-    from service.report_text import summary_table
+    from service.render.text import summary_table
 
     def page(report):
         rec = JobRecord(id="a" * 32, status="succeeded", spec=JobSpec(id="a" * 32, model_name="m"), cache_key=None,

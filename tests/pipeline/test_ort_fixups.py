@@ -17,7 +17,7 @@ from onnx import helper as h
 from onnx import numpy_helper as nh
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-from service.errors import PathFailed
+from service.errors import OrtQuantizerFailed
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer, fixed_for_ort_quantizer
 
 RNG = np.random.default_rng(0)
@@ -80,7 +80,7 @@ def test_qoperator_fails_on_the_raw_file_and_succeeds_after_the_fixups(tmp_path,
     with pytest.raises(raw_error, match=raw_text.replace("/", ".")) as info:
         quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Reader("x", shape), quant_format=QuantFormat.QOperator)
     failure = failure_from_ort_quantizer(info.value, "qoperator")
-    assert isinstance(failure, PathFailed) and "onnxruntime.quantization " in failure.message
+    assert isinstance(failure, OrtQuantizerFailed) and "onnxruntime.quantization " in failure.message
     assert "Cause:" in failure.message and failure.hint
 
     fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")

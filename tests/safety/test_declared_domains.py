@@ -11,7 +11,7 @@ from onnx import helper as h
 
 from service.errors import UnsupportedModel
 from service.pipeline.inspect.domains import domains_used_by_nodes, unused_opset_imports
-from service.pipeline.safety import onnx_model_from_path
+from service.pipeline.inputs.safety import onnx_model_from_path
 
 UNUSED = ["ai.onnx.training", "ai.onnx.preview.training", "com.microsoft.experimental",
           "com.microsoft.mlfeaturizers", "pkg.paddle2onnx"]

@@ -30,6 +30,8 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.errors import OrtQuantizerFailed
+
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
 OUTER_SUFFIX = "__outer_scope"
@@ -224,19 +226,16 @@ _TRIGGERS = (
 
 
 def failure_from_ort_quantizer(exc: BaseException, quant_format: str):
-    """A PathFailed naming ORT's failing function, the model trait behind it, and what to do."""
-    from service.errors import PathFailed
-
+    """An OrtQuantizerFailed naming ORT's failing function, the model trait behind it, and what to do."""
     where = ort_function_of(exc) or "onnxruntime.quantization.quantize_static"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     fmt = "QDQ" if quant_format == "qdq" else "QOperator"
     for needle, trigger, todo in _TRIGGERS:
         if needle in text:
-            return PathFailed(f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. "
-                              f"Cause: {trigger}.", stage="quantize", hint=todo)
-    return PathFailed(
+            return OrtQuantizerFailed(f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. "
+                              f"Cause: {trigger}.", hint=todo)
+    return OrtQuantizerFailed(
         f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}",
-        stage="quantize",
         hint="the node ORT was quantizing is usually named in the message: exclude it with "
              "options.ort.nodes_to_exclude, or limit options.ort.op_types_to_quantize; "
              + ("the QDQ format (ort_qdq) often works where QOperator fails" if fmt == "QOperator" else

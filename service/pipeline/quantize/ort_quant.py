@@ -9,7 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.pipeline.samples import Feed
+from service.pipeline.inputs.samples import Feed
+from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -104,8 +105,6 @@ def quantized_by_ort(
     try:
         quantize_static(str(model_path), str(out_path), reader, **kwargs)
     except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
-        from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
-
         raise failure_from_ort_quantizer(e, quant_format) from e
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
