@@ -35,7 +35,10 @@ class Executor(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def staging_dir(self) -> Path: ...
-    def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord: ...
+    def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
+        """A new queued job, or the queued/running job with the same ``cache_key`` (its record,
+        whose id differs from ``spec.id``): identical submissions in flight join one job."""
+        ...
     def retry_after(self) -> int: ...
     def get(self, job_id: str) -> JobRecord | None: ...
     def job_dir(self, job_id: str) -> Path: ...
@@ -72,11 +75,20 @@ class JobFolders:
             job_dir.mkdir(parents=True)
         spec.write(job_dir)
         try:
-            accepted = self.store.create(spec, cache_key=cache_key, max_queue=self.settings.max_queue)
+            answer = self.store.create_or_join(spec, cache_key=cache_key, max_queue=self.settings.max_queue)
         except BaseException:
             shutil.rmtree(job_dir, ignore_errors=True)
             raise
-        if not accepted:
+        if answer is not None and answer != spec.id:
+            # An identical job (same cache key) is queued or running: this submission joins it
+            # (a CI matrix posting one model from several jobs at once gets one job, not 503s).
+            shutil.rmtree(job_dir, ignore_errors=True)
+            joined = self.store.get(answer)
+            if joined is not None:
+                self.metrics.joined.inc()
+                return joined
+            answer = None  # vanished between the two reads (deleted): treat as no room, the client retries
+        if answer is None:
             shutil.rmtree(job_dir, ignore_errors=True)
             self.metrics.rejected.labels("queue_full").inc()
             raise Busy(f"the queue is full ({self.settings.max_queue} jobs waiting)",
