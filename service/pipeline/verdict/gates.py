@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
 from service.errors import InvalidOptions, validation_errors
 from service.pipeline.options import ARTIFACTS, LEVELS, Gate
-from service.schemas.report import Artifact, GateResult, Report, Verdict
+from service.schemas.report import Artifact, GateResult, Report, SamplesInfo, Verdict
 
 METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
            "calibration_data_uploaded")
@@ -138,7 +139,22 @@ def baseline_values_from_report(baseline: Report, gate: Gate) -> dict[str, float
     return out
 
 
-def verdict_from_report(report: Report, gates: list[Gate]) -> Verdict:
+@dataclass(frozen=True)
+class _Results:
+    """What the gates read of a report: its artifacts, the options it ran with, how its samples were made."""
+
+    artifacts: dict[str, Artifact]
+    options: Any
+    samples: SamplesInfo | None = None
+
+
+def verdict_from_artifacts(artifacts: dict[str, Artifact], options: Any, gates: list[Gate], *,
+                           samples: SamplesInfo | None = None) -> Verdict:
+    """The verdict before the report exists (the spine builds the report once, verdict included)."""
+    return verdict_from_report(_Results(artifacts, options, samples), gates)
+
+
+def verdict_from_report(report: Report | _Results, gates: list[Gate]) -> Verdict:
     """Evaluate every gate; ``passed`` is true when all pass (and when there are none)."""
     results = [_result_from_gate(report, g) for g in gates]
     return Verdict(
@@ -189,6 +205,8 @@ def _status_ok(report: Report, gate: Gate, label: str) -> GateResult:
 
 def _calibration_uploaded(report: Report, gate: Gate, label: str) -> GateResult:
     samples = report.samples
+    if samples is None:
+        return GateResult(gate=label, passed=False, actual=None, message="the report does not say how its samples were made")
     uploaded = 1.0 if samples.source == "uploaded" else 0.0
     passed = _compare(uploaded, gate.op, gate.value)
     if uploaded:
