@@ -19,6 +19,7 @@ from service.api.routes.artifacts import split_name
 from service.pipeline.options import LEVELS
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render import svg
+from service.render.layers_svg import sqnr_by_depth, worst_rows
 from service.render.units import human_size
 from service.schemas.report import SamplesInfo
 
@@ -161,7 +162,13 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         downloads.append({"name": fname, "artifact": art, "level": lv, "size": size,
                           "url": f"/v1/comparisons/{job_id}/artifacts/{fname}"})
     lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
+    layers = report.get("layers") or None
+    layer_view = None if not layers else {
+        "chart": sqnr_by_depth(layers), "worst": worst_rows(layers, 10), "l": layers,
+        "arts": [n for n in quant if any(n in (r.get("artifacts") or {}) for r in layers.get("rows") or [])],
+    }
     return {"r": report, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+            "layers": layer_view,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
             "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts),
             "made_up_banner": _made_up_banner(report.get("samples"))}
