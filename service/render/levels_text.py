@@ -54,7 +54,7 @@ def levels_summary_lines(report) -> list[str]:
     grid = [["levels", *levels]] + [[name, *(_cell(art.optimized.get(lv)) for lv in levels)]
                                     for name, art in arts.items()]
     lines = aligned_rows(grid, min_widths=[14] + [_COL - 2] * len(levels))
-    lines[0] += f"  ({unit})"
+    lines[0] += f"  ({unit}; ORT's default: all)"
     cov = []
     for name, art in arts.items():
         if name == "fp32":
