@@ -43,9 +43,16 @@ from service.pipeline.graph_summary import (
     quantized_activation_dtypes,
     weight_quant_params,
 )
-from service.pipeline.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
+from service.pipeline.numerics import concat_runs, cosine, level_numerics, max_abs_error, sqnr_db
 from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
 from service.pipeline.ort_sessions import session_for
+from service.pipeline.runtime.latency import (
+    LatencyBudget,
+    LoadProbe,
+    latency_protocol_from_options,
+    outputs_and_latency,
+)
+from service.pipeline.runtime.level_graphs import self_contained_from_level_graph, session_and_level_graph
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
 from service.schemas.report import QuantizationInventory
 
@@ -89,21 +96,18 @@ def _ordered(names) -> list[str]:
     return [n for n in known if n in names] + sorted(n for n in names if n not in known)
 
 
-def _file_digest(path: Path) -> str:
-    import hashlib
-
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
                    out_dir: Path, options: ComparisonOptions,
                    inventories: dict[str, QuantizationInventory | None],
                    progress: Callable[[str, int, int], None] | None = None,
-                   batchnorm_in_source: int = 0) -> LevelsResult:
+                   batchnorm_in_source: int = 0, concurrent_jobs: LoadProbe | None = None,
+                   keep_level_graphs: bool = True) -> LevelsResult:
     """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
 
-    Writes ``out_dir/<artifact>.<level>.onnx``. A session that fails at one level is recorded in
-    that level's ``error`` and the other levels go on.
+    Writes ``out_dir/<artifact>.<level>.onnx`` when ``keep_level_graphs``; otherwise only the
+    graphs' digests are kept (a download makes them again, see ``runtime/level_graphs.py``).
+    A session that fails at one level is recorded in that level's ``error`` and the other levels go on.
+    ``concurrent_jobs``: how many jobs the service runs right now (recorded with each latency).
     """
     from service.pipeline.decisions import decisions_table
     from service.pipeline.lints import lints_for
@@ -116,6 +120,9 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     timings = {"optimize": 0.0, "evaluate": 0.0}
     lat = options.latency
     threads = lat.intra_op_threads
+    protocol = latency_protocol_from_options(lat)
+    budget = LatencyBudget(protocol.budget_seconds, total)
+    graphs_dir = out_dir / "_level_graphs"
 
     # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
     int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
@@ -141,16 +148,18 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
         steps_of[name] = steps
         prev_graph, prev_level = file_graph, "file"
         prev_outputs: list[np.ndarray] | None = None
-        prev_digest: str | None = None
+        seen: dict[str, str] = {}  # level graph digest -> the first level of this artifact that had it
         per_level: dict[str, OptimizedLevel] = {}
         results[name] = {}
         for level in levels:
             t0 = time.perf_counter()
             out_file = out_dir / f"{name}.{level}.onnx"
             try:
-                session = session_for(path, level, intra_op_threads=threads, optimized_model_path=out_file)
-                graph = graph_from_path(out_file)
+                session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}",
+                                                         intra_op_threads=threads)
+                graph = graph_from_path(lg.graph)
             except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
+                budget.graph_done()
                 per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
                                                   error=scrub(f"session creation failed: {type(e).__name__}: {e}")[:2000])
                 done += 1
@@ -178,17 +187,22 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
             t1 = time.perf_counter()
             numerics = latency = None
             error = None
-            # ORT often writes the very same graph at the next level (``all`` == ``layout`` here for
-            # every example): the same graph gives the same outputs, so they are not run again.
-            digest = _file_digest(out_file)
-            same_as = prev_level if digest == prev_digest and prev_level in results[name] else None
+            # ORT often writes the very same graph at another level (``all`` == ``layout`` here for
+            # every example): the same graph gives the same outputs and the same speed, so it is
+            # neither run nor timed again (the level says which level it equals).
+            same_as = seen.get(lg.digest)
+            if same_as is not None and same_as not in results[name]:
+                same_as = None  # that level failed to run: measure this one
             try:
                 onames = [o.name for o in session.get_outputs()]
                 output_names[name] = onames
                 if same_as:
                     outputs = results[name][same_as]
+                    if per_level[same_as].latency is not None:
+                        latency = per_level[same_as].latency.model_copy(update={"timed_with": same_as})
                 else:
-                    outputs = concat_runs([session.run(None, feed) for feed in eval_feeds])
+                    outputs, latency = outputs_and_latency(session, eval_feeds, protocol, budget,
+                                                        timing=lat.enabled, concurrent_jobs=concurrent_jobs)
                 results[name][level] = outputs
                 if name == "fp32" and reference is None:
                     reference, reference_names = outputs, onames
@@ -196,17 +210,14 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                     numerics = level_numerics(reference, reference_names, outputs, onames, steps=steps,
                                               previous=prev_outputs, samples=len(eval_feeds))
                 prev_outputs = outputs
-                if lat.enabled and eval_feeds:
-                    if same_as and per_level.get(same_as) and per_level[same_as].latency is not None:
-                        latency = per_level[same_as].latency  # same graph: its measurement stands
-                    else:
-                        # The evaluation runs above already warmed this session; only top them up.
-                        warmed = 0 if same_as else len(eval_feeds)
-                        latency = latency_of(session, eval_feeds[0], runs=lat.runs,
-                                             warmup=max(0, lat.warmup - warmed), intra_op_threads=threads)
             except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
                 error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
             del session
+            budget.graph_done()
+            seen.setdefault(lg.digest, level)
+            if keep_level_graphs:
+                self_contained_from_level_graph(lg, out_file)
+            shutil.rmtree(lg.folder, ignore_errors=True)  # the weights: a download makes them again
             timings["evaluate"] += time.perf_counter() - t1
             if progress:
                 progress("evaluate", done, total)
@@ -221,10 +232,13 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                 bias=bias_state(graph),
                 layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
                 session_seconds=session_seconds, same_graph_as=same_as,
+                graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
+                weights_bytes=lg.data_bytes, file_stored=keep_level_graphs,
             )
-            prev_graph, prev_level, prev_digest = graph, level, digest
+            prev_graph, prev_level = graph, level
         optimized[name] = per_level
 
+    shutil.rmtree(graphs_dir, ignore_errors=True)
     t2 = time.perf_counter()
     agreement = agreement_rows(results, output_names, steps_of, levels)
     decisions = decisions_table(names=names, files=files, optimized=optimized, inventories=inventories,
