@@ -106,6 +106,19 @@ class Busy(QuantCompareError):
         self.retry_after = retry_after
 
 
+class DataDirFull(Busy):
+    """The data directory's budget (QUANTCOMPARE_MAX_DATA_GB) has no room for this job even after
+    evicting every finished job: running and queued jobs hold the rest."""
+
+    code, status, title = "data_dir_full", 503, "No room for this job in the data directory"
+
+
+class LevelGraphChanged(QuantCompareError):
+    """A level graph made again for a download differs from the one the job measured."""
+
+    code, status, title = "level_graph_mismatch", 409, "The optimized graph cannot be reproduced here"
+
+
 class PathFailed(QuantCompareError):
     """One artifact's path failed; recorded in the report, the other paths go on."""
 

@@ -46,6 +46,10 @@ class ComparisonRequest:
     # Passed through from the service's settings to the safety checks.
     budgets: object | None = None
     allow_pt2: bool = True
+    # The service keeps only the level graphs' digests (a download makes them again); the CLI keeps files.
+    keep_level_graphs: bool = True
+    # Jobs the service is running right now (recorded with each latency measurement).
+    concurrent_jobs: Callable[[], int | None] | None = None
 
 
 def _source(request: ComparisonRequest, workdir: Path):
@@ -203,7 +207,8 @@ def run_comparison(
 
     levels = analyze_levels(artifact_paths=paths, eval_feeds=samples.evaluation, out_dir=art_dir,
                             options=options, inventories=inventories, progress=notify,
-                            batchnorm_in_source=_batchnorm_count(source.program))
+                            batchnorm_in_source=_batchnorm_count(source.program),
+                            concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs)
     for name, per_level in levels.optimized.items():
         if name in artifacts:
             artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})

@@ -233,7 +233,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                 layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
                 session_seconds=session_seconds, same_graph_as=same_as,
                 graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
-                weights_bytes=lg.data_bytes, file_stored=keep_level_graphs,
+                weights_bytes=lg.data_bytes, download_bytes=graph.model.ByteSize(), file_stored=keep_level_graphs,
             )
             prev_graph, prev_level = graph, level
         optimized[name] = per_level

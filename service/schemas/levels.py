@@ -144,6 +144,7 @@ class OptimizedLevel(_Model):
     weights_sha256: str | None = None
     graph_bytes: int | None = None
     weights_bytes: int | None = None
+    download_bytes: int | None = None  # the self-contained .onnx a download returns (graph with its weights)
     file_stored: bool = True
     # The level before this one, when ORT wrote a byte-identical graph: its outputs and latency
     # were reused, not measured again.

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import re
+import shutil
+import uuid
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
 
 from service.api.deps import ExecutorDep
 from service.api.errors import problem_responses
 from service.api.routes.comparisons import job_or_404
 from service.errors import NotFound
+from service.jobs.level_downloads import level_graph_entries, regenerated_level_graph
 from service.jobs.spec import ARTIFACTS_DIR
 from service.pipeline.options import LEVELS
 from service.schemas.api import ArtifactEntry, ArtifactList
@@ -51,16 +55,36 @@ def list_artifacts(job_id: str, executor: ExecutorDep) -> Any:
         artifact, level = split_name(path.name)
         out.append(ArtifactEntry(name=path.name, artifact=artifact, level=level, size=path.stat().st_size,
                                  url=f"/v1/comparisons/{rec.id}/artifacts/{path.name}"))
-    return ArtifactList(artifacts=out)
+    stored = {e.name for e in out}
+    # Level graphs the job kept as digests only: made again on download (size: ORT's graph + weights).
+    for entry in level_graph_entries(executor.job_dir(rec.id)).values():
+        if entry.name not in stored:
+            out.append(ArtifactEntry(name=entry.name, artifact=entry.artifact, level=entry.level, size=entry.bytes,
+                                     url=f"/v1/comparisons/{rec.id}/artifacts/{entry.name}"))
+    return ArtifactList(artifacts=sorted(out, key=lambda e: e.name))
 
 
 @router.get("/{job_id}/artifacts/{name}", summary="Download one file",
             response_class=FileResponse,
             responses={200: {"content": {"application/octet-stream": {}}, "description": "the file"},
-                       **problem_responses(401, 404)})
+                       **problem_responses(401, 404, 409)})
 def download_artifact(job_id: str, name: str, executor: ExecutorDep) -> Any:
     rec = job_or_404(executor, job_id)
-    match = next((p for p in artifact_files(executor.job_dir(rec.id)) if p.name == name), None)
+    job_dir = executor.job_dir(rec.id)
+    match = next((p for p in artifact_files(job_dir) if p.name == name), None)
+    entry = level_graph_entries(job_dir).get(name) if match is None else None
+    if entry is not None:
+        scratch = executor.settings.tmp_dir / f"download-{uuid.uuid4().hex}"
+        try:
+            made = regenerated_level_graph(job_dir, entry, scratch)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        filename = download_name(rec.spec.model_name, rec.id, name)
+        if made.suffix == ".zip":
+            filename += ".zip"
+        return FileResponse(made, media_type="application/octet-stream", filename=filename,
+                            background=BackgroundTask(shutil.rmtree, scratch, ignore_errors=True))
     if match is None:
         raise NotFound("this job has no artifact by that name", hint=f"GET /v1/comparisons/{rec.id}/artifacts lists them")
     return FileResponse(match, media_type="application/octet-stream",
