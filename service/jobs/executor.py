@@ -77,7 +77,7 @@ class LocalExecutor:
         path.mkdir(parents=True)
         return path
 
-    def make_room(self, input_bytes: int) -> None:
+    def make_room(self, input_bytes: int, staged: Path | None = None) -> None:
         """Evict finished jobs (oldest first) so a job with this input fits ``max_data_gb``, or 503."""
         if not self.settings.max_data_gb:
             return
@@ -86,7 +86,9 @@ class LocalExecutor:
 
         budget = int(self.settings.max_data_gb * 1e9)
         jobs = jobs_on_disk(self.settings.jobs_dir, self.store.statuses())
+        # Uploads in flight count; this job's own upload is part of its reservation.
         other = folder_bytes(self.settings.tmp_dir) if self.settings.tmp_dir.is_dir() else 0
+        other -= input_bytes if staged is not None else 0
         need = reservation_for(input_bytes)
         plan = plan_for_new_job(jobs, need=need, budget=budget, other_bytes=other)
         if not plan.fits:
@@ -109,7 +111,7 @@ class LocalExecutor:
 
             with self._room_lock:  # two submissions must not both take the last room
                 try:
-                    self.make_room(folder_bytes(staged) if staged is not None else 0)
+                    self.make_room(folder_bytes(staged) if staged is not None else 0, staged)
                 except BaseException:
                     if staged is not None:
                         shutil.rmtree(staged, ignore_errors=True)

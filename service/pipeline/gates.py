@@ -160,6 +160,7 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
         else:
             values[name] = value
     failing = [n for n, v in values.items() if not _compare(v, gate.op, gate.value)]
+    noise = _latency_noise(report, list(values), gate.level) if gate.metric == "latency_ratio" else []
     # The deciding number is the worst one in the gate's own direction.
     actual = _worst([values[n] for n in failing] or list(values.values()), gate.op) if values else None
     if actual is not None and not math.isfinite(actual):
@@ -171,9 +172,33 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
     if failing:
         parts.append(f"{', '.join(f'{n}={_num(values[n])}' for n in failing)} not {gate.op} {_num(gate.value)}")
     parts.extend(problems)
+    if noise:
+        # A latency measured under load is not evidence of a regression (nor of its absence): say so,
+        # and let the gate decide by its ``on_noisy`` (default: fail, so CI re-runs rather than trusts it).
+        why = "noisy latency (" + "; ".join(noise) + ")"
+        if failing and not problems and gate.on_noisy == "pass":
+            return GateResult(gate=label, passed=True, actual=actual_json, noisy=True,
+                              message=f"{'; '.join(parts)}, but {why}: passed by on_noisy=pass; re-run on an idle machine")
+        if parts:
+            parts.append(f"{why}: re-run on an idle machine before reading it as a regression")
+            return GateResult(gate=label, passed=False, actual=actual_json, noisy=True, message="; ".join(parts))
+        return GateResult(gate=label, passed=True, actual=actual_json, noisy=True,
+                          message=f"{shown} {gate.op} {_num(gate.value)}; {why}")
     if parts:
         return GateResult(gate=label, passed=False, actual=actual_json, message="; ".join(parts))
     return GateResult(gate=label, passed=True, actual=actual_json, message=f"{shown} {gate.op} {_num(gate.value)}")
+
+
+def _latency_noise(report: Report, names: list[str], level: str) -> list[str]:
+    """'<artifact>: <reasons>' for each latency the gate read (fp32's included) that is marked noisy."""
+    out = []
+    for name in ["fp32", *names]:
+        art = report.artifacts.get(name)
+        opt = art.optimized.get(level) if art is not None else None
+        lat = getattr(opt, "latency", None) if opt is not None else None
+        if lat is not None and getattr(lat, "noisy", False):
+            out.append(f"{name}: {', '.join(lat.noisy_reasons) or 'noisy'}")
+    return out
 
 
 def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> tuple[float | None, str | None]:

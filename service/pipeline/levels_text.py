@@ -21,7 +21,8 @@ def _cell(ol) -> str:
         return "error"
     n = ol.numerics
     sq = "-" if n is None else ("exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}")
-    lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}"
+    # "~": the latency is marked noisy (measured under load, or never stable); the legend says so.
+    lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}{'~' if ol.latency.noisy else ''}"
     return sq + lat
 
 
@@ -53,6 +54,14 @@ def levels_summary_lines(report) -> list[str]:
     lines = [f"{'levels':<14}" + "".join(f"{lv:<{_COL}}" for lv in levels) + f"  ({unit})"]
     for name, art in arts.items():
         lines.append(f"{name:<14}" + "".join(f"{_cell(art.optimized.get(lv)):<{_COL}}" for lv in levels))
+    noisy = [(name, lv, ol.latency) for name, art in arts.items() for lv, ol in art.optimized.items()
+             if ol.latency is not None and ol.latency.noisy and not ol.latency.timed_with]
+    if noisy:
+        name, lv, lat = noisy[0]
+        load = f", load average {lat.load_avg_1m:.2f}" if lat.load_avg_1m is not None else ""
+        jobs = f", {lat.concurrent_jobs} jobs running" if lat.concurrent_jobs else ""
+        lines.append(f"~ noisy latency: {len(noisy)} measurement(s), e.g. {name} {lv}: "
+                     f"{'; '.join(lat.noisy_reasons)}{load}{jobs}; compare latencies only from a quiet machine"[:200])
     cov = []
     for name, art in arts.items():
         if name == "fp32":

@@ -109,6 +109,9 @@ class Gate(_Strict):
     metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok"]
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
+    # latency_ratio only: a failing figure that is marked noisy fails the gate ("fail", the default:
+    # CI re-runs), or passes it with the reason in the message ("pass"). A passing one always passes.
+    on_noisy: Literal["fail", "pass"] = "fail"
 
 
 class ComparisonOptions(_Strict):

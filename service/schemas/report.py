@@ -162,6 +162,7 @@ class GateResult(_Model):
     passed: bool
     actual: float | None = None
     message: str
+    noisy: bool = False  # a latency it read was measured under load (LatencyStats.noisy)
 
 
 class Verdict(_Model):
