@@ -50,6 +50,8 @@ class ComparisonRequest:
     keep_level_graphs: bool = True
     # Jobs the service is running right now (recorded with each latency measurement).
     concurrent_jobs: Callable[[], int | None] | None = None
+    # PT2E and ORT paths on two threads: None = when two cores are idle (quantize/side_by_side.py).
+    parallel_paths: bool | None = None
 
 
 def _source(request: ComparisonRequest, workdir: Path):
@@ -80,7 +82,7 @@ def run_comparison(
     import onnx
 
     options = request.options
-    workdir = Path(workdir)
+    workdir = Path(workdir).resolve()  # absolute: ORT's pre-processing changes the directory meanwhile
     art_dir = workdir / "artifacts"
     art_dir.mkdir(parents=True, exist_ok=True)
     scratch = workdir / "scratch"
@@ -136,14 +138,44 @@ def run_comparison(
 
         # An upload that is already quantized is inspected as is, never quantized twice.
         already = quantization_in_model(fp32_model) if source.onnx_path else None
-        ort_input, ort_notes = fp32_path, []
-        if already is None and any(a.startswith("ort_") for a in requested):
+        from service.pipeline.quantize.side_by_side import LockedProgress, cores_idle, side_by_side
+
+        counted = LockedProgress(notify)
+        done = [0]
+
+        def finished(name: str, outcome, t0: float) -> None:
+            outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
+            done[0] += 1
+            counted("quantize", done[0], len(requested))
+
+        def pt2e_side() -> None:
+            if "pt2e_qdq" not in requested:
+                return
+            t0 = time.perf_counter()
+            if already is not None:
+                outcome = run_path("pt2e_qdq", "quantize", skip_if_quantized, fp32_model)
+            else:
+                from service.pipeline.pt2e import qdq_from_pt2e
+
+                outcome = run_path("pt2e_qdq", "quantize", qdq_from_pt2e, source, shapes, samples.calibration,
+                                   art_dir / "pt2e_qdq.onnx", per_channel=options.pt2e.per_channel)
+            finished("pt2e_qdq", outcome, t0)
+
+        def ort_side() -> None:
+            ort_names = [n for n in requested if n != "pt2e_qdq"]
+            if already is not None:
+                for name in ort_names:
+                    t0 = time.perf_counter()
+                    finished(name, run_path(name, "quantize", skip_if_quantized, fp32_model), t0)
+                return
+            if not ort_names:
+                return
             from service.pipeline.onnx_cleanup import opset_for_ort
-            from service.pipeline.ort_quant import preprocessed_for_ort
+            from service.pipeline.ort_quant import preprocessed_for_ort, quantized_by_ort
 
             ai_onnx = next((o.version for o in fp32_model.opset_import if o.domain in ("", "ai.onnx")), None)
             ort_input, opset_note = opset_for_ort(fp32_path, scratch / "fp32.opset13.onnx", opset=ai_onnx)
-            ort_notes.append(opset_note)
+            ort_notes = [opset_note]
             if ort_settings["pre_process"]:
                 t0 = time.perf_counter()
                 ort_input, pre_note = preprocessed_for_ort(ort_input, scratch / "fp32.preprocessed.onnx")
@@ -151,28 +183,22 @@ def run_comparison(
                 ort_notes.append(pre_note)
             else:
                 ort_notes.append("quant_pre_process: off (options.ort.pre_process=false)")
-        ort_note = "; ".join(n for n in ort_notes if n) or None
-        done = 0
-        for name in requested:
-            out = art_dir / f"{name}.onnx"
-            t0 = time.perf_counter()
-            if already is not None:
-                outcome = run_path(name, "quantize", skip_if_quantized, fp32_model)
-            elif name == "pt2e_qdq":
-                from service.pipeline.pt2e import qdq_from_pt2e
-
-                outcome = run_path(name, "quantize", qdq_from_pt2e, source, shapes, samples.calibration, out,
-                                   per_channel=options.pt2e.per_channel)
-            else:
-                from service.pipeline.ort_quant import quantized_by_ort
-
-                outcome = run_path(name, "quantize", quantized_by_ort, ort_input, out, samples.calibration,
-                                   input_names, quant_format="qdq" if name == "ort_qdq" else "qoperator",
+            ort_note = "; ".join(n for n in ort_notes if n) or None
+            for name in ort_names:
+                t0 = time.perf_counter()
+                outcome = run_path(name, "quantize", quantized_by_ort, ort_input, art_dir / f"{name}.onnx",
+                                   samples.calibration, input_names,
+                                   quant_format="qdq" if name == "ort_qdq" else "qoperator",
                                    settings=ort_settings, pre_process_note=ort_note,
                                    calibration_cache=scratch / "ort_calibration_ranges.json")
-            outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
-            done += 1
-            notify("quantize", done, len(requested))
+                finished(name, outcome, t0)
+
+        # PT2E here, ORT on a second thread when two cores are idle (quantize/side_by_side.py).
+        parallel = (already is None and "pt2e_qdq" in requested and len(requested) > 1
+                    and (request.parallel_paths if request.parallel_paths is not None
+                         else cores_idle(request.concurrent_jobs)))
+        side_by_side(pt2e_side, ort_side, parallel=parallel)
+        log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if parallel else "one after the other")
 
     # inspect ---------------------------------------------------------------------------------
     inventories = {}
