@@ -194,3 +194,21 @@ def jobs_on_disk(jobs_dir: Path, statuses: dict[str, tuple[str, float | None]]) 
         out.append(JobOnDisk(id=folder.name, finished=status in ("succeeded", "failed"), finished_at=finished_at,
                              input_bytes=folder_bytes(folder / "input", set()), bytes=folder_bytes(folder, seen)))
     return out
+
+
+def drop_consumed_archive(job_dir: Path, model_file: str | None) -> int:
+    """After a job succeeded: an uploaded .zip/.tar was extracted into ``artifacts/fp32.onnx`` + its
+    data (a rename), so the archive is a second copy of the model. Returns the bytes freed."""
+    if not model_file:
+        return 0
+    path = Path(job_dir) / model_file
+    fp32 = Path(job_dir) / "artifacts" / "fp32.onnx"
+    if not path.is_file() or not fp32.is_file():
+        return 0
+    from service.pipeline.sources import is_model_archive
+
+    if not is_model_archive(path):
+        return 0
+    size = path.stat().st_size
+    path.unlink()
+    return size

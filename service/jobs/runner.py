@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from service.jobs.disk import dedupe_job_files, running_jobs_probe, running_marker
+from service.jobs.disk import dedupe_job_files, drop_consumed_archive, running_jobs_probe, running_marker
 from service.jobs.spec import REPORT_FILE, JobSpec
 
 
@@ -28,7 +28,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         model_name=spec.model_name,
         allow_pt2=spec.allow_pt2,
         budgets=Budgets(**spec.budgets) if spec.budgets else None,  # the server's QUANTCOMPARE_BUDGET_* settings
-        keep_level_graphs=False,  # level graphs are made again on download (service/jobs/disk.py)
+        keep_level_graphs=False,  # level graphs are made again on download (service/jobs/level_downloads.py)
         concurrent_jobs=running_jobs_probe(job_dir),
     )
     with running_marker(job_dir):
@@ -37,3 +37,5 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
     tmp = job_dir / (REPORT_FILE + ".tmp")
     tmp.write_text(report.model_dump_json(), encoding="utf-8")
     os.replace(tmp, job_dir / REPORT_FILE)
+    # Only once the result is complete: a job interrupted before this line runs again from its input.
+    drop_consumed_archive(job_dir, spec.model_file)

@@ -94,3 +94,25 @@ def test_a_full_data_dir_evicts_the_oldest_finished_job_then_refuses_with_503(sm
         assert not list((small_disk.data_dir / "tmp").glob("*"))
         for j in (sleeper, sleeper2):
             c.delete(f"/v1/comparisons/{j['id']}")
+
+
+def test_an_extracted_archive_is_dropped_once_the_job_succeeded(tmp_path):
+    import zipfile
+
+    from service.jobs.disk import drop_consumed_archive
+
+    (tmp_path / "input").mkdir()
+    (tmp_path / "artifacts").mkdir()
+    archive = tmp_path / "input" / "model.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("net.onnx", b"graph")
+        z.writestr("net.onnx.data", b"weights" * 1000)
+    assert drop_consumed_archive(tmp_path, "input/model.zip") == 0  # not extracted (no fp32.onnx): kept
+    assert archive.exists()
+    (tmp_path / "artifacts" / "fp32.onnx").write_bytes(b"graph")
+    plain = tmp_path / "input" / "model.onnx"
+    plain.write_bytes(b"graph")
+    assert drop_consumed_archive(tmp_path, "input/model.onnx") == 0 and plain.exists()  # an .onnx upload stays
+    size = archive.stat().st_size
+    assert drop_consumed_archive(tmp_path, "input/model.zip") == size
+    assert not archive.exists()
