@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -95,6 +97,7 @@ class Graph:
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
     consumers: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    base_dir: Path | None = None  # where external initializers live when loaded lazily
 
     @property
     def opset(self) -> int:
@@ -105,7 +108,17 @@ class Graph:
 
     def init_array(self, name: str) -> np.ndarray | None:
         t = self.initializers.get(name)
-        return numpy_helper.to_array(t) if t is not None else None
+        if t is None:
+            return None
+        if t.data_location == onnx.TensorProto.EXTERNAL and self.base_dir is not None:
+            # A graph loaded without its weights (graph_from_path(lazy=True)): read this one tensor.
+            from onnx.external_data_helper import load_external_data_for_tensor
+
+            t2 = onnx.TensorProto()
+            t2.CopyFrom(t)
+            load_external_data_for_tensor(t2, str(self.base_dir))
+            return numpy_helper.to_array(t2)
+        return numpy_helper.to_array(t)
 
 
 def graph_from_model(model: onnx.ModelProto) -> Graph:
@@ -133,8 +146,14 @@ def graph_from_model(model: onnx.ModelProto) -> Graph:
     return graph
 
 
-def graph_from_path(path) -> Graph:
-    return graph_from_model(onnx.load(str(path)))
+def graph_from_path(path, *, lazy: bool = False) -> Graph:
+    """``lazy``: external initializers stay on disk and are read one at a time when a summary needs
+    one (a level graph of a 1 GB model is then summarized without holding its weights)."""
+    if not lazy:
+        return graph_from_model(onnx.load(str(path)))
+    graph = graph_from_model(onnx.load(str(path), load_external_data=False))
+    graph.base_dir = Path(path).parent
+    return graph
 
 
 def _propagate_dtypes(graph: Graph) -> dict[str, str]:
@@ -279,16 +298,19 @@ def weight_quant_params(graph: Graph) -> list[dict]:
     def add(w: str, scale: str, zp: str | None, consumer: str):
         if w in seen:
             return
-        arr = graph.init_array(w)
-        if arr is None or arr.ndim < 2 or not np.issubdtype(arr.dtype, np.integer):
+        t = graph.initializers.get(w)  # dims and dtype only: the weight's values are not needed
+        if t is None or len(t.dims) < 2:
+            return
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+        if not np.issubdtype(dtype, np.integer):
             return
         seen.add(w)
         s = graph.init_array(scale)
         z = graph.init_array(zp) if zp else None
-        zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=arr.dtype)
-        mid = 0 if np.issubdtype(arr.dtype, np.signedinteger) else (np.iinfo(arr.dtype).max + 1) // 2
+        zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=dtype)
+        mid = 0 if np.issubdtype(dtype, np.signedinteger) else (np.iinfo(dtype).max + 1) // 2
         out.append({
-            "name": w, "dtype": arr.dtype.name, "consumer": consumer,
+            "name": w, "dtype": dtype.name, "consumer": consumer,
             "per_channel": s is not None and s.size > 1,
             "symmetric": bool(np.all(zv == mid)),
             "zero_points_equal": bool(np.all(zv == zv[0])) if zv.size else True,

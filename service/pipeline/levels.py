@@ -52,7 +52,11 @@ from service.pipeline.runtime.latency import (
     latency_protocol_from_options,
     outputs_and_latency,
 )
-from service.pipeline.runtime.level_graphs import self_contained_from_level_graph, session_and_level_graph
+from service.pipeline.runtime.level_graphs import (
+    self_contained_bytes,
+    self_contained_from_level_graph,
+    session_and_level_graph,
+)
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
 from service.schemas.report import QuantizationInventory
 
@@ -128,7 +132,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
     fp32_compute = 0
     if "fp32" in artifact_paths:
-        fp32_compute = compute_op_count(graph_from_path(artifact_paths["fp32"]))
+        fp32_compute = compute_op_count(graph_from_path(artifact_paths["fp32"], lazy=True))
 
     optimized: dict[str, dict[str, OptimizedLevel]] = {}
     files: dict[str, FileFacts] = {}
@@ -141,7 +145,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
 
     for name in names:
         path = Path(artifact_paths[name])
-        file_graph = graph_from_path(path)
+        file_graph = graph_from_path(path, lazy=True)
         facts = file_facts_from_graph(file_graph)
         files[name] = facts
         steps = output_steps(file_graph)
@@ -157,7 +161,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
             try:
                 session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}",
                                                          intra_op_threads=threads)
-                graph = graph_from_path(lg.graph)
+                graph = graph_from_path(lg.graph, lazy=True)  # weights stay on disk until a summary reads one
             except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
                 budget.graph_done()
                 per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
@@ -233,7 +237,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                 layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
                 session_seconds=session_seconds, same_graph_as=same_as,
                 graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
-                weights_bytes=lg.data_bytes, download_bytes=graph.model.ByteSize(), file_stored=keep_level_graphs,
+                weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder), file_stored=keep_level_graphs,
             )
             prev_graph, prev_level = graph, level
         optimized[name] = per_level

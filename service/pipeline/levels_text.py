@@ -57,11 +57,10 @@ def levels_summary_lines(report) -> list[str]:
     noisy = [(name, lv, ol.latency) for name, art in arts.items() for lv, ol in art.optimized.items()
              if ol.latency is not None and ol.latency.noisy and not ol.latency.timed_with]
     if noisy:
-        name, lv, lat = noisy[0]
-        load = f", load average {lat.load_avg_1m:.2f}" if lat.load_avg_1m is not None else ""
-        jobs = f", {lat.concurrent_jobs} jobs running" if lat.concurrent_jobs else ""
-        lines.append(f"~ noisy latency: {len(noisy)} measurement(s), e.g. {name} {lv}: "
-                     f"{'; '.join(lat.noisy_reasons)}{load}{jobs}; compare latencies only from a quiet machine"[:200])
+        _name, _lv, lat = noisy[0]
+        why = lat.noisy_reasons[-1] if lat.noisy_reasons else "noisy"  # load reasons come last
+        line = f"~ noisy latency ({len(noisy)} of the timed graphs; e.g. {why}): time on a quiet machine"
+        lines.append(line if len(line) <= 150 else line[:147] + "...")
     cov = []
     for name, art in arts.items():
         if name == "fp32":

@@ -90,6 +90,44 @@ def session_and_level_graph(model_path: Path, level: str, folder: Path, *, intra
     return session, fingerprint(folder)
 
 
+def _varint_len(n: int) -> int:
+    size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
+def _field_len(n: int) -> int:
+    """A length-delimited protobuf field with a one-byte tag (field numbers below 16)."""
+    return 1 + _varint_len(n) + n
+
+
+def self_contained_bytes(model, base_dir: Path) -> int:
+    """The size of the file ``self_contained_from_level_graph`` writes, from the graph alone.
+
+    ``model`` is loaded without its external data; each external initializer is sized as onnx
+    embeds it (raw_data, external_data cleared, data_location DEFAULT), one tensor at a time.
+    """
+    import onnx
+
+    graph = model.graph
+    graph_len = graph.ByteSize()
+    for t in graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        length = int(info["length"]) if "length" in info else (Path(base_dir) / info["location"]).stat().st_size
+        embedded = onnx.TensorProto()
+        embedded.CopyFrom(t)
+        del embedded.external_data[:]
+        embedded.data_location = onnx.TensorProto.DEFAULT
+        embedded.raw_data = bytes(length)
+        graph_len += _field_len(embedded.ByteSize()) - _field_len(t.ByteSize())
+        del embedded
+    return model.ByteSize() - _field_len(graph.ByteSize()) + _field_len(graph_len)
+
+
 def self_contained_from_level_graph(files: LevelGraphFiles, out: Path) -> Path:
     """One file a user can open in Netron: the graph with its weights inside, or a zip past 2 GB."""
     import onnx
