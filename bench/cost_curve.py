@@ -119,7 +119,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
                         if a != "fp32" and art.status == "ok" and (arts / f"{a}.onnx").exists())
         # Archives: the data file the fp32 model references counts as input too (it was in the upload).
         disk = _bytes(job_dir)
-        from service.pipeline.ort_sessions import session_for
+        from service.pipeline.runtime.ort_sessions import session_for
 
         s = session_for(arts / "fp32.onnx", "all", intra_op_threads=1)
         feed = {}

@@ -34,7 +34,7 @@ KEY_CALLS = [
     ("session.run", "onnxruntime_inference_collection.py", "run"),
     ("onnx.load", "onnx/__init__.py", "load_model"),
     ("onnx.save", "onnx/__init__.py", "save_model"),
-    ("graph_from_path", "graph_summary.py", "graph_from_path"),
+    ("graph_from_path", "vocabulary.py", "graph_from_path"),
     ("diff_graphs", "graph_diff.py", "diff_graphs"),
     ("latency_of", "numerics.py", "latency_of"),
     ("environment()", "environment.py", "environment"),
@@ -57,7 +57,7 @@ def fp32_inference_seconds(fp32_path: Path, report) -> float:
     """The unit of job time: one fp32 inference of the resolved input shapes, 1 intra-op thread."""
     import numpy as np
 
-    from service.pipeline.ort_sessions import session_for
+    from service.pipeline.runtime.ort_sessions import session_for
 
     s = session_for(fp32_path, "all", intra_op_threads=1)
     feed = {}

@@ -205,7 +205,7 @@ def drop_consumed_archive(job_dir: Path, model_file: str | None) -> int:
     fp32 = Path(job_dir) / "artifacts" / "fp32.onnx"
     if not path.is_file() or not fp32.is_file():
         return 0
-    from service.pipeline.sources import is_model_archive
+    from service.pipeline.inputs.sources import is_model_archive
 
     if not is_model_archive(path):
         return 0

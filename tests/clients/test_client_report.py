@@ -10,7 +10,7 @@ from client_fakes import report_json
 
 import quantcompare_client as qc
 from service.errors import InvalidOptions
-from service.pipeline.gates import gate_from_string, gate_to_string
+from service.pipeline.verdict.gates import gate_from_string, gate_to_string
 
 PUBLIC = {
     "__version__", "Client", "AsyncClient", "DEFAULT_TIMEOUT",

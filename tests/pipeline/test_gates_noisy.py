@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.pipeline.gates import gate_from_string, verdict_from_report
+from service.pipeline.verdict.gates import gate_from_string, verdict_from_report
 from service.pipeline.options import Gate
 
 

@@ -135,11 +135,11 @@ def test_ort_qdq_of_an_opset11_model_loads(corpus_report):
 
 def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     """silero's sample-rate If folds away once `sr` is one value in every calibration sample."""
-    from service.pipeline.onnx_to_torch import program_from_onnx
+    from service.pipeline.quantize.onnx_to_torch import program_from_onnx
     from service.pipeline.options import ComparisonOptions
-    from service.pipeline.samples import generated_samples
-    from service.pipeline.sources import source_from_onnx
-    from service.pipeline.specs import resolved_input_shapes
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
 
     model = BY_NAME["silero_vad_op18_ifless"]
     try:

@@ -1,6 +1,6 @@
 """The CI gate syntax, parsed on the client so ``check`` can refuse a typo before uploading.
 
-The server owns the semantics (``service/pipeline/gates.py`` evaluates them into the verdict);
+The server owns the semantics (``service/pipeline/verdict/gates.py`` evaluates them into the verdict);
 this is a copy of its parser because the client must not import the service. Keep the two in
 step: ``tests/clients`` compares them on the same inputs.
 

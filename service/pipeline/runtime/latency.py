@@ -209,7 +209,7 @@ def outputs_and_latency(session, feeds: list[dict], protocol: LatencyProtocol, b
     The eval runs are timed as they go: after the first ``protocol.warmup`` of them they are
     timing samples; the first feed is then run again until the protocol stops (``top_up``).
     """
-    from service.pipeline.numerics import concat_runs
+    from service.pipeline.runtime.numerics import concat_runs
     from service.schemas.levels import LatencyStats
 
     before = load_snapshot(concurrent_jobs)

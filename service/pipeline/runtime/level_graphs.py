@@ -27,7 +27,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.pipeline.ort_sessions import session_for
+from service.pipeline.runtime.ort_sessions import session_for
 
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.data"

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.ort_sessions import session_for
+from service.pipeline.runtime.ort_sessions import session_for
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LatencyProtocol,

@@ -16,7 +16,7 @@ The Celery side runs the threads pool with one thread per pool process (``--conc
 ``QUANTCOMPARE_WORKERS``) and prefetch 1, so a worker takes a message only when it has a free
 process. The task thread acknowledges the message (acks_late) only once the job has finished,
 so if this whole worker dies, the message goes back to the queue after the visibility timeout
-and the store's claim (celery_store.py) decides: run it again, or fail it as ``interrupted``.
+and the store's claim (store.py) decides: run it again, or fail it as ``interrupted``.
 A crash inside a job never reaches Celery at all: the supervisor fails that job with its reason
 and the message is acknowledged normally (no retry of a model that segfaults).
 """
@@ -31,23 +31,23 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from service.config import Settings
-from service.jobs.celery_app import TASK_RUN_JOB, celery_app, require_broker
-from service.jobs.celery_store import SharedJobStore
+from service.errors import Interrupted
+from service.jobs.celery.app import TASK_RUN_JOB, celery_app, require_broker
+from service.jobs.celery.store import SharedJobStore
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import STARTUP_TIMEOUT_S, WorkerPool
 from service.jobs.store import JobRecord
-from service.schemas.api import problem
+from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.celery")
 
 
 def lost_worker_problem(rec: JobRecord) -> dict:
-    return problem(
-        "interrupted", "The worker running this job was lost", 500,
+    return problem_from_error(Interrupted(
         f"the worker running this job was lost {rec.attempts} time(s) (killed, or its machine went away) "
         f"{'during ' + rec.stage if rec.stage else 'before its first stage'}; it was not run again",
         hint="submit it again; if it keeps happening, the model may be taking its worker down",
-        stage=rec.stage)
+        stage=rec.stage))
 
 
 @dataclass(eq=False)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
 from pathlib import Path
 
-from service.pipeline.samples import Feed
-from service.pipeline.sources import ModelSource, dynamic_shapes_for, example_args
+from service.pipeline.inputs.samples import Feed
+from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
+from service.pipeline.quantize.onnx_to_torch import program_from_onnx
 from service.schemas.report import ToolInfo
 
 
@@ -13,7 +15,6 @@ def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], ca
     """The torch.export program PT2E starts from; for ONNX uploads, via onnx2torch."""
     if source.program is not None:
         return source.program
-    from service.pipeline.onnx_to_torch import program_from_onnx
 
     return program_from_onnx(source, shapes, calibration=calibration)
 
@@ -52,7 +53,6 @@ def qdq_from_pt2e(
     onnx.save(onnx_program.model_proto, out_path)
     act = config.input_activation
     weight = config.weight
-    from importlib.metadata import version
 
     return ToolInfo(
         name="torchao PT2E (XNNPACKQuantizer) + torch.onnx.export(dynamo=True)",

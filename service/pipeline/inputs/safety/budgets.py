@@ -9,7 +9,10 @@ a 111-byte sparse initializer worth 1 GB, a 100k-node chain, 64 initializers sha
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from service.errors import BudgetExceeded
 
@@ -55,9 +58,7 @@ def check_sample_bytes(shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str
                        budgets: Budgets | None = None) -> None:
     """Refuse sample sets too large to hold: each input's size is bounded on its own
     (``max_input_elements``), but ``count`` samples of several inputs multiply."""
-    import math
 
-    import numpy as np
 
     budgets = budgets or DEFAULT_BUDGETS
     per_sample = 0

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import tarfile
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.errors import UnsupportedModel
 from service.examples import get_example
-from service.pipeline.specs import InputSpec
+from service.pipeline.files import file_sha256
+from service.pipeline.inputs.safety import exported_program_from_pt2, onnx_model_from_path, safe_extract_archive
+from service.pipeline.inputs.specs import InputSpec, input_specs_from_onnx
 
 BATCH_FOR_EXPORT = 2  # torch.export specializes a dynamic dim to 1 when the example batch is 1
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 @dataclass
@@ -56,17 +53,12 @@ def source_from_example(name: str) -> ModelSource:
 
 
 def source_from_pt2(path: Path, *, name: str, budgets=None, allow_pt2: bool = True) -> ModelSource:
-    from service.pipeline.safety import exported_program_from_pt2
-
     program = exported_program_from_pt2(path, budgets=budgets, allow_pt2=allow_pt2)
     return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs_from_program(program),
                        program=program)
 
 
 def source_from_onnx(path: Path, *, name: str, budgets=None, allowed_data_files=None) -> ModelSource:
-    from service.pipeline.safety import onnx_model_from_path
-    from service.pipeline.specs import input_specs_from_onnx
-
     model = onnx_model_from_path(path, budgets=budgets, allowed_data_files=allowed_data_files)
     return ModelSource(name=name, format="onnx", sha256=file_sha256(path), specs=input_specs_from_onnx(model),
                        onnx_path=path, onnx_model=model)
@@ -74,8 +66,6 @@ def source_from_onnx(path: Path, *, name: str, budgets=None, allowed_data_files=
 
 def is_model_archive(path: Path) -> bool:
     """A .zip / .tar(.gz) of an ONNX model and its external data (not a torch.export .pt2 zip)."""
-    import tarfile
-    import zipfile
 
     if zipfile.is_zipfile(path):
         try:
@@ -92,7 +82,6 @@ def is_model_archive(path: Path) -> bool:
 
 def source_from_archive(path: Path, dest: Path, *, name: str, budgets=None) -> ModelSource:
     """Extract model + external data into the job's own folder, then load the model *by path* from there."""
-    from service.pipeline.safety import safe_extract_archive
 
     onnx_path = safe_extract_archive(path, dest, budgets=budgets)
     data_files = {p.name for p in dest.iterdir() if p.is_file()} - {onnx_path.name}
@@ -113,8 +102,6 @@ def specs_from_program(program) -> list[InputSpec]:
             continue
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
-            from service.errors import UnsupportedModel
-
             raise UnsupportedModel(f"input {node.name!r} of the .pt2 is not a tensor",
                                    hint="export a model whose inputs are tensors")
         dims = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape)

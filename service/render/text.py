@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
+from service.render.levels_text import levels_summary_lines
+from service.render.units import human_size
 from service.schemas.report import Report
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def _ops(counts: dict[str, int], limit: int = 6) -> str:
@@ -33,7 +25,7 @@ def summary_table(report: Report) -> str:
     ]
     for name, art in report.artifacts.items():
         q = art.quantization
-        size = _size(art.file.size if art.file else None)
+        size = human_size(art.file.size if art.file else None, missing="-")
         if art.status != "ok":
             lines.append(f"{name:<14}{art.status:<9}{'':>8}  {'':<8}{'':<10}{size:>9}  "
                          f"{art.error.stage}: {art.error.message[:70] if art.error else ''}")
@@ -47,14 +39,9 @@ def summary_table(report: Report) -> str:
             ops += f" ({_ops(q.int8_kernels_in_file, 4)})"
         lines.append(f"{name:<14}{'ok':<9}{f'{q.quantize_linear}/{q.dequantize_linear}':>8}  {q.bias_summary:<8}"
                      f"{weights:<10}{size:>9}  {ops}")
-    try:
-        from service.pipeline.levels_text import levels_summary_lines
-    except ImportError:  # levels summary not available
-        levels_summary_lines = None
-    if levels_summary_lines is not None:
-        extra = levels_summary_lines(report)
-        if extra:
-            lines += [""] + list(extra)
+    extra = levels_summary_lines(report)
+    if extra:
+        lines += [""] + list(extra)
     if report.platform:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.

@@ -20,7 +20,7 @@ from collections import Counter
 import numpy as np
 
 from service.errors import PathSkipped
-from service.pipeline.sources import ModelSource, dynamic_shapes_for, example_args
+from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def unconvertible_ops(model) -> Counter:
 
 
 def _blocker_message(missing: Counter, model) -> tuple[str, str]:
-    from service.pipeline.onnx_cleanup import CONTROL_FLOW
+    from service.pipeline.quantize.onnx_cleanup import CONTROL_FLOW
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     listed = ", ".join(f"{op} x{n}" for op, n in missing.most_common())
@@ -175,8 +175,8 @@ def program_from_onnx(source: ModelSource, shapes: dict[str, tuple[int, ...]], *
     import torch
     from torch.export import export
 
-    from service.pipeline.already_quantized import skip_if_quantized
-    from service.pipeline.onnx_cleanup import cleaned_for_torch, constant_inputs
+    from service.pipeline.quantize.already_quantized import skip_if_quantized
+    from service.pipeline.quantize.onnx_cleanup import cleaned_for_torch, constant_inputs
 
     try:
         convert = _import_onnx2torch()

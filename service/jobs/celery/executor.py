@@ -1,8 +1,8 @@
 """The API's side of the Celery executor: same store, same job folders, jobs published to Redis.
 
-``CeleryExecutor`` is the ``LocalExecutor`` minus the pool: submission stages the job folder
-and inserts the queued row exactly as before, then publishes the job id. Workers started with
-``quantcompare worker`` (celery_worker.py) claim and run it, writing state and progress to the
+``CeleryExecutor`` shares ``JobFolders`` with the local executor: submission stages the job
+folder and inserts the queued row exactly as there, then publishes the job id. Workers started with
+``quantcompare worker`` (worker.py) claim and run it, writing state and progress to the
 same store the API reads, and the report and artifacts to the same shared data directory.
 
 Several API processes may share one data directory and broker, so start-up here touches nothing
@@ -15,7 +15,7 @@ reconciler thread covers what the broker cannot:
   it as ``interrupted`` once it used its attempts;
 - finished jobs past the retention are deleted, as the local pool's housekeeping does.
 
-A duplicate message is always harmless (see celery_store.py), so the reconciler errs on the
+A duplicate message is always harmless (see store.py), so the reconciler errs on the
 side of publishing.
 """
 
@@ -28,10 +28,10 @@ import time
 
 from service.config import Settings
 from service.errors import Busy
-from service.jobs.celery_app import QUEUE, TASK_RUN_JOB, celery_app, require_broker
-from service.jobs.celery_store import SharedJobStore
-from service.jobs.executor import LocalExecutor
-from service.jobs.pool import sweep_expired
+from service.jobs.celery.app import QUEUE, TASK_RUN_JOB, celery_app, require_broker
+from service.jobs.celery.store import SharedJobStore
+from service.jobs.executor import JobFolders
+from service.jobs.pool import last_changed, sweep_expired, sweep_unknown_job_folders
 from service.jobs.spec import JobSpec
 
 log = logging.getLogger("quantcompare.celery")
@@ -46,20 +46,17 @@ HOUSEKEEPING_EVERY_S = 600.0
 _PUBLISH_RETRY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.5, "interval_max": 1}
 
 
-class CeleryExecutor(LocalExecutor):
-    store_class = SharedJobStore
+class CeleryExecutor(JobFolders):
+    """Jobs published to the broker; ``quantcompare worker`` processes claim and run them."""
 
     def __init__(self, settings: Settings):
         require_broker(settings)
-        super().__init__(settings, start_pool=False)
+        super().__init__(settings, SharedJobStore(settings.db_path))
         self.app = celery_app(settings)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._republished: dict[str, float] = {}
         self.reconcile_every_s = max(1.0, min(30.0, settings.job_lost_after_s / 2))
-
-    def _make_pool(self):
-        return None  # jobs run in `quantcompare worker` processes
 
     def start(self) -> None:
         self.recovered = prepare_shared_data_dir(self.settings)
@@ -130,28 +127,14 @@ def prepare_shared_data_dir(settings: Settings) -> dict[str, list[str]]:
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     settings.tmp_dir.mkdir(parents=True, exist_ok=True)
     cutoff = time.time() - STALE_AFTER_S
-    swept = []
     for entry in settings.tmp_dir.iterdir():
-        if _mtime(entry) < cutoff:
+        if last_changed(entry) < cutoff:
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
     store = SharedJobStore(settings.db_path)
     try:
-        known = store.ids()
-        for entry in settings.jobs_dir.iterdir():
-            if entry.name not in known and _mtime(entry) < cutoff:
-                swept.append(entry.name)
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.rmtree(entry, ignore_errors=True)
-                else:
-                    entry.unlink(missing_ok=True)
+        swept = sweep_unknown_job_folders(settings, store.ids(), older_than=cutoff)
         expired = sweep_expired(settings, store)
     finally:
         store.close()
     return {"requeued": [], "failed": [], "swept": swept, "expired": expired}
 
-
-def _mtime(path) -> float:
-    try:
-        return path.lstat().st_mtime
-    except OSError:
-        return 0.0

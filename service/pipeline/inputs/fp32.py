@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from service.pipeline.sources import ModelSource, copy_upload
+from service.pipeline.inputs.sources import ModelSource, copy_upload
 
 
 def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:

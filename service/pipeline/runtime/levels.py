@@ -23,29 +23,22 @@ from typing import Callable
 
 import numpy as np
 
-from service.pipeline.paths import scrub
 from service.pipeline.environment import cpu_info
-from service.pipeline.graph_diff import diff_graphs
-from service.pipeline.graph_summary import (
-    INT8_COMPUTE_KERNELS,
-    INT8_KERNELS,
-    Graph,
+from service.pipeline.inspect.graph_diff import diff_graphs
+from service.pipeline.inspect.graph_summary import (
     bias_state,
     compute_op_count,
     float_op_reasons,
-    graph_from_path,
     layout_info,
     node_summaries,
     op_histogram,
-    op_key,
     ops_on_float,
     output_steps,
     quantized_activation_dtypes,
     weight_quant_params,
 )
-from service.pipeline.numerics import concat_runs, cosine, level_numerics, max_abs_error, sqnr_db
 from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
-from service.pipeline.ort_sessions import session_for
+from service.pipeline.quantize.isolation import scrub
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LoadProbe,
@@ -56,6 +49,18 @@ from service.pipeline.runtime.level_graphs import (
     self_contained_bytes,
     self_contained_from_level_graph,
     session_and_level_graph,
+)
+from service.pipeline.runtime.numerics import concat_runs, cosine, level_numerics, max_abs_error, sqnr_db
+from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.verdict.decisions import decisions_table
+from service.pipeline.verdict.lints import lints_for
+from service.pipeline.vocabulary import (
+    COMPUTE_OPS,
+    INT8_COMPUTE_KERNELS,
+    INT8_KERNELS,
+    GraphIndex,
+    graph_from_path,
+    op_key,
 )
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
 from service.schemas.report import QuantizationInventory
@@ -76,7 +81,7 @@ class FileFacts:
     transposes: int
 
 
-def file_facts_from_graph(g: Graph) -> FileFacts:
+def file_facts_from_graph(g: GraphIndex) -> FileFacts:
     hist = op_histogram(g)
     kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
     acts = quantized_activation_dtypes(g)
@@ -113,8 +118,6 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     A session that fails at one level is recorded in that level's ``error`` and the other levels go on.
     ``concurrent_jobs``: how many jobs the service runs right now (recorded with each latency).
     """
-    from service.pipeline.decisions import decisions_table
-    from service.pipeline.lints import lints_for
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -179,9 +182,9 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
             kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
             nodes = node_summaries(graph)
             act = Counter(n.activation_dtype or "unknown" for n in nodes
-                          if op_key(n.op_type, n.domain) in INT8_KERNELS)
+                          if op_key(n) in INT8_KERNELS)
             int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
-            float_compute = {k: v for k, v in ops_on_float(graph).items() if k in _COMPUTE_KEYS}
+            float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
             coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
             timings["optimize"] += time.perf_counter() - t0
             done += 1
@@ -253,10 +256,6 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                         timings={k: round(v, 4) for k, v in timings.items()}, files=files)
 
 
-_COMPUTE_KEYS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "com.microsoft.FusedConv", "com.microsoft.FusedMatMul",
-                 "com.microsoft.FusedGemm", "com.microsoft.Attention", "com.microsoft.nchwc.Conv"}
-
-
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],
                    steps_of: dict[str, list[float | None]], levels: list[str]) -> list[AgreementRow]:
     """pt2e_qdq, ort_qdq, ort_qoperator against each other at the highest level run (``all``)."""
@@ -281,7 +280,7 @@ def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names
     return rows
 
 
-def _attribute(diff, path: Path, level: str, prev_graph: Graph, threads: int):
+def _attribute(diff, path: Path, level: str, prev_graph: GraphIndex, threads: int):
     """Switch each candidate transformer off at ``level``; a rewrite is confirmed when it disappears."""
     cache: dict[str, set[str]] = {}
     tmp = Path(tempfile.mkdtemp(prefix="qc-attr-"))

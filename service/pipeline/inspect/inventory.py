@@ -6,12 +6,28 @@ never from what the tool was asked to do: the point is to show what each tool ac
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
+from service.pipeline.files import file_sha256
+from service.pipeline.vocabulary import (
+    COMPUTE_OPS,
+    DEQUANTIZE,
+    QDQ_OPS,
+    QLINEAR_BIAS_INDEX,
+    QLINEAR_OPERANDS,
+    QUANTIZE,
+    QUANTIZED_KERNELS,
+    SYMMETRIC_ZERO_POINT,
+    GraphIndex,
+    all_nodes,
+    attribute,
+    dtype_name,
+    graph_from_model,
+    op_key,
+)
 from service.schemas.report import (
     BiasInfo,
     FileInfo,
@@ -20,73 +36,15 @@ from service.schemas.report import (
     QuantizedTensor,
 )
 
-QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
-_QDQ = {QUANTIZE, DEQUANTIZE}
-# Ops whose int8 form is a different op (QLinear*, *Integer, com.microsoft.Q*): the "int8 kernels".
-_INT8_KERNELS = {
-    "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
-    "com.microsoft.QLinearConv", "com.microsoft.QGemm", "com.microsoft.QLinearAdd", "com.microsoft.QLinearMul",
-    "com.microsoft.QLinearConcat", "com.microsoft.QLinearSigmoid", "com.microsoft.QLinearSoftmax",
-    "com.microsoft.QLinearLeakyRelu", "com.microsoft.QLinearAveragePool", "com.microsoft.QLinearGlobalAveragePool",
-    "com.microsoft.QLinearReduceMean", "com.microsoft.QLinearWhere", "com.microsoft.QAttention",
-    "com.microsoft.QEmbedLayerNormalization", "com.microsoft.DynamicQuantizeMatMul",
-    "com.microsoft.MatMulIntegerToFloat", "com.microsoft.DynamicQuantizeLSTM", "com.microsoft.QOrderedMatMul",
-    "com.microsoft.MatMulNBits", "com.microsoft.QuickGelu",
-}
-_INT8_KERNELS.discard("com.microsoft.QuickGelu")  # float op despite the Q
-
-# (data, scale, zero_point) operand positions of QOperator ops; the last triple describes the output.
-_QLINEAR_OPERANDS: dict[str, tuple[tuple[int, int, int], ...]] = {
-    "QLinearConv": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
-    "QLinearMatMul": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
-    "com.microsoft.QLinearConv": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
-    "com.microsoft.QGemm": ((0, 1, 2), (3, 4, 5), (-1, 7, 8)),
-    "com.microsoft.QLinearAdd": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
-    "com.microsoft.QLinearMul": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
-    "com.microsoft.QLinearSigmoid": ((0, 1, 2), (-1, 3, 4)),
-    "com.microsoft.QLinearLeakyRelu": ((0, 1, 2), (-1, 3, 4)),
-    "com.microsoft.QLinearSoftmax": ((0, 1, 2), (-1, 3, 4)),
-    "com.microsoft.QLinearGlobalAveragePool": ((0, 1, 2), (-1, 3, 4)),
-    "com.microsoft.QLinearAveragePool": ((0, 1, 2), (-1, 3, 4)),
-    "com.microsoft.QLinearReduceMean": ((0, 1, 2), (-1, 3, 4)),
-}
-# Bias operand of int8 kernels (int32 in the file).
-_QLINEAR_BIAS = {"QLinearConv": 8, "com.microsoft.QLinearConv": 8, "com.microsoft.QGemm": 6}
 _COMPUTE_WITH_BIAS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 _STRUCTURAL = {"Constant", "Identity"}
-_COMPUTE = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
-
-_ZERO_POINT_MID = {"int8": 0, "int16": 0, "int4": 0, "int32": 0, "uint8": 128, "uint16": 32768, "uint4": 8}
-
-
-def op_key(node) -> str:
-    """Histogram key: ``op_type`` in the default domain, ``domain.op_type`` elsewhere."""
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
-
-
-def all_nodes(graph):
-    """Every node, including those inside If/Loop/Scan subgraphs."""
-    import onnx
-
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from all_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from all_nodes(g)
 
 
 def file_info_from_onnx(path: Path, model, *, relative_to: Path | None = None) -> FileInfo:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
     return FileInfo(
         path=str(path.relative_to(relative_to)) if relative_to else path.name,
         size=path.stat().st_size,
-        sha256=h.hexdigest(),
+        sha256=file_sha256(path),
         producer_name=model.producer_name,
         producer_version=model.producer_version,
         ir_version=model.ir_version,
@@ -96,72 +54,16 @@ def file_info_from_onnx(path: Path, model, *, relative_to: Path | None = None) -
     )
 
 
-class _Graph:
-    """Lookups over one graph: constants, producers, consumers."""
-
-    def __init__(self, graph):
-        from onnx import numpy_helper
-
-        self.graph = graph
-        self.initializers = {i.name: i for i in graph.initializer}
-        self.constants: dict[str, np.ndarray] = {}
-        self._numpy_helper = numpy_helper
-        self.producer = {}
-        self.consumers: dict[str, list] = {}
-        for node in graph.node:
-            for out in node.output:
-                self.producer[out] = node
-            for inp in node.input:
-                if inp:
-                    self.consumers.setdefault(inp, []).append(node)
-            if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
-                for attr in node.attribute:
-                    if attr.name == "value":
-                        self.constants[node.output[0]] = numpy_helper.to_array(attr.t)
-
-    def is_constant(self, name: str) -> bool:
-        return name in self.initializers or name in self.constants
-
-    def value(self, name: str) -> np.ndarray | None:
-        if name in self.constants:
-            return self.constants[name]
-        init = self.initializers.get(name)
-        if init is None:
-            return None
-        arr = self._numpy_helper.to_array(init)
-        self.constants[name] = arr
-        return arr
-
-    def dtype_name(self, name: str) -> str | None:
-        import onnx
-
-        if name in self.initializers:
-            return onnx.helper.tensor_dtype_to_np_dtype(self.initializers[name].data_type).name
-        v = self.constants.get(name)
-        return None if v is None else v.dtype.name
-
-
-def _attr(node, name, default=None):
-    import onnx
-
-    for a in node.attribute:
-        if a.name == name:
-            return onnx.helper.get_attribute_value(a)
-    return default
-
-
-def _params(g: _Graph, node, scale_idx: int, zp_idx: int, out_dtype_default: str = "uint8"):
-    scale = g.value(node.input[scale_idx]) if len(node.input) > scale_idx and node.input[scale_idx] else None
-    zp = g.value(node.input[zp_idx]) if len(node.input) > zp_idx and node.input[zp_idx] else None
+def _params(g: GraphIndex, node, scale_idx: int, zp_idx: int, out_dtype_default: str = "uint8"):
+    scale = g.init_array(node.input[scale_idx]) if len(node.input) > scale_idx and node.input[scale_idx] else None
+    zp = g.init_array(node.input[zp_idx]) if len(node.input) > zp_idx and node.input[zp_idx] else None
     if zp is not None:
         dtype = zp.dtype.name
     else:
-        out_dt = _attr(node, "output_dtype")  # opset 21 QuantizeLinear without zero point
+        out_dt = attribute(node, "output_dtype")  # opset 21 QuantizeLinear without zero point
         dtype = out_dtype_default
         if out_dt:
-            import onnx
-
-            dtype = onnx.helper.tensor_dtype_to_np_dtype(out_dt).name
+            dtype = dtype_name(out_dt)
         zp = np.zeros_like(scale, dtype=np.int64) if scale is not None else np.zeros(1, dtype=np.int64)
     scale = np.atleast_1d(np.asarray(scale if scale is not None else [np.nan], dtype=np.float64))
     zp = np.atleast_1d(np.asarray(zp)).astype(np.int64)
@@ -171,11 +73,11 @@ def _params(g: _Graph, node, scale_idx: int, zp_idx: int, out_dtype_default: str
 def _tensor(name, role, g, node, scale_idx, zp_idx, storage, consumers, dtype_default="uint8") -> QuantizedTensor:
     scale, zp, dtype = _params(g, node, scale_idx, zp_idx, dtype_default)
     per_channel = scale.size > 1
-    axis = _attr(node, "axis", 1) if per_channel and node.op_type in _QDQ else None
-    if per_channel and node.op_type not in _QDQ:
+    axis = attribute(node, "axis", 1) if per_channel and node.op_type in QDQ_OPS else None
+    if per_channel and node.op_type not in QDQ_OPS:
         axis = 0  # QLinearConv / QGemm weights: per output channel
-    block = _attr(node, "block_size") if node.op_type in _QDQ else None
-    mid = _ZERO_POINT_MID.get(dtype, 0)
+    block = attribute(node, "block_size") if node.op_type in QDQ_OPS else None
+    mid = SYMMETRIC_ZERO_POINT.get(dtype, 0)
     return QuantizedTensor(
         name=name, role=role, dtype=dtype, scale=[float(s) for s in scale.ravel()],
         zero_point=[int(z) for z in zp.ravel()], axis=axis, block_size=block or None, per_channel=per_channel,
@@ -185,8 +87,8 @@ def _tensor(name, role, g, node, scale_idx, zp_idx, storage, consumers, dtype_de
 
 def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) -> QuantizationInventory:
     """Inventory of the main graph (quantization parameters live there for every tool we compare)."""
-    g = _Graph(model.graph)
-    nodes = list(model.graph.node)
+    g = graph_from_model(model)
+    nodes = g.nodes
     tensors: dict[str, QuantizedTensor] = {}
     biases: list[BiasInfo] = []
 
@@ -205,7 +107,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) 
         elif node.op_type == DEQUANTIZE:
             src = node.input[0]
             if g.is_constant(src):
-                dtype = g.dtype_name(src)
+                dtype = g.dtype_of_constant(src)
                 cons_nodes = g.consumers.get(node.output[0], [])
                 is_bias = dtype == "int32" or any(
                     _COMPUTE_WITH_BIAS.get(c.op_type) is not None and len(c.input) > 2 and c.input[2] == node.output[0]
@@ -220,7 +122,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) 
     # 2. QOperator ops: operands carry their own (scale, zero point).
     for node in nodes:
         key = op_key(node)
-        for data_idx, s_idx, z_idx in _QLINEAR_OPERANDS.get(key, ()):
+        for data_idx, s_idx, z_idx in QLINEAR_OPERANDS.get(key, ()):
             name = node.output[0] if data_idx == -1 else node.input[data_idx]
             if not name:
                 continue
@@ -231,9 +133,9 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) 
             tensors.setdefault(name, _tensor(name, role, g, node, s_idx, z_idx, storage, [key]))
         if key == "com.microsoft.QLinearConcat":  # Y_scale, Y_zp, then (X, X_scale, X_zp) triples
             tensors.setdefault(node.output[0], _tensor(node.output[0], "activation", g, node, 0, 1, "runtime", [key]))
-        bias_idx = _QLINEAR_BIAS.get(key)
+        bias_idx = QLINEAR_BIAS_INDEX.get(key)
         if bias_idx is not None and len(node.input) > bias_idx and node.input[bias_idx]:
-            biases.append(BiasInfo(node=node.name, op_type=key, dtype=g.dtype_name(node.input[bias_idx]) or "int32",
+            biases.append(BiasInfo(node=node.name, op_type=key, dtype=g.dtype_of_constant(node.input[bias_idx]) or "int32",
                                    quantized_in_file=True))
 
     # 3. Bias of float compute ops in QDQ form.
@@ -244,18 +146,18 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) 
         b = node.input[idx]
         prod = g.producer.get(b)
         if prod is not None and prod.op_type == DEQUANTIZE and g.is_constant(prod.input[0]):
-            dtype = g.dtype_name(prod.input[0]) or "int32"
+            dtype = g.dtype_of_constant(prod.input[0]) or "int32"
             match = _bias_scale_matches(g, node, prod)
             biases.append(BiasInfo(node=node.name, op_type=node.op_type, dtype=dtype, quantized_in_file=True,
                                    scale_matches_input_times_weight=match))
         else:
-            dtype = g.dtype_name(b) or "float32"
+            dtype = g.dtype_of_constant(b) or "float32"
             biases.append(BiasInfo(node=node.name, op_type=node.op_type, dtype=dtype, quantized_in_file=False))
 
     # 4. Which ops sit inside Q/DQ, which run in float.
     ops_quantized, ops_float, reasons = _classify_ops(g, nodes)
     hist = Counter(op_key(n) for n in all_nodes(model.graph))
-    kernels = {k: v for k, v in sorted(hist.items()) if k in _INT8_KERNELS}
+    kernels = {k: v for k, v in sorted(hist.items()) if k in QUANTIZED_KERNELS}
 
     folded = []
     if fp32_histogram:
@@ -277,7 +179,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) 
     n_q, n_dq = hist.get(QUANTIZE, 0), hist.get(DEQUANTIZE, 0)
     if kernels:
         # QOperator files keep Q/DQ at their boundaries; "mixed" means float compute ops in Q/DQ remain.
-        fmt = "mixed" if any(k in ops_quantized for k in _COMPUTE) else "qoperator"
+        fmt = "mixed" if any(k in ops_quantized for k in COMPUTE_OPS) else "qoperator"
     elif n_q or n_dq:
         fmt = "qdq"
     else:
@@ -292,13 +194,13 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) 
     )
 
 
-def _bias_scale_matches(g: _Graph, node, bias_dq) -> bool | None:
+def _bias_scale_matches(g: GraphIndex, node, bias_dq) -> bool | None:
     """int32 bias is only exact when its scale is s_input * s_weight (what QLinearConv assumes)."""
     def dq_scale(tensor):
         p = g.producer.get(tensor)
-        return g.value(p.input[1]) if p is not None and p.op_type == DEQUANTIZE else None
+        return g.init_array(p.input[1]) if p is not None and p.op_type == DEQUANTIZE else None
 
-    s_x, s_w, s_b = dq_scale(node.input[0]), dq_scale(node.input[1]), g.value(bias_dq.input[1])
+    s_x, s_w, s_b = dq_scale(node.input[0]), dq_scale(node.input[1]), g.init_array(bias_dq.input[1])
     if s_x is None or s_w is None or s_b is None:
         return None
     try:
@@ -307,7 +209,7 @@ def _bias_scale_matches(g: _Graph, node, bias_dq) -> bool | None:
         return None
 
 
-def _classify_ops(g: _Graph, nodes):
+def _classify_ops(g: GraphIndex, nodes):
     """An op is quantized when its data inputs come from DequantizeLinear (directly, or through a
     single-consumer float op of the same unit, e.g. Conv -> Relu) and its output reaches a
     QuantizeLinear the same way. int8 kernels are counted separately."""
@@ -328,7 +230,7 @@ def _classify_ops(g: _Graph, nodes):
                 ok = False
             elif p.op_type == DEQUANTIZE:
                 continue
-            elif depth < 2 and p.op_type not in _QDQ and len(g.consumers.get(i, [])) == 1 and fed_by_dq(p, depth + 1):
+            elif depth < 2 and p.op_type not in QDQ_OPS and len(g.consumers.get(i, [])) == 1 and fed_by_dq(p, depth + 1):
                 continue
             else:
                 ok = False
@@ -343,7 +245,7 @@ def _classify_ops(g: _Graph, nodes):
             cons = g.consumers.get(o, [])
             if cons and all(c.op_type == QUANTIZE for c in cons):
                 ok = True
-            elif depth < 2 and len(cons) == 1 and cons[0].op_type not in _QDQ and feeds_q(cons[0], depth + 1):
+            elif depth < 2 and len(cons) == 1 and cons[0].op_type not in QDQ_OPS and feeds_q(cons[0], depth + 1):
                 ok = True
         memo_out[id(node)] = ok
         return ok
@@ -351,7 +253,7 @@ def _classify_ops(g: _Graph, nodes):
     quantized, floating, reasons = Counter(), Counter(), {}
     for node in nodes:
         key = op_key(node)
-        if node.op_type in _QDQ or node.op_type in _STRUCTURAL or key in _INT8_KERNELS:
+        if node.op_type in QDQ_OPS or node.op_type in _STRUCTURAL or key in QUANTIZED_KERNELS:
             continue
         if not data_inputs(node) and not any(
             g.producer.get(i) is not None and g.producer[i].op_type == DEQUANTIZE for i in node.input if i):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.pipeline.samples import Feed
+from service.pipeline.inputs.samples import Feed
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)

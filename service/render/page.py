@@ -15,9 +15,10 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from service.api import svg
 from service.api.routes.artifacts import split_name
 from service.pipeline.options import LEVELS
+from service.render import svg
+from service.render.units import human_size
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                    autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
@@ -43,16 +44,6 @@ def _num(v: Any, digits: int = 3) -> str:
     return str(v)
 
 
-def _size(n: Any) -> str:
-    if not isinstance(n, (int, float)):
-        return "–"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def _pct(v: Any) -> str:
     return f"{100 * v:.0f}%" if isinstance(v, (int, float)) else "–"
 
@@ -61,7 +52,7 @@ def _sqnr(v: Any) -> str:
     return "∞ (exact)" if v is None else f"{_num(v, 3)} dB"
 
 
-_env.filters.update(num=_num, size=_size, pct=_pct, sqnr=_sqnr)
+_env.filters.update(num=_num, size=human_size, pct=_pct, sqnr=_sqnr)
 
 
 def _levels(report: dict, arts: dict) -> list[str]:

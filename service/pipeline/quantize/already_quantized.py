@@ -13,19 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from service.errors import PathSkipped
-
-# Ops that only appear in a file some tool already quantized.
-QUANT_OPS = {
-    "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
-    "ConvInteger", "MatMulInteger",
-    "com.microsoft.QuantizeLinear", "com.microsoft.DequantizeLinear", "com.microsoft.QLinearConv",
-    "com.microsoft.QGemm", "com.microsoft.QLinearAdd", "com.microsoft.QLinearMul", "com.microsoft.QLinearConcat",
-    "com.microsoft.QLinearSigmoid", "com.microsoft.QLinearLeakyRelu", "com.microsoft.QLinearSoftmax",
-    "com.microsoft.QLinearAveragePool", "com.microsoft.QLinearGlobalAveragePool", "com.microsoft.QLinearReduceMean",
-    "com.microsoft.QLinearWhere", "com.microsoft.QAttention", "com.microsoft.DynamicQuantizeMatMul",
-    "com.microsoft.MatMulIntegerToFloat", "com.microsoft.DynamicQuantizeLSTM", "com.microsoft.MatMulNBits",
-    "com.microsoft.QEmbedLayerNormalization", "com.microsoft.QOrderedMatMul",
-}
+from service.pipeline.vocabulary import QUANTIZED_FILE_OPS, all_nodes, op_key
 
 SKIP_HINT = ("upload the float model to compare the three quantizers; for this file the report shows what it "
              "holds (artifacts.fp32.quantization) and what ORT makes of it at each level (artifacts.fp32.optimized)")
@@ -44,10 +32,8 @@ class Quantization:
 
 def quantization_in_model(model) -> Quantization | None:
     """The quantization already in ``model`` (None for a float model)."""
-    from service.pipeline.inventory import all_nodes, op_key
-
     hist = Counter(op_key(n) for n in all_nodes(model.graph))
-    ops = {k: v for k, v in hist.items() if k in QUANT_OPS}
+    ops = {k: v for k, v in hist.items() if k in QUANTIZED_FILE_OPS}
     if not ops:
         return None
     kinds = []

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.errors import InvalidOptions
+from service.errors import InvalidOptions, validation_errors
 from service.pipeline.options import ARTIFACTS, LEVELS, Gate
 from service.schemas.report import Artifact, GateResult, Report, Verdict
 
@@ -83,7 +83,7 @@ def gate_from_string(text: str) -> Gate:
     try:
         return Gate(**fields)
     except ValidationError as e:  # pragma: no cover - the checks above cover every field
-        raise InvalidOptions(f"gate {text!r}: {e.errors()[0]['msg']}", hint=hint) from e
+        raise InvalidOptions(f"gate {text!r}: {validation_errors(e)[0]['msg']}", hint=hint) from e
 
 
 def gate_to_string(gate: Gate) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 
 from service.errors import InvalidCalibration, InvalidOptions
 from service.pipeline.options import ComparisonOptions
-from service.pipeline.specs import InputSpec
+from service.pipeline.inputs.specs import InputSpec
 from service.schemas.report import SamplesInfo
 
 Feed = dict[str, np.ndarray]

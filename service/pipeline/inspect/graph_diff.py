@@ -23,15 +23,10 @@ from collections import Counter
 
 import onnx
 
-from service.pipeline.graph_summary import INT8_KERNELS, MS, NCHWC, QDQ_FUSION_LIST, Graph, op_key  # noqa: F401
+from service.pipeline.vocabulary import INT8_KERNELS, MS, NCHWC, QDQ_DROP_OPS, QDQ_OPS, GraphIndex, op_key
 from service.schemas.levels import LevelDiff, Rewrite
 
 _TOKEN = re.compile(r"(_token_\d+)+$")
-
-# Ops whose Q/DQ ORT drops (they run on int8 directly), from qdq_selector_action_transformer.cc.
-QDQ_DROP_OPS = {"MaxPool", "ReduceMax", "ReduceMin", "Resize", "Expand", "Flatten", "Gather", "GatherElements",
-                "Reshape", "Slice", "Squeeze", "Tile", "Transpose", "Unsqueeze", "Split", "ArgMax"}
-
 
 def _key(n: onnx.NodeProto) -> tuple:
     return (n.domain or "", n.op_type, tuple(n.input), tuple(n.output))
@@ -68,7 +63,7 @@ def _tensors(nodes) -> set[str]:
     return {t for n in nodes for t in (*n.input, *n.output) if t}
 
 
-def diff_graphs(old: Graph, new: Graph, *, previous: str) -> LevelDiff:
+def diff_graphs(old: GraphIndex, new: GraphIndex, *, previous: str) -> LevelDiff:
     old_keys = Counter(_key(n) for n in old.nodes)
     new_keys = Counter(_key(n) for n in new.nodes)
     removed, added = [], []
@@ -164,7 +159,7 @@ def diff_graphs(old: Graph, new: Graph, *, previous: str) -> LevelDiff:
         a_idx = sorted(j for s, j in members if s == "a")
         rewrites.append(_classify(old, new, [removed[i] for i in r_idx], [added[j] for j in a_idx],
                                   {(removed[i].name) for i, j in modified if i in r_idx}))
-    rewrites = _merge_s8_to_u8(rewrites, {n.name: op_key(n.op_type, n.domain) for n in old.nodes})
+    rewrites = _merge_s8_to_u8(rewrites, {n.name: op_key(n) for n in old.nodes})
     return LevelDiff(previous=previous, nodes_removed=len(removed), nodes_added=len(added), rewrites=rewrites)
 
 
@@ -183,18 +178,18 @@ def _merge_s8_to_u8(rewrites: list[Rewrite], op_of: dict[str, str]) -> list[Rewr
     return rest + [merged]
 
 
-def _zp_dtype(g: Graph, n: onnx.NodeProto) -> str | None:
-    if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2 and n.input[2]:
+def _zp_dtype(g: GraphIndex, n: onnx.NodeProto) -> str | None:
+    if n.op_type in QDQ_OPS and len(n.input) > 2 and n.input[2]:
         return g.dtypes.get(n.input[2])
     return None
 
 
-def _classify(old: Graph, new: Graph, rem: list, add: list, modified_names: set[str]) -> Rewrite:
+def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_names: set[str]) -> Rewrite:
     rem_only = [n for n in rem if n.name not in modified_names]
     mod_new = [n for n in add if n.name in modified_names]
     add_only = [n for n in add if n.name not in modified_names]
-    rk = [op_key(n.op_type, n.domain) for n in rem_only]
-    ak = [op_key(n.op_type, n.domain) for n in add_only]
+    rk = [op_key(n) for n in rem_only]
+    ak = [op_key(n) for n in add_only]
     base = dict(removed=[n.name for n in rem], added=[n.name for n in add], modified=sorted(modified_names))
 
     def rw(summary, kind, transformer=None):
@@ -213,8 +208,8 @@ def _classify(old: Graph, new: Graph, rem: list, add: list, modified_names: set[
         return rw(f"Transpose inserted x{len(ak)}" if len(ak) > 1 else "Transpose inserted", "transpose",
                   "TransposeOptimizer")
 
-    kernels = [n for n in add_only if op_key(n.op_type, n.domain) in INT8_KERNELS]
-    rem_q = [n for n in rem if n.op_type in ("QuantizeLinear", "DequantizeLinear")]
+    kernels = [n for n in add_only if op_key(n) in INT8_KERNELS]
+    rem_q = [n for n in rem if n.op_type in QDQ_OPS]
     if kernels and rem_q:
         t = "QDQSelectorActionTransformer"
         if any(n.op_type == "Relu" for n in rem_only):
@@ -231,8 +226,8 @@ def _classify(old: Graph, new: Graph, rem: list, add: list, modified_names: set[
 
     # Q/DQ dropped around a data-movement op that now runs on int8
     if rem_q and not add_only and mod_new and all(n.op_type in QDQ_DROP_OPS for n in mod_new) and \
-            all(k in ("QuantizeLinear", "DequantizeLinear") for k in rk):
-        ops = _count_text([op_key(n.op_type, n.domain) for n in mod_new])
+            all(k in QDQ_OPS for k in rk):
+        ops = _count_text([op_key(n) for n in mod_new])
         return rw(f"{_count_text(rk)} removed around {ops} (runs on int8)", "qdq_drop",
                   "QDQSelectorActionTransformer")
 
@@ -250,14 +245,14 @@ def _classify(old: Graph, new: Graph, rem: list, add: list, modified_names: set[
         return rw("DequantizeLinear duplicated for a shared input" + (f" x{len(dups)}" if len(dups) > 1 else ""),
                   "dq_duplicated", "EnsureUniqueDQForNodeUnit")
 
-    if ak and set(ak) <= {"QuantizeLinear", "DequantizeLinear"} and not rem_only:
+    if ak and set(ak) <= QDQ_OPS and not rem_only:
         return rw(f"{_count_text(ak)} inserted (Q/DQ propagated)", "qdq_propagation", "QDQPropagationTransformer")
 
     # int8 -> uint8 on Q/DQ rewritten in place
     pairs = [(o, n) for o in rem if o.name in modified_names for n in mod_new if n.name == o.name]
     if pairs and not rem_only and not add_only and any(
             _zp_dtype(old, o) == "int8" and _zp_dtype(new, n) == "uint8" for o, n in pairs):
-        ops = _count_text([op_key(o.op_type, o.domain) for o, _ in pairs])
+        ops = _count_text([op_key(o) for o, _ in pairs])
         return rw(f"activations int8 -> uint8 ({ops} rewritten)", "s8_to_u8", "QDQS8ToU8Transformer")
 
     if rk and set(rk) <= {"Relu", "Clip"} and not add_only:
@@ -285,6 +280,6 @@ def _classify(old: Graph, new: Graph, rem: list, add: list, modified_names: set[
     if rk and "Conv" in [n.op_type for n in mod_new] and set(rk) <= {"Add", "Mul"}:
         return rw(f"Conv + {_count_text(rk)} -> Conv", "conv_fusion", "ConvAddFusion, ConvMulFusion")
     if not generic:
-        ops = _count_text([op_key(n.op_type, n.domain) for n in mod_new])
+        ops = _count_text([op_key(n) for n in mod_new])
         return rw(f"{ops} rewired", "rewired")
     return rw(generic, "other")

@@ -4,7 +4,7 @@ workers (``quantcompare worker``) consume. Light on purpose: no torch, no store,
 The message carries only the job id. Everything else (the spec, the inputs, the state) is in the
 store and the job folder on the shared data directory, so a message delivered twice, or after
 its job was deleted, is harmless: the worker's atomic claim in the store decides what runs
-(``celery_store.SharedJobStore.claim``).
+(``store.SharedJobStore.claim``).
 
 Why these settings (a lost worker must never lose or silently duplicate a job):
 
@@ -18,7 +18,7 @@ Why these settings (a lost worker must never lose or silently duplicate a job):
   worker never sits on jobs an idle one could run.
 - ``task_reject_on_worker_lost`` and ``task_time_limit``: for a prefork pool they requeue a job
   whose child died and kill a hung child. ``quantcompare worker`` uses the threads pool with its
-  own supervised processes (celery_worker.py), which enforces the job time limit itself; the
+  own supervised processes (worker.py), which enforces the job time limit itself; the
   Celery limit stays as a backstop a little past ours.
 """
 

@@ -12,15 +12,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.logs import quiet_toolchain_logs
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
+
 log = logging.getLogger("quantcompare.warmup")
 
 
 def warm_up() -> float:
-    from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.exporter_cache import install_exporter_registry_cache
-    from service.pipeline.logs import quiet_toolchain_logs
-    from service.pipeline.options import ComparisonOptions
-
     quiet_toolchain_logs()
     install_exporter_registry_cache()
     t0 = time.perf_counter()
