@@ -74,7 +74,7 @@ def real_model(name: str) -> tuple[Path, dict]:
 
 
 def _bytes(folder: Path) -> int:
-    from service.jobs.disk import folder_bytes
+    from service.jobs.storage.disk import folder_bytes
 
     return folder_bytes(folder)
 
@@ -90,7 +90,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
     import numpy as np
     import psutil
 
-    from service.jobs.disk import dedupe_job_files
+    from service.jobs.storage.disk import dedupe_job_files
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
     from service.pipeline.warmup import warm_up

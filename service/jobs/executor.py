@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Protocol
 
 from service.config import Settings
-from service.errors import Busy
+from service.errors import Busy, DataDirFull
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import WorkerPool, prepare_data_dir
 from service.jobs.spec import REPORT_FILE, JobSpec
 from service.jobs.store import JobRecord, JobStore
+from service.jobs.storage.disk import folder_bytes, jobs_on_disk, plan_for_new_job, reservation_for
 
 log = logging.getLogger("quantcompare.jobs")
 
@@ -70,9 +71,6 @@ class JobFolders:
         """Evict finished jobs (oldest first) so a job with this input fits ``max_data_gb``, or 503."""
         if not self.settings.max_data_gb:
             return
-        from service.errors import DataDirFull
-        from service.jobs.disk import folder_bytes, jobs_on_disk, plan_for_new_job, reservation_for
-
         budget = int(self.settings.max_data_gb * 1e9)
         jobs = jobs_on_disk(self.settings.jobs_dir, self.store.statuses())
         # Uploads in flight count; this job's own upload is part of its reservation.
@@ -96,8 +94,6 @@ class JobFolders:
     def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
         job_dir = self.settings.jobs_dir / spec.id
         if self.settings.max_data_gb:
-            from service.jobs.disk import folder_bytes
-
             with self._room_lock:  # two submissions must not both take the last room
                 try:
                     self.make_room(folder_bytes(staged) if staged is not None else 0, staged)

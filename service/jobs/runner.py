@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from service.jobs.disk import dedupe_job_files, drop_consumed_archive, running_jobs_probe, running_marker
+from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive, running_jobs_probe, running_marker
 from service.jobs.spec import REPORT_FILE, JobSpec
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.inputs.safety import Budgets
@@ -28,7 +28,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         model_name=spec.model_name,
         allow_pt2=spec.allow_pt2,
         budgets=Budgets(**spec.budgets) if spec.budgets else None,  # the server's QUANTCOMPARE_BUDGET_* settings
-        keep_level_graphs=False,  # level graphs are made again on download (service/jobs/level_downloads.py)
+        keep_level_graphs=False,  # level graphs are made again on download (service/jobs/storage/level_downloads.py)
         concurrent_jobs=running_jobs_probe(job_dir),
     )
     with running_marker(job_dir):

@@ -13,7 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
 from live_server import LiveServer  # noqa: E402
 
-from service.jobs.disk import JobOnDisk, dedupe_job_files, folder_bytes, plan_for_new_job  # noqa: E402
+from service.jobs.storage.disk import JobOnDisk, dedupe_job_files, folder_bytes, plan_for_new_job  # noqa: E402
 
 MB = 1_000_000
 
@@ -99,7 +99,7 @@ def test_a_full_data_dir_evicts_the_oldest_finished_job_then_refuses_with_503(sm
 def test_an_extracted_archive_is_dropped_once_the_job_succeeded(tmp_path):
     import zipfile
 
-    from service.jobs.disk import drop_consumed_archive
+    from service.jobs.storage.disk import drop_consumed_archive
 
     (tmp_path / "input").mkdir()
     (tmp_path / "artifacts").mkdir()

@@ -16,7 +16,7 @@ from service.api.deps import ExecutorDep
 from service.api.errors import problem_responses
 from service.api.routes.comparisons import job_or_404
 from service.errors import NotFound
-from service.jobs.level_downloads import level_graph_entries, regenerated_level_graph
+from service.jobs.storage.level_downloads import level_graph_entries, regenerated_level_graph
 from service.jobs.spec import ARTIFACTS_DIR
 from service.pipeline.options import LEVELS
 from service.schemas.api import ArtifactEntry, ArtifactList

@@ -31,6 +31,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from service.pipeline.runtime.numerics import concat_runs
+from service.schemas.levels import LatencyStats
+
 __all__ = [
     "LatencyProtocol", "LoadProbe", "Timing", "median_ci", "is_stable", "load_snapshot", "timed_run",
     "latency_from_samples", "top_up", "PROTOCOL_TEXT",
@@ -209,9 +212,6 @@ def outputs_and_latency(session, feeds: list[dict], protocol: LatencyProtocol, b
     The eval runs are timed as they go: after the first ``protocol.warmup`` of them they are
     timing samples; the first feed is then run again until the protocol stops (``top_up``).
     """
-    from service.pipeline.runtime.numerics import concat_runs
-    from service.schemas.levels import LatencyStats
-
     before = load_snapshot(concurrent_jobs)
     runs, samples = [], []
     for i, feed in enumerate(feeds):

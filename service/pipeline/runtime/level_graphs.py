@@ -24,6 +24,7 @@ import hashlib
 import json
 import shutil
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,8 +134,6 @@ def self_contained_from_level_graph(files: LevelGraphFiles, out: Path) -> Path:
     import onnx
 
     if files.graph_bytes + files.data_bytes > SELF_CONTAINED_MAX_BYTES:
-        import zipfile
-
         out = out.with_suffix(".zip")
         with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
             z.write(files.graph, GRAPH_FILE)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from service.pipeline.inputs.sources import is_model_archive
+
 RUNNING_DIR = "running"
 # Bytes a job may still write per byte of input while it is queued or running (measured peak of
 # a job folder during a job: input + fp32 copy + 3 quantized files + scratch pre-processing copies +
@@ -205,8 +207,6 @@ def drop_consumed_archive(job_dir: Path, model_file: str | None) -> int:
     fp32 = Path(job_dir) / "artifacts" / "fp32.onnx"
     if not path.is_file() or not fp32.is_file():
         return 0
-    from service.pipeline.inputs.sources import is_model_archive
-
     if not is_model_archive(path):
         return 0
     size = path.stat().st_size

@@ -14,10 +14,12 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.errors import LevelGraphChanged
 from service.jobs.spec import ARTIFACTS_DIR, REPORT_FILE
+from service.jobs.worker import worker_environment
 
 REGENERATE_TIMEOUT_S = 900.0
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)
@@ -54,9 +56,6 @@ def level_graph_entries(job_dir: Path) -> dict[str, LevelGraphEntry]:
 def regenerated_level_graph(job_dir: Path, entry: LevelGraphEntry, scratch: Path, *,
                             timeout: float = REGENERATE_TIMEOUT_S) -> Path:
     """Make the level graph again into ``scratch`` (the caller deletes it); raises LevelGraphChanged."""
-    from service.errors import LevelGraphChanged
-    from service.jobs.worker import worker_environment
-
     model = Path(job_dir) / ARTIFACTS_DIR / f"{entry.artifact}.onnx"
     scratch.mkdir(parents=True, exist_ok=True)
     out = scratch / f"{uuid.uuid4().hex}.onnx"
