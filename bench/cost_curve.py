@@ -134,6 +134,26 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
             s.run(None, feed)
             times.append(time.perf_counter() - t)
         fp32_s = float(np.median(times))
+        # Latency truth: the report's median vs an independent 7-run median (fresh session, 3 untimed runs).
+        latency_check = {}
+        for artifact in ("fp32", "ort_qdq"):
+            ol = report.artifacts.get(artifact) and report.artifacts[artifact].optimized.get("all")
+            if not ol or ol.latency is None or not (arts / f"{artifact}.onnx").exists():
+                continue
+            s2 = session_for(arts / f"{artifact}.onnx", "all", intra_op_threads=1)
+            for _ in range(3):
+                s2.run(None, feed)
+            t7 = []
+            for _ in range(7):
+                t = time.perf_counter()
+                s2.run(None, feed)
+                t7.append((time.perf_counter() - t) * 1000)
+            oracle = float(np.median(t7))
+            latency_check[f"{artifact}.all"] = {
+                "report_ms": ol.latency.median_ms, "independent_7run_ms": oracle,
+                "ratio": ol.latency.median_ms / oracle, "runs": ol.latency.runs, "noisy": ol.latency.noisy,
+                "noisy_reasons": ol.latency.noisy_reasons}
+            del s2
         levels = [ol for a in report.artifacts.values() for ol in a.optimized.values()]
         lat = [ol.latency for ol in levels if ol.latency is not None and not ol.latency.timed_with]
         out = {
@@ -147,6 +167,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
             "graphs_timed": len(lat), "timed_runs": sum(x.runs for x in lat),
             "noisy_latencies": sum(1 for x in lat if x.noisy),
             "load_avg_1m": os.getloadavg()[0],
+            "latency_check": latency_check,
         }
         Path(out_json).write_text(json.dumps(out, indent=1))
     finally:
