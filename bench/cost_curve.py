@@ -93,7 +93,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
     from service.jobs.storage.disk import dedupe_job_files
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
-    from service.pipeline.warmup import warm_up
+    from service.jobs.warmup import warm_up
 
     warm_up()
     proc = psutil.Process()
