@@ -18,13 +18,13 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from service.pipeline.files import file_sha256
 from service.pipeline.inputs.sources import is_model_archive
 
 RUNNING_DIR = "running"
@@ -57,13 +57,6 @@ def folder_bytes(folder: Path, seen: set[tuple[int, int]] | None = None) -> int:
 
 
 # -- identical files once -----------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def dedupe_job_files(job_dir: Path) -> int:
     """Hard-link identical model files of one job folder to one copy; returns the bytes saved."""
@@ -79,7 +72,7 @@ def dedupe_job_files(job_dir: Path) -> int:
             continue
         first_of: dict[str, Path] = {}
         for p in paths:
-            digest = _sha256(p)
+            digest = file_sha256(p)
             keep = first_of.setdefault(digest, p)
             if keep is p or os.path.samefile(keep, p):
                 continue

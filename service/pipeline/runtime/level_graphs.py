@@ -20,7 +20,6 @@ regenerates one level graph into OUT (a self-contained .onnx, or a .zip of graph
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
@@ -28,6 +27,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from service.pipeline.files import file_sha256
 from service.pipeline.runtime.ort_sessions import session_for
 
 GRAPH_FILE = "model.onnx"
@@ -66,18 +66,11 @@ class LevelGraphFiles:
             self.data.unlink(missing_ok=True)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def fingerprint(folder: Path) -> LevelGraphFiles:
     graph, data = folder / GRAPH_FILE, folder / DATA_FILE
-    return LevelGraphFiles(folder=folder, graph_sha256=_sha256(graph),
-                           data_sha256=_sha256(data) if data.exists() else None,
+    return LevelGraphFiles(folder=folder, graph_sha256=file_sha256(graph),
+                           data_sha256=file_sha256(data) if data.exists() else None,
                            graph_bytes=graph.stat().st_size, data_bytes=data.stat().st_size if data.exists() else 0)
 
 
