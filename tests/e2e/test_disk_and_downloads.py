@@ -92,3 +92,10 @@ def test_an_upload_is_stored_once_and_the_job_stays_within_1_5x_its_files(real_s
             total += st.st_size
     quantized = sum((job_dir / "artifacts" / f"{a}.onnx").stat().st_size for a in ("pt2e_qdq", "ort_qdq", "ort_qoperator"))
     assert total <= 1.5 * (upload.stat().st_size + quantized), (total, upload.stat().st_size, quantized)
+
+
+def test_the_page_offers_the_level_graphs_the_job_did_not_keep(real_server, conv_relu_job):
+    with real_server.client(timeout=60) as c:
+        html = c.get(conv_relu_job["links"]["report_html"]).text
+    assert f"/v1/comparisons/{conv_relu_job['id']}/artifacts/ort_qdq.all.onnx" in html
+    assert "Latency protocol:" in html

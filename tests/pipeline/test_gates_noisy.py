@@ -33,3 +33,29 @@ def test_latency_gates_say_noisy_and_on_noisy_decides(compared):
     lenient = Gate(**{**gate.model_dump(), "on_noisy": "pass"})
     assert verdict_from_report(loaded, [lenient]).gates[0].passed
     assert not verdict_from_report(slow, [lenient]).gates[0].passed
+
+
+def test_a_noisy_latency_is_marked_on_the_page_and_in_the_cli(compared):
+    from service.render.levels_text import levels_summary_lines
+    from service.render.page import _env, build_view
+
+    report, _ = compared("conv_relu", latency={"runs": 3, "min_runs": 3})
+    quiet = report
+    for art, a in report.artifacts.items():  # whatever the machine's load was while the fixture ran
+        for lv, ol in a.optimized.items():
+            if ol.latency is not None:
+                quiet = _with_latency(quiet, art, lv, noisy=False, noisy_reasons=[])
+    measured = next(lv for lv, ol in report.artifacts["ort_qdq"].optimized.items() if not ol.latency.timed_with)
+    noisy = _with_latency(quiet, "ort_qdq", measured, noisy=True, noisy_reasons=["3 jobs running at once on 2 cores"])
+    text = "\n".join(levels_summary_lines(noisy))
+    assert "~ noisy latency" in text and "3 jobs running at once on 2 cores" in text
+    assert "~" not in "\n".join(levels_summary_lines(quiet))
+
+    def page(r):
+        return _env.get_template("report.html").render(job=None, created=None,
+                                                       **build_view(r.model_dump(mode="json"), [], "job"))
+
+    html = page(noisy)
+    assert 'class="noisy"' in html and "3 jobs running at once on 2 cores" in html
+    assert "Latency protocol: eval runs double as timing samples" in html
+    assert 'class="noisy"' not in page(quiet)

@@ -34,6 +34,15 @@ def artifact_files(job_dir: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and _NAME.fullmatch(p.name))
 
 
+def downloadable_files(job_dir: Path) -> list[tuple[str, int]]:
+    """(name, size) of every file a user can download: the stored ones, and the level graphs the
+    job kept as digests only (made again on download; size = the file that will be served)."""
+    out = {p.name: p.stat().st_size for p in artifact_files(job_dir)}
+    for entry in level_graph_entries(job_dir).values():
+        out.setdefault(entry.name, entry.bytes)
+    return sorted(out.items())
+
+
 def split_name(name: str) -> tuple[str, str | None]:
     """'ort_qdq.all.onnx' -> ('ort_qdq', 'all'); 'fp32.onnx' -> ('fp32', None)."""
     stem = name[:-5] if name.endswith(".onnx") else name
@@ -51,17 +60,11 @@ def download_name(model_name: str | None, job_id: str, name: str) -> str:
 def list_artifacts(job_id: str, executor: ExecutorDep) -> Any:
     rec = job_or_404(executor, job_id)
     out = []
-    for path in artifact_files(executor.job_dir(rec.id)):
-        artifact, level = split_name(path.name)
-        out.append(ArtifactEntry(name=path.name, artifact=artifact, level=level, size=path.stat().st_size,
-                                 url=f"/v1/comparisons/{rec.id}/artifacts/{path.name}"))
-    stored = {e.name for e in out}
-    # Level graphs the job kept as digests only: made again on download (size: ORT's graph + weights).
-    for entry in level_graph_entries(executor.job_dir(rec.id)).values():
-        if entry.name not in stored:
-            out.append(ArtifactEntry(name=entry.name, artifact=entry.artifact, level=entry.level, size=entry.bytes,
-                                     url=f"/v1/comparisons/{rec.id}/artifacts/{entry.name}"))
-    return ArtifactList(artifacts=sorted(out, key=lambda e: e.name))
+    for name, size in downloadable_files(executor.job_dir(rec.id)):
+        artifact, level = split_name(name)
+        out.append(ArtifactEntry(name=name, artifact=artifact, level=level, size=size,
+                                 url=f"/v1/comparisons/{rec.id}/artifacts/{name}"))
+    return ArtifactList(artifacts=out)
 
 
 @router.get("/{job_id}/artifacts/{name}", summary="Download one file",
