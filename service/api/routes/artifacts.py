@@ -79,7 +79,7 @@ def download_artifact(job_id: str, name: str, executor: ExecutorDep) -> Any:
     if entry is not None:
         scratch = executor.settings.tmp_dir / f"download-{uuid.uuid4().hex}"
         try:
-            made = regenerated_level_graph(job_dir, entry, scratch)
+            made = regenerated_level_graph(job_dir, entry, scratch, memory_mb=executor.settings.worker_memory_mb)
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
