@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect
 
 from service.api import prevalidate
 from service.api.deps import ExecutorDep, SettingsDep
+from service.api.baseline import options_with_baseline
 from service.api.envelope import envelope
 from service.api.errors import problem_responses
 from service.api.uploads import display_name, receive_form, receive_json
@@ -161,6 +162,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             raise InvalidRequest("send multipart/form-data (a model upload) or application/json (an example)",
                                  status=415, hint="curl -F model=@net.onnx http://HOST/v1/comparisons")
 
+        options = options_with_baseline(options, executor, request.app.state.reports)
         submitted = submit_or_reuse(
             executor, settings, model_key=model_key, calibration_key=calib_key,
             options=options.model_dump(mode="json"), versions=versions, staged=staged, spec_fields=spec_kw,

@@ -14,12 +14,19 @@ import ``service``; keep the two in step (``tests/clients`` pins the client's si
     level     disable_all | basic | extended | layout | all (default all)
     metric    sqnr_db | cosine | max_abs_error | int8_coverage | latency_ratio | status_ok
     op        >= > <= < ==                                   (default >=, value default 1)
+    value     a number, or baseline[+-number]: the same figure in a baseline report plus an offset,
+              e.g. 'ort_qdq.all.sqnr_db>=baseline-0.5', 'pt2e_qdq.all.latency_ratio<=baseline+0.1'
+
+A relative gate compares each artifact with its own baseline figure (``Gate.baseline_values``,
+filled by :func:`baseline_values_from_report` from the earlier report) and its result states the
+baseline value, the new value and the delta. A baseline without that figure fails the gate.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -33,6 +40,7 @@ METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio
 OPS = (">=", "<=", "==", ">", "<")
 _NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error"}
 _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
+_BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 
 
 def gate_from_string(text: str) -> Gate:
@@ -71,12 +79,20 @@ def gate_from_string(text: str) -> Gate:
     if len(parts) > 3:
         raise InvalidOptions(f"gate {text!r}: too many dotted parts", hint=hint)
     if m["op"]:
+        raw = m["value"]
+        relative = _BASELINE_RE.match(raw)
+        if relative:
+            if metric == "status_ok":
+                raise InvalidOptions(f"gate {text!r}: status_ok cannot be relative to a baseline", hint=hint)
+            fields["relative_to"] = "baseline"
+            raw = relative["offset"] or "0"
         try:
-            value = float(m["value"])
+            value = float(raw)
         except ValueError:
-            raise InvalidOptions(f"gate {text!r}: {m['value']!r} is not a number", hint=hint) from None
-        if math.isnan(value):
-            raise InvalidOptions(f"gate {text!r}: the threshold is NaN", hint=hint)
+            raise InvalidOptions(f"gate {text!r}: {m['value']!r} is neither a number nor baseline[+-number]",
+                                 hint=hint) from None
+        if not math.isfinite(value):
+            raise InvalidOptions(f"gate {text!r}: the threshold is not a finite number", hint=hint)
         fields["op"], fields["value"] = m["op"], value
     elif metric != "status_ok":
         raise InvalidOptions(f"gate {text!r}: a threshold is missing (e.g. {text}>=25)", hint=hint)
@@ -91,10 +107,44 @@ def gate_to_string(gate: Gate) -> str:
     if gate.metric == "status_ok":
         head = "status_ok" if gate.artifact == "*" else f"{gate.artifact}.status_ok"
         return head if (gate.op, gate.value) == (">=", 1.0) else f"{head}{gate.op}{_num(gate.value)}"
-    return f"{gate.artifact}.{gate.level}.{gate.metric}{gate.op}{_num(gate.value)}"
+    return f"{gate.artifact}.{gate.level}.{gate.metric}{gate.op}{_threshold_text(gate)}"
 
 
-def verdict_from_report(report: Report, gates: list[Gate]) -> Verdict:
+def _threshold_text(gate: Gate) -> str:
+    if gate.relative_to != "baseline":
+        return _num(gate.value)
+    return "baseline" if gate.value == 0 else f"baseline{gate.value:+.6g}"
+
+
+def baseline_values_from_report(baseline: Report, gate: Gate) -> dict[str, float | None]:
+    """The figures a relative ``gate`` compares with, per artifact, read from an earlier report.
+
+    An artifact whose figure the baseline lacks (failed path, level not run, no latency) is left
+    out, so the gate fails for it with a message saying so. ``None`` is an exact match (SQNR).
+    """
+    names = ARTIFACTS if gate.artifact == "*" else (gate.artifact,)
+    out: dict[str, float | None] = {}
+    for name in names:
+        value, problem = _value_from_artifact(baseline, name, gate.level, gate.metric)
+        if problem is None:
+            out[name] = None if value is not None and math.isinf(value) else value
+    return out
+
+
+@dataclass(frozen=True)
+class _Results:
+    """What the gates read of a report: its artifacts and the options it ran with."""
+
+    artifacts: dict[str, Artifact]
+    options: Any
+
+
+def verdict_from_artifacts(artifacts: dict[str, Artifact], options: Any, gates: list[Gate]) -> Verdict:
+    """The verdict before the report exists (the spine builds the report once, verdict included)."""
+    return verdict_from_report(_Results(artifacts, options), gates)
+
+
+def verdict_from_report(report: Report | _Results, gates: list[Gate]) -> Verdict:
     """Evaluate every gate; ``passed`` is true when all pass (and when there are none)."""
     results = [_result_from_gate(report, g) for g in gates]
     return Verdict(
@@ -152,41 +202,92 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
             message=f"level {gate.level!r} was not run (options.levels is {levels_run})",
         )
     values: dict[str, float] = {}
+    thresholds: dict[str, float] = {}
+    bases: dict[str, float] = {}
     problems: list[str] = []
     for name in names:
         value, problem = _value_from_artifact(report, name, gate.level, gate.metric)
         if problem:
             problems.append(f"{name}: {problem}")
+            continue
+        if gate.relative_to == "baseline":
+            known = gate.baseline_values or {}
+            if name not in known:
+                problems.append(f"{name}: the baseline has no {gate.metric} at level {gate.level!r}, "
+                                f"so there is nothing to compare with")
+                continue
+            base = math.inf if known[name] is None else float(known[name])  # null: an exact match
+            bases[name], thresholds[name] = base, base + gate.value
         else:
-            values[name] = value
-    failing = [n for n, v in values.items() if not _compare(v, gate.op, gate.value)]
+            thresholds[name] = gate.value
+        values[name] = value
+    failing = [n for n, v in values.items() if not _compare(v, gate.op, thresholds[n])]
     noise = _latency_noise(report, list(values), gate.level) if gate.metric == "latency_ratio" else []
-    # The deciding number is the worst one in the gate's own direction.
-    actual = _worst([values[n] for n in failing] or list(values.values()), gate.op) if values else None
-    if actual is not None and not math.isfinite(actual):
-        actual_json = None if math.isnan(actual) else actual
-    else:
-        actual_json = actual
-    shown = ", ".join(f"{n}={_num(v)}" for n, v in values.items())
+    # The deciding number is the worst one in the gate's own direction (against a baseline: the
+    # worst change, since each artifact has its own baseline figure).
+    pool = failing or list(values)
+    decider = _decider(pool, values, bases, gate.op) if pool else None
+    actual = values[decider] if decider else None
+    baseline_json = _json_float(bases[decider]) if decider in bases else None
+    delta = _delta(values[decider], bases[decider]) if decider in bases else None
+    shown = ", ".join(_shown(n, values, bases) for n in values)
     parts = []
     if failing:
-        parts.append(f"{', '.join(f'{n}={_num(values[n])}' for n in failing)} not {gate.op} {_num(gate.value)}")
+        parts.append(f"{', '.join(_shown(n, values, bases) for n in failing)} not {gate.op} {_threshold_shown(gate, failing, thresholds)}")
     parts.extend(problems)
+    fields = dict(gate=label, actual=_json_float(actual), baseline=baseline_json, delta=delta)
     if noise:
         # A latency measured under load is not evidence of a regression (nor of its absence): say so,
         # and let the gate decide by its ``on_noisy`` (default: fail, so CI re-runs rather than trusts it).
         why = "noisy latency (" + "; ".join(noise) + ")"
         if failing and not problems and gate.on_noisy == "pass":
-            return GateResult(gate=label, passed=True, actual=actual_json, noisy=True,
+            return GateResult(passed=True, noisy=True, **fields,
                               message=f"{'; '.join(parts)}, but {why}: passed by on_noisy=pass; re-run on an idle machine")
         if parts:
             parts.append(f"{why}: re-run on an idle machine before reading it as a regression")
-            return GateResult(gate=label, passed=False, actual=actual_json, noisy=True, message="; ".join(parts))
-        return GateResult(gate=label, passed=True, actual=actual_json, noisy=True,
-                          message=f"{shown} {gate.op} {_num(gate.value)}; {why}")
+            return GateResult(passed=False, noisy=True, message="; ".join(parts), **fields)
+        return GateResult(passed=True, noisy=True, **fields,
+                          message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}; {why}")
     if parts:
-        return GateResult(gate=label, passed=False, actual=actual_json, message="; ".join(parts))
-    return GateResult(gate=label, passed=True, actual=actual_json, message=f"{shown} {gate.op} {_num(gate.value)}")
+        return GateResult(passed=False, message="; ".join(parts), **fields)
+    return GateResult(passed=True, message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}", **fields)
+
+
+def _decider(pool: list[str], values: dict[str, float], bases: dict[str, float], op: str) -> str:
+    if bases and all(n in bases for n in pool):
+        changes = {n: values[n] - bases[n] if math.isfinite(bases[n]) else (0.0 if values[n] == bases[n] else -math.inf)
+                   for n in pool}
+        return _worst_key(changes, op)
+    return _worst_key({n: values[n] for n in pool}, op)
+
+
+def _worst_key(values: dict[str, float], op: str) -> str:
+    worst = _worst(list(values.values()), op)
+    return next(n for n, v in values.items() if v == worst or (math.isnan(v) and math.isnan(worst)))
+
+
+def _delta(value: float, base: float) -> float | None:
+    d = value - base
+    return d if math.isfinite(d) else (0.0 if value == base else None)
+
+
+def _json_float(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else v
+
+
+def _shown(name: str, values: dict[str, float], bases: dict[str, float]) -> str:
+    text = f"{name}={_num(values[name])}"
+    if name in bases:
+        delta = _delta(values[name], bases[name])
+        text += f" (baseline {_num(bases[name])}, delta {'n/a' if delta is None else f'{delta:+.4g}'})"
+    return text
+
+
+def _threshold_shown(gate: Gate, names: list[str], thresholds: dict[str, float]) -> str:
+    if gate.relative_to != "baseline":
+        return _num(gate.value)
+    numbers = sorted({_num(thresholds[n]) for n in names})
+    return f"{_threshold_text(gate)} ({', '.join(numbers)})"
 
 
 def _latency_noise(report: Report, names: list[str], level: str) -> list[str]:
