@@ -58,24 +58,26 @@ def _independent_median(path, feed, runs: int = 7) -> float:
     return float(np.median(times))
 
 
-def test_the_reported_median_is_within_15_percent_of_an_independent_7_run_median(chain):
+def test_the_reported_median_is_within_15_percent_of_an_independent_7_run_median_or_says_it_is_noisy(chain):
     path, feeds = chain
     protocol = LatencyProtocol(intra_op_threads=1)
-    ratios = []
-    # A shared 2-core machine: another engineer's job can land on either measurement. The protocol
-    # is true when one of three back-to-back pairs agrees; a protocol that is off (e.g. times the
-    # first, cold run, or the eval loop's Python overhead) misses in all three.
+    seen = []
+    # A latency is true, or says that it is not: a median more than 15% off an independent 7-run
+    # median must come marked noisy. On a shared 2-core machine another job can land on either
+    # measurement, so one of three back-to-back pairs has to hold; a protocol that is off on a quiet
+    # machine (timing the first, cold run, or the eval loop's Python) fails all three.
     for _ in range(3):
         session = session_for(path, "all", intra_op_threads=1)
         _, lat = outputs_and_latency(session, feeds, protocol, LatencyBudget(30, 1), timing=True)
-        oracle = _independent_median(path, feeds[0])
-        ratios.append(lat.median_ms / oracle)
-        if abs(ratios[-1] - 1) <= 0.15:
+        ratio = lat.median_ms / _independent_median(path, feeds[0])
+        seen.append((round(ratio, 3), lat.noisy, lat.noisy_reasons))
+        if abs(ratio - 1) <= 0.15 or lat.noisy:
             break
-    assert any(abs(r - 1) <= 0.15 for r in ratios), ratios
+    assert any(abs(r - 1) <= 0.15 or noisy for r, noisy, _ in seen), seen
     assert lat.runs >= protocol.min_runs and lat.runs_from_eval == len(feeds) - protocol.warmup
     assert lat.median_ci_ms[0] <= lat.median_ms <= lat.median_ci_ms[1]
     assert lat.protocol and "order-statistic" in lat.protocol
+    assert lat.load_avg_1m is not None and 0 < lat.cpu_share <= 1
 
 
 def test_eval_runs_are_the_timing_samples_when_they_are_stable(chain):
