@@ -91,7 +91,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
     import numpy as np
     import psutil
 
-    from service.jobs.storage.disk import dedupe_job_files
+    from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
     from service.jobs.warmup import warm_up
@@ -113,6 +113,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
                                                   keep_level_graphs=False), job_dir)
         (job_dir / "report.json").write_text(report.model_dump_json())
         dedupe_job_files(job_dir)
+        drop_consumed_archive(job_dir, str(dest.relative_to(job_dir)))  # as service/jobs/runner.py does
         job_s = time.perf_counter() - t0
         peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         arts = job_dir / "artifacts"
