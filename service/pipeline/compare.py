@@ -43,10 +43,12 @@ from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, cores_idle, side_by_side
+from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
+from service.schemas.layers import LayersReport
 from service.schemas.report import Artifact, FileInfo, ModelInfo, QuantizationInventory, Report, TensorSpec, ToolInfo
 
 log = logging.getLogger(__name__)
@@ -151,6 +153,7 @@ def run_comparison(
                             out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded,
                             concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs)
     run.timings.update(levels.timings)
+    layers = layers_stage(options, prepared, fp32, inspected, run)
     artifacts = {name: art.model_copy(update={"optimized": levels.optimized[name]}) if name in levels.optimized
                  else art for name, art in inspected.artifacts.items()}
     env = environment()
@@ -163,7 +166,7 @@ def run_comparison(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
         agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints, platform=decided.platform,
-        verdict=verdict, timings=dict(run.timings),
+        layers=layers, verdict=verdict, timings=dict(run.timings),
     )
 
 
@@ -305,6 +308,33 @@ def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32,
             artifacts[name] = Artifact(name=name, status="ok", tool=outcome.value, file=file_info,
                                        quantization=inventory, seconds=secs)
     return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded)
+
+
+def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
+                 run: _Run) -> LayersReport | None:
+    """Per-tensor error of each quantized file against fp32 (issue 15), after the levels stage wrote
+    the optimized graphs; timed as ``timings.layers`` (its progress is part of ``evaluate``)."""
+    t0 = time.perf_counter()
+    layers = layers_for_comparison(
+        options=options, paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
+        tools={n: a.tool for n, a in inspected.artifacts.items() if a.tool is not None}, out_dir=run.scratch,
+        source=prepared.source, shapes=prepared.shapes, calibration=prepared.samples.calibration,
+        input_names=[s.name for s in prepared.source.specs], ort_input=_ort_input_used(fp32, run),
+        ort_settings=resolved_ort_settings(options), fp32_model=fp32.file.model,
+        optimized_paths={a: {lv: run.art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in inspected.paths},
+    )
+    if layers is not None:
+        run.timings["layers"] = round(time.perf_counter() - t0, 4)
+    return layers
+
+
+def _ort_input_used(fp32: Fp32, run: _Run) -> Path:
+    """The file the ORT paths quantized (``_input_for_ort``; still in scratch): exclude-and-retry
+    re-quantizes that same file, so ORT's node names are those it saw."""
+    for name in ("fp32.preprocessed.onnx", "fp32.opset13.onnx"):
+        if (run.scratch / name).exists():
+            return run.scratch / name
+    return fp32.file.path
 
 
 def _inspect(path: Path, fp32_hist: dict[str, int]) -> tuple[OnnxFile, FileInfo, QuantizationInventory]:

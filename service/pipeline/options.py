@@ -94,6 +94,22 @@ class LatencyOptions(_Strict):
     intra_op_threads: int = Field(1, ge=1, le=64)
 
 
+class LayersOptions(_Strict):
+    """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
+    counterpart in each quantized file, at ``disable_all``, on the first ``max_samples`` evaluation
+    samples. ``by_level``: also the SQNR of each tensor at every other requested level where it still
+    exists (the graph ORT saved at that level, run as written). ``retry_k > 0`` re-quantizes each
+    artifact with its k worst origin nodes kept in float."""
+
+    enabled: bool = True
+    by_level: bool = False
+    max_tensors: int = Field(2000, ge=1, le=100_000)
+    max_samples: int = Field(2, ge=1, le=4096)
+    max_seconds: float = Field(120.0, gt=0, le=3600)
+    retry_k: int = Field(0, ge=0, le=50)
+    retry_seconds: float = Field(180.0, gt=0, le=3600)
+
+
 class Gate(_Strict):
     """One CI threshold, evaluated by the server into ``verdict``.
 
@@ -142,6 +158,7 @@ class ComparisonOptions(_Strict):
     levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
     latency: LatencyOptions = Field(default_factory=LatencyOptions)
     attribution: bool = False
+    layers: LayersOptions = Field(default_factory=LayersOptions)
     gates: list[Gate] = Field(default_factory=list)
     # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
     # into each relative gate's ``baseline_values`` before the job runs.

@@ -18,6 +18,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.api.routes.artifacts import split_name
 from service.pipeline.options import LEVELS
 from service.render import svg
+from service.render.layers_svg import sqnr_by_depth, worst_rows
 from service.render.units import human_size
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
@@ -173,8 +174,14 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
     latency_protocol = next((((o or {}).get("latency") or {}).get("protocol") for a in arts.values()
                              for o in ((a.get("optimized") or {}).values()) if ((o or {}).get("latency") or {}).get("protocol")),
                             None)
+    layers = report.get("layers") or None
+    layer_view = None if not layers else {
+        "chart": sqnr_by_depth(layers), "worst": worst_rows(layers, 10), "l": layers,
+        "arts": [n for n in quant if any(n in (r.get("artifacts") or {}) for r in layers.get("rows") or [])],
+    }
     return {"r": report, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
             "latency_protocol": latency_protocol,
+            "layers": layer_view,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
             "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts)}
 

@@ -46,6 +46,13 @@ def summary_table(report: Report) -> str:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.
         lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
+    if report.layers is not None and report.layers.rows:
+        lines += ["", f"per-tensor error ({len(report.layers.rows)} tensors at disable_all; report.json 'layers'):"]
+        for art, tensor in report.layers.worst.items():
+            row = next(r for r in report.layers.rows if r.tensor == tensor)
+            top = next((o for o in report.layers.origins if o.artifact == art), None)
+            lines.append(f"  {art:<14}worst {tensor} ({row.op_type}) {row.artifacts[art].sqnr_db:.1f} dB"
+                         + (f"; {top.summary}" if top else ""))
     v = report.verdict
     if report.options.gates:
         lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]

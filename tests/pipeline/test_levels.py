@@ -18,6 +18,7 @@ import pytest
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.decide import decided_from_levels
 from service.render.levels_text import levels_summary_lines
+from tests.cpu import cosine_floor, int8_kernels_exact, sqnr_floor
 from service.pipeline.options import LEVELS, ComparisonOptions
 
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -182,10 +183,10 @@ def test_numerics_against_fp32_and_between_levels(conv_relu_levels):
         for level, ol in result.optimized[name].items():
             n = ol.numerics
             assert n.samples == 4 and len(n.outputs) == 1
-            assert n.worst_sqnr_db > 30, (name, level, n.worst_sqnr_db)
-            assert n.worst_cosine > 0.999
+            assert n.worst_sqnr_db > sqnr_floor(level), (name, level, n.worst_sqnr_db)
+            assert n.worst_cosine > cosine_floor(level)
             assert n.outputs[0].output_step > 0
-            if level != "disable_all":
+            if level != "disable_all" and int8_kernels_exact(level):
                 # ORT's rewrites move an output by at most a couple of quantization steps
                 assert n.outputs[0].drift_steps <= 2.0, (name, level, n.outputs[0].drift_steps)
 
@@ -205,7 +206,7 @@ def test_agreement_rows_between_quantized_artifacts(conv_relu_levels):
     for r in result.agreement:
         # None = bitwise identical (infinite SQNR): ort_qdq and ort_qoperator share calibration and
         # settings, and at level all both run the same NHWC QLinearConv
-        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > 25)
+        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > sqnr_floor("all", clean=25))
         assert 0 <= r.equal_share <= 1 and r.max_diff_steps is not None
 
 

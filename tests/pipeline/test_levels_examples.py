@@ -9,6 +9,8 @@ import platform
 
 import pytest
 
+from tests.cpu import U8S8_SATURATES, sqnr_floor
+
 X86 = platform.machine() in ("x86_64", "AMD64")
 pytestmark = pytest.mark.skipif(not X86, reason="pins ORT 1.32 on x86-64 (int8 -> uint8, NCHWc)")
 
@@ -25,7 +27,9 @@ def test_conv_relu_every_level_reported(compared):
             assert (workdir / "artifacts" / f"{name}.{level}.onnx").exists()
     assert _opt(report, "pt2e_qdq", "extended").op_histogram == {
         "QuantizeLinear": 1, "QLinearConv": 1, "DequantizeLinear": 1}
-    assert _opt(report, "pt2e_qdq", "all").numerics.worst_sqnr_db > 30
+    assert _opt(report, "pt2e_qdq", "all").numerics.worst_sqnr_db > sqnr_floor("all")
+    if U8S8_SATURATES:  # the report says why the figure is low on this CPU
+        assert "u8s8_saturation_without_vnni" in {lint.code for lint in report.lints}
 
 
 def test_tiny_conv_net_two_adjacent_fusions_stay_two_rewrites(compared):

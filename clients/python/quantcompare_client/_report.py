@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ._layers import Layers
 from ._svg import bar_chart
 
 __all__ = [
@@ -401,6 +402,12 @@ class Report:
         self.options: Dict[str, Any] = _d(self.raw.get("options"))
         self.environment: Dict[str, Any] = _d(self.raw.get("environment"))
         self.samples: Dict[str, Any] = _d(self.raw.get("samples"))
+        # Per-tensor error (issue 15); None from a server that does not measure it or when it is off.
+        # (a bare list of rows is read as {"rows": [...]}, as to_pandas("layers") does)
+        raw_layers = self.raw.get("layers")
+        if isinstance(raw_layers, list):
+            raw_layers = {"rows": raw_layers}
+        self.layers: Optional[Layers] = Layers(raw_layers) if isinstance(raw_layers, dict) else None
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -444,14 +451,6 @@ class Report:
                 if lv not in seen:
                     seen.append(lv)
         return sorted(seen, key=lambda lv: LEVELS.index(lv) if lv in LEVELS else len(LEVELS))
-
-    @property
-    def layers(self) -> Optional[Dict[str, Any]]:
-        """The per-tensor error table (``{"rows": [...], ...}``) when the server recorded one, else None."""
-        layers = self.raw.get("layers")
-        if isinstance(layers, list):
-            return {"rows": layers}
-        return layers if isinstance(layers, dict) else None
 
     # -- tables -----------------------------------------------------------------------------------
 

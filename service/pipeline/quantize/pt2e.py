@@ -26,6 +26,7 @@ def qdq_from_pt2e(
     out_path: Path,
     *,
     per_channel: bool = True,
+    skip_modules: tuple[str, ...] = (),
 ) -> ToolInfo:
     import onnx
     import torch
@@ -36,6 +37,12 @@ def qdq_from_pt2e(
     specs = source.specs
     config = get_symmetric_quantization_config(is_per_channel=per_channel)
     quantizer = XNNPACKQuantizer().set_global(config)
+    # Exclude-and-retry (runtime/layers_retry): these modules stay float. torchao 0.18's
+    # set_module_name asserts on None, but its annotation pass takes None as "annotate nothing"
+    # (_annotate_all_static_patterns returns early) and the global config skips every module
+    # listed in module_name_config, so the entry is written directly.
+    for module_name in skip_modules:
+        quantizer.module_name_config[module_name] = None
     prepared = prepare_pt2e(program.module(), quantizer)
     names = [s.name for s in specs]
     with torch.no_grad():
