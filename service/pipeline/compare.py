@@ -6,6 +6,7 @@
     inspect   what each file writes
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32, latency
+    advice    the changes the blockers point to, re-run and measured
     decide    decisions, lints, platform notes, gate verdict
 
 ``run_comparison`` calls one function per stage; each returns a typed value the next ones read.
@@ -45,16 +46,18 @@ from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, cores_idle, side_by_side
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
+from service.schemas.levels import Lint
 from service.schemas.layers import LayersReport
 from service.schemas.report import Artifact, FileInfo, ModelInfo, QuantizationInventory, Report, TensorSpec, ToolInfo
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "decide")
+STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "advice", "decide")
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,7 @@ class _Run:
     scratch: Path
     notify: Progress
     timings: dict[str, float] = field(default_factory=dict)
+    ort_input: Path | None = None  # the (pre-processed) fp32 file the ORT paths quantized; advice re-uses it
 
     @contextmanager
     def stage(self, name: str, total: int = 1):
@@ -156,17 +160,20 @@ def run_comparison(
     layers = layers_stage(options, prepared, fp32, inspected, run)
     artifacts = {name: art.model_copy(update={"optimized": levels.optimized[name]}) if name in levels.optimized
                  else art for name, art in inspected.artifacts.items()}
+    advice, refuted = advice_stage(options, prepared, levels, inspected, outcomes, run)
     env = environment()
     with run.stage("decide"):
         decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
-                                      batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu)
+                                      batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu,
+                                      advice_measured=advice + refuted)
         verdict = verdict_from_artifacts(artifacts, options, list(options.gates))
     shutil.rmtree(run.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
-        agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints, platform=decided.platform,
-        layers=layers, verdict=verdict, timings=dict(run.timings),
+        agreement=levels.agreement, decisions=decided.decisions,
+        lints=decided.lints + _symbolic_dim_lints(prepared.source.specs, prepared.shapes), platform=decided.platform,
+        advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
 
 
@@ -244,6 +251,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
             if not ort_names:
                 return
             ort_input, ort_note = _input_for_ort(fp32, ort_settings, run)
+            run.ort_input = ort_input  # the advice stage re-quantizes this same file
             for name in ort_names:
                 t0 = time.perf_counter()
                 outcome = run_path(name, "quantize", quantized_by_ort, ort_input, run.art_dir / f"{name}.onnx",
@@ -258,6 +266,36 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
         side_by_side(pt2e_side, ort_side, parallel=both)
         log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
     return {name: outcomes[name] for name in requested}
+
+
+def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspected: Inspected,
+                 outcomes: dict[str, tuple[PathOutcome, float]], run: _Run):
+    """The changes the blockers point to, re-run for real within options.advice's budget, while the
+    scratch folder (the pre-processed input, the calibration ranges) still exists: (proposed, refuted)."""
+    if not options.advice.enabled:
+        return [], []
+    with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
+        return advice_for_job(
+            levels.optimized, inspected.paths, options, ort_input=run.ort_input,
+            ort_settings=resolved_ort_settings(options), samples=prepared.samples,
+            input_names=[s.name for s in prepared.source.specs],
+            calibration_cache=run.scratch / "ort_calibration_ranges.json",
+            quantize_seconds={n: s for n, (_, s) in outcomes.items()})
+
+
+def _symbolic_dim_lints(specs, shapes) -> list[Lint]:
+    """The artifacts keep the model's symbolic dims, but every run here used one value for each."""
+    fixed = []
+    for spec in specs:
+        for i, d in enumerate(spec.shape):
+            if not isinstance(d, int) and spec.name in shapes and i < len(shapes[spec.name]):
+                fixed.append(f"{spec.name}[{i}] '{d or '?'}' = {shapes[spec.name][i]}")
+    if not fixed:
+        return []
+    return [Lint(code="symbolic_dims_measured_at_one_size", severity="info",
+                 message="the artifacts keep symbolic input dims, but calibration, evaluation, latency and advice "
+                         "ran with " + ", ".join(fixed),
+                 hint="set options.input_shapes to measure the size you deploy with")]
 
 
 def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str | None]:

@@ -94,6 +94,15 @@ class LatencyOptions(_Strict):
     intra_op_threads: int = Field(1, ge=1, le=64)
 
 
+class AdviceOptions(_Strict):
+    """Re-run the changes the blockers point to (e.g. uint8 activations on x86) and measure them."""
+
+    enabled: bool = True
+    # Job time the re-runs may take together; a candidate that would not fit is not re-run.
+    budget_seconds: float = Field(60.0, ge=0, le=3600)
+    level: Level = "all"
+
+
 class LayersOptions(_Strict):
     """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
     counterpart in each quantized file, at ``disable_all``, on the first ``max_samples`` evaluation
@@ -158,6 +167,7 @@ class ComparisonOptions(_Strict):
     levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
     latency: LatencyOptions = Field(default_factory=LatencyOptions)
     attribution: bool = False
+    advice: AdviceOptions = Field(default_factory=AdviceOptions)
     layers: LayersOptions = Field(default_factory=LayersOptions)
     gates: list[Gate] = Field(default_factory=list)
     # Id of an earlier comparison whose figures relative gates compare with; the API resolves it

@@ -51,7 +51,7 @@ def levels_summary_lines(report) -> list[str]:
                     if ol.latency), None)
     unit = "worst SQNR dB vs fp32" + (f" | median ms ({threads} thread{'s' if threads != 1 else ''})"
                                       if has_latency else "")
-    lines = [f"{'levels':<14}" + "".join(f"{lv:<{_COL}}" for lv in levels) + f"  ({unit})"]
+    lines = [f"{'levels':<14}" + "".join(f"{lv:<{_COL}}" for lv in levels) + f"  ({unit}; ORT's default: all)"]
     for name, art in arts.items():
         lines.append(f"{name:<14}" + "".join(f"{_cell(art.optimized.get(lv)):<{_COL}}" for lv in levels))
     noisy = [(name, lv, ol.latency) for name, art in arts.items() for lv, ol in art.optimized.items()

@@ -20,6 +20,7 @@ from service.pipeline.options import LEVELS
 from service.render import svg
 from service.render.layers_svg import sqnr_by_depth, worst_rows
 from service.render.units import human_size
+from service.render.why_float import advice_rows, blocker_groups
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                    autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
@@ -179,7 +180,8 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         "chart": sqnr_by_depth(layers), "worst": worst_rows(layers, 10), "l": layers,
         "arts": [n for n in quant if any(n in (r.get("artifacts") or {}) for r in layers.get("rows") or [])],
     }
-    return {"r": report, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+    why = {"groups": blocker_groups(report), "advice": advice_rows(report), "refuted": advice_rows(report, refuted=True)}
+    return {"r": report, "why": why, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
             "latency_protocol": latency_protocol,
             "layers": layer_view,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,

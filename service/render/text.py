@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from service.render.levels_text import levels_summary_lines
 from service.render.units import human_size
+from service.render.why_float import why_float_lines
 from service.schemas.report import Report
 
 
@@ -42,6 +43,7 @@ def summary_table(report: Report) -> str:
     extra = levels_summary_lines(report)
     if extra:
         lines += [""] + list(extra)
+    lines += why_float_lines(report)
     if report.platform:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.

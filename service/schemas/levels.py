@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.schemas.advice import UnfusedNode
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -131,6 +133,8 @@ class OptimizedLevel(_Model):
     kernel_activation_dtypes: dict[str, int] = Field(default_factory=dict)
     ops_float: dict[str, int] = Field(default_factory=dict)  # non-Q/DQ ops computing on float
     ops_float_reasons: dict[str, str] = Field(default_factory=dict)  # op -> why ORT runs it in float here
+    # One row per node ORT runs in float at this level and the ORT condition it fails (quantized artifacts).
+    unfused: list[UnfusedNode] = Field(default_factory=list)
     bias: BiasState = Field(default_factory=BiasState)
     layout: LayoutInfo = Field(default_factory=LayoutInfo)
     diff: LevelDiff | None = None

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.pipeline.options import ComparisonOptions
+from service.schemas.advice import AdviceEntry
 from service.schemas.layers import LayersReport
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel, PlatformNote
 
@@ -189,6 +190,9 @@ class Report(_Model):
     lints: list[Lint] = Field(default_factory=list)
     # Where this machine's ORT differs from the course chapter's arm64 measurements.
     platform: list[PlatformNote] = Field(default_factory=list)
+    # What to change, re-run for real and measured (verdict/advice.py); refuted = measured, not better.
+    advice: list[AdviceEntry] = Field(default_factory=list)
+    advice_refuted: list[AdviceEntry] = Field(default_factory=list)
     # Per-tensor error of each quantized file against fp32 (options.layers); None when off.
     layers: LayersReport | None = None
     verdict: Verdict

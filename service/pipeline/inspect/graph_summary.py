@@ -19,7 +19,6 @@ from service.pipeline.vocabulary import (
     INT8_KERNELS,
     MS,
     NCHWC,
-    QDQ_FUSION_LIST,
     QDQ_OPS,
     QLINEAR_BIAS_INDEX,
     SYMMETRIC_ZERO_POINT,
@@ -200,38 +199,4 @@ def output_steps(graph: GraphIndex) -> list[float | None]:
             if s is not None and s.size:
                 step = float(np.max(np.abs(s)))
         out.append(step)
-    return out
-
-
-# On CPUs where QDQIsInt8Allowed() is false (x86), these selectors take uint8 activations only.
-_U8_ONLY = {"Conv", "MatMul"}
-
-
-def float_op_reasons(graph: GraphIndex, *, int8_allowed: bool) -> dict[str, str]:
-    """For each op type that still runs in float in this graph: why, in ORT's terms."""
-    out: dict[str, str] = {}
-    for n in graph.nodes:
-        key = op_key(n)
-        if key in out or key in QDQ_OPS or key in INT8_KERNELS or n.op_type in DATA_MOVEMENT_OPS:
-            continue
-        first = next((i for i in n.input if i), None)
-        if first is None or first in graph.initializers or not is_float(graph.dtypes.get(first)):
-            continue
-        dqs = [graph.producer[i] for i in n.input if i in graph.producer
-               and graph.producer[i].op_type == "DequantizeLinear"]
-        qs = [c for o in n.output for c in graph.consumers.get(o, []) if c.op_type == "QuantizeLinear"]
-        if not dqs:
-            out[key] = "no DequantizeLinear before it: not quantized in the file"
-        elif key not in QDQ_FUSION_LIST:
-            out[key] = "not in ORT's QDQ fusion list: runs in float between DequantizeLinear and QuantizeLinear"
-        elif not qs and n.op_type not in ("MatMul", "Gemm"):
-            out[key] = "no QuantizeLinear after it: its output is not quantized in the file"
-        else:
-            act = {graph.dtypes.get(d.input[2]) for d in dqs if len(d.input) > 2 and d.input[2]
-                   and d.input[0] not in graph.initializers}
-            if not int8_allowed and n.op_type in _U8_ONLY and "int8" in act:
-                out[key] = ("not fused: its activation stayed int8 (QDQS8ToU8Transformer leaves a QuantizeLinear "
-                            "that feeds several DequantizeLinear) and on x86 ORT fuses Conv/MatMul on uint8 only")
-            else:
-                out[key] = "Q/DQ around it, but ORT's fusion conditions were not met (see the extended diff)"
     return out

@@ -24,11 +24,11 @@ from typing import Callable
 import numpy as np
 
 from service.pipeline.environment import cpu_info
+from service.pipeline.inspect.blockers import reasons_by_op, rows_index, unfused_nodes
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
     bias_state,
     compute_op_count,
-    float_op_reasons,
     layout_info,
     node_summaries,
     op_histogram,
@@ -156,6 +156,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
         prev_outputs: list[np.ndarray] | None = None
         seen: dict[str, str] = {}  # level graph digest -> the first level of this artifact that had it
         per_level: dict[str, OptimizedLevel] = {}
+        extended_rows = None  # blockers at extended: the layout levels keep them (no QDQ fusion runs there)
         results[name] = {}
         for level in levels:
             t0 = time.perf_counter()
@@ -185,6 +186,10 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
             int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
             float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
             coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
+            unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows)
+            if level == "extended":
+                extended_rows = rows_index(unfused, graph)
+            ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
             timings["optimize"] += time.perf_counter() - t0
             done += 1
             if progress:
@@ -234,7 +239,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                 quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
                 int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
                 compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
-                ops_float=ops_on_float(graph), ops_float_reasons=float_op_reasons(graph, int8_allowed=int8_allowed),
+                ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
+                unfused=[] if name == "fp32" else unfused,
                 bias=bias_state(graph),
                 layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
                 session_seconds=session_seconds, same_graph_as=same_as,
@@ -300,7 +306,10 @@ def _attribute(diff, path: Path, level: str, prev_graph: GraphIndex, threads: in
                         cache[cand] = {rw.summary}
                 if rw.summary not in cache[cand]:
                     confirmed.append(cand)
-            rewrites.append(rw.model_copy(update={"confirmed": bool(confirmed), "confirmed_by": confirmed}))
+            update = {"confirmed": bool(confirmed), "confirmed_by": confirmed}
+            if not confirmed:
+                update["transformer"] = None  # switching each candidate off left the rewrite in place: none made it
+            rewrites.append(rw.model_copy(update=update))
         return diff.model_copy(update={"rewrites": rewrites})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
