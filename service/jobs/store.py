@@ -239,6 +239,12 @@ class JobStore:
             ).fetchall()
         return [r[0] for r in rows]
 
+    def statuses(self) -> dict[str, tuple[str, float | None]]:
+        """id -> (status, finished_at) of every job (the data-dir budget's view of the store)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT id, status, finished_at FROM jobs").fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
+
     def mean_duration(self, last: int = 20) -> float | None:
         with self._lock:
             row = self._conn.execute(

@@ -22,7 +22,8 @@ def _cell(ol) -> str:
         return "error"
     n = ol.numerics
     sq = "-" if n is None else ("exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}")
-    lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}"
+    # "~": the latency is marked noisy (measured under load, or never stable); the legend says so.
+    lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}{'~' if ol.latency.noisy else ''}"
     return sq + lat
 
 
@@ -55,6 +56,13 @@ def levels_summary_lines(report) -> list[str]:
                                     for name, art in arts.items()]
     lines = aligned_rows(grid, min_widths=[14] + [_COL - 2] * len(levels))
     lines[0] += f"  ({unit}; ORT's default: all)"
+    noisy = [(name, lv, ol.latency) for name, art in arts.items() for lv, ol in art.optimized.items()
+             if ol.latency is not None and ol.latency.noisy and not ol.latency.timed_with]
+    if noisy:
+        _name, _lv, lat = noisy[0]
+        why = lat.noisy_reasons[-1] if lat.noisy_reasons else "noisy"  # load reasons come last
+        line = f"~ noisy latency ({len(noisy)} of the timed graphs; e.g. {why}): time on a quiet machine"
+        lines.append(line if len(line) <= 150 else line[:147] + "...")
     cov = []
     for name, art in arts.items():
         if name == "fp32":

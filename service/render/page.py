@@ -71,6 +71,16 @@ def _worst_sqnr(level: dict | None) -> float | None:
     return num.get("worst_sqnr_db")
 
 
+def _noisy(level: dict | None) -> str | None:
+    """Why a latency is marked noisy ('' when it is not), for the page's warning marks."""
+    lat = (level or {}).get("latency") or {}
+    if not lat.get("noisy"):
+        return None
+    load = f"; load average {lat['load_avg_1m']:.2f}" if lat.get("load_avg_1m") is not None else ""
+    jobs = f"; {lat['concurrent_jobs']} jobs running" if lat.get("concurrent_jobs") else ""
+    return "; ".join(lat.get("noisy_reasons") or ["noisy"]) + load + jobs
+
+
 def _latency(level: dict | None) -> float | None:
     return ((level or {}).get("latency") or {}).get("median_ms")
 
@@ -137,6 +147,7 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
             "coverage": at.get("int8_coverage"), "sqnr": _worst_sqnr(at) if at.get("numerics") else "na",
             "cosine": (at.get("numerics") or {}).get("worst_cosine"), "latency": lat,
             "ratio": (lat / ref) if lat and ref else None, "nodes": at.get("node_count"),
+            "latency_noisy": _noisy(at) or _noisy(fp32_opt.get(last) if last else None),
             "kernels": ", ".join(f"{k} ×{v}" for k, v in (at.get("int8_kernels") or {}).items()) or "none",
         })
 
@@ -163,6 +174,9 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         downloads.append({"name": fname, "artifact": art, "level": lv, "size": size,
                           "url": f"/v1/comparisons/{job_id}/artifacts/{fname}"})
     lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
+    latency_protocol = next((((o or {}).get("latency") or {}).get("protocol") for a in arts.values()
+                             for o in ((a.get("optimized") or {}).values()) if ((o or {}).get("latency") or {}).get("protocol")),
+                            None)
     layers = report.get("layers") or None
     layer_view = None if not layers else {
         "chart": sqnr_by_depth(layers), "worst": worst_rows(layers, 10), "l": layers,
@@ -170,6 +184,7 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
     }
     why = {"groups": blocker_groups(report), "advice": advice_rows(report), "refuted": advice_rows(report, refuted=True)}
     return {"r": report, "why": why, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+            "latency_protocol": latency_protocol,
             "layers": layer_view,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
             "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts),

@@ -169,6 +169,7 @@ class GateResult(_Model):
     baseline: float | None = None
     delta: float | None = None
     message: str
+    noisy: bool = False  # a latency it read was measured under load (LatencyStats.noisy)
 
 
 class Verdict(_Model):

@@ -249,6 +249,7 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
             thresholds[name] = gate.value
         values[name] = value
     failing = [n for n, v in values.items() if not _compare(v, gate.op, thresholds[n])]
+    noise = _latency_noise(report, list(values), gate.level) if gate.metric == "latency_ratio" else []
     # The deciding number is the worst one in the gate's own direction (against a baseline: the
     # worst change, since each artifact has its own baseline figure).
     pool = failing or list(values)
@@ -262,6 +263,18 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
         parts.append(f"{', '.join(_shown(n, values, bases) for n in failing)} not {gate.op} {_threshold_shown(gate, failing, thresholds)}")
     parts.extend(problems)
     fields = dict(gate=label, actual=_json_float(actual), baseline=baseline_json, delta=delta)
+    if noise:
+        # A latency measured under load is not evidence of a regression (nor of its absence): say so,
+        # and let the gate decide by its ``on_noisy`` (default: fail, so CI re-runs rather than trusts it).
+        why = "noisy latency (" + "; ".join(noise) + ")"
+        if failing and not problems and gate.on_noisy == "pass":
+            return GateResult(passed=True, noisy=True, **fields,
+                              message=f"{'; '.join(parts)}, but {why}: passed by on_noisy=pass; re-run on an idle machine")
+        if parts:
+            parts.append(f"{why}: re-run on an idle machine before reading it as a regression")
+            return GateResult(passed=False, noisy=True, message="; ".join(parts), **fields)
+        return GateResult(passed=True, noisy=True, **fields,
+                          message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}; {why}")
     if parts:
         return GateResult(passed=False, message="; ".join(parts), **fields)
     return GateResult(passed=True, message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}", **fields)
@@ -302,6 +315,18 @@ def _threshold_shown(gate: Gate, names: list[str], thresholds: dict[str, float])
         return _num(gate.value)
     numbers = sorted({_num(thresholds[n]) for n in names})
     return f"{_threshold_text(gate)} ({', '.join(numbers)})"
+
+
+def _latency_noise(report: Report, names: list[str], level: str) -> list[str]:
+    """'<artifact>: <reasons>' for each latency the gate read (fp32's included) that is marked noisy."""
+    out = []
+    for name in ["fp32", *names]:
+        art = report.artifacts.get(name)
+        opt = art.optimized.get(level) if art is not None else None
+        lat = getattr(opt, "latency", None) if opt is not None else None
+        if lat is not None and getattr(lat, "noisy", False):
+            out.append(f"{name}: {', '.join(lat.noisy_reasons) or 'noisy'}")
+    return out
 
 
 def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> tuple[float | None, str | None]:
