@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render.levels_text import levels_summary_lines
 from service.render.units import human_size
 from service.render.why_float import why_float_lines
@@ -21,6 +22,13 @@ def summary_table(report: Report) -> str:
         f"inputs: " + ", ".join(f"{k}{v}" for k, v in m.resolved_input_shapes.items()),
         f"samples: {report.samples.calibration_count} calibration / {report.samples.eval_count} evaluation "
         f"({report.samples.source}); {report.environment.cpu.arch}, onnxruntime {report.environment.versions.get('onnxruntime')}",
+    ]
+    if m.notes:
+        lines += [f"note: {n}" for n in m.notes]
+    banner = made_up_data_banner(report.samples)
+    if banner:
+        lines += ["", "!! " + banner + " (upload an .npz; CI: gate calibration_data_uploaded)"]
+    lines += [
         "",
         f"{'artifact':<14}{'status':<9}{'Q/DQ':>8}  {'bias':<8}{'weights':<10}{'size':>9}  quantized ops (int8 kernels in file)",
     ]

@@ -58,6 +58,8 @@ class ModelInfo(_Model):
     # The concrete shapes every sample was made with, and where each dynamic value came from.
     resolved_input_shapes: dict[str, list[int]] = Field(default_factory=dict)
     shape_notes: list[str] = Field(default_factory=list)
+    # What else the file tells a reader about itself (e.g. operator domains imported but unused).
+    notes: list[str] = Field(default_factory=list)
 
 
 class SamplesInfo(_Model):
@@ -167,6 +169,7 @@ class GateResult(_Model):
     baseline: float | None = None
     delta: float | None = None
     message: str
+    noisy: bool = False  # a latency it read was measured under load (LatencyStats.noisy)
 
 
 class Verdict(_Model):

@@ -6,7 +6,7 @@
 Change an entry deliberately, in the same commit as the change that moves the outcome.
 
 Statuses: ``ok``, ``failed`` (the tool ran and raised), ``skipped`` (the path cannot apply: named
-cause), ``-`` (the path is not requested for that model). Pinned from main at 841eace (issue 19).
+cause), ``-`` (the path is not requested for that model). Pinned from main at 841eace, plus the two unused-domain models main added by 0faf271 (issue 19).
 """
 
 from __future__ import annotations
@@ -55,5 +55,8 @@ OUTCOMES: dict[str, Outcome] = {
                                            "model is already quantized (QDQ + QOperator)"),
     "already_quantized_dynamic": Outcome("already_quantized_dynamic", "skipped", "skipped", "skipped",
                                          "model is already quantized (DynamicQuantizeLinear)"),
+    "unused_domain_imports": Outcome("unused_domain_imports (5 domains no node uses)", "ok", "ok", "ok"),
+    "already_quantized_unused_domains": Outcome("already_quantized_unused_domains", "skipped", "skipped", "skipped",
+                                                "model is already quantized (QDQ + QOperator)"),
     "large_100mb": Outcome("large_100mb (105 MB, ort_qdq only)", "-", "ok", "-"),
 }

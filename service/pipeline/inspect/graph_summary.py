@@ -148,16 +148,19 @@ def weight_quant_params(graph: GraphIndex) -> list[dict]:
     def add(w: str, scale: str, zp: str | None, consumer: str):
         if w in seen:
             return
-        arr = graph.init_array(w)
-        if arr is None or arr.ndim < 2 or not np.issubdtype(arr.dtype, np.integer):
+        t = graph.initializers.get(w)  # dims and dtype only: the weight's values are not needed
+        if t is None or len(t.dims) < 2:
+            return
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+        if not np.issubdtype(dtype, np.integer):
             return
         seen.add(w)
         s = graph.init_array(scale)
         z = graph.init_array(zp) if zp else None
-        zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=arr.dtype)
-        mid = SYMMETRIC_ZERO_POINT.get(arr.dtype.name, 0)
+        zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=dtype)
+        mid = SYMMETRIC_ZERO_POINT.get(dtype.name, 0)
         out.append({
-            "name": w, "dtype": arr.dtype.name, "consumer": consumer,
+            "name": w, "dtype": dtype.name, "consumer": consumer,
             "per_channel": s is not None and s.size > 1,
             "symmetric": bool(np.all(zv == mid)),
             "zero_points_equal": bool(np.all(zv == zv[0])) if zv.size else True,
