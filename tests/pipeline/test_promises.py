@@ -94,7 +94,8 @@ def test_latency_ratio_gates_on_a_real_report(compared):
     for level in ("disable_all", "all"):
         fp32 = report.artifacts["fp32"].optimized[level].latency
         qdq = report.artifacts["ort_qdq"].optimized[level].latency
-        assert fp32.runs == qdq.runs == 5 and 0 < qdq.median_ms <= qdq.p90_ms
+        # at least the runs asked for (the latency protocol adds runs when the timing is not stable)
+        assert fp32.runs >= 5 and qdq.runs >= 5 and 0 < qdq.median_ms <= qdq.p90_ms
         ratio = qdq.median_ms / fp32.median_ms
         above, below = ratio * 1.01, ratio * 0.99
         v = verdict_from_report(report, [gate_from_string(f"ort_qdq.{level}.latency_ratio<={above:.9g}"),
