@@ -306,6 +306,6 @@ def test_summary_columns_stay_aligned_for_any_width(conv_relu_levels, median_ms)
         for cell in cells:  # every cell holds exactly one level's value, and a gap before the next
             assert cell.count("|") <= 1, row
             if "|" in cell:
-                assert cell.split("|")[1].strip() == f"{median_ms:.2f}", row
+                assert cell.split("|")[1].strip().removesuffix("~") == f"{median_ms:.2f}", row  # "~": noisy
         for s in starts[1:]:
             assert row[s - 1] == " " and row[s - 2] == " ", row
