@@ -1,0 +1,90 @@
+"""Reduce* (axes attribute before opset 18 - ReduceSum before 13 -, axes input after), ArgMax, ArgMin (C1)."""
+from __future__ import annotations
+
+from ..registry import converter
+from ._common import const_ints, norm_axis
+
+# op -> the opset whose version takes axes as an input
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+def _reduce(op_type: str, fn_name: str):
+    @converter(op_type)
+    def convert(ctx, node, inputs):
+        import torch
+
+        x = inputs[0]
+        if ctx.opset >= _AXES_INPUT_SINCE.get(op_type, 18):
+            axes = const_ints(ctx, node, 1, "axes")
+        else:
+            a = node.attr("axes")
+            axes = list(a) if a is not None else None
+        keep = bool(node.attr("keepdims", 1))
+        if not axes:
+            if node.attr("noop_with_empty_axes", 0):
+                return x
+            axes = list(range(x.dim()))
+        axes = sorted(norm_axis(a, x.dim()) for a in axes)
+        if x.dim() == 0:
+            return _apply(fn_name, x, None, keep)
+        return _apply(fn_name, x, axes, keep)
+
+    convert.__name__ = f"convert_{op_type}"
+    return convert
+
+
+def _apply(fn_name, x, axes, keep):
+    import torch
+
+    dims = tuple(axes) if axes is not None else ()
+    if fn_name == "sum":
+        return torch.sum(x, dims, keepdim=keep) if dims else x
+    if fn_name == "mean":
+        return torch.mean(x, dims, keepdim=keep) if dims else x
+    if fn_name == "max":
+        return torch.amax(x, dims, keepdim=keep) if dims else x
+    if fn_name == "min":
+        return torch.amin(x, dims, keepdim=keep) if dims else x
+    if fn_name == "prod":
+        out = x
+        for d in sorted(dims, reverse=True):
+            out = torch.prod(out, d, keepdim=keep)
+        return out
+    if fn_name == "l1":
+        return torch.sum(torch.abs(x), dims, keepdim=keep)
+    if fn_name == "l2":
+        return torch.sqrt(torch.sum(x * x, dims, keepdim=keep))
+    if fn_name == "sumsquare":
+        return torch.sum(x * x, dims, keepdim=keep)
+    if fn_name == "logsum":
+        return torch.log(torch.sum(x, dims, keepdim=keep))
+    if fn_name == "logsumexp":
+        return torch.logsumexp(x, dims, keepdim=keep)
+    raise AssertionError(fn_name)
+
+
+for _op, _fn in (("ReduceSum", "sum"), ("ReduceMean", "mean"), ("ReduceMax", "max"), ("ReduceMin", "min"),
+                 ("ReduceProd", "prod"), ("ReduceL1", "l1"), ("ReduceL2", "l2"), ("ReduceSumSquare", "sumsquare"),
+                 ("ReduceLogSum", "logsum"), ("ReduceLogSumExp", "logsumexp")):
+    _reduce(_op, _fn)
+
+
+def _arg(op_type: str, largest: bool):
+    @converter(op_type)
+    def convert(ctx, node, inputs):
+        import torch
+
+        x = inputs[0]
+        axis = norm_axis(int(node.attr("axis", 0)), x.dim())
+        keep = bool(node.attr("keepdims", 1))
+        if node.attr("select_last_index", 0):
+            flipped = x.flip(axis)
+            idx = (torch.argmax if largest else torch.argmin)(flipped, axis, keepdim=keep)
+            return x.shape[axis] - 1 - idx
+        return (torch.argmax if largest else torch.argmin)(x, axis, keepdim=keep)
+
+    return convert
+
+
+_arg("ArgMax", True)
+_arg("ArgMin", False)
