@@ -158,7 +158,7 @@ def run_comparison(
                 from service.pipeline.pt2e import qdq_from_pt2e
 
                 outcome = run_path(name, "quantize", qdq_from_pt2e, source, shapes, samples.calibration, out,
-                                   per_channel=options.pt2e.per_channel)
+                                   per_channel=options.pt2e.per_channel, evaluation=samples.evaluation)
             else:
                 from service.pipeline.ort_quant import quantized_by_ort
 
@@ -183,8 +183,11 @@ def run_comparison(
         for name in requested:
             outcome, secs = outcomes[name]
             if not outcome.ok:
+                # An ONNX upload's PT2E skip still reports its conversion (parity figure included).
+                conversion = getattr(outcome.value, "to_dict", None)
+                tool = ToolInfo(name=outcome.value.converter, version="", conversion=conversion()) if conversion else None
                 artifacts[name] = Artifact(name=name, status="skipped" if outcome.skipped else "failed",
-                                           error=outcome.error, seconds=secs)
+                                           error=outcome.error, seconds=secs, tool=tool)
                 continue
             path = art_dir / f"{name}.onnx"
             inspected = run_path(name, "inspect", _inspect, path, fp32_hist)

@@ -134,9 +134,10 @@ def test_ort_qdq_of_an_opset11_model_loads(corpus_report):
 
 
 def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
-    """silero's sample-rate If folds away once `sr` is one value in every calibration sample."""
-    from service.pipeline.onnx_to_torch import program_from_onnx
+    """silero's sample-rate If folds away once `sr` is one value in every calibration sample, and the
+    converted module matches ORT before PT2E ever sees it."""
     from service.pipeline.options import ComparisonOptions
+    from service.pipeline.quantize.onnx_torch.program import program_from_onnx
     from service.pipeline.samples import generated_samples
     from service.pipeline.sources import source_from_onnx
     from service.pipeline.specs import resolved_input_shapes
@@ -150,11 +151,9 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     options = ComparisonOptions.model_validate(model.options_with())
     shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
     samples = generated_samples(source.specs, shapes, options)
-    from service.errors import PathSkipped
-
-    try:
-        program = program_from_onnx(source, shapes, calibration=samples.calibration)
-    except PathSkipped as e:  # what is left are opset-18 ops onnx2torch lacks, named; the If is gone
-        assert "If" not in e.message and "Pad" in e.message, e.message
-    else:
-        assert len(program.graph_signature.user_inputs) == len(source.specs)
+    program, conversion = program_from_onnx(source, shapes, calibration=samples.calibration,
+                                            evaluation=samples.evaluation)
+    assert len(program.graph_signature.user_inputs) == len(source.specs)
+    assert "If" not in conversion.ops  # the sample-rate branch folded away
+    assert conversion.max_abs_error_vs_onnx is not None and conversion.max_abs_error_vs_onnx < 1e-4
+    assert any("sr=16000" in n for n in conversion.notes)

@@ -207,7 +207,10 @@ class GraphRunner:
             return False
         if node.op_type in _SHAPE_OPS and node.domain == "":
             return bool(node.inputs) and self._has_value(node.inputs[0], scope)
-        return all((not n) or scope.const(n) is not None for n in node.inputs)
+        if not all((not n) or scope.const(n) is not None for n in node.inputs):
+            return False
+        # If/Loop/Scan: their bodies may read outer values that are not constants
+        return all(scope.const(n) is not None for n in _subgraph_outer_reads(node))
 
     @staticmethod
     def _has_value(name: str, scope: _Scope) -> bool:
@@ -503,6 +506,27 @@ class OnnxModule(_Base):
             else:
                 outs.append(scope.get(name))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _subgraph_outer_reads(node: OnnxNode) -> set[str]:
+    """Names a node's subgraphs read that they do not define themselves."""
+    graphs = [v for v in node.attrs.values() if hasattr(v, "node") and hasattr(v, "initializer")]
+    if not graphs:
+        return set()
+    reads: set[str] = set()
+
+    def visit(graph, defined: set[str]):
+        defined = defined | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        for n in graph.node:
+            reads.update(i for i in n.input if i and i not in defined)
+            for a in n.attribute:
+                if a.HasField("g"):
+                    visit(a.g, defined)
+            defined |= set(n.output)
+
+    for g in graphs:
+        visit(g, set())
+    return reads
 
 
 def _outer_names(plan: list[OnnxNode]) -> set[str]:

@@ -241,10 +241,12 @@ def gather(ctx, node, inputs):
 
     x, idx = inputs
     axis = norm_axis(int(node.attr("axis", 0)), x.dim())
+    c = ctx.const(node.inputs[1])
+    if c is not None and np.asarray(c).ndim == 0:
+        return torch.select(x, axis, int(c) % x.shape[axis])
     idx = _norm_indices(idx, x.shape[axis], ctx, node.inputs[1])
     if idx.dim() == 0:
-        return torch.select(x, axis, int(ctx.const(node.inputs[1]).item()) % x.shape[axis]) \
-            if ctx.const(node.inputs[1]) is not None else torch.index_select(x, axis, idx.reshape(1)).squeeze(axis)
+        return torch.index_select(x, axis, idx.reshape(1)).squeeze(axis)
     if axis == 0 and x.dim() == 2 and x.is_floating_point():
         return torch.nn.functional.embedding(idx, x)
     flat = torch.index_select(x, axis, idx.reshape(-1))
