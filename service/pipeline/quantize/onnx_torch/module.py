@@ -45,6 +45,14 @@ class ConversionError(Exception):
         self.node = node
 
 
+class _StopBuild(Exception):
+    """The build run cannot go past ``node`` (no converter, and the reference cannot run it)."""
+
+    def __init__(self, node: OnnxNode):
+        super().__init__(node.name)
+        self.node = node
+
+
 class MissingConverters(Exception):
     """Nodes with no converter (and not constant-foldable); ``missing`` counts (domain, op, opset)."""
 
@@ -270,7 +278,7 @@ class GraphRunner:
                 out = self._call(node, scope, inputs)
         except UnsupportedNode as e:
             raise ConversionError(f"{node.op_type} node {node.name!r}: {e}", node) from e
-        except (MissingConverters, ConversionError):
+        except (MissingConverters, ConversionError, _StopBuild):
             raise
         except Exception as e:  # noqa: BLE001 - name the node that failed
             raise ConversionError(f"{node.op_type} node {node.name!r} failed to convert: "
@@ -280,9 +288,12 @@ class GraphRunner:
             if not self.building:
                 raise ConversionError(f"no converter for {node.op_type}", node)
             self.missing[(node.domain or "ai.onnx", node.op_type, self.opset if node.domain == "" else 1)] += 1
-            # keep going with ORT's reference numbers so that every missing op is found in one run
+            # keep going with the ONNX reference's numbers so that every missing op is found in one run
             arrays = [None if v is None else _as_numpy(v) for v in inputs]
-            out = [None if o is None else to_torch(o) for o in _reference_eval(node, arrays, self.opset)]
+            try:
+                out = [None if o is None else to_torch(o) for o in _reference_eval(node, arrays, self.opset)]
+            except ConversionError:
+                raise _StopBuild(node) from None
         self.converted[node.op_type] += 1
         if main and self.building:
             self.kept.append(node)
@@ -334,6 +345,17 @@ class GraphRunner:
 
     def reset(self) -> None:
         self._sub_calls = 0
+
+
+def _count_missing(raw, opset: int, missing: Counter) -> None:
+    """Count ``raw`` and the nodes of its subgraphs that have no converter."""
+    domain = raw.domain if raw.domain != "ai.onnx" else ""
+    if find_converter(domain, raw.op_type, opset if domain == "" else 1) is None:
+        missing[(domain or "ai.onnx", raw.op_type, opset if domain == "" else 1)] += 1
+    for a in raw.attribute:
+        if a.HasField("g"):
+            for n in a.g.node:
+                _count_missing(n, opset, missing)
 
 
 def _reference_eval(node: OnnxNode, arrays: list[np.ndarray | None], opset: int) -> list[np.ndarray]:
@@ -417,9 +439,16 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
     graph_inputs = [i.name for i in model.graph.input if i.name not in scope.consts]
     for name in graph_inputs:
         scope.values[name] = to_torch(example[name])
+    nodes = list(model.graph.node)
     with torch.no_grad():
-        for raw in model.graph.node:
-            runner.run_node(onnx_node(raw), scope, main=True)
+        for k, raw in enumerate(nodes):
+            try:
+                runner.run_node(onnx_node(raw), scope, main=True)
+            except _StopBuild:
+                # the rest of the graph cannot run: list its missing ops from the registry alone
+                for rest in nodes[k + 1:]:
+                    _count_missing(rest, opset, runner.missing)
+                break
     if runner.missing:
         raise MissingConverters(runner.missing)
     outputs = [o.name for o in model.graph.output]
