@@ -47,6 +47,13 @@ def ort_outputs(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
     return sess.run(None, feeds)
 
 
+def reference_outputs(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnx's reference evaluator: the oracle where ORT's CPU kernels refuse a variant."""
+    from onnx.reference import ReferenceEvaluator
+
+    return [np.asarray(o) for o in ReferenceEvaluator(model).run(None, feeds)]
+
+
 def torch_module(model, feeds: dict[str, np.ndarray]):
     from service.pipeline.quantize.onnx_torch.module import build_module
 
@@ -58,12 +65,13 @@ def _as_list(out) -> list:
 
 
 def assert_matches_ort(model, feeds: dict[str, np.ndarray], *, atol: float = 1e-5, rtol: float = 1e-5,
-                       export: bool = False) -> list[np.ndarray]:
-    """Converted module == ORT on ``feeds`` (shapes and values); with ``export`` the
-    torch.export program too. Returns ORT's outputs."""
+                       export: bool = False, oracle: str = "ort") -> list[np.ndarray]:
+    """Converted module == ORT (or ``oracle="reference"``: onnx's reference evaluator) on
+    ``feeds`` (shapes and values); with ``export`` the torch.export program too. Returns the
+    oracle's outputs."""
     import torch
 
-    want = ort_outputs(model, feeds)
+    want = ort_outputs(model, feeds) if oracle == "ort" else reference_outputs(model, feeds)
     module = torch_module(model, feeds)
     args = tuple(torch.from_numpy(np.ascontiguousarray(a)) for a in feeds.values())
     with torch.no_grad():
