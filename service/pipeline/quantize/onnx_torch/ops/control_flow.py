@@ -1,0 +1,110 @@
+"""If and Loop, when they are static: the branch taken and the number of iterations are known
+at conversion time, so the torch graph holds the taken branch / the unrolled body and no control
+flow (torch.export would need torch.cond / while_loop with data-dependent predicates, which PT2E
+does not quantize through).
+
+- If: the condition must fold to a constant (after specialization it usually does: a flag input
+  fixed by the calibration data, a comparison of static shapes). Only that branch runs.
+- Loop: the trip count M must fold, the initial condition must be absent or fold, and the body
+  must have no data-dependent exit: its condition output is the condition input passed through
+  (possibly via Identity) or a constant. Then the body is run M times (or 0 times when the initial
+  condition is false), loop-carried values threaded through, scan outputs stacked on a new axis 0.
+Anything else raises UnsupportedNode naming the node and the reason.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..registry import ConvertContext, OnnxNode, UnsupportedNode, converter
+
+# Each iteration copies the body into the torch graph; past this the graph (and export time)
+# grows beyond what a conversion should cost.
+MAX_UNROLL = 1024
+
+
+@converter("If", since=1)
+def if_(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]):
+    cond = ctx.const(node.inputs[0])
+    if cond is None:
+        raise UnsupportedNode(f"If {node.name!r}: the condition {node.inputs[0]!r} depends on the input data "
+                              "(it does not fold to a constant for the job's input shapes)")
+    flag = np.asarray(cond).ravel()
+    if flag.size != 1:
+        raise UnsupportedNode(f"If {node.name!r}: condition of {flag.size} elements")
+    branch = node.attrs["then_branch" if bool(flag[0]) else "else_branch"]
+    return ctx.run_subgraph(branch, {})
+
+
+def _static_condition(body) -> bool | None:
+    """True when the body's condition output is its condition input (through Identity nodes) or a
+    constant true; False for a constant false; None when it is computed from data."""
+    from onnx import helper, numpy_helper
+
+    cond_in, name = body.input[1].name, body.output[0].name
+    producers = {o: n for n in body.node for o in n.output}
+    inits = {i.name: i for i in body.initializer}
+    for _ in range(len(body.node) + 1):
+        if name == cond_in:
+            return True
+        if name in inits:
+            return bool(np.asarray(numpy_helper.to_array(inits[name])).ravel()[0])
+        node = producers.get(name)
+        if node is None:
+            return None  # from the enclosing scope: not provably static here
+        if node.op_type == "Identity":
+            name = node.input[0]
+            continue
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value":
+                    return bool(np.asarray(numpy_helper.to_array(a.t)).ravel()[0])
+                if a.name in ("value_int", "value_ints"):
+                    return bool(np.asarray(helper.get_attribute_value(a)).ravel()[0])
+        return None
+    return None
+
+
+@converter("Loop", since=1)
+def loop(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]):
+    body = node.attrs["body"]
+    m_name = node.inputs[0] if node.inputs else ""
+    c_name = node.inputs[1] if len(node.inputs) > 1 else ""
+    trip = ctx.const(m_name) if m_name else None
+    if m_name and trip is None:
+        raise UnsupportedNode(f"Loop {node.name!r}: the trip count {m_name!r} depends on the input data")
+    cond0 = ctx.const(c_name) if c_name else None
+    if c_name and cond0 is None:
+        raise UnsupportedNode(f"Loop {node.name!r}: the initial condition {c_name!r} depends on the input data")
+    # ORT reads the body's condition output after every iteration, also in the "for" form
+    # (no condition input), so it must be static in both forms
+    keeps_going = _static_condition(body)
+    if keeps_going is None:
+        raise UnsupportedNode(f"Loop {node.name!r}: the body's condition output {body.output[0].name!r} is "
+                              "computed from data (a data-dependent exit)")
+    if trip is None:
+        raise UnsupportedNode(f"Loop {node.name!r}: no trip count and a condition that never turns false")
+    iterations = int(np.asarray(trip).ravel()[0])
+    if cond0 is not None and not bool(np.asarray(cond0).ravel()[0]):
+        iterations = 0
+    elif not keeps_going:
+        iterations = min(iterations, 1)  # a constant-false body condition stops after one pass
+    if iterations > MAX_UNROLL:
+        raise UnsupportedNode(f"Loop {node.name!r}: {iterations} iterations to unroll (limit {MAX_UNROLL})")
+
+    carried = list(inputs[2:])
+    n_carried = len(carried)
+    n_scan = len(body.output) - 1 - n_carried
+    names = [i.name for i in body.input]
+    scans: list[list[torch.Tensor]] = [[] for _ in range(n_scan)]
+    for i in range(iterations):
+        feeds = {names[0]: torch.tensor(i, dtype=torch.int64), names[1]: torch.tensor(True)}
+        feeds.update(zip(names[2:], carried))
+        outs = ctx.run_subgraph(body, feeds)
+        carried = list(outs[1:1 + n_carried])
+        for k, value in enumerate(outs[1 + n_carried:]):
+            scans[k].append(value)
+    if n_scan and iterations == 0:
+        raise UnsupportedNode(f"Loop {node.name!r}: zero iterations with scan outputs (their element shape "
+                              "is unknown)")
+    return carried + [torch.stack(s, 0) for s in scans]
