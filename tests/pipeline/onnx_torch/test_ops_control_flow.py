@@ -138,3 +138,31 @@ def test_loop_too_long_to_unroll_is_refused():
     model, feeds = _loop_model(trip=100_000, scan=False)
     with pytest.raises(ConversionError, match="loop0.*100000 iterations"):
         torch_module(model, feeds)
+
+
+def _core_folds_subgraph_constants() -> bool:
+    from service.pipeline.quantize.onnx_torch import module
+
+    return bool(getattr(module._Context, "const_subgraph_inputs", False))
+
+
+@pytest.mark.skipif(not _core_folds_subgraph_constants(),
+                    reason="the core does not fold constant subgraph inputs yet (/work/helpers/C2_NEEDS.md #1)")
+def test_loop_slicing_with_the_iteration_number():
+    """for i < 3: v += X[i:i+1] - the body's Slice needs i as a constant of each unrolled copy."""
+    body = helper.make_graph([
+        helper.make_node("Unsqueeze", ["i", "zero"], ["i1"]),
+        helper.make_node("Add", ["i1", "one"], ["i2"]),
+        helper.make_node("Slice", ["X", "i1", "i2", "zero"], ["row"]),
+        helper.make_node("Add", ["v_in", "row"], ["v_out"]),
+        helper.make_node("Identity", ["c_in"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", F32, None)],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, None),
+         helper.make_tensor_value_info("v_out", F32, None)])
+    feeds = {"X": rand(RNG, 3, 4), "V0": np.zeros((1, 4), np.float32)}
+    inits = {"M": np.array(3, np.int64), "zero": np.array([0], np.int64), "one": np.array([1], np.int64)}
+    model = make_model([helper.make_node("Loop", ["M", "", "V0"], ["V"], body=body)], feeds, ["V"],
+                       initializers=inits)
+    assert_matches_ort(model, feeds, export=True)

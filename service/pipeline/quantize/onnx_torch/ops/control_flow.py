@@ -97,8 +97,14 @@ def loop(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
     n_scan = len(body.output) - 1 - n_carried
     names = [i.name for i in body.input]
     scans: list[list[torch.Tensor]] = [[] for _ in range(n_scan)]
+    # The iteration number is a constant of each unrolled copy: handed over as numpy when the core
+    # folds constant subgraph inputs (then Slice/Gather on it in the body become static).
+    as_const = bool(getattr(ctx, "const_subgraph_inputs", False))
     for i in range(iterations):
-        feeds = {names[0]: torch.tensor(i, dtype=torch.int64), names[1]: torch.tensor(True)}
+        if as_const:
+            feeds = {names[0]: np.array(i, dtype=np.int64), names[1]: np.array(True)}
+        else:
+            feeds = {names[0]: torch.tensor(i, dtype=torch.int64), names[1]: torch.tensor(True)}
         feeds.update(zip(names[2:], carried))
         outs = ctx.run_subgraph(body, feeds)
         carried = list(outs[1:1 + n_carried])
