@@ -75,7 +75,14 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         onnx_program = torch.onnx.export(
             converted, export_args, dynamo=True, verbose=False, dynamic_shapes=dynamic,
         )
-    onnx.save(onnx_program.model_proto, out_path)
+    proto = onnx_program.model_proto  # a property that serializes anew on every access
+    if conversion is not None:
+        from service.pipeline.quantize.onnx_torch.names import annotate_onnx
+
+        named = annotate_onnx(proto, onnx_program.exported_program.graph_module)
+        conversion.notes.append(f"{named} nodes of the PT2E file name the upload node and tensors they compute "
+                                "(metadata_props quantcompare.onnx_node/onnx_op/onnx_outputs)")
+    onnx.save(proto, out_path)
     act = config.input_activation
     weight = config.weight
     from importlib.metadata import version

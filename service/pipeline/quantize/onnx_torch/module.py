@@ -11,7 +11,7 @@ Every other node is kept in the plan; ``forward`` walks the plan and calls its c
 Tensor names: each kept node's converter runs inside ``torch.fx.traceback.annotate`` with
 ``{"onnx_node": name, "onnx_op": op_type, "onnx_outputs": "a,b"}``, so every FX node torch.export
 makes from it carries ``node.meta["custom"]`` naming the ONNX node and the tensors it produced
-(see ``onnx_names_of``). Initializers are registered under their (sanitized) ONNX names.
+(see names.py, which carries them onto the PT2E ONNX file). Initializers are registered under their (sanitized) ONNX names.
 
 Subgraphs (If/Loop bodies) run through ``ctx.run_subgraph``; values folded inside them are cached
 per invocation, in call order, which is the same at build time and at every forward.
@@ -576,13 +576,3 @@ def _outer_names(plan: list[OnnxNode]) -> set[str]:
             if hasattr(v, "node") and hasattr(v, "initializer"):
                 visit(v)
     return names
-
-
-def onnx_names_of(graph_module) -> dict[str, dict[str, str]]:
-    """FX node name -> {"onnx_node", "onnx_op", "onnx_outputs"} for nodes that came from an ONNX node."""
-    out = {}
-    for n in graph_module.graph.nodes:
-        custom = n.meta.get("custom") or {}
-        if "onnx_node" in custom:
-            out[n.name] = {k: custom[k] for k in ("onnx_node", "onnx_op", "onnx_outputs") if k in custom}
-    return out

@@ -127,7 +127,8 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
 
     t0 = time.perf_counter()
     try:
-        with torch.no_grad():
+        # preserve_node_meta: each FX node keeps the ONNX node it came from (names.py)
+        with torch.no_grad(), torch.fx.traceback.preserve_node_meta():
             program = export(module, args, strict=False)
     except Exception as e:  # noqa: BLE001
         where = _node_in_trace(e)

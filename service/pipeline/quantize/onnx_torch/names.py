@@ -1,0 +1,64 @@
+"""ONNX tensor names from the upload, carried onto the PT2E file's nodes.
+
+Path of a name: each ONNX node's converter runs inside ``torch.fx.traceback.annotate`` (module.py),
+and torch.export runs under ``preserve_node_meta`` (program.py), so every FX node made from it has
+``meta["custom"] = {"onnx_node", "onnx_op", "onnx_outputs"}``. prepare_pt2e/convert_pt2e and the
+re-export by ``torch.onnx.export`` keep that meta (checked by tests/pipeline/onnx_torch/test_names.py).
+torch.onnx writes each ONNX node's FX node into ``metadata_props["pkg.torch.onnx.fx_node"]``
+("%conv2d : ..."); ``annotate_onnx`` looks that FX node up and adds to the ONNX node:
+
+    quantcompare.onnx_node      the upload's node name ("conv")
+    quantcompare.onnx_op        its op type ("Conv")
+    quantcompare.onnx_outputs   the upload's tensors it computes, comma-separated ("c")
+
+To align the PT2E file with the upload tensor by tensor: for an upload tensor T, the PT2E node
+that computes it is the *last* node (graph order) whose ``quantcompare.onnx_outputs`` lists T;
+its first output is T's value (before the Q/DQ PT2E puts after it). Q/DQ nodes carry no source.
+"""
+from __future__ import annotations
+
+import re
+
+KEYS = ("onnx_node", "onnx_op", "onnx_outputs")
+PREFIX = "quantcompare."
+_FX_NAME = re.compile(r"^%([\w.]+)\s*:")
+
+
+def fx_sources(graph_module) -> dict[str, dict[str, str]]:
+    """FX node name -> {"onnx_node", "onnx_op", "onnx_outputs"} for nodes made from an ONNX node."""
+    out = {}
+    for n in graph_module.graph.nodes:
+        custom = n.meta.get("custom") or {}
+        if "onnx_node" in custom:
+            out[n.name] = {k: str(custom[k]) for k in KEYS if k in custom}
+    return out
+
+
+def annotate_onnx(model_proto, graph_module) -> int:
+    """Add the quantcompare.onnx_* metadata to ``model_proto``'s nodes; returns how many got it."""
+    sources = fx_sources(graph_module)
+    done = 0
+    for node in model_proto.graph.node:
+        props = {p.key: p.value for p in node.metadata_props}
+        m = _FX_NAME.match(props.get("pkg.torch.onnx.fx_node", ""))
+        src = sources.get(m.group(1)) if m else None
+        if not src or node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        for k, v in src.items():
+            entry = node.metadata_props.add()
+            entry.key, entry.value = PREFIX + k, v
+        done += 1
+    return done
+
+
+def upload_tensor_map(model_proto) -> dict[str, str]:
+    """Upload tensor name -> the PT2E file's tensor holding its value (last annotated producer)."""
+    out: dict[str, str] = {}
+    for node in model_proto.graph.node:
+        props = {p.key: p.value for p in node.metadata_props}
+        names = props.get(PREFIX + "onnx_outputs")
+        if not names or not node.output:
+            continue
+        for name in filter(None, names.split(",")):
+            out[name] = node.output[0]
+    return out
