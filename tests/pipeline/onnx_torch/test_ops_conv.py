@@ -83,6 +83,7 @@ CONV_T_CASES = {
     "2d stride 4 kernel 2 output_padding 2": ((1, 2, 3, 3), (2, 2, 2, 2), {"strides": [4, 4],
                                                                           "output_padding": [2, 2]}),
     "1d stride 2": ((1, 3, 6), (3, 2, 4), {"strides": [2], "pads": [1, 1]}),
+    "3d stride 2 pads": ((1, 2, 3, 4, 3), (2, 2, 3, 3, 2), {"strides": [2, 2, 1], "pads": [1, 0, 0, 1, 1, 0]}),
 }
 
 

@@ -75,11 +75,27 @@ def test_dilated_pools_match_ort(case):
     assert_matches_ort(*_pool(op, (1, 2, 9, 10), attrs, opset=19))
 
 
+INDICES = {
+    "symmetric pads": {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    "asymmetric pads": {"kernel_shape": [3, 2], "pads": [0, 1, 2, 0]},
+    "SAME_UPPER ceil": {"kernel_shape": [2, 2], "strides": [2, 2], "auto_pad": "SAME_UPPER", "ceil_mode": 1},
+    "dilation 2": {"kernel_shape": [2, 2], "dilations": [2, 2], "pads": [1, 0, 0, 1]},
+}
+
+
 @pytest.mark.parametrize("storage_order", [0, 1])
-def test_max_pool_indices_match_ort(storage_order):
-    model, feeds = _pool("MaxPool", (2, 3, 6, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
-                                                  "storage_order": storage_order}, outputs=("Y", "I"))
+@pytest.mark.parametrize("case", list(INDICES), ids=list(INDICES))
+def test_max_pool_indices_match_ort(case, storage_order):
+    model, feeds = _pool("MaxPool", (2, 3, 6, 7), {**INDICES[case], "storage_order": storage_order},
+                         outputs=("Y", "I"), opset=12)
     assert_matches_ort(model, feeds)
+
+
+def test_max_pool_1d_and_3d_indices_match_ort():
+    assert_matches_ort(*_pool("MaxPool", (2, 3, 9), {"kernel_shape": [3], "strides": [2], "pads": [0, 2]},
+                              outputs=("Y", "I"), opset=12))
+    assert_matches_ort(*_pool("MaxPool", (1, 2, 4, 5, 4), {"kernel_shape": [2, 2, 2], "strides": [2, 2, 2]},
+                              outputs=("Y", "I"), opset=12))
 
 
 def test_max_pool_on_int8_pads_with_the_dtype_lowest():

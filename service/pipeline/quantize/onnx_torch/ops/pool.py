@@ -116,28 +116,36 @@ def max_pool(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | No
 def _max_pool_with_indices(node: OnnxNode, x: torch.Tensor, win: _Windows):
     """Indices as ORT writes them: flat over the whole NCHW tensor (row major, or column major
     over the spatial dims with storage_order=1)."""
-    if not win.native_ok():
-        raise UnsupportedNode(f"MaxPool {node.name!r}: the Indices output with pads/ceil_mode torch cannot "
-                              "express natively")
-    y, idx = _MAX[win.n](x, win.kernel, win.strides, win.begin, win.dilations, ceil_mode=win.ceil,
-                         return_indices=True)
     sizes = list(win.in_sizes)
-    if int(node.attrs.get("storage_order", 0)) == 1:
-        # torch's flat spatial index is row major; re-linearize column major
-        coords, rest = [], idx
-        for size in reversed(sizes):
-            coords.append(rest % size)
-            rest = torch.div(rest, size, rounding_mode="floor")
-        coords.reverse()
-        idx, stride = torch.zeros_like(idx), 1
-        for c, size in zip(coords, sizes):
-            idx = idx + c * stride
-            stride *= size
+    if win.native_ok():
+        y, idx = _MAX[win.n](x, win.kernel, win.strides, win.begin, win.dilations, ceil_mode=win.ceil,
+                             return_indices=True)
+        coords = _unravel(idx, sizes)
+    else:
+        # explicit route: torch's indices count positions of the padded input; shift them back
+        low = torch.finfo(x.dtype).min if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
+        padded_sizes = [i + b + e for i, b, e in zip(sizes, win.begin, win.end_pads())]
+        y, idx = _MAX[win.n](win.padded(x, low), win.kernel, win.strides, 0, win.dilations, return_indices=True)
+        coords = [c - b for c, b in zip(_unravel(idx, padded_sizes), win.begin)]
+    column_major = int(node.attrs.get("storage_order", 0)) == 1
+    order = list(range(win.n)) if column_major else list(reversed(range(win.n)))
+    flat, stride = torch.zeros_like(idx), 1
+    for k in order:
+        flat = flat + coords[k] * stride
+        stride *= sizes[k]
     n_batch, channels = int(x.shape[0]), int(x.shape[1])
-    plane = int(np.prod(sizes))
-    offset = (torch.arange(n_batch * channels, dtype=torch.int64) * plane).reshape(
+    offset = (torch.arange(n_batch * channels, dtype=torch.int64) * stride).reshape(
         [n_batch, channels] + [1] * win.n)
-    return y, idx + offset
+    return y, flat + offset
+
+
+def _unravel(idx: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """Row-major flat spatial index -> one coordinate tensor per spatial dim."""
+    coords, rest = [], idx
+    for size in reversed(sizes):
+        coords.append(rest % size)
+        rest = torch.div(rest, size, rounding_mode="floor")
+    return coords[::-1]
 
 
 @converter("AveragePool", since=1)
