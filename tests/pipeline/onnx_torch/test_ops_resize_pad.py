@@ -233,3 +233,22 @@ def test_pad_modes_export():
     program = torch.export.export(torch_module(model, {"X": x}), (torch.from_numpy(x),))
     targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
     assert {"aten.constant_pad_nd.default", "aten.pad.default"} & targets, targets
+
+
+ANTIALIAS = {
+    "linear down": ({"mode": "linear"}, dict(scales=[1, 1, 0.5, 0.6])),
+    "linear down sizes": ({"mode": "linear"}, dict(sizes=[1, 2, 3, 4])),
+    "linear up": ({"mode": "linear"}, dict(scales=[1, 1, 1.5, 2.0])),
+    "linear down exclude_outside": ({"mode": "linear", "exclude_outside": 1}, dict(scales=[1, 1, 0.4, 0.7])),
+    "cubic down": ({"mode": "cubic"}, dict(scales=[1, 1, 0.5, 0.6])),
+    "cubic down a=-0.5 exclude_outside": ({"mode": "cubic", "cubic_coeff_a": -0.5, "exclude_outside": 1},
+                                          dict(scales=[1, 1, 0.45, 0.8])),
+    "linear down align_corners": ({"mode": "linear", "coordinate_transformation_mode": "align_corners"},
+                                  dict(scales=[1, 1, 0.5, 0.6])),
+}
+
+
+@pytest.mark.parametrize("case", _cases(ANTIALIAS))
+def test_resize_antialias_opset_18(case):
+    attrs, inputs = ANTIALIAS[case]
+    assert_matches_ort(*_resize((1, 2, 9, 11), {**attrs, "antialias": 1}, opset=18, **inputs), atol=1e-5)

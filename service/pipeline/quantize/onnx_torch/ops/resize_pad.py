@@ -122,6 +122,63 @@ def _axis_table(mode: str, coord: str, nearest: str, in_len: int, out_len: int, 
     raise UnsupportedNode(f"mode={mode!r}")
 
 
+def _antialias_table(mode: str, coord: str, in_len: int, out_len: int, scale: float, roi: tuple[float, float],
+                     cubic_a: float, exclude_outside: bool) -> _AxisTable:
+    """ORT's antialiased filter along one axis (upsample_antialias.h SetupUpsampleFilterAntiAlias):
+    a triangle (linear) or Keys cubic filter stretched by 1/scale when downsampling, its taps cut
+    at the borders (exclude_outside) or folded onto the edge pixels, normalized; in float32."""
+    a = f32(cubic_a)
+
+    def filt(x: f32) -> f32:
+        x = abs(x)
+        if mode == "linear":
+            return f32(1) - x if x < 1 else f32(0)
+        if x < 1:
+            return ((a + f32(2)) * x - (a + f32(3))) * x * x + f32(1)
+        if x < 2:
+            return (((x - f32(5)) * x + f32(8)) * x - f32(4)) * a
+        return f32(0)
+
+    support_size = f32(2.0 if mode == "linear" else 4.0)
+    s = f32(1) / f32(scale)
+    support = (support_size * f32(0.5)) * s if s >= 1 else support_size * f32(0.5)
+    window = int(np.ceil(support)) * 2 + 1
+    inv_scale = f32(1) / s if s >= 1 else f32(1)
+    orig = _original_coords(coord, out_len, in_len, scale, roi)
+    index = np.zeros((out_len, window), np.int64)
+    weight = np.zeros((out_len, window), f32)
+    for i in range(out_len):
+        center = f32(0.5) + (f32(i) if s == 1 else orig[i])
+        xmin_real = int(np.floor(center - support + f32(0.5)))
+        xmax_real = int(np.floor(center + support + f32(0.5)))
+        xmax_real = xmin_real + min(max(xmax_real - xmin_real, 0), window)
+        xmin_cut, xmax_cut = min(max(xmin_real, 0), in_len), min(max(xmax_real, 0), in_len)
+        xmin, xmax = (xmin_cut, xmax_cut) if exclude_outside else (xmin_real, xmax_real)
+        buf = np.zeros(window, f32)
+        total = f32(0)
+        xmax -= xmin
+        for x in range(xmax):
+            w = filt((f32(x + xmin) - center + f32(0.5)) * inv_scale)
+            buf[x] = w
+            total = f32(total + w)
+        if not exclude_outside and xmin_cut < xmax_cut:
+            neg = min(max(-xmin, 0), xmax - 1)
+            for x in range(neg):
+                buf[neg] += buf[x]
+            bound = min(max(xmax + xmin - in_len, 0), xmax - 1)
+            for x in range(xmax - bound, xmax):
+                buf[xmax - bound - 1] += buf[x]
+            if neg or bound:
+                for x in range(xmax_cut - xmin_cut):
+                    buf[x] = buf[x + neg]
+        inv = f32(1) if total == 0 else f32(1) / total
+        n = xmax_cut - xmin_cut
+        index[i, :n] = np.arange(xmin_cut, xmax_cut)
+        weight[i, :n] = buf[:n] * inv
+        index[i, n:] = max(xmin_cut, 0) if n else 0  # zero-weight taps read any valid position
+    return _AxisTable(np.clip(index, 0, in_len - 1), weight, np.zeros(out_len, bool))
+
+
 def _apply_table(x: torch.Tensor, axis: int, table: _AxisTable, extrapolation: float) -> torch.Tensor:
     shape = [1] * x.dim()
     shape[axis] = -1
@@ -155,8 +212,10 @@ class _ResizePlan:
         self.cubic_a = float(attrs.get("cubic_coeff_a", -0.75))
         self.exclude_outside = bool(attrs.get("exclude_outside", 0))
         self.extrapolation = float(attrs.get("extrapolation_value", 0.0))
-        if int(attrs.get("antialias", 0)):
-            raise UnsupportedNode(f"Resize {node.name!r}: antialias=1")
+        self.antialias = bool(int(attrs.get("antialias", 0)))
+        if self.antialias and (self.mode == "nearest" or self.coord == "tf_crop_and_resize"):
+            raise UnsupportedNode(f"Resize {node.name!r}: antialias=1 with mode={self.mode}, "
+                                  f"coordinate_transformation_mode={self.coord}")
         axes = [int(a) % rank for a in attrs.get("axes", [])] or list(range(rank))
         roi, scales, sizes = self._inputs(ctx, node, legacy)
         self.roi = [(0.0, 1.0)] * rank
@@ -243,10 +302,15 @@ class _ResizePlan:
         return None
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.native(x)
+        y = None if self.antialias else self.native(x)
         if y is not None:
             return y
-        for a in self.resized_axes():
+        for a in reversed(self.resized_axes()):  # ORT filters the innermost axis first
+            if self.antialias:
+                table = _antialias_table(self.mode, self.coord, self.in_shape[a], self.out[a], self.scales[a],
+                                         self.roi[a], self.cubic_a, self.exclude_outside)
+                x = _apply_table(x, a, table, self.extrapolation)
+                continue
             table = _axis_table(self.mode, self.coord, self.nearest, self.in_shape[a], self.out[a],
                                 self.scales[a], self.roi[a], self.cubic_a, self.exclude_outside)
             x = _apply_table(x, a, table, self.extrapolation)
