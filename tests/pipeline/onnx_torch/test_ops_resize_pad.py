@@ -252,3 +252,17 @@ ANTIALIAS = {
 def test_resize_antialias_opset_18(case):
     attrs, inputs = ANTIALIAS[case]
     assert_matches_ort(*_resize((1, 2, 9, 11), {**attrs, "antialias": 1}, opset=18, **inputs), atol=1e-5)
+
+
+def test_resize_nearest_on_uint8_images_and_linear_refused():
+    from service.pipeline.quantize.onnx_torch.module import ConversionError
+
+    x = RNG.integers(0, 255, (1, 3, 4, 5)).astype(np.uint8)
+    inits = {"s": np.array([1, 1, 2, 1.5], np.float32)}
+    node = helper.make_node("Resize", ["X", "", "s"], ["Y"], name="r_u8", mode="nearest")
+    model = make_model(node, {"X": x}, ["Y"], initializers=inits, output_types={"Y": TensorProto.UINT8})
+    assert_matches_ort(model, {"X": x})
+    node = helper.make_node("Resize", ["X", "", "s"], ["Y"], name="r_u8", mode="linear")
+    model = make_model(node, {"X": x}, ["Y"], initializers=inits, output_types={"Y": TensorProto.UINT8})
+    with pytest.raises(ConversionError, match="r_u8.*linear on torch.uint8"):
+        torch_module(model, {"X": x})

@@ -302,6 +302,9 @@ class _ResizePlan:
         return None
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode != "nearest" and not x.is_floating_point():
+            # ORT rounds and saturates integer interpolation in kernel-specific ways; not mirrored
+            raise UnsupportedNode(f"{self.node.op_type} {self.node.name!r}: mode={self.mode} on {x.dtype} data")
         y = None if self.antialias else self.native(x)
         if y is not None:
             return y
