@@ -166,3 +166,34 @@ def test_loop_slicing_with_the_iteration_number():
     model = make_model([helper.make_node("Loop", ["M", "", "V0"], ["V"], body=body)], feeds, ["V"],
                        initializers=inits)
     assert_matches_ort(model, feeds, export=True)
+
+
+def _scan_model(*, in_axis=0, in_dir=0, out_axis=0, out_dir=0):
+    """Cumulative sum over a scan axis: state += x_t; outputs state * 2 per step."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+         helper.make_node("Mul", ["s_out", "two"], ["y_t"])], "body",
+        [helper.make_tensor_value_info("s_in", F32, None), helper.make_tensor_value_info("x_t", F32, None)],
+        [helper.make_tensor_value_info("s_out", F32, None), helper.make_tensor_value_info("y_t", F32, None)],
+        initializer=[__import__("onnx").numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    x = rand(RNG, 4, 3, 2)
+    state_shape = [d for k, d in enumerate(x.shape) if k != in_axis]
+    feeds = {"S0": rand(RNG, *state_shape), "X": x}
+    node = helper.make_node("Scan", ["S0", "X"], ["S", "Y"], name="scan0", body=body, num_scan_inputs=1,
+                            scan_input_axes=[in_axis], scan_input_directions=[in_dir],
+                            scan_output_axes=[out_axis], scan_output_directions=[out_dir])
+    return make_model([node], feeds, ["S", "Y"], opset=16), feeds
+
+
+SCANS = {
+    "axis 0 forward": {},
+    "input axis 1 reverse": {"in_axis": 1, "in_dir": 1},
+    "output axis -1 reversed": {"out_axis": -1, "out_dir": 1},
+    "input axis 2, output axis 1": {"in_axis": 2, "out_axis": 1},
+}
+
+
+@pytest.mark.parametrize("case", list(SCANS), ids=list(SCANS))
+def test_scan_unrolls_over_the_static_scan_length(case):
+    model, feeds = _scan_model(**SCANS[case])
+    assert_matches_ort(model, feeds, export=case == "axis 0 forward")

@@ -9,6 +9,9 @@ does not quantize through).
   must have no data-dependent exit: its condition output is the condition input passed through
   (possibly via Identity) or a constant. Then the body is run M times (or 0 times when the initial
   condition is false), loop-carried values threaded through, scan outputs stacked on a new axis 0.
+- Scan (opset 9+): the number of iterations is the static length of the scan inputs, so it is
+  always unrolled: each step reads slice t (or len-1-t for a reverse input) of every scan input,
+  state threaded through, scan outputs stacked on their axis (reversed for a reverse output).
 Anything else raises UnsupportedNode naming the node and the reason.
 """
 from __future__ import annotations
@@ -114,3 +117,41 @@ def loop(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
         raise UnsupportedNode(f"Loop {node.name!r}: zero iterations with scan outputs (their element shape "
                               "is unknown)")
     return carried + [torch.stack(s, 0) for s in scans]
+
+
+@converter("Scan", since=9)
+def scan(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]):
+    body = node.attrs["body"]
+    m = int(node.attrs["num_scan_inputs"])
+    n_state = len(inputs) - m
+    states, xs = list(inputs[:n_state]), inputs[n_state:]
+    in_axes = [int(a) for a in node.attrs.get("scan_input_axes", [0] * m)]
+    in_dirs = [int(d) for d in node.attrs.get("scan_input_directions", [0] * m)]
+    n_out = len(body.output) - n_state
+    out_axes = [int(a) for a in node.attrs.get("scan_output_axes", [0] * n_out)]
+    out_dirs = [int(d) for d in node.attrs.get("scan_output_directions", [0] * n_out)]
+    in_axes = [a % x.dim() for a, x in zip(in_axes, xs)]
+    lengths = {int(x.shape[a]) for a, x in zip(in_axes, xs)}
+    if len(lengths) != 1:
+        raise UnsupportedNode(f"Scan {node.name!r}: scan inputs of different lengths {sorted(lengths)}")
+    steps = lengths.pop()
+    if steps > MAX_UNROLL:
+        raise UnsupportedNode(f"Scan {node.name!r}: {steps} iterations to unroll (limit {MAX_UNROLL})")
+    if steps == 0 and n_out:
+        raise UnsupportedNode(f"Scan {node.name!r}: empty scan inputs with scan outputs")
+    names = [i.name for i in body.input]
+    collected: list[list[torch.Tensor]] = [[] for _ in range(n_out)]
+    for t in range(steps):
+        feeds = dict(zip(names[:n_state], states))
+        for name, x, axis, d in zip(names[n_state:], xs, in_axes, in_dirs):
+            feeds[name] = x.select(axis, steps - 1 - t if d else t)
+        outs = ctx.run_subgraph(body, feeds)
+        states = list(outs[:n_state])
+        for k, value in enumerate(outs[n_state:]):
+            collected[k].append(value)
+    stacked = []
+    for values, axis, d in zip(collected, out_axes, out_dirs):
+        if d:
+            values = values[::-1]
+        stacked.append(torch.stack(values, axis % (values[0].dim() + 1)))
+    return states + stacked
