@@ -45,9 +45,29 @@ def test_if_on_static_shape_arithmetic_folds():
     assert_matches_ort(model, feeds)
 
 
-def test_if_on_input_data_is_refused_by_name():
+@pytest.mark.parametrize("flag", [True, False], ids=["then", "else"])
+def test_if_on_input_data_computes_both_branches_and_selects(flag):
+    import torch
+
     model, feeds = _if_model([], "C", feeds_extra={"C": np.array(True)})
-    with pytest.raises(ConversionError, match="if0.*depends on the input data"):
+    module = torch_module(model, feeds)  # built with C=True; must follow C at run time
+    run = {**feeds, "C": np.array(flag)}
+    want = ort_outputs(model, run)[0]
+    args = tuple(torch.from_numpy(a) for a in run.values())
+    np.testing.assert_allclose(module(*args).numpy(), want, rtol=1e-6)
+    program = torch.export.export(module, tuple(torch.from_numpy(a) for a in feeds.values()))
+    np.testing.assert_allclose(program.module()(*args).numpy(), want, rtol=1e-6)
+
+
+def test_if_on_input_data_with_branches_of_different_shapes_is_refused_by_name():
+    x = rand(RNG, 2, 3)
+    then_g = _branch("then", "Relu", "t_out")
+    else_g = helper.make_graph([helper.make_node("ReduceSum", ["X"], ["e_out"], keepdims=0)], "else", [],
+                               [helper.make_tensor_value_info("e_out", F32, None)])
+    node = helper.make_node("If", ["C"], ["Y"], name="if_shapes", then_branch=then_g, else_branch=else_g)
+    feeds = {"X": x, "C": np.array(True)}
+    model = make_model([node], feeds, ["Y"])
+    with pytest.raises(ConversionError, match="if_shapes.*depends on the input data.*differ"):
         torch_module(model, feeds)
 
 

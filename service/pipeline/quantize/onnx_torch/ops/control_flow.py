@@ -3,8 +3,10 @@ at conversion time, so the torch graph holds the taken branch / the unrolled bod
 flow (torch.export would need torch.cond / while_loop with data-dependent predicates, which PT2E
 does not quantize through).
 
-- If: the condition must fold to a constant (after specialization it usually does: a flag input
-  fixed by the calibration data, a comparison of static shapes). Only that branch runs.
+- If: when the condition folds to a constant (after specialization it usually does: a flag input
+  fixed by the calibration data, a comparison of static shapes), only that branch is converted.
+  A data-dependent condition is converted when both branches give outputs of the same shapes and
+  dtypes: both run, ``torch.where`` selects (exact, at the cost of computing both).
 - Loop: the trip count M must fold, the initial condition must be absent or fold, and the body
   must have no data-dependent exit: its condition output is the condition input passed through
   (possibly via Identity) or a constant. Then the body is run M times (or 0 times when the initial
@@ -30,13 +32,31 @@ MAX_UNROLL = 1024
 def if_(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]):
     cond = ctx.const(node.inputs[0])
     if cond is None:
-        raise UnsupportedNode(f"If {node.name!r}: the condition {node.inputs[0]!r} depends on the input data "
-                              "(it does not fold to a constant for the job's input shapes)")
+        return _if_on_data(ctx, node, inputs[0])
     flag = np.asarray(cond).ravel()
     if flag.size != 1:
         raise UnsupportedNode(f"If {node.name!r}: condition of {flag.size} elements")
     branch = node.attrs["then_branch" if bool(flag[0]) else "else_branch"]
     return ctx.run_subgraph(branch, {})
+
+
+def _if_on_data(ctx: ConvertContext, node: OnnxNode, cond: torch.Tensor):
+    """A data-dependent condition: both branches run and ``torch.where`` picks, which is the same
+    function when the branches' outputs agree in shape and dtype (then neither branch has a side
+    effect or a shape that depends on the choice). Shapes are static, so checking them on the
+    conversion run holds for every run."""
+    if cond is None or cond.numel() != 1:
+        raise UnsupportedNode(f"If {node.name!r}: the condition {node.inputs[0]!r} is neither a constant nor "
+                              "a one-element tensor")
+    then_out = ctx.run_subgraph(node.attrs["then_branch"], {})
+    else_out = ctx.run_subgraph(node.attrs["else_branch"], {})
+    for k, (a, b) in enumerate(zip(then_out, else_out)):
+        if tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype:
+            raise UnsupportedNode(f"If {node.name!r}: the condition {node.inputs[0]!r} depends on the input data "
+                                  f"and the branches' output {k} differ ({tuple(a.shape)} {a.dtype} vs "
+                                  f"{tuple(b.shape)} {b.dtype}), so both cannot be computed and selected")
+    flag = cond.reshape(()).to(torch.bool)
+    return [torch.where(flag, a, b) for a, b in zip(then_out, else_out)]
 
 
 def _static_condition(body) -> bool | None:
