@@ -77,7 +77,9 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         )
     proto = onnx_program.model_proto  # a property that serializes anew on every access
     if conversion is not None:
-        from service.pipeline.quantize.onnx_torch.names import annotate_onnx
+        from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_input_names
+
+        restore_input_names(proto, [s.name for s in specs])
 
         named = annotate_onnx(proto, onnx_program.exported_program.graph_module)
         conversion.notes.append(f"{named} nodes of the PT2E file name the upload node and tensors they compute "

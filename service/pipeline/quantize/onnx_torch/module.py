@@ -86,6 +86,12 @@ def onnx_node(node) -> OnnxNode:
                     name=node.name, inputs=tuple(node.input), outputs=tuple(node.output), attrs=decode_attrs(node))
 
 
+def contiguous(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous, writable copy where needed; unlike np.ascontiguousarray, keeps 0-d arrays 0-d."""
+    arr = np.asarray(arr)
+    return arr if arr.flags.c_contiguous and arr.flags.writeable else np.array(arr, order="C", copy=True)
+
+
 def torch_to_numpy_dtype(dtype) -> np.dtype:
     import torch
 
@@ -110,7 +116,7 @@ def to_torch(value: np.ndarray):
         raise UnsupportedNode(f"a constant of numpy dtype {arr.dtype}")
     if arr.dtype == np.uint32 or arr.dtype == np.uint64:
         arr = arr.astype(np.int64)
-    return torch.from_numpy(np.ascontiguousarray(arr))
+    return torch.from_numpy(contiguous(arr))
 
 
 @dataclass
@@ -457,24 +463,32 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
                        record=runner.record)
 
 
+def python_names(input_names: list[str]) -> list[str]:
+    """Identifiers for forward's parameters, one per model input: the input's own name where it is
+    one ("input.1" -> "input_1", "images:0" -> "images_0", "1" -> "in_1"), unique."""
+    import keyword
+
+    out: list[str] = []
+    for name in input_names:
+        py = _NOT_IDENT.sub("_", name) or "in"
+        if py[0].isdigit() or keyword.iskeyword(py) or py.startswith("_") or py == "self":
+            py = "in_" + py.lstrip("_")
+        base, i = py, 1
+        while py in out:
+            py, i = f"{base}_{i}", i + 1
+        out.append(py)
+    return out
+
+
 def _module_class(input_names: list[str]):
-    """A subclass whose forward signature names the model inputs: torch.export names its placeholders
-    (and so the PT2E file's graph inputs) after forward's parameters."""
-    import inspect
-
-    class Named(OnnxModule):
-        pass
-
-    if all(n.isidentifier() and not n.startswith("_") for n in input_names) and len(set(input_names)) == len(input_names):
-        params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        params += [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in input_names]
-
-        def forward(self, *args):
-            return OnnxModule.forward(self, *args)
-
-        forward.__signature__ = inspect.Signature(params)
-        Named.forward = forward
-    return Named
+    """A subclass whose forward has one named parameter per model input: torch.export names its
+    placeholders (and so the PT2E file's graph inputs) after them; pt2e.py renames the file's
+    inputs back where python_names had to change a name."""
+    params = python_names(input_names)
+    namespace: dict[str, Any] = {"OnnxModule": OnnxModule}
+    exec(f"def forward(self, {', '.join(params)}):\n    return OnnxModule.forward(self, {', '.join(params)})\n",
+         namespace)
+    return type("OnnxGraphModule", (OnnxModule,), {"forward": namespace["forward"]})
 
 
 try:

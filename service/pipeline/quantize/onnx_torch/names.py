@@ -62,3 +62,36 @@ def upload_tensor_map(model_proto) -> dict[str, str]:
         for name in filter(None, names.split(",")):
             out[name] = node.output[0]
     return out
+
+
+def restore_input_names(model_proto, input_names: list[str]) -> int:
+    """Rename the PT2E file's graph inputs back to the upload's input names ("input.1"), which the
+    torch module had to spell as Python identifiers ("input_1"); returns how many were renamed."""
+    from .module import python_names
+
+    renames = {py: orig for py, orig in zip(python_names(input_names), input_names) if py != orig}
+    graph = model_proto.graph
+    present = {i.name for i in graph.input}
+    renames = {a: b for a, b in renames.items() if a in present}
+    if not renames:
+        return 0
+    for vi in graph.input:
+        if vi.name in renames:
+            vi.name = renames[vi.name]
+    _rename_uses(graph, renames)
+    for vi in graph.output:
+        if vi.name in renames:  # an input passed straight through
+            vi.name = renames[vi.name]
+    return len(renames)
+
+
+def _rename_uses(graph, renames: dict[str, str]) -> None:
+    for node in graph.node:
+        for k, name in enumerate(node.input):
+            if name in renames:
+                node.input[k] = renames[name]
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                _rename_uses(attr.g, renames)
+            for g in attr.graphs:
+                _rename_uses(g, renames)

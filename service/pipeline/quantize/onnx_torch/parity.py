@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from .module import contiguous
+
 RTOL = 1e-3
 INT_MISMATCH = 0.01
 
@@ -49,7 +51,7 @@ def _torch_outputs(module, names, feed) -> list[np.ndarray]:
     import torch
 
     with torch.no_grad():
-        out = module(*[torch.from_numpy(np.ascontiguousarray(feed[n])) for n in names])
+        out = module(*[torch.from_numpy(contiguous(feed[n])) for n in names])
     out = out if isinstance(out, tuple) else (out,)
     return [o.detach().numpy() for o in out]
 

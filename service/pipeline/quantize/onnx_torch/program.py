@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from .module import contiguous
+
 from service.errors import PathSkipped
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,7 @@ def static_args(specs, shapes, calibration) -> tuple:
     args = []
     for s in specs:
         if calibration:
-            args.append(torch.from_numpy(np.ascontiguousarray(calibration[0][s.name])))
+            args.append(torch.from_numpy(contiguous(calibration[0][s.name])))
             continue
         dtype = getattr(torch, s.dtype)
         shape = list(shapes[s.name])
