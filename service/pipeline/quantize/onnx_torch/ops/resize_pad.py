@@ -195,14 +195,21 @@ def _apply_table(x: torch.Tensor, axis: int, table: _AxisTable, extrapolation: f
     return y
 
 
+def _static_shape(ctx: ConvertContext, name: str, x: torch.Tensor) -> list[int]:
+    """The input's static shape: from shape inference, else from the (statically shaped) tensor."""
+    shape = ctx.shape(name)
+    if shape is None or len(shape) != x.dim() or any(not isinstance(d, int) or d < 0 for d in shape):
+        shape = tuple(x.shape)
+    return [int(d) for d in shape]
+
+
 # ----------------------------------------------------------------------------- Resize / Upsample
 class _ResizePlan:
     """A Resize/Upsample node's static decisions: per-axis scales and output sizes, modes."""
 
     def __init__(self, ctx: ConvertContext, node: OnnxNode, x: torch.Tensor, *, legacy: bool):
         self.node = node
-        in_shape = ctx.shape(node.inputs[0]) or tuple(int(d) for d in x.shape)
-        self.in_shape = [int(d) for d in in_shape]
+        self.in_shape = _static_shape(ctx, node.inputs[0], x)
         rank = len(self.in_shape)
         attrs = node.attrs
         self.mode = text(attrs.get("mode"), "nearest")
@@ -392,7 +399,7 @@ def pad(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) 
         # a value only known at run time: pad with 0, then add value on the padded positions only
         mask = F.pad(torch.zeros([int(d) for d in x.shape], dtype=x.dtype), torch_pads, value=1)
         return F.pad(x, torch_pads, value=0) + mask * value_tensor.to(x.dtype).reshape(())
-    shape = ctx.shape(node.inputs[0]) or tuple(int(d) for d in x.shape)
+    shape = _static_shape(ctx, node.inputs[0], x)
     for a in range(rank):
         if begin[a] or end[a]:
             # ORT crops the negative sides first and pads the rest from what is left (a wrap
