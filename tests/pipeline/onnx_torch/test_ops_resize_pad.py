@@ -99,7 +99,7 @@ def test_resize_linear_matches_ort(case, opset):
 @pytest.mark.parametrize("case", _cases(CUBIC))
 def test_resize_cubic_matches_ort(case):
     attrs, inputs = CUBIC[case]
-    assert_matches_ort(*_resize((1, 2, 5, 6), attrs, **inputs), atol=1e-5)
+    assert_matches_ort(*_resize((1, 2, 5, 6), attrs, **inputs), atol=1e-5, export=True)
 
 
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
@@ -251,7 +251,8 @@ ANTIALIAS = {
 @pytest.mark.parametrize("case", _cases(ANTIALIAS))
 def test_resize_antialias_opset_18(case):
     attrs, inputs = ANTIALIAS[case]
-    assert_matches_ort(*_resize((1, 2, 9, 11), {**attrs, "antialias": 1}, opset=18, **inputs), atol=1e-5)
+    assert_matches_ort(*_resize((1, 2, 9, 11), {**attrs, "antialias": 1}, opset=18, **inputs), atol=1e-5,
+                       export=True)
 
 
 def test_resize_nearest_on_uint8_images_and_linear_refused():
