@@ -32,6 +32,7 @@ CONV_CASES = {
     "2d SAME_LOWER stride 2": ((1, 3, 8, 7), (4, 3, 4, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2]}),
     "2d SAME_UPPER even kernel": ((1, 2, 6, 6), (2, 2, 2, 4), {"auto_pad": "SAME_UPPER"}),
     "2d VALID": ((1, 3, 8, 7), (4, 3, 3, 3), {"auto_pad": "VALID", "strides": [2, 1]}),
+    "2d SAME_UPPER stride above kernel": ((1, 3, 5, 7), (4, 3, 1, 2), {"auto_pad": "SAME_UPPER", "strides": [3, 3]}),
     "2d depthwise": ((1, 4, 6, 6), (4, 1, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
     "2d groups 2 dilation 2": ((1, 4, 9, 9), (6, 2, 3, 3), {"group": 2, "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
     "1d stride 2 asymmetric": ((2, 3, 11), (5, 3, 3), {"strides": [2], "pads": [2, 0]}),

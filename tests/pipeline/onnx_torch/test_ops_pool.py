@@ -51,6 +51,19 @@ def test_average_pool_matches_ort(case, opset, include_pad):
     assert_matches_ort(*_pool("AveragePool", shape, {**attrs, "count_include_pad": include_pad}, opset=opset))
 
 
+def test_same_padding_with_stride_above_kernel():
+    """SAME padding is negative when the stride exceeds the kernel: ORT's MaxPool (and AveragePool
+    before opset 19) refuse it ("padding values must be non-negative"); AveragePool-19 runs it."""
+    import onnxruntime
+
+    from onnx_parity import ort_outputs
+
+    attrs = {"kernel_shape": [1, 2], "strides": [3, 3], "auto_pad": "SAME_LOWER"}
+    with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException, match="non-negative"):
+        ort_outputs(*_pool("MaxPool", (1, 2, 5, 7), attrs))
+    assert_matches_ort(*_pool("AveragePool", (1, 2, 5, 7), attrs, opset=19))
+
+
 @pytest.mark.parametrize("case", ["k3 s2 pads 1", "asymmetric pads", "SAME_UPPER s2", "1d k3 s2 pads"])
 @pytest.mark.parametrize("p", [1, 2, 3])
 def test_lp_pool_matches_ort(case, p):
