@@ -124,6 +124,12 @@ def test_static_sequence_lens_shorter_than_the_sequence(op, direction, layout):
     _check(*_rnn_model(op, direction=direction, layout=layout, initial=True, seq_lens=[5, 2, 4]))
 
 
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("op", OPS)
+def test_zero_length_sequence_ends_with_zero_states_as_in_ort(op, direction):
+    assert_matches_ort(*_rnn_model(op, direction=direction, initial=True, seq_lens=[5, 0, 3]), atol=1e-5)
+
+
 def test_full_sequence_lens_is_the_plain_run():
     assert_matches_ort(*_rnn_model("LSTM", direction="bidirectional", seq_lens=[SEQ] * BATCH), atol=1e-5)
 

@@ -14,7 +14,7 @@ gate orders (LSTM i,o,f,c; GRU z,r,h), peepholes P = [Pi, Po, Pf], ``clip`` appl
 pre-activation, ``input_forget`` (f = 1 - i), GRU ``linear_before_reset``, ``layout`` 0 and 1,
 ``activations`` with their alpha/beta lists, and a static ``sequence_lens``: steps past a
 sequence's length leave its state unchanged and write zeros to Y; the reverse direction starts at
-each sequence's own last step.
+each sequence's own last step; a sequence of length 0 ends with zero states (as ORT writes them).
 """
 from __future__ import annotations
 
@@ -96,6 +96,12 @@ class _Steps:
             return None
         return torch.from_numpy((self.lengths > t)[:, None].copy())
 
+    def empty(self) -> torch.Tensor | None:
+        """[batch, 1] bool: sequences of length 0, or None when there are none."""
+        if self.lengths is None or not (self.lengths == 0).any():
+            return None
+        return torch.from_numpy((self.lengths == 0)[:, None].copy())
+
     def reverse(self, x: torch.Tensor) -> torch.Tensor:
         """x[t, b] -> x[len_b - 1 - t, b] for t < len_b (an involution; padding steps stay)."""
         if self.lengths is None:
@@ -157,6 +163,10 @@ def _run(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
                 h = torch.where(live, h_new, h)
                 c = torch.where(live, c_new, c) if c is not None else None
                 out.append(torch.where(live, h_new, torch.zeros_like(h_new)))
+        empty = steps.empty()
+        if empty is not None:  # ORT writes zeros, not the initial state, for a length-0 sequence
+            h = torch.where(empty, torch.zeros_like(h), h)
+            c = torch.where(empty, torch.zeros_like(c), c) if c is not None else None
         y = torch.stack(out, 0)
         ys.append(steps.reverse(y) if reverse else y)
         hs.append(h)
