@@ -51,6 +51,31 @@ def test_average_pool_matches_ort(case, opset, include_pad):
     assert_matches_ort(*_pool("AveragePool", shape, {**attrs, "count_include_pad": include_pad}, opset=opset))
 
 
+CEIL_DROPS = {
+    "1d k1 s3 d2 no pads": ((1, 2, 9), {"kernel_shape": [1], "strides": [3], "dilations": [2]}),
+    "1d k3 s2 pads 1,2": ((1, 2, 5), {"kernel_shape": [3], "strides": [2], "pads": [1, 2]}),
+    "1d k2 s3 pads 0,1": ((1, 2, 9), {"kernel_shape": [2], "strides": [3], "pads": [0, 1]}),
+    "2d k2x1 s3 pads": ((1, 2, 9, 8), {"kernel_shape": [2, 1], "strides": [3, 3], "pads": [1, 0, 1, 0]}),
+}
+
+
+@pytest.mark.parametrize("op,opset", [("MaxPool", 12), ("MaxPool", 19), ("AveragePool", 11), ("AveragePool", 19)])
+@pytest.mark.parametrize("case", list(CEIL_DROPS), ids=list(CEIL_DROPS))
+def test_ceil_mode_drops_a_window_starting_in_the_end_padding(case, op, opset):
+    """ceil((size + pads - k_eff) / s) + 1 windows, minus a last one starting at or past
+    size + pad_begin: what ORT 1.32 computes (found by fuzzing against it)."""
+    shape, attrs = CEIL_DROPS[case]
+    if op == "AveragePool" and opset < 19:
+        attrs = {k: v for k, v in attrs.items() if k != "dilations"}
+    want = assert_matches_ort(*_pool(op, shape, {**attrs, "ceil_mode": 1}, opset=opset))
+    size, k, s = shape[-1], attrs["kernel_shape"][-1], attrs["strides"][-1]
+    d = attrs.get("dilations", [1])[-1]
+    pads = attrs.get("pads", [0, 0])
+    begin, total = pads[len(pads) // 2 - 1], pads[len(pads) // 2 - 1] + pads[-1]
+    formula = -(-(size + total - d * (k - 1) - 1) // s) + 1
+    assert want[0].shape[-1] == formula - 1  # the rule removed exactly one window here
+
+
 def test_same_padding_with_stride_above_kernel():
     """SAME padding is negative when the stride exceeds the kernel: ORT's MaxPool (and AveragePool
     before opset 19) refuse it ("padding values must be non-negative"); AveragePool-19 runs it."""
@@ -62,6 +87,16 @@ def test_same_padding_with_stride_above_kernel():
     with pytest.raises(onnxruntime.capi.onnxruntime_pybind11_state.RuntimeException, match="non-negative"):
         ort_outputs(*_pool("MaxPool", (1, 2, 5, 7), attrs))
     assert_matches_ort(*_pool("AveragePool", (1, 2, 5, 7), attrs, opset=19))
+
+
+@pytest.mark.parametrize("include_pad", [0, 1])
+@pytest.mark.parametrize("opset", [12, 19])
+def test_average_pool_same_upper_with_negative_padding_shifts_windows_as_ort(opset, include_pad):
+    """SAME_UPPER, size 9, kernel 1, stride 3: ORT's pad_needed is -2, so pad_head = -1 and every
+    window starts one position later (1, 4, 7), a crop rather than a pad."""
+    attrs = {"kernel_shape": [2, 1, 1], "strides": [2, 2, 3], "auto_pad": "SAME_UPPER", "ceil_mode": 1,
+             "count_include_pad": include_pad}
+    assert_matches_ort(*_pool("AveragePool", (1, 2, 9, 5, 9), attrs, opset=opset))
 
 
 @pytest.mark.parametrize("case", ["k3 s2 pads 1", "asymmetric pads", "SAME_UPPER s2", "1d k3 s2 pads"])

@@ -45,7 +45,8 @@ def explicit_pads(node: OnnxNode, in_sizes, kernel, strides, dilations, *,
     """(pads_begin, pads_end) per spatial dim after resolving auto_pad, as ORT does.
 
     ORT's Conv computes SAME padding with the dilated kernel; its pools use the undilated kernel
-    (pool_attributes.h ComputeSizePadDilations), hence the flag.
+    and keep a negative padding (stride above kernel) as it is, halved with C++'s truncating
+    division (pool_attributes.h ComputeSizePadDilations), hence the flag.
     """
     n = len(kernel)
     auto_pad = text(node.attrs.get("auto_pad"), "NOTSET")
@@ -60,8 +61,11 @@ def explicit_pads(node: OnnxNode, in_sizes, kernel, strides, dilations, *,
     for size, k, s, d in zip(in_sizes, kernel, strides, dilations):
         k_eff = (k - 1) * d + 1 if dilated_kernel_for_same else k
         target = (size + s - 1) // s
-        needed = max(0, (target - 1) * s + k_eff - size)
-        head = (needed + 1) // 2 if auto_pad == "SAME_LOWER" else needed // 2
+        needed = (target - 1) * s + k_eff - size
+        if dilated_kernel_for_same:
+            needed = max(0, needed)
+        half = needed + 1 if auto_pad == "SAME_LOWER" else needed
+        head = int(half / 2)  # C++ integer division truncates toward zero
         begin.append(head)
         end.append(needed - head)
     return begin, end
