@@ -267,3 +267,30 @@ def test_resize_nearest_on_uint8_images_and_linear_refused():
     model = make_model(node, {"X": x}, ["Y"], initializers=inits, output_types={"Y": TensorProto.UINT8})
     with pytest.raises(ConversionError, match="r_u8.*linear on torch.uint8"):
         torch_module(model, {"X": x})
+
+
+KEEPS_SIZES = {
+    "linear pytorch_half_pixel 1.3 on 3x1": ((1, 2, 3, 1), {"mode": "linear",
+                                                           "coordinate_transformation_mode": "pytorch_half_pixel"},
+                                            dict(scales=[1, 1, 1.3, 1.3])),
+    "nearest tf_crop_and_resize ceil": ((1, 2, 3), {"coordinate_transformation_mode": "tf_crop_and_resize",
+                                                    "nearest_mode": "ceil"},
+                                        dict(scales=[1, 1, 1.3], roi=[0, 0, 0.22, 1, 1, 0.66])),
+}
+
+
+@pytest.mark.parametrize("case", _cases(KEEPS_SIZES))
+def test_resize_that_keeps_every_size_is_a_copy_in_ort(case):
+    shape, attrs, inputs = KEEPS_SIZES[case]
+    model, feeds = _resize(shape, attrs, **inputs)
+    assert_matches_ort(model, feeds)
+    np.testing.assert_array_equal(assert_matches_ort(model, feeds)[0], feeds["X"])
+
+
+def test_resize_one_dim_kept_with_a_scale_other_than_1_is_still_resampled():
+    """Only the all-sizes-equal case is a copy: a kept dim with scale 1.3 beside a resized one is
+    resampled with that scale."""
+    model, feeds = _resize((1, 2, 3, 4), {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
+                           scales=[1, 1, 1.3, 2])
+    got = assert_matches_ort(model, feeds, atol=1e-5)[0]
+    assert got.shape == (1, 2, 3, 8)

@@ -312,6 +312,12 @@ class _ResizePlan:
         if self.mode != "nearest" and not x.is_floating_point():
             # ORT rounds and saturates integer interpolation in kernel-specific ways; not mirrored
             raise UnsupportedNode(f"{self.node.op_type} {self.node.name!r}: mode={self.mode} on {x.dtype} data")
+        if any(o <= 0 for o in self.out):
+            raise UnsupportedNode(f"{self.node.op_type} {self.node.name!r}: empty output {self.out}")
+        if self.out == self.in_shape:
+            # ORT copies the input when no dim changes size, whatever the scales, roi or modes
+            # (pinned: test_resize_that_keeps_every_size_is_a_copy_in_ort)
+            return x
         y = None if self.antialias else self.native(x)
         if y is not None:
             return y
