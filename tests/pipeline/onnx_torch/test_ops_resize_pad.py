@@ -294,3 +294,23 @@ def test_resize_one_dim_kept_with_a_scale_other_than_1_is_still_resampled():
                            scales=[1, 1, 1.3, 2])
     got = assert_matches_ort(model, feeds, atol=1e-5)[0]
     assert got.shape == (1, 2, 3, 8)
+
+
+@pytest.mark.parametrize("coord", ["asymmetric", "half_pixel"])
+@pytest.mark.parametrize("size_in,size_out", [(7, 4), (3, 2), (13, 6), (10, 4)])
+def test_resize_from_sizes_divides_by_the_exact_ratio(size_in, size_out, coord):
+    """7 -> 4 asymmetric round_prefer_ceil: ORT reads input 4 for output 2 (2 * 7/4 = 3.5 rounds up);
+    float32 2 / (4/7) = 3.4999998 would read 3."""
+    x = np.arange(size_in, dtype=np.float32).reshape(1, 1, size_in)
+    model, feeds = _resize(x.shape, {"coordinate_transformation_mode": coord, "nearest_mode": "round_prefer_ceil"},
+                           sizes=[1, 1, size_out])
+    feeds = {"X": x}
+    got = assert_matches_ort(model, feeds)[0].ravel()
+    if (size_in, size_out, coord) == (7, 4, "asymmetric"):
+        assert got.tolist() == [0, 2, 4, 5]
+
+
+def test_resize_antialias_copies_an_axis_whose_size_does_not_change():
+    attrs = {"mode": "cubic", "coordinate_transformation_mode": "half_pixel_symmetric", "exclude_outside": 1,
+             "antialias": 1}
+    assert_matches_ort(*_resize((1, 2, 2, 2), attrs, scales=[1, 1, 0.75, 1.3], opset=19), atol=1e-5)

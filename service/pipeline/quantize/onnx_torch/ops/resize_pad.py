@@ -27,8 +27,25 @@ f32 = np.float32
 
 
 # ----------------------------------------------------------------------------- Resize tables
-def _original_coords(mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float]) -> np.ndarray:
-    """ORT's GetOriginalCoordinateFromResizedCoordinate for every output position, in float32."""
+def _original_coords(mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float],
+                     from_sizes: bool = False) -> np.ndarray:
+    """ORT's GetOriginalCoordinateFromResizedCoordinate for every output position, in float32.
+
+    from_sizes: the scale is out/in from a ``sizes`` input. ORT 1.32 then lands on the exact
+    ratio (7 -> 4, asymmetric: output 2 reads 2 * 7/4 = 3.5, where float32 2 / (4/7) gives
+    3.4999998), so the division by the scale is done as a multiplication by in/out in float64
+    (measured: test_resize_from_sizes_divides_by_the_exact_ratio)."""
+    if from_sizes and mode in ("asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn", "half_pixel",
+                               "half_pixel_symmetric"):
+        x64 = np.arange(out_len, dtype=np.float64)
+        ratio = in_len / out_len
+        if mode == "asymmetric":
+            return (x64 * ratio).astype(f32)
+        if mode == "pytorch_half_pixel" and out_len <= 1:
+            return np.zeros(out_len, f32)
+        if mode == "tf_half_pixel_for_nn":
+            return ((x64 + 0.5) * ratio).astype(f32)
+        return ((x64 + 0.5) * ratio - 0.5).astype(f32)  # half_pixel (symmetric: no offset at out/in)
     x = np.arange(out_len, dtype=f32)
     s, lr, lo = f32(scale), f32(out_len), f32(in_len)
     half = f32(0.5)
@@ -95,8 +112,9 @@ class _AxisTable:
 
 
 def _axis_table(mode: str, coord: str, nearest: str, in_len: int, out_len: int, scale: float,
-                roi: tuple[float, float], cubic_a: float, exclude_outside: bool) -> _AxisTable:
-    orig = _original_coords(coord, out_len, in_len, scale, roi)
+                roi: tuple[float, float], cubic_a: float, exclude_outside: bool,
+                from_sizes: bool = False) -> _AxisTable:
+    orig = _original_coords(coord, out_len, in_len, scale, roi, from_sizes)
     extrapolate = coord == "tf_crop_and_resize"
     outside = (orig < 0) | (orig > f32(in_len - 1)) if extrapolate else np.zeros(out_len, bool)
     if mode == "nearest":
@@ -123,7 +141,7 @@ def _axis_table(mode: str, coord: str, nearest: str, in_len: int, out_len: int, 
 
 
 def _antialias_table(mode: str, coord: str, in_len: int, out_len: int, scale: float, roi: tuple[float, float],
-                     cubic_a: float, exclude_outside: bool) -> _AxisTable:
+                     cubic_a: float, exclude_outside: bool, from_sizes: bool = False) -> _AxisTable:
     """ORT's antialiased filter along one axis (upsample_antialias.h SetupUpsampleFilterAntiAlias):
     a triangle (linear) or Keys cubic filter stretched by 1/scale when downsampling, its taps cut
     at the borders (exclude_outside) or folded onto the edge pixels, normalized; in float32."""
@@ -144,7 +162,7 @@ def _antialias_table(mode: str, coord: str, in_len: int, out_len: int, scale: fl
     support = (support_size * f32(0.5)) * s if s >= 1 else support_size * f32(0.5)
     window = int(np.ceil(support)) * 2 + 1
     inv_scale = f32(1) / s if s >= 1 else f32(1)
-    orig = _original_coords(coord, out_len, in_len, scale, roi)
+    orig = _original_coords(coord, out_len, in_len, scale, roi, from_sizes)
     index = np.zeros((out_len, window), np.int64)
     weight = np.zeros((out_len, window), f32)
     for i in range(out_len):
@@ -235,13 +253,16 @@ class _ResizePlan:
             raise UnsupportedNode(f"Resize {node.name!r}: tf_crop_and_resize without a constant roi")
         self.scales = [1.0] * rank
         self.out = list(self.in_shape)
+        self.from_sizes = False  # every scale is exactly out/in (see _original_coords)
         if sizes is not None and sizes.size:
             sizes = [int(v) for v in sizes.ravel()]
             targets = dict(zip(axes if len(sizes) == len(axes) else range(rank), sizes))
             for a, size in targets.items():
                 self.out[a] = size
                 self.scales[a] = float(f32(size) / f32(self.in_shape[a])) if self.in_shape[a] else 1.0
-            self._aspect_policy(text(attrs.get("keep_aspect_ratio_policy"), "stretch"), list(targets))
+            policy = text(attrs.get("keep_aspect_ratio_policy"), "stretch")
+            self.from_sizes = policy == "stretch"
+            self._aspect_policy(policy, list(targets))
         elif scales is not None and scales.size:
             scales = [float(f32(v)) for v in scales.ravel()]
             for a, s in zip(axes if len(scales) == len(axes) else range(rank), scales):
@@ -289,7 +310,8 @@ class _ResizePlan:
         if self.mode == "nearest":
             if all(self.out[a] == 2 * self.in_shape[a] for a in axes) and axes == list(range(2, rank)):
                 table = [_axis_table("nearest", self.coord, self.nearest, self.in_shape[a], self.out[a],
-                                     self.scales[a], self.roi[a], self.cubic_a, False) for a in axes]
+                                     self.scales[a], self.roi[a], self.cubic_a, False, self.from_sizes)
+                         for a in axes]
                 # aten's 2x nearest reads input x // 2
                 if all(np.array_equal(t.index[:, 0], np.arange(self.out[a]) // 2) for t, a in zip(table, axes)):
                     return F.interpolate(x, size=[self.out[a] for a in range(2, rank)], mode="nearest")
@@ -323,12 +345,14 @@ class _ResizePlan:
             return y
         for a in reversed(self.resized_axes()):  # ORT filters the innermost axis first
             if self.antialias:
+                if self.out[a] == self.in_shape[a]:
+                    continue  # ORT's antialias kernels copy an axis whose size does not change
                 table = _antialias_table(self.mode, self.coord, self.in_shape[a], self.out[a], self.scales[a],
-                                         self.roi[a], self.cubic_a, self.exclude_outside)
+                                         self.roi[a], self.cubic_a, self.exclude_outside, self.from_sizes)
                 x = _apply_table(x, a, table, self.extrapolation)
                 continue
             table = _axis_table(self.mode, self.coord, self.nearest, self.in_shape[a], self.out[a],
-                                self.scales[a], self.roi[a], self.cubic_a, self.exclude_outside)
+                                self.scales[a], self.roi[a], self.cubic_a, self.exclude_outside, self.from_sizes)
             x = _apply_table(x, a, table, self.extrapolation)
         return x
 
