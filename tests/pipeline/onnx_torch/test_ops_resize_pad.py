@@ -296,17 +296,34 @@ def test_resize_one_dim_kept_with_a_scale_other_than_1_is_still_resampled():
     assert got.shape == (1, 2, 3, 8)
 
 
-@pytest.mark.parametrize("coord", ["asymmetric", "half_pixel"])
-@pytest.mark.parametrize("size_in,size_out", [(7, 4), (3, 2), (13, 6), (10, 4)])
-def test_resize_from_sizes_divides_by_the_exact_ratio(size_in, size_out, coord):
-    """7 -> 4 asymmetric round_prefer_ceil: ORT reads input 4 for output 2 (2 * 7/4 = 3.5 rounds up);
-    float32 2 / (4/7) = 3.4999998 would read 3."""
+def _exact_vs_float32_pairs():
+    """(in, out, coord, nearest_mode) where the exact ratio and float32 division pick different inputs."""
+    pairs = []
+    for coord in ("asymmetric", "half_pixel", "pytorch_half_pixel"):
+        for nm in ("round_prefer_ceil", "floor", "ceil"):
+            for i in range(2, 14):
+                for o in range(2, 14):
+                    s = np.float32(o) / np.float32(i)
+                    x32, x64 = np.arange(o, dtype=np.float32), np.arange(o, dtype=np.float64)
+                    h32, h64 = (0, 0) if coord == "asymmetric" else (np.float32(0.5), 0.5)
+                    f = (x32 + h32) / s - h32
+                    e = ((x64 + h64) * i / o - h64).astype(np.float32)
+                    r = {"floor": np.floor, "ceil": np.ceil,
+                         "round_prefer_ceil": lambda v: np.floor(v.astype(np.float64) + 0.5)}[nm]
+                    if not np.array_equal(np.clip(r(f), 0, i - 1), np.clip(r(e), 0, i - 1)):
+                        pairs.append((i, o, coord, nm))
+    return pairs
+
+
+@pytest.mark.parametrize("size_in,size_out,coord,nearest_mode", _exact_vs_float32_pairs())
+def test_resize_from_sizes_rounding_of_the_original_coordinate(size_in, size_out, coord, nearest_mode):
+    """Nearest from sizes where exact in/out and float32 division disagree: ORT uses the exact ratio
+    for asymmetric (7 -> 4: output 2 reads input 4, 2 * 7/4 = 3.5 rounding up), float32 otherwise."""
     x = np.arange(size_in, dtype=np.float32).reshape(1, 1, size_in)
-    model, feeds = _resize(x.shape, {"coordinate_transformation_mode": coord, "nearest_mode": "round_prefer_ceil"},
-                           sizes=[1, 1, size_out])
-    feeds = {"X": x}
-    got = assert_matches_ort(model, feeds)[0].ravel()
-    if (size_in, size_out, coord) == (7, 4, "asymmetric"):
+    model, _ = _resize(x.shape, {"coordinate_transformation_mode": coord, "nearest_mode": nearest_mode},
+                       sizes=[1, 1, size_out])
+    got = assert_matches_ort(model, {"X": x})[0].ravel()
+    if (size_in, size_out, coord, nearest_mode) == (7, 4, "asymmetric", "round_prefer_ceil"):
         assert got.tolist() == [0, 2, 4, 5]
 
 

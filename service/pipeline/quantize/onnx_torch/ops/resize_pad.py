@@ -31,21 +31,12 @@ def _original_coords(mode: str, out_len: int, in_len: int, scale: float, roi: tu
                      from_sizes: bool = False) -> np.ndarray:
     """ORT's GetOriginalCoordinateFromResizedCoordinate for every output position, in float32.
 
-    from_sizes: the scale is out/in from a ``sizes`` input. ORT 1.32 then lands on the exact
-    ratio (7 -> 4, asymmetric: output 2 reads 2 * 7/4 = 3.5, where float32 2 / (4/7) gives
-    3.4999998), so the division by the scale is done as a multiplication by in/out in float64
-    (measured: test_resize_from_sizes_divides_by_the_exact_ratio)."""
-    if from_sizes and mode in ("asymmetric", "pytorch_half_pixel", "tf_half_pixel_for_nn", "half_pixel",
-                               "half_pixel_symmetric"):
-        x64 = np.arange(out_len, dtype=np.float64)
-        ratio = in_len / out_len
-        if mode == "asymmetric":
-            return (x64 * ratio).astype(f32)
-        if mode == "pytorch_half_pixel" and out_len <= 1:
-            return np.zeros(out_len, f32)
-        if mode == "tf_half_pixel_for_nn":
-            return ((x64 + 0.5) * ratio).astype(f32)
-        return ((x64 + 0.5) * ratio - 0.5).astype(f32)  # half_pixel (symmetric: no offset at out/in)
+    from_sizes: the scale is out/in from a ``sizes`` input. For ``asymmetric`` ORT 1.32 then lands
+    on the exact ratio (7 -> 4: output 2 reads 2 * 7/4 = 3.5, where float32 2 / (4/7) gives
+    3.4999998); for the half-pixel modes it computes in float32 with the float32 scale. Measured on
+    every in/out pair 2..13 where the two differ (test_resize_from_sizes_*)."""
+    if from_sizes and mode == "asymmetric":
+        return (np.arange(out_len, dtype=np.float64) * (in_len / out_len)).astype(f32)
     x = np.arange(out_len, dtype=f32)
     s, lr, lo = f32(scale), f32(out_len), f32(in_len)
     half = f32(0.5)
