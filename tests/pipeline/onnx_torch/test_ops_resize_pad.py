@@ -331,3 +331,14 @@ def test_resize_antialias_copies_an_axis_whose_size_does_not_change():
     attrs = {"mode": "cubic", "coordinate_transformation_mode": "half_pixel_symmetric", "exclude_outside": 1,
              "antialias": 1}
     assert_matches_ort(*_resize((1, 2, 2, 2), attrs, scales=[1, 1, 0.75, 1.3], opset=19), atol=1e-5)
+
+
+@pytest.mark.parametrize("pads", [[-2, 3], [3, -2]], ids=["crop 2 pad 3", "pad 3 crop 2"])
+def test_pad_constant_cropping_more_than_the_axis_holds(pads):
+    """Size 1, pads that cut past the axis: ORT fills the output with the value; aten's
+    constant_pad_nd refuses, so this goes through index + mask."""
+    x = rand(RNG, 2, 1)
+    inits = {"pads": np.array([0] + pads[:1] + [0] + pads[1:], np.int64), "value": np.array(4.5, np.float32)}
+    node = helper.make_node("Pad", ["X", "pads", "value"], ["Y"])
+    model = make_model(node, {"X": x}, ["Y"], initializers=inits, opset=13)
+    assert_matches_ort(model, {"X": x}, export=True)

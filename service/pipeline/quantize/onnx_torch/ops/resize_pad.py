@@ -410,6 +410,9 @@ def pad(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) 
     rank = x.dim()
     begin, end = _pad_spec(ctx, node, rank)
     mode = text(node.attrs.get("mode"), "constant")
+    shape = _static_shape(ctx, node.inputs[0], x)
+    if mode == "constant" and any(min(begin[a], 0) + min(end[a], 0) < -shape[a] for a in range(rank)):
+        return _pad_constant_by_index(ctx, node, inputs, x, shape, begin, end)
     if mode == "constant":
         torch_pads: list[int] = []
         for a in reversed(range(rank)):
@@ -420,7 +423,6 @@ def pad(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) 
         # a value only known at run time: pad with 0, then add value on the padded positions only
         mask = F.pad(torch.zeros([int(d) for d in x.shape], dtype=x.dtype), torch_pads, value=1)
         return F.pad(x, torch_pads, value=0) + mask * value_tensor.to(x.dtype).reshape(())
-    shape = _static_shape(ctx, node.inputs[0], x)
     for a in range(rank):
         if begin[a] or end[a]:
             # ORT crops the negative sides first and pads the rest from what is left (a wrap
@@ -430,6 +432,28 @@ def pad(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) 
                 raise UnsupportedNode(f"Pad {node.name!r}: mode={mode} with pads that crop axis {a} away")
             index = lo + _pad_index(mode, hi - lo, max(0, begin[a]), max(0, end[a]))
             x = x.index_select(a, torch.from_numpy(index.astype(np.int64)))
+    return x
+
+
+def _pad_constant_by_index(ctx, node, inputs, x, shape, begin, end) -> torch.Tensor:
+    """Constant pad whose negative pads cut more than an axis holds (aten's constant_pad_nd refuses):
+    per axis, output position j reads input j when 0 <= j < size, else the constant value."""
+    value, value_tensor = _constant_value(ctx, node, inputs)
+    fill = value_tensor.to(x.dtype).reshape(()) if value_tensor is not None else torch.tensor(value, dtype=x.dtype)
+    for a in range(x.dim()):
+        if not (begin[a] or end[a]):
+            continue
+        j = np.arange(-begin[a], shape[a] + end[a])
+        inside = (j >= 0) & (j < shape[a])
+        if shape[a] == 0:
+            new_shape = list(x.shape)
+            new_shape[a] = len(j)
+            x = fill.expand(new_shape).clone()
+            continue
+        x = x.index_select(a, torch.from_numpy(np.clip(j, 0, shape[a] - 1).astype(np.int64)))
+        mask_shape = [1] * x.dim()
+        mask_shape[a] = -1
+        x = torch.where(torch.from_numpy(inside.copy()).reshape(mask_shape), x, fill)
     return x
 
 
