@@ -147,6 +147,9 @@ class _Scope:
 
 
 class _Context(ConvertContext):
+    # run_subgraph takes numpy values in ``inputs`` as constants of that invocation (C2's Loop unrolling)
+    const_subgraph_inputs = True
+
     def __init__(self, runner: "GraphRunner", scope: _Scope):
         self.runner = runner
         self.scope = scope
@@ -335,7 +338,10 @@ class GraphRunner:
         else:
             scope.consts.update(self.sub_folded[call])
         for name, v in inputs.items():
-            scope.values[name] = v
+            if isinstance(v, (np.ndarray, np.generic)):
+                scope.consts[name] = np.asarray(v)  # a per-call constant (an unrolled Loop's iteration number)
+            else:
+                scope.values[name] = v
         for raw in graph.node:
             node = onnx_node(raw)
             if not self.building and all(o in scope.consts for o in node.outputs if o):

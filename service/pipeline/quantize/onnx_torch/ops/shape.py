@@ -231,8 +231,9 @@ def _norm_indices(idx, dim: int, ctx, name: str):
 
             return m.to_torch(np.where(arr < 0, arr + dim, arr))
         return idx.long()
-    idx = idx.long()
-    return torch.where(idx < 0, idx + dim, idx)
+    # remainder, not where(idx < 0, idx + dim, idx): prepare_pt2e turns the scalar of an add into a
+    # float tensor attribute, which made the indices float (seen on a GRU encoder's embedding)
+    return torch.remainder(idx.long(), dim)
 
 
 @converter("Gather")
@@ -372,8 +373,7 @@ def one_hot(ctx, node, inputs):
     idx, depth, values = inputs
     d = const_ints(ctx, node, 1, "depth")[0]
     axis = int(node.attr("axis", -1))
-    idx = idx.long()
-    idx = torch.where(idx < 0, idx + d, idx)
+    idx = torch.remainder(idx.long(), d)
     oh = torch.nn.functional.one_hot(idx, d)
     if axis != -1:
         oh = oh.movedim(-1, norm_axis(axis, oh.dim()))
