@@ -6,7 +6,7 @@
 every torchlib function and builds its signature): a fixed cost per export, paid twice per job
 (fp32 and pt2e_qdq) even in a warm worker. This measures, in one warm process, the fp32 and the
 PT2E export of each model with the registry built per call (torch's own behaviour) and with a memoized registry
-(``service.pipeline.exporter_cache``, which the workers and the CLI install), alternating, and checks that the ONNX bytes are identical.
+(``service.pipeline.quantize.exporter_cache``, which the workers and the CLI install), alternating, and checks that the ONNX bytes are identical.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.pipeline.exporter_cache import (  # noqa: E402 - after the path insert
+from service.pipeline.quantize.exporter_cache import (  # noqa: E402 - after the path insert
     install_exporter_registry_cache,
     uninstall_exporter_registry_cache,
 )

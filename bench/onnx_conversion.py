@@ -32,11 +32,11 @@ def run(model, folder: Path, before: bool) -> dict:
     import onnxruntime as ort
 
     from service.pipeline.options import ComparisonOptions, resolved_ort_settings
-    from service.pipeline.ort_quant import quantized_by_ort
-    from service.pipeline.pt2e import _quantized_program
-    from service.pipeline.samples import generated_samples
-    from service.pipeline.sources import source_from_onnx
-    from service.pipeline.specs import resolved_input_shapes
+    from service.pipeline.quantize.ort_quant import quantized_by_ort
+    from service.pipeline.quantize.pt2e import _quantized_program
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
 
     row: dict = {"name": model.name}
     path = model.locate(folder / "built")
@@ -60,7 +60,7 @@ def run(model, folder: Path, before: bool) -> dict:
         row["ort_qdq"] = f"failed {time.perf_counter() - t0:.1f}s"
     variants = []
     if before:
-        from service.pipeline.onnx_to_torch import program_from_onnx as old
+        from service.pipeline.quantize.onnx_to_torch import program_from_onnx as old
 
         variants.append(("before", lambda: (old(source, shapes, calibration=samples.calibration), None)))
     from service.pipeline.quantize.onnx_torch.program import program_from_onnx as new

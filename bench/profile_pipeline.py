@@ -34,7 +34,7 @@ KEY_CALLS = [
     ("session.run", "onnxruntime_inference_collection.py", "run"),
     ("onnx.load", "onnx/__init__.py", "load_model"),
     ("onnx.save", "onnx/__init__.py", "save_model"),
-    ("graph_from_path", "graph_summary.py", "graph_from_path"),
+    ("graph_from_path", "vocabulary.py", "graph_from_path"),
     ("diff_graphs", "graph_diff.py", "diff_graphs"),
     ("latency_of", "numerics.py", "latency_of"),
     ("environment()", "environment.py", "environment"),

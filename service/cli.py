@@ -15,13 +15,19 @@ import logging
 import sys
 from pathlib import Path
 
-from service.errors import InvalidOptions, QuantCompareError
+from pydantic import ValidationError
+
+from service.api.cli_serve import add_serve_parser
+from service.errors import InvalidOptions, QuantCompareError, validation_detail, validation_errors
+from service.examples import list_examples
+from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.logs import quiet_toolchain_logs
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
+from service.render.text import summary_table
 
 
 def load_options(text: str | None):
-    from pydantic import ValidationError
-
-    from service.pipeline.options import ComparisonOptions
 
     if not text:
         return ComparisonOptions()
@@ -34,32 +40,12 @@ def load_options(text: str | None):
     try:
         return ComparisonOptions.model_validate_json(text)
     except ValidationError as e:
-        raise InvalidOptions(options_error_message(e), hint="see `quantcompare compare --help` and the README's options table") from e
-
-
-def options_error_message(e) -> str:
-    """Pydantic's errors in one line a person can act on: 'latency.runs: must be >= 1; ...'."""
-    parts = []
-    for err in e.errors()[:8]:
-        loc = ".".join(str(x) for x in err.get("loc", ())) or "(body)"
-        msg = err.get("msg", "invalid")
-        if err.get("type") == "extra_forbidden":
-            msg = "unknown option"
-        elif err.get("type") == "json_invalid":
-            msg = "not valid JSON"
-        parts.append(f"{loc}: {msg}")
-    return "invalid options: " + "; ".join(parts)
+        raise InvalidOptions("invalid options: " + validation_detail(validation_errors(e), empty_loc="(body)"), hint="see `quantcompare compare --help` and the README's options table") from e
 
 
 def _cmd_compare(args) -> int:
-    from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.report_text import summary_table
-
     if not args.verbose:
-        from service.pipeline.logs import quiet_toolchain_logs
-
         quiet_toolchain_logs()
-    from service.pipeline.exporter_cache import install_exporter_registry_cache
 
     install_exporter_registry_cache()  # the second export of the job reuses the first one's registry
 
@@ -96,8 +82,6 @@ def _cmd_compare(args) -> int:
 
 
 def _cmd_examples(args) -> int:
-    from service.examples import list_examples
-
     for e in list_examples():
         shapes = ", ".join(f"{i['name']}{i['shape']}" for i in e["inputs"])
         print(f"{e['name']:<18}{shapes:<28}{e['description']}")
@@ -121,12 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("examples", help="list the built-in example models")
     p.set_defaults(func=_cmd_examples)
 
-    try:  # the HTTP service's subcommands live with the API
-        from service.api.cli_serve import add_serve_parser
-    except ImportError:
-        add_serve_parser = None
-    if add_serve_parser is not None:
-        add_serve_parser(sub)
+    add_serve_parser(sub)  # the HTTP service's subcommands (serve, worker) live with the API
     return parser
 
 

@@ -18,7 +18,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from service.pipeline.safety.budgets import Budgets  # framework-free (a dataclass of limits)
+from service.errors import validation_errors
+from service.pipeline.inputs.safety.budgets import Budgets  # framework-free (a dataclass of limits)
 
 ENV_PREFIX = "QUANTCOMPARE_"
 BUDGET_PREFIX = ENV_PREFIX + "BUDGET_"
@@ -41,7 +42,7 @@ class Settings(BaseModel):
     # A worker is replaced after this many jobs, so native leaks and fragmentation stay bounded.
     worker_max_jobs: int = Field(50, ge=1, description="jobs per worker before it is recycled")
     # Modules every worker imports before it says it is ready ("warm" workers).
-    worker_preload: str = Field("torch,torchao,onnx,onnxruntime,service.pipeline.compare,service.pipeline.warmup",
+    worker_preload: str = Field("torch,torchao,onnx,onnxruntime,service.pipeline.compare,service.jobs.warmup",
                                 description="comma-separated modules each worker imports at start; a module's warm_up() runs too")
     # "module:function" run for each job inside a worker (tests inject their own).
     job_function: str = Field("service.jobs.runner:run_comparison_job", description="module:function a worker runs per job")
@@ -59,7 +60,7 @@ class Settings(BaseModel):
     broker_url: str | None = Field(None, description="Redis URL of the Celery broker, e.g. redis://redis:6379/0 (executor=celery, `quantcompare worker`)")
     job_lost_after_s: float = Field(60.0, gt=0, description="a job still running this long past its time limit lost its worker and runs again (celery)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
-    # Static budgets checked before the heavy calls (service.pipeline.safety.Budgets). Set one with
+    # Static budgets checked before the heavy calls (service.pipeline.inputs.safety.Budgets). Set one with
     # QUANTCOMPARE_BUDGET_<FIELD> (e.g. QUANTCOMPARE_BUDGET_MAX_NODES=50000) or all as a JSON object here.
     budgets: Budgets = Field(default_factory=Budgets, description="budget overrides as JSON, or QUANTCOMPARE_BUDGET_<FIELD> each")
 
@@ -85,7 +86,7 @@ class Settings(BaseModel):
         try:
             return cls.model_validate(values)
         except ValidationError as e:
-            msgs = "; ".join(f"{ENV_PREFIX}{str(err['loc'][0]).upper()}: {err['msg']}" for err in e.errors())
+            msgs = "; ".join(f"{ENV_PREFIX}{x['loc'].split('.')[0].upper()}: {x['msg']}" for x in validation_errors(e, skip=()))
             raise ValueError(f"invalid settings: {msgs}") from None
 
     # Derived paths: one place decides the layout of the data directory.

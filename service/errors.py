@@ -21,7 +21,16 @@ so the chain stays in the log while the user sees only our words.
     ├── Unauthorized        unauthorized         401  an API token is required
     ├── NotFound            not_found            404
     ├── Busy                busy                 429/503 (+ Retry-After)
-    └── PathFailed          path_failed          (inside a report, per artifact; never an HTTP error)
+    ├── PathSkipped         path_skipped         (inside a report, per artifact; never an HTTP error)
+    └── JobFailed                                (the ``error`` of a failed job; never an HTTP error)
+        ├── WorkerDied          worker_died          the worker process died (signal, stage)
+        ├── JobTimeout          job_timeout          ran past QUANTCOMPARE_JOB_TIMEOUT_S
+        ├── WorkerMemoryLimit   worker_memory_limit  past QUANTCOMPARE_WORKER_MEMORY_MB
+        ├── Interrupted         interrupted          the service or its worker went away, twice
+        ├── JobFolderMissing    job_folder_missing   the job's files were removed before it ran
+        └── InternalError       internal_error       a bug; the traceback is in the log only
+
+A 415 (wrong content type) is an ``invalid_request``; so is any malformed request.
 """
 
 from __future__ import annotations
@@ -106,16 +115,6 @@ class Busy(QuantCompareError):
         self.retry_after = retry_after
 
 
-class PathFailed(QuantCompareError):
-    """One artifact's path failed; recorded in the report, the other paths go on."""
-
-    code, status, title = "path_failed", 500, "A quantization path failed"
-
-    def __init__(self, message: str, *, stage: str, hint: str | None = None):
-        super().__init__(message, hint=hint)
-        self.stage = stage
-
-
 class PathSkipped(QuantCompareError):
     """A path that cannot apply to this input (e.g. no torch graph for an ONNX upload)."""
 
@@ -124,3 +123,50 @@ class PathSkipped(QuantCompareError):
     def __init__(self, message: str, *, stage: str, hint: str | None = None):
         super().__init__(message, hint=hint)
         self.stage = stage
+
+
+
+class JobFailed(QuantCompareError):
+    """Why a job failed outside the pipeline's own refusals; stored as the job's problem."""
+
+    code, status, title = "job_failed", 500, "The job failed"
+
+
+class WorkerDied(JobFailed):
+    code, status, title = "worker_died", 500, "The worker running this job died"
+
+
+class JobTimeout(JobFailed):
+    code, status, title = "job_timeout", 504, "The job ran past its time limit"
+
+
+class WorkerMemoryLimit(JobFailed):
+    code, status, title = "worker_memory_limit", 500, "The job used more memory than allowed"
+
+
+class Interrupted(JobFailed):
+    code, status, title = "interrupted", 500, "The job was interrupted"
+
+
+class JobFolderMissing(JobFailed):
+    code, status, title = "job_folder_missing", 500, "The job's files are gone"
+
+
+class InternalError(JobFailed):
+    code, status, title = "internal_error", 500, "Internal error"
+
+
+# Pydantic's error types whose own message reads as jargon to a person.
+_PLAIN_MESSAGES = {"extra_forbidden": "unknown field", "json_invalid": "not valid JSON"}
+
+
+def validation_errors(e, *, skip=("body", "query", "path")) -> list[dict[str, str]]:
+    """A pydantic ``ValidationError`` as ``[{"loc": "latency.runs", "msg": ...}]``: where and what,
+    never the input value (it may be large or hostile). ``skip`` drops FastAPI's location prefixes."""
+    return [{"loc": ".".join(str(p) for p in err.get("loc", ()) if p not in skip),
+             "msg": _PLAIN_MESSAGES.get(err.get("type"), err.get("msg", "invalid"))} for err in e.errors()]
+
+
+def validation_detail(errors: list[dict[str, str]], *, empty_loc: str, limit: int = 8) -> str:
+    """Those errors in one line a person can act on: 'latency.runs: must be >= 1; ...'."""
+    return "; ".join(f"{x['loc'] or empty_loc}: {x['msg']}" for x in errors[:limit])

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from service.errors import InvalidOptions
+
 
 @dataclass(frozen=True)
 class ExampleInput:
@@ -228,8 +230,6 @@ def list_examples() -> list[dict]:
 
 
 def get_example(name: str) -> Example:
-    from service.errors import InvalidOptions
-
     try:
         return EXAMPLES[name]
     except KeyError:

@@ -16,7 +16,7 @@ from service.api.envelope import ReportCache
 from service.api.errors import install_error_handlers
 from service.api.routes import artifacts, comparisons, meta, ops, report_page
 from service.config import Settings, get_settings
-from service.jobs.executor import make_executor
+from service.jobs.factory import make_executor
 
 log = logging.getLogger("quantcompare.api")
 

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import logging
 
+from service.api.app import create_app
+from service.config import Settings, get_settings
+from service.jobs.cli_worker import add_worker_parser
+
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serve", help="run the HTTP API and its worker pool",
@@ -15,7 +19,6 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="data directory (QUANTCOMPARE_DATA_DIR)")
     p.set_defaults(func=run_serve)
     # `quantcompare worker` (Celery executor) lives with the job system.
-    from service.jobs.cli_worker import add_worker_parser
 
     add_worker_parser(subparsers)
     return p
@@ -24,8 +27,6 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from service.api.app import create_app
-    from service.config import Settings, get_settings
 
     settings = get_settings()
     overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir}.items() if v is not None}

@@ -9,19 +9,19 @@ from fastapi import Depends, Request
 
 from service.errors import Unauthorized
 from service.config import Settings
-from service.jobs.executor import LocalExecutor
+from service.jobs.executor import Executor
 
 
 def settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def executor_dep(request: Request) -> LocalExecutor:
+def executor_dep(request: Request) -> Executor:
     return request.app.state.executor
 
 
 SettingsDep = Annotated[Settings, Depends(settings_dep)]
-ExecutorDep = Annotated[LocalExecutor, Depends(executor_dep)]
+ExecutorDep = Annotated[Executor, Depends(executor_dep)]
 
 
 def require_token(request: Request, settings: SettingsDep) -> None:

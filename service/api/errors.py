@@ -14,8 +14,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.errors import Busy, InvalidRequest, QuantCompareError, Unauthorized
-from service.schemas.api import PROBLEM_MEDIA_TYPE, problem, problem_from_error
+from service.errors import Busy, InvalidRequest, QuantCompareError, Unauthorized, validation_detail, validation_errors
+from service.schemas.api import PROBLEM_MEDIA_TYPE, Problem, problem, problem_from_error
 
 log = logging.getLogger("quantcompare.api")
 
@@ -33,20 +33,16 @@ async def _domain(request: Request, exc: QuantCompareError) -> JSONResponse:
     return problem_response(problem_from_error(exc), exc.status, headers)
 
 
-def _loc(loc) -> str:
-    return ".".join(str(p) for p in loc if p not in ("body", "query", "path"))
-
-
 async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
     # Only where and what: never the input value (it may be large or hostile).
-    errors = [{"loc": _loc(e.get("loc", ())), "msg": e.get("msg", "invalid")} for e in exc.errors()]
-    detail = "; ".join(f"{e['loc'] or 'request'}: {e['msg']}" for e in errors)[:2000]
+    errors = validation_errors(exc)
+    detail = validation_detail(errors, empty_loc="request")[:2000]
     return problem_response(problem("invalid_request", InvalidRequest.title, 422, detail,
                                     "see the OpenAPI document at /openapi.json", errors=errors), 422)
 
 
 _HTTP_CODES = {404: ("not_found", "Not found"), 405: ("method_not_allowed", "Method not allowed"),
-               413: ("payload_too_large", "The upload is too large"), 415: ("unsupported_media_type", "Unsupported media type")}
+               413: ("payload_too_large", "The upload is too large"), 415: ("invalid_request", InvalidRequest.title)}
 
 
 async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -72,6 +68,5 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def problem_responses(*statuses: int) -> dict:
     """OpenAPI ``responses=`` entries for these error statuses."""
-    from service.schemas.api import Problem
 
     return {s: {"model": Problem, "content": {PROBLEM_MEDIA_TYPE: {}}, "description": "problem details"} for s in statuses}

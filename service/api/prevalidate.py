@@ -22,6 +22,15 @@ from pathlib import Path
 
 from service.config import Settings
 from service.errors import QuantCompareError
+from service.pipeline.inputs.safety import (
+    check_input_elements,
+    check_pt2_archive,
+    onnx_model_from_path,
+    sniff_model_format,
+)
+from service.pipeline.inputs.samples import samples_from_npz
+from service.pipeline.inputs.sources import is_model_archive
+from service.pipeline.inputs.specs import input_specs_from_onnx, resolved_input_shapes
 from service.pipeline.options import ComparisonOptions
 
 log = logging.getLogger("quantcompare.api")
@@ -48,11 +57,6 @@ def prevalidate_upload(model_path: Path, calibration_path: Path | None, options:
 
 def _prevalidate(model_path: Path, calibration_path: Path | None, options: ComparisonOptions,
                  settings: Settings) -> None:
-    from service.pipeline.safety import (
-        check_input_elements, check_pt2_archive, onnx_model_from_path, sniff_model_format,
-    )
-    from service.pipeline.sources import is_model_archive
-
     budgets = settings.budgets
     if model_path.stat().st_size > PREVALIDATE_MAX_BYTES or is_model_archive(model_path):
         return
@@ -60,7 +64,6 @@ def _prevalidate(model_path: Path, calibration_path: Path | None, options: Compa
     if fmt == "pt2":
         check_pt2_archive(model_path, budgets=budgets)
         return
-    from service.pipeline.specs import input_specs_from_onnx, resolved_input_shapes
 
     model = onnx_model_from_path(model_path, budgets=budgets, structural_check=False)
     specs = input_specs_from_onnx(model)
@@ -68,8 +71,6 @@ def _prevalidate(model_path: Path, calibration_path: Path | None, options: Compa
     for name, shape in shapes.items():
         check_input_elements(name, shape, budgets)
     if calibration_path is not None and _small_npz(calibration_path):
-        from service.pipeline.samples import samples_from_npz
-
         samples_from_npz(calibration_path, specs, shapes, options, max_bytes=4 * PREVALIDATE_MAX_BYTES)
 
 

@@ -18,9 +18,9 @@ from typing import Any
 
 from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
+from starlette.requests import ClientDisconnect
 
-from service.errors import InvalidRequest
-from service.errors import InvalidModel, PayloadTooLarge, UnsupportedModel
+from service.errors import InvalidModel, InvalidOptions, InvalidRequest, PayloadTooLarge, UnsupportedModel
 
 MAX_OPTIONS_BYTES = 64 * 1024
 MAX_JSON_BODY_BYTES = 256 * 1024
@@ -65,8 +65,6 @@ def display_name(filename: str | None, default: str = "model") -> str:
 
 
 def parse_options(raw: bytes | str | None) -> dict[str, Any]:
-    from service.errors import InvalidOptions
-
     if raw is None or (isinstance(raw, (bytes, str)) and not raw.strip()):
         return {}
     try:
@@ -170,7 +168,6 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
     except (PayloadTooLarge, InvalidRequest):
         raise
     except Exception as e:  # python-multipart's MultipartParseError and friends
-        from starlette.requests import ClientDisconnect
 
         if isinstance(e, ClientDisconnect):
             raise

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
+
+from service.config import Settings, get_settings
 
 
 def add_worker_parser(subparsers) -> argparse.ArgumentParser:
@@ -21,17 +24,13 @@ def add_worker_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run_worker_command(args: argparse.Namespace) -> int:
-    from service.config import Settings, get_settings
-    from service.jobs.celery_worker import run_worker
-
+    from service.jobs.celery.worker import run_worker  # celery is imported only by its own command
     settings = get_settings()
     overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir,
                                    "broker_url": args.broker_url}.items() if v is not None}
     if overrides:
         settings = Settings.model_validate({**settings.model_dump(), **overrides})
     if not settings.broker_url:
-        import sys
-
         print("error: `quantcompare worker` needs QUANTCOMPARE_BROKER_URL (or --broker-url), e.g. redis://127.0.0.1:6379/0",
               file=sys.stderr)
         return 2

@@ -1,19 +1,19 @@
 """The job system as the API sees it: stage files, submit, look up, find a cached result.
 
-``LocalExecutor`` runs jobs in this machine's worker pool. A distributed executor (issue 9)
-implements the same methods over the same store and data directory: the API does not change.
+``Executor`` is what the API relies on. Both implementations keep jobs in the same store and
+data directory (``JobFolders``, below) and differ only in who runs them: ``LocalExecutor`` hands
+them to this machine's worker pool, ``jobs.celery.executor.CeleryExecutor`` publishes them to a
+broker for ``quantcompare worker`` processes. ``jobs.factory.make_executor`` picks one.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from service.config import Settings
 from service.errors import Busy
@@ -25,49 +25,38 @@ from service.jobs.store import JobRecord, JobStore
 log = logging.getLogger("quantcompare.jobs")
 
 
-def new_job_id() -> str:
-    return uuid.uuid4().hex
+class Executor(Protocol):
+    """What the API needs from the job system, whichever runs the jobs."""
+
+    settings: Settings
+    store: JobStore
+    metrics: JobMetrics
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def staging_dir(self) -> Path: ...
+    def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord: ...
+    def retry_after(self) -> int: ...
+    def get(self, job_id: str) -> JobRecord | None: ...
+    def job_dir(self, job_id: str) -> Path: ...
+    def cached(self, key: str) -> list[JobRecord]: ...
 
 
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+class JobFolders:
+    """The part every executor shares: the job index, the job folders, submission and reads.
 
+    A subclass says how a queued job reaches a worker (``_enqueue``) and how it starts and stops.
+    """
 
-def cache_key(*, model: str, calibration: str | None, options: dict, versions: dict[str, str], extra: dict | None = None) -> str:
-    """Same model bytes (or example) + calibration + resolved options + toolchain -> same key."""
-    return hashlib.sha256(canonical_json({
-        "model": model, "calibration": calibration, "options": options, "versions": versions, "extra": extra or {},
-    }).encode()).hexdigest()
-
-
-class LocalExecutor:
-    # Hooks for other executors over the same store and data directory (celery_executor.py).
-    store_class = JobStore
-
-    def __init__(self, settings: Settings, *, start_pool: bool = True):
+    def __init__(self, settings: Settings, store: JobStore):
         self.settings = settings
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.store = self.store_class(settings.db_path)
+        self.store = store
         self.metrics = JobMetrics(store=self.store)
-        self.pool = self._make_pool()
-        self._start_pool = start_pool
         self.recovered: dict[str, list[str]] = {}
 
-    def start(self) -> None:
-        self.recovered = prepare_data_dir(self.settings, self.store)
-        if self._start_pool:
-            self.pool.start()
-
-    def stop(self) -> None:
-        self.pool.stop()
-        self.store.close()
-
-    def _make_pool(self) -> WorkerPool | None:
-        return WorkerPool(self.settings, self.store, self.metrics)
-
     def _enqueue(self, spec: JobSpec) -> None:
-        """The job is in the store as queued: hand it to whatever runs jobs (here: wake the pool)."""
-        self.pool.wake()
+        raise NotImplementedError
 
     # -- staging: an upload lands in tmp/, and becomes a job folder only when complete ------
     def staging_dir(self) -> Path:
@@ -116,10 +105,23 @@ class LocalExecutor:
         return [r for r in self.store.find_succeeded(key) if (self.job_dir(r.id) / REPORT_FILE).is_file()]
 
 
-def make_executor(settings: Settings) -> LocalExecutor:
-    """The executor ``QUANTCOMPARE_EXECUTOR`` names: the local pool, or Celery workers via a broker."""
-    if settings.executor == "celery":
-        from service.jobs.celery_executor import CeleryExecutor
+class LocalExecutor(JobFolders):
+    """Jobs run in this machine's supervised worker pool (``jobs.pool``)."""
 
-        return CeleryExecutor(settings)
-    return LocalExecutor(settings)
+    def __init__(self, settings: Settings, *, start_pool: bool = True):
+        super().__init__(settings, JobStore(settings.db_path))
+        self.pool = WorkerPool(settings, self.store, self.metrics)
+        self._start_pool = start_pool
+
+    def start(self) -> None:
+        self.recovered = prepare_data_dir(self.settings, self.store)
+        if self._start_pool:
+            self.pool.start()
+
+    def stop(self) -> None:
+        self.pool.stop()
+        self.store.close()
+
+    def _enqueue(self, spec: JobSpec) -> None:
+        """The job is in the store as queued: wake the pool."""
+        self.pool.wake()

@@ -25,17 +25,19 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from multiprocessing import spawn
 from multiprocessing.connection import wait
 from pathlib import Path
 
 import psutil
 
 from service.config import Settings
+from service.errors import Interrupted, JobFolderMissing, JobTimeout, WorkerDied, WorkerMemoryLimit
 from service.jobs.metrics import JobMetrics
 from service.jobs.spec import ARTIFACTS_DIR, REPORT_FILE
 from service.jobs.store import JobRecord, JobStore
 from service.jobs.worker import clean_env_launcher, worker_main
-from service.schemas.api import problem
+from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.pool")
 
@@ -156,7 +158,6 @@ class WorkerPool:
         # A worker starts from a minimal environment (no QUANTCOMPARE_* secrets, no credentials of the
         # operator's shell): spawn execs a launcher that clears the environment first (worker.py).
         # Only this supervisor thread spawns in the API process, so the swap of spawn's executable is safe.
-        from multiprocessing import spawn
 
         if not hasattr(self, "_launcher"):
             self._launcher = clean_env_launcher()  # in the machine's temp dir, private to this process
@@ -180,9 +181,8 @@ class WorkerPool:
                 return
             job_dir = self.settings.jobs_dir / rec.id
             if not job_dir.is_dir():
-                self._finish(rec, None, "failed", problem(
-                    "job_folder_missing", "The job's files are gone", 500,
-                    "the job's folder was removed before it could run", hint="submit the model again"))
+                self._finish(rec, None, "failed", problem_from_error(JobFolderMissing(
+                    "the job's folder was removed before it could run", hint="submit the model again")))
                 continue
             if rec.attempts > 1:  # a re-run after a restart starts from its inputs only
                 shutil.rmtree(job_dir / ARTIFACTS_DIR, ignore_errors=True)
@@ -304,8 +304,7 @@ class WorkerPool:
         else:
             detail = f"worker exited with status {code} {where}"
             hint = "the server log has the worker's last words"
-        return problem("worker_died", "The worker running this job died", 500, detail, hint,
-                       stage=w.stage, signal=sig)
+        return problem_from_error(WorkerDied(detail, hint=hint, stage=w.stage, signal=sig))
 
     def _enforce_limits(self) -> None:
         now = time.monotonic()
@@ -321,21 +320,19 @@ class WorkerPool:
             elif w.state == "busy":
                 limit_s = self.settings.job_timeout_s
                 if now - w.job_started > limit_s:
-                    self._kill(w, problem(
-                        "job_timeout", "The job ran past its time limit", 504,
+                    self._kill(w, problem_from_error(JobTimeout(
                         f"the job ran past its time limit of {limit_s:g} s {_stage_words(w.stage)}; its worker was killed",
                         hint="try a smaller model or fewer samples, or raise QUANTCOMPARE_JOB_TIMEOUT_S",
-                        stage=w.stage))
+                        stage=w.stage)))
                 elif check_memory:
                     rss_mb = _tree_rss_mb(w.process.pid)
                     w.peak_rss_mb = max(w.peak_rss_mb, rss_mb)
                     if rss_mb > self.settings.worker_memory_mb:
-                        self._kill(w, problem(
-                            "worker_memory_limit", "The job used more memory than allowed", 500,
+                        self._kill(w, problem_from_error(WorkerMemoryLimit(
                             f"the worker used {rss_mb:.0f} MiB, past its limit of {self.settings.worker_memory_mb} MiB, "
                             f"{_stage_words(w.stage)}; it was killed",
                             hint="try a smaller model or fewer samples, or raise QUANTCOMPARE_WORKER_MEMORY_MB",
-                            stage=w.stage))
+                            stage=w.stage)))
 
     def _kill(self, w: _Worker, reason: dict | None) -> None:
         w.kill_reason = reason
@@ -392,11 +389,10 @@ def _tree_rss_mb(pid: int) -> float:
 
 # -- data directory lifecycle --------------------------------------------------------------
 def interrupted_problem(rec: JobRecord) -> dict:
-    return problem(
-        "interrupted", "The service stopped while this job ran", 500,
+    return problem_from_error(Interrupted(
         f"the service stopped while this job was running, {rec.attempts} time(s); it was not run again",
         hint="submit it again; if it keeps happening, the model may be taking the whole service down",
-        stage=rec.stage)
+        stage=rec.stage))
 
 
 def prepare_data_dir(settings: Settings, store: JobStore) -> dict[str, list[str]]:
@@ -405,20 +401,33 @@ def prepare_data_dir(settings: Settings, store: JobStore) -> dict[str, list[str]
     shutil.rmtree(settings.tmp_dir, ignore_errors=True)
     settings.tmp_dir.mkdir(parents=True, exist_ok=True)
     requeued, failed = store.recover(max_attempts=settings.max_attempts, fail_problem=interrupted_problem)
-    known = store.ids()
-    swept = []
-    for entry in settings.jobs_dir.iterdir():
-        if entry.name not in known:
-            swept.append(entry.name)
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                entry.unlink(missing_ok=True)
+    swept = sweep_unknown_job_folders(settings, store.ids())
     expired = sweep_expired(settings, store)
     if requeued or failed or swept or expired:
         log.info("recovered: %d re-queued, %d failed as interrupted, %d stale folders swept, %d expired",
                  len(requeued), len(failed), len(swept), len(expired))
     return {"requeued": requeued, "failed": failed, "swept": swept, "expired": expired}
+
+
+def sweep_unknown_job_folders(settings: Settings, known: set[str], *, older_than: float | None = None) -> list[str]:
+    """Remove job folders (or stray files) the index does not know, last changed before ``older_than``."""
+    swept = []
+    for entry in settings.jobs_dir.iterdir():
+        if entry.name in known or (older_than is not None and last_changed(entry) >= older_than):
+            continue
+        swept.append(entry.name)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+    return swept
+
+
+def last_changed(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def sweep_expired(settings: Settings, store: JobStore) -> list[str]:

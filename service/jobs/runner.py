@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Callable
 
 from service.jobs.spec import REPORT_FILE, JobSpec
+from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.inputs.safety import Budgets
+from service.pipeline.options import ComparisonOptions
 
 
 def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, int, int], None]) -> None:
     # Imported here, not at module top: the API process imports this module's neighbours, never torch.
-    from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
-    from service.pipeline.safety import Budgets
 
     request = ComparisonRequest(
         options=ComparisonOptions.model_validate(spec.options),

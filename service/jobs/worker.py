@@ -15,17 +15,25 @@ the supervisor's to report.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib
 import logging
 import os
 import resource
+import shlex
+import shutil as _shutil
 import signal
 import sys
+import tempfile
 import time
 import traceback
 import warnings
 from pathlib import Path
+
+from service.errors import InternalError, QuantCompareError, WorkerMemoryLimit
+from service.jobs.spec import JobSpec
+from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.worker")
 
@@ -58,15 +66,11 @@ def clean_env_launcher(folder: Path | None = None) -> str | None:
     noexec temp dir): workers then only scrub ``os.environ`` (``/proc/self/environ`` keeps the
     start-up environment, so the README says to keep secrets out of the server's environment).
     """
-    import shlex
-    import shutil as _shutil
 
     env_bin = _shutil.which("env") or "/usr/bin/env"
     try:
         # A private folder per process: API and Celery workers on several hosts may share the data
         # dir, and each host's launcher must name its own interpreter (no shared temp file to race on).
-        import atexit
-        import tempfile
 
         private = Path(tempfile.mkdtemp(prefix="quantcompare-launcher-", dir=folder))
         atexit.register(_shutil.rmtree, private, ignore_errors=True)
@@ -116,9 +120,6 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
         except Exception:  # a missing optional module must not keep the pool from starting
             log.warning("preload of %s failed:\n%s", name, traceback.format_exc())
     fn = resolve_function(job_function)
-    from service.errors import QuantCompareError
-    from service.jobs.spec import JobSpec
-    from service.schemas.api import problem, problem_from_error
 
     conn.send({"type": "ready"})
     idle_dir = os.getcwd()
@@ -150,17 +151,15 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
         except MemoryError:
             # Python saw the limit; native code may be left in a bad state, so this worker goes.
             exit_after = True
-            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem(
-                "worker_memory_limit", "The job ran out of memory", 500,
+            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(WorkerMemoryLimit(
                 f"the job ran out of memory (worker limit {memory_mb} MiB) during {last[1] or 'start'}",
-                hint="try a smaller model, fewer samples, or raise QUANTCOMPARE_WORKER_MEMORY_MB")}
+                hint="try a smaller model, fewer samples, or raise QUANTCOMPARE_WORKER_MEMORY_MB"))}
         except BaseException:
             # An internal bug: the traceback goes to the log, never into the response.
             log.error("job %s failed with an internal error:\n%s", spec.id, traceback.format_exc())
-            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem(
-                "internal_error", "Internal error", 500,
+            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(InternalError(
                 f"the job failed with an internal error during {last[1] or 'start'}",
-                hint="this is a bug in quantcompare; the server log has the details")}
+                hint="this is a bug in quantcompare; the server log has the details"))}
         finally:
             os.chdir(idle_dir)
         try:

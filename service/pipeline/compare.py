@@ -21,13 +21,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from service.errors import InvalidOptions
 from service.pipeline.environment import environment
-from service.pipeline.inventory import file_info_from_onnx, inventory_from_onnx, op_key, all_nodes
+from service.pipeline.inputs import sources
+from service.pipeline.inputs.fp32 import fp32_onnx_from_source
+from service.pipeline.inputs.safety import check_input_elements, check_sample_bytes, sniff_model_format
+from service.pipeline.inputs.samples import Samples, generated_samples, samples_from_npz
+from service.pipeline.inputs.specs import output_specs_from_onnx, resolved_input_shapes
+from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
-from service.pipeline.paths import run_path
-from service.pipeline.platform_notes import platform_notes
-from service.pipeline.samples import Samples, generated_samples, samples_from_npz
-from service.pipeline.specs import output_specs_from_onnx, resolved_input_shapes
+from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
+from service.pipeline.quantize.isolation import run_path
+from service.pipeline.quantize.onnx_cleanup import opset_for_ort
+from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
+from service.pipeline.quantize.pt2e import qdq_from_pt2e
+from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.verdict.gates import verdict_from_report
+from service.pipeline.verdict.platform_notes import platform_notes
+from service.pipeline.vocabulary import all_nodes, op_key
 from service.schemas.report import Artifact, ModelInfo, Report, TensorSpec, ToolInfo, Verdict
 
 log = logging.getLogger(__name__)
@@ -49,15 +60,11 @@ class ComparisonRequest:
 
 
 def _source(request: ComparisonRequest, workdir: Path):
-    from service.errors import InvalidOptions
-    from service.pipeline import sources
-
     if (request.example is None) == (request.model_path is None):
         raise InvalidOptions("give either a model file or an example name, not both or neither",
                              hint="upload a model, or send {\"example\": \"conv_relu\"}")
     if request.example is not None:
         return sources.source_from_example(request.example)
-    from service.pipeline.safety import sniff_model_format
 
     name = request.model_name or "model"
     if sources.is_model_archive(request.model_path):
@@ -99,7 +106,6 @@ def run_comparison(
         shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
         # Security: the declared-size check on the shapes samples are actually made with (dynamic dims
         # filled in from input_shapes), before any array is allocated (Budgets.max_input_elements).
-        from service.pipeline.safety import check_input_elements, check_sample_bytes
 
         for input_name, input_shape in shapes.items():
             check_input_elements(input_name, input_shape, request.budgets)
@@ -116,8 +122,6 @@ def run_comparison(
     artifacts: dict[str, Artifact] = {}
     paths: dict[str, Path] = {}
     with stage("fp32"):
-        from service.pipeline.fp32 import fp32_onnx_from_source
-
         fp32_path = fp32_onnx_from_source(source, art_dir / "fp32.onnx")
         fp32_model = source.onnx_model if source.onnx_model is not None else onnx.load(str(fp32_path), load_external_data=False)
         paths["fp32"] = fp32_path
@@ -128,15 +132,11 @@ def run_comparison(
     with stage("quantize", len(requested)):
         outcomes = {}
         ort_settings = resolved_ort_settings(options)
-        from service.pipeline.already_quantized import quantization_in_model, skip_if_quantized
 
         # An upload that is already quantized is inspected as is, never quantized twice.
         already = quantization_in_model(fp32_model) if source.onnx_path else None
         ort_input, ort_notes = fp32_path, []
         if already is None and any(a.startswith("ort_") for a in requested):
-            from service.pipeline.onnx_cleanup import opset_for_ort
-            from service.pipeline.ort_quant import preprocessed_for_ort
-
             ai_onnx = next((o.version for o in fp32_model.opset_import if o.domain in ("", "ai.onnx")), None)
             ort_input, opset_note = opset_for_ort(fp32_path, scratch / "fp32.opset13.onnx", opset=ai_onnx)
             ort_notes.append(opset_note)
@@ -155,13 +155,9 @@ def run_comparison(
             if already is not None:
                 outcome = run_path(name, "quantize", skip_if_quantized, fp32_model)
             elif name == "pt2e_qdq":
-                from service.pipeline.pt2e import qdq_from_pt2e
-
                 outcome = run_path(name, "quantize", qdq_from_pt2e, source, shapes, samples.calibration, out,
                                    per_channel=options.pt2e.per_channel, evaluation=samples.evaluation)
             else:
-                from service.pipeline.ort_quant import quantized_by_ort
-
                 outcome = run_path(name, "quantize", quantized_by_ort, ort_input, out, samples.calibration,
                                    input_names, quant_format="qdq" if name == "ort_qdq" else "qoperator",
                                    settings=ort_settings, pre_process_note=ort_note,
@@ -202,7 +198,6 @@ def run_comparison(
                                        quantization=inventory, seconds=secs)
 
     # optimize + evaluate (+ decisions and lints) ---------------------------------------------
-    from service.pipeline.levels import analyze_levels
 
     levels = analyze_levels(artifact_paths=paths, eval_feeds=samples.evaluation, out_dir=art_dir,
                             options=options, inventories=inventories, progress=notify,
@@ -230,8 +225,6 @@ def run_comparison(
         verdict=Verdict(passed=True), timings=timings,
     )
     with stage("decide"):
-        from service.pipeline.gates import verdict_from_report
-
         report = report.model_copy(update={"verdict": verdict_from_report(report, list(options.gates))})
     report = report.model_copy(update={"timings": dict(timings)})
     shutil.rmtree(scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep

@@ -6,11 +6,13 @@ Versions are read from package metadata, not by importing torch: the API process
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from functools import lru_cache
 from importlib import metadata
 
+from service import __version__
 from service.schemas.report import CpuInfo, Environment
 
 TOOLCHAIN = ("torch", "torchao", "onnx", "onnxscript", "onnxruntime", "onnx2torch", "numpy")
@@ -35,7 +37,6 @@ def toolchain_versions() -> dict[str, str]:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             out[name] = "not installed"
-    from service import __version__
 
     out["quantcompare"] = __version__
     return out
@@ -43,8 +44,6 @@ def toolchain_versions() -> dict[str, str]:
 
 @lru_cache(maxsize=1)
 def cpu_info() -> CpuInfo:
-    import os
-
     flags: set[str] = set()
     model_name = None
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
@@ -95,6 +95,12 @@ class Gate(_Strict):
     ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
     (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths).
     Missing data (a failed path, a level not run) fails a gate; an exact match (SQNR ``None``) passes.
+
+    ``relative_to="baseline"`` makes the threshold the baseline's figure plus ``value``
+    (``ort_qdq.all.sqnr_db>=baseline-0.5``). ``baseline_values`` holds that figure per artifact;
+    whoever resolves the baseline fills it (the API from ``options.baseline``, the client from a
+    saved report.json). ``null`` there is an exact match (SQNR without error, as in
+    ``numerics.worst_sqnr_db``); an artifact absent from it has no baseline figure and fails.
     """
 
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
@@ -102,6 +108,14 @@ class Gate(_Strict):
     metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok"]
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
+    relative_to: Literal["baseline"] | None = None
+    baseline_values: dict[QuantArtifact, float | None] | None = None
+
+    @model_validator(mode="after")
+    def _relative_metric(self):
+        if self.relative_to and self.metric == "status_ok":
+            raise ValueError("status_ok cannot be relative to a baseline")
+        return self
 
 
 class ComparisonOptions(_Strict):
@@ -119,6 +133,19 @@ class ComparisonOptions(_Strict):
     latency: LatencyOptions = Field(default_factory=LatencyOptions)
     attribution: bool = False
     gates: list[Gate] = Field(default_factory=list)
+    # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
+    # into each relative gate's ``baseline_values`` before the job runs.
+    baseline: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+
+    @model_validator(mode="after")
+    def _relative_gates_have_a_baseline(self):
+        for gate in self.gates:
+            if gate.relative_to and gate.baseline_values is None and self.baseline is None:
+                raise ValueError(
+                    "a gate relative to the baseline needs one: set options.baseline to the id of an earlier "
+                    "comparison (or pass --baseline report.json to quantcompare-client check)"
+                )
+        return self
 
     @field_validator("artifacts", "levels")
     @classmethod

@@ -2,7 +2,7 @@
 ``GraphOptimizationLevel``, the rewrites between levels, numerics and latency per level,
 cross-artifact agreement, the decisions table and lints.
 
-Filled by the levels stage (``service.pipeline.levels``). Field names read by gates, the client
+Filled by the levels stage (``service.pipeline.runtime.levels``). Field names read by gates, the client
 and the page are pinned in ``docs/CONTRACTS.md``: ``op_histogram``, ``int8_coverage``,
 ``numerics`` (``outputs``, ``worst_*``), ``latency`` (``median_ms``, ``p90_ms``, ``runs``,
 ``intra_op_threads``), ``diff.rewrites[].summary``.

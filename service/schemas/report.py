@@ -164,6 +164,9 @@ class GateResult(_Model):
     gate: str  # "ort_qdq.all.sqnr_db>=25"
     passed: bool
     actual: float | None = None
+    # Relative gates only: the deciding artifact's baseline figure and actual - baseline.
+    baseline: float | None = None
+    delta: float | None = None
     message: str
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from service.api.report_page import render_job_page
-from service.api.svg import bar_chart, parse_rewrite, rewrite_drawing
+from service.render.page import render_job_page
+from service.render.svg import bar_chart, parse_rewrite, rewrite_drawing
 from service.config import Settings
 from service.jobs.spec import JobSpec
 from service.jobs.store import JobRecord

@@ -13,7 +13,7 @@ import pytest
 from cluster import API_SETTINGS, Cluster, RedisServer
 from test_http_api import assert_problem, upload
 
-from service.jobs.celery_store import SharedJobStore
+from service.jobs.celery.store import SharedJobStore
 from service.jobs.spec import JobSpec
 
 
@@ -65,7 +65,7 @@ def test_a_job_whose_worker_is_lost_runs_again_exactly_once(cluster):
 
 def test_a_duplicate_message_for_a_running_job_waits_and_never_runs_it_twice(cluster):
     from service.config import Settings
-    from service.jobs.celery_app import QUEUE, TASK_RUN_JOB, celery_app
+    from service.jobs.celery.app import QUEUE, TASK_RUN_JOB, celery_app
 
     cluster.add_worker()
     cluster.add_worker()
@@ -227,7 +227,7 @@ def test_settings_name_the_executor_and_the_broker():
     assert (s.executor, s.broker_url) == ("celery", "redis://r:6379/0")
     with pytest.raises(ValueError, match="QUANTCOMPARE_EXECUTOR"):
         Settings.from_env({"QUANTCOMPARE_EXECUTOR": "dask"})
-    from service.jobs.celery_app import celery_app
+    from service.jobs.celery.app import celery_app
 
     conf = celery_app(s).conf
     assert conf.task_acks_late and conf.task_reject_on_worker_lost and conf.worker_prefetch_multiplier == 1

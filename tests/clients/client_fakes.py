@@ -174,7 +174,7 @@ class FakeServer:
                 return problem_response(404, "not_found", f"unknown example {body.get('example')!r}",
                                         hint="GET /v1/examples lists them")
         elif not ctype.startswith("multipart/form-data"):
-            return problem_response(415, "unsupported_media_type", "send multipart or JSON")
+            return problem_response(415, "invalid_request", "send multipart or JSON")
         self.polls = 0
         job_id = self.report["id"]
         return httpx.Response(202, json=job_json(job_id, "queued"), headers={"Location": f"/v1/comparisons/{job_id}"})

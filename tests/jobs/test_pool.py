@@ -12,7 +12,8 @@ import pytest
 
 from service.config import Settings
 from service.errors import Busy
-from service.jobs.executor import LocalExecutor, new_job_id
+from service.jobs.executor import LocalExecutor
+from service.jobs.submission import new_job_id
 from service.jobs.pool import prepare_data_dir
 from service.jobs.spec import JobSpec
 from service.jobs.store import JobStore

@@ -13,7 +13,8 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from service.pipeline.inventory import inventory_from_onnx, op_key
+from service.pipeline.inspect.inventory import inventory_from_onnx
+from service.pipeline.vocabulary import op_key
 
 
 def _nodes(path):

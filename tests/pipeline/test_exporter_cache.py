@@ -15,7 +15,7 @@ SCRIPT = textwrap.dedent('''
     import warnings; warnings.filterwarnings("ignore")
     import torch
     from service.examples import EXAMPLES
-    from service.pipeline.exporter_cache import install_exporter_registry_cache, uninstall_exporter_registry_cache
+    from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache, uninstall_exporter_registry_cache
 
     def fp32_bytes(name):
         with torch.no_grad():

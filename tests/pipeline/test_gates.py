@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from service.errors import InvalidOptions
-from service.pipeline.gates import gate_from_string, gate_to_string, verdict_from_report
+from service.pipeline.verdict.gates import gate_from_string, gate_to_string, verdict_from_report
 from service.pipeline.options import LEVELS, Gate
 from service.schemas.levels import OptimizedLevel
 from service.schemas.report import Report

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.graph_diff import diff_graphs
-from service.pipeline.graph_summary import graph_from_model, graph_from_path
-from service.pipeline.ort_sessions import session_for
+from service.pipeline.inspect.graph_diff import diff_graphs
+from service.pipeline.vocabulary import graph_from_model, graph_from_path
+from service.pipeline.runtime.ort_sessions import session_for
 
 
 def _model(nodes, inits, inputs, outputs, opset=17):

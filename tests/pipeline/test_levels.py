@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 import pytest
 
-from service.pipeline.levels import analyze_levels
-from service.pipeline.levels_text import levels_summary_lines
+from service.pipeline.runtime.levels import analyze_levels
+from service.render.levels_text import levels_summary_lines
 from service.pipeline.options import LEVELS, ComparisonOptions
 
 X86 = platform.machine() in ("x86_64", "AMD64")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.pipeline.levels import FileFacts
-from service.pipeline.lints import lints_for
+from service.pipeline.runtime.levels import FileFacts
+from service.pipeline.verdict.lints import lints_for
 from service.pipeline.options import ComparisonOptions
 from service.schemas.levels import OptimizedLevel
 from service.schemas.report import CpuInfo

@@ -25,7 +25,7 @@ def test_op_zoo_on_x86_reports_uint8_activations_and_nchwc_with_evidence(compare
 
 @x86_only
 def test_the_summary_and_the_page_data_carry_the_notes(compared):
-    from service.report_text import summary_table
+    from service.render.text import summary_table
 
     report, _ = compared("conv_relu")
     text = summary_table(report)

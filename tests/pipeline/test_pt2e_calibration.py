@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from service.examples import EXAMPLES
-from service.pipeline.pt2e import _observe_weights_once
+from service.pipeline.quantize.pt2e import _observe_weights_once
 
 
 def _prepared():

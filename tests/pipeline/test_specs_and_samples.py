@@ -7,8 +7,8 @@ import pytest
 
 from service.errors import InputShapeRequired, InvalidCalibration, InvalidOptions
 from service.pipeline.options import ComparisonOptions
-from service.pipeline.samples import generated_samples, samples_from_npz
-from service.pipeline.specs import InputSpec, resolved_input_shapes
+from service.pipeline.inputs.samples import generated_samples, samples_from_npz
+from service.pipeline.inputs.specs import InputSpec, resolved_input_shapes
 
 IMG = InputSpec("image", "float32", ("batch", 3, "height", "width"))
 TOKENS = InputSpec("tokens", "int64", ("N", "seq"))

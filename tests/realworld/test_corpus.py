@@ -138,9 +138,9 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     converted module matches ORT before PT2E ever sees it."""
     from service.pipeline.options import ComparisonOptions
     from service.pipeline.quantize.onnx_torch.program import program_from_onnx
-    from service.pipeline.samples import generated_samples
-    from service.pipeline.sources import source_from_onnx
-    from service.pipeline.specs import resolved_input_shapes
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
 
     model = BY_NAME["silero_vad_op18_ifless"]
     try:

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from safety_models import tiny_onnx
 from service.errors import BudgetExceeded, UnsafeArchive
-from service.pipeline.safety import Budgets, onnx_model_from_path, safe_extract_archive
+from service.pipeline.inputs.safety import Budgets, onnx_model_from_path, safe_extract_archive
 
 
 def _model_with_data() -> tuple[bytes, bytes]:

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from safety_models import conv_onnx, save, tiny_onnx
 from service.errors import BudgetExceeded, InvalidModel, UnsupportedModel
-from service.pipeline.safety import Budgets, check_input_elements, load_external_data_from_job_folder, onnx_model_from_path
+from service.pipeline.inputs.safety import Budgets, check_input_elements, load_external_data_from_job_folder, onnx_model_from_path
 
 F = TensorProto.FLOAT
 

@@ -14,7 +14,7 @@ import pytest
 
 from safety_models import read_members, write_members
 from service.errors import BudgetExceeded, UnsafeArchive, UnsupportedModel
-from service.pipeline.safety import check_pt2_archive, exported_program_from_pt2, sniff_model_format
+from service.pipeline.inputs.safety import check_pt2_archive, exported_program_from_pt2, sniff_model_format
 
 
 class _Payload:

@@ -15,7 +15,7 @@ from onnx import numpy_helper
 
 from safety_models import conv_onnx, save, write_members
 from service.errors import InvalidModel, UnsupportedModel
-from service.pipeline.safety import sniff_model_format
+from service.pipeline.inputs.safety import sniff_model_format
 
 
 def _bytes(tmp_path, data: bytes, name="upload.onnx"):

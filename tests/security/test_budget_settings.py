@@ -15,7 +15,7 @@ from service.errors import BudgetExceeded
 from service.jobs.spec import JobSpec
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.options import ComparisonOptions
-from service.pipeline.safety import Budgets
+from service.pipeline.inputs.safety import Budgets
 
 
 def test_budget_settings_come_from_quantcompare_budget_variables():

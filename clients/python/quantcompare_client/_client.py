@@ -29,6 +29,7 @@ from ._exceptions import (
 )
 from ._progress import ProgressArg, reporter_from_arg
 from ._report import ArtifactLink, Example, Job, Report
+from ._torch_export import is_torch_module, pt2_from_module
 
 __all__ = ["Client", "AsyncClient", "ModelInput", "DEFAULT_TIMEOUT"]
 
@@ -107,9 +108,17 @@ class _Core:
         calibration: CalibrationInput,
         wait_seconds: Optional[int],
         filename: Optional[str],
+        example_inputs: Any = None,
+        dynamic_shapes: Any = None,
     ) -> Tuple[Dict[str, Any], List[Any]]:
         """kwargs for ``httpx.Client.request`` plus the files it opened (the caller closes them)."""
         opts = self.options_json(options)
+        if is_torch_module(model):
+            filename = filename or f"{type(model).__name__}.pt2"
+            model = pt2_from_module(model, example_inputs, dynamic_shapes)
+        elif example_inputs is not None or dynamic_shapes is not None:
+            raise TypeError("example_inputs and dynamic_shapes go with a torch.nn.Module, "
+                            f"not with a {type(model).__name__}")
         kind, value = self.model_source(model)
         params = {"wait": str(wait_seconds)} if wait_seconds else {}
         if kind == "example":
@@ -284,9 +293,12 @@ class Client:
         calibration: CalibrationInput = None,
         filename: Optional[str] = None,
         wait_seconds: Optional[int] = None,
+        example_inputs: Any = None,
+        dynamic_shapes: Any = None,
     ) -> Job:
         """POST the model (or example name) and return the job envelope without polling."""
-        request, opened = self._core.compare_request(model, options, calibration, wait_seconds, filename)
+        request, opened = self._core.compare_request(model, options, calibration, wait_seconds, filename,
+                                                     example_inputs, dynamic_shapes)
         try:
             method, path = request.pop("method"), request.pop("url")
             return Job.from_dict(self._core.json_of(self._send(method, path, **request)))
@@ -304,8 +316,14 @@ class Client:
         progress: ProgressArg = None,
         max_wait: Optional[float] = None,
         filename: Optional[str] = None,
+        example_inputs: Any = None,
+        dynamic_shapes: Any = None,
     ) -> Any:
         """Compare ``model`` (a path, bytes, a binary file, or an example name like ``"conv_relu"``).
+
+        With torch installed, ``model`` may also be a ``torch.nn.Module``: it is exported with
+        ``torch.export.export(model, example_inputs, dynamic_shapes=...)`` to ``.pt2`` in memory
+        and uploaded (the server must accept .pt2 uploads).
 
         ``wait=True`` polls until the job is done and returns its :class:`Report` (raising
         :class:`ComparisonFailed` if the job failed, :class:`WaitTimeout` after ``max_wait``
@@ -315,7 +333,8 @@ class Client:
         """
         started = time.monotonic()
         job = self.submit(model, options=options, calibration=calibration, filename=filename,
-                          wait_seconds=_POST_WAIT_SECONDS if wait else None)
+                          wait_seconds=_POST_WAIT_SECONDS if wait else None,
+                          example_inputs=example_inputs, dynamic_shapes=dynamic_shapes)
         if not wait:
             return job
         return self._wait(job, progress, max_wait, started)
@@ -453,8 +472,10 @@ class AsyncClient:
 
     async def submit(self, model: ModelInput, *, options: Union[Mapping[str, Any], str, None] = None,
                      calibration: CalibrationInput = None, filename: Optional[str] = None,
-                     wait_seconds: Optional[int] = None) -> Job:
-        request, opened = self._core.compare_request(model, options, calibration, wait_seconds, filename)
+                     wait_seconds: Optional[int] = None, example_inputs: Any = None,
+                     dynamic_shapes: Any = None) -> Job:
+        request, opened = self._core.compare_request(model, options, calibration, wait_seconds, filename,
+                                                     example_inputs, dynamic_shapes)
         try:
             method, path = request.pop("method"), request.pop("url")
             return Job.from_dict(self._core.json_of(await self._send(method, path, **request)))
@@ -464,10 +485,12 @@ class AsyncClient:
 
     async def compare(self, model: ModelInput, *, options: Union[Mapping[str, Any], str, None] = None,
                       calibration: CalibrationInput = None, wait: bool = True, progress: ProgressArg = None,
-                      max_wait: Optional[float] = None, filename: Optional[str] = None) -> Any:
+                      max_wait: Optional[float] = None, filename: Optional[str] = None,
+                      example_inputs: Any = None, dynamic_shapes: Any = None) -> Any:
         started = time.monotonic()
         job = await self.submit(model, options=options, calibration=calibration, filename=filename,
-                                wait_seconds=_POST_WAIT_SECONDS if wait else None)
+                                wait_seconds=_POST_WAIT_SECONDS if wait else None,
+                                example_inputs=example_inputs, dynamic_shapes=dynamic_shapes)
         if not wait:
             return job
         return await self._wait(job, progress, max_wait, started)

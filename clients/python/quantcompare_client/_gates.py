@@ -1,24 +1,30 @@
 """The CI gate syntax, parsed on the client so ``check`` can refuse a typo before uploading.
 
-The server owns the semantics (``service/pipeline/gates.py`` evaluates them into the verdict);
+The server owns the semantics (``service/pipeline/verdict/gates.py`` evaluates them into the verdict);
 this is a copy of its parser because the client must not import the service. Keep the two in
 step: ``tests/clients`` compares them on the same inputs.
 
     [artifact.][level.]metric[op value]     e.g.  ort_qdq.all.sqnr_db>=25   status_ok
+    value: a number, or baseline[+-number]    e.g.  ort_qdq.all.sqnr_db>=baseline-0.5
+
+A relative gate needs the baseline's figures: :func:`baseline_values_from_report` reads them from
+a saved report.json (``check --baseline``), or the server reads them from ``options.baseline``.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
-__all__ = ["ARTIFACTS", "LEVELS", "METRICS", "GateSyntaxError", "parse_gate", "format_gate"]
+__all__ = ["ARTIFACTS", "LEVELS", "METRICS", "GateSyntaxError", "parse_gate", "format_gate",
+           "baseline_values_from_report", "figure_from_report"]
 
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
 METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok")
 _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
+_BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 SYNTAX_HINT = (
     "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
     "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2' or 'status_ok'"
@@ -61,12 +67,19 @@ def parse_gate(text: str) -> Dict[str, Any]:
     if len(parts) == 3 and parts[0] in LEVELS:
         raise GateSyntaxError(f"gate {text!r}: write artifact before level")
     if m["op"]:
+        raw = m["value"]
+        relative = _BASELINE_RE.match(raw)
+        if relative:
+            if metric == "status_ok":
+                raise GateSyntaxError(f"gate {text!r}: status_ok cannot be relative to a baseline")
+            gate["relative_to"] = "baseline"
+            raw = relative["offset"] or "0"
         try:
-            value = float(m["value"])
+            value = float(raw)
         except ValueError:
-            raise GateSyntaxError(f"gate {text!r}: {m['value']!r} is not a number") from None
-        if math.isnan(value):
-            raise GateSyntaxError(f"gate {text!r}: the threshold is NaN")
+            raise GateSyntaxError(f"gate {text!r}: {m['value']!r} is neither a number nor baseline[+-number]") from None
+        if not math.isfinite(value):
+            raise GateSyntaxError(f"gate {text!r}: the threshold is not a finite number")
         gate["op"], gate["value"] = m["op"], value
     elif metric != "status_ok":
         raise GateSyntaxError(f"gate {text!r}: a threshold is missing (e.g. {text}>=25)")
@@ -80,4 +93,54 @@ def format_gate(gate: Dict[str, Any]) -> str:
     if gate["metric"] == "status_ok":
         head = "status_ok" if artifact == "*" else f"{artifact}.status_ok"
         return head if (op, value) == (">=", 1.0) else f"{head}{op}{value:.6g}"
+    if gate.get("relative_to") == "baseline":
+        return f"{artifact}.{level}.{gate['metric']}{op}" + ("baseline" if value == 0 else f"baseline{value:+.6g}")
     return f"{artifact}.{level}.{gate['metric']}{op}{value:.6g}"
+
+
+_MISSING = object()
+
+
+def figure_from_report(report: Any, artifact: str, level: str, metric: str) -> Any:
+    """One gate figure of a :class:`Report`, as the server's gates read it.
+
+    Returns the number, ``None`` for an exact match (``sqnr_db`` without error), or
+    ``figure_from_report.MISSING`` when the report lacks it (path failed, level not run, no latency).
+    """
+    art = report.artifacts.get(artifact)
+    if art is None or art.status != "ok":
+        return _MISSING
+    lv = art.optimized.get(level)
+    if lv is None:
+        return _MISSING
+    if metric in ("sqnr_db", "cosine", "max_abs_error"):
+        if lv.numerics is None:
+            return _MISSING
+        value = getattr(lv.numerics, f"worst_{metric}")  # the client reads an exact SQNR (null) as inf
+        if value is None:
+            return _MISSING
+        return None if metric == "sqnr_db" and math.isinf(value) else value
+    if metric == "int8_coverage":
+        return _MISSING if lv.int8_coverage is None else lv.int8_coverage
+    if metric == "latency_ratio":
+        ratio = report.latency_ratio(artifact, level)
+        return _MISSING if ratio is None else ratio
+    return _MISSING
+
+
+figure_from_report.MISSING = _MISSING  # type: ignore[attr-defined]
+
+
+def baseline_values_from_report(baseline: Any, gate: Dict[str, Any]) -> Dict[str, Optional[float]]:
+    """``Gate.baseline_values`` for a relative ``gate``: its figure per artifact in ``baseline``.
+
+    Artifacts whose figure the baseline lacks are left out; the server then fails the gate for
+    them with a message saying the baseline has no such figure.
+    """
+    names = ARTIFACTS if gate.get("artifact", "*") == "*" else (gate["artifact"],)
+    out: Dict[str, Optional[float]] = {}
+    for name in names:
+        value = figure_from_report(baseline, name, gate.get("level", "all"), gate["metric"])
+        if value is not _MISSING:
+            out[name] = value
+    return out

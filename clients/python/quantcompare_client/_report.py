@@ -17,6 +17,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ._svg import bar_chart
+
 __all__ = [
     "Report",
     "Job",
@@ -324,6 +326,9 @@ class GateResult:
     passed: bool
     actual: Optional[float]
     message: str
+    # Gates relative to a baseline: the deciding artifact's baseline figure and actual - baseline.
+    baseline: Optional[float] = None
+    delta: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -335,7 +340,8 @@ class Verdict:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Verdict":
         d = _d(d)
-        gates = [GateResult(str(g.get("gate", "")), bool(g.get("passed")), _f(g.get("actual")), str(g.get("message", "")))
+        gates = [GateResult(str(g.get("gate", "")), bool(g.get("passed")), _f(g.get("actual")), str(g.get("message", "")),
+                            _f(g.get("baseline")), _f(g.get("delta")))
                  for g in d.get("gates") or [] if isinstance(g, dict)]
         return cls(bool(d.get("passed")), gates, [str(f) for f in d.get("failures") or []])
 
@@ -438,6 +444,37 @@ class Report:
                 if lv not in seen:
                     seen.append(lv)
         return sorted(seen, key=lambda lv: LEVELS.index(lv) if lv in LEVELS else len(LEVELS))
+
+    @property
+    def layers(self) -> Optional[Dict[str, Any]]:
+        """The per-tensor error table (``{"rows": [...], ...}``) when the server recorded one, else None."""
+        layers = self.raw.get("layers")
+        if isinstance(layers, list):
+            return {"rows": layers}
+        return layers if isinstance(layers, dict) else None
+
+    # -- tables -----------------------------------------------------------------------------------
+
+    def to_pandas(self, kind: str = "levels") -> Any:
+        """A DataFrame of one table: ``"levels"``, ``"decisions"``, ``"gates"`` or ``"layers"``.
+
+        Needs pandas (``pip install 'quantcompare-client[pandas]'``). ``levels`` has one row per
+        artifact x level (an exact SQNR is ``inf``); ``layers`` one row per fp32 tensor x artifact,
+        and raises ``ValueError`` when the report has no per-tensor table.
+        """
+        from ._frames import frame_from_report
+
+        return frame_from_report(self, kind)
+
+    def charts_svg(self) -> str:
+        """SQNR and latency per level as two inline SVG bar charts (no scripts), like the report page."""
+        levels = self.levels
+        quant = [n for n in self.artifacts if n != "fp32"]
+        sqnr = bar_chart(levels, {n: [self.sqnr_db(n, lv) for lv in levels] for n in quant},
+                         title="SQNR vs fp32 (worst output; higher is better)", unit="dB")
+        latency = bar_chart(levels, {n: [self.median_ms(n, lv) for lv in levels] for n in self.artifacts},
+                            title="Latency per run (median; lower is better)", unit="ms")
+        return f'<div style="display:flex;flex-wrap:wrap;gap:18px">{sqnr}{latency}</div>'
 
     # -- serialisation --------------------------------------------------------------------------
 
@@ -560,6 +597,7 @@ class Report:
                 cells.append(f"<td{align}{title}>{e(text)}</td>")
             parts.append(f"<tr{colour}>{''.join(cells)}</tr>")
         parts.append("</tbody></table>")
+        parts.append(self.charts_svg())
         errors = [r for r in self.rows(level) if r["error"]]
         if errors:
             parts.append("<ul>" + "".join(f"<li><code>{e(r['artifact'])}</code> {e(r['status'])}: {e(r['error'])}</li>"

@@ -2,6 +2,12 @@
 
     quantcompare-client check MODEL --server URL --gate 'ort_qdq.all.sqnr_db>=25' [--gate ...]
                               [--options JSON|@file.json] [--calibration data.npz] [--out report.json]
+                              [--baseline old-report.json] [--junit junit.xml] [--summary-md summary.md]
+
+A gate may be relative to a baseline (``'ort_qdq.all.sqnr_db>=baseline-0.5'``): the baseline is
+``--baseline FILE`` (a report.json from an earlier run) or ``options.baseline`` (the id of an
+earlier comparison on the same server). ``--junit`` writes one testcase per gate; ``--summary-md``
+writes a Markdown summary, which is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
 
 ``check`` sends the gates as ``options.gates`` so the server's verdict decides, writes the
 report, prints a one-screen summary and exits
@@ -22,9 +28,11 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
 
+from ._ci import gated_level, junit_from_error, junit_from_report, markdown_from_report
 from ._client import Client
 from ._exceptions import QuantCompareError
-from ._gates import GateSyntaxError, format_gate, parse_gate
+from ._gates import GateSyntaxError, baseline_values_from_report, format_gate, parse_gate
+from ._report import Report
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_ERROR = 0, 1, 2
 ENV_SERVER, ENV_TOKEN = "QUANTCOMPARE_URL", "QUANTCOMPARE_API_TOKEN"
@@ -59,7 +67,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--options", metavar="JSON", help="comparison options as JSON, or @path/to/options.json")
     c.add_argument("--calibration", metavar="NPZ", help="calibration samples (.npz keyed by input name)")
     c.add_argument("--out", default="report.json", metavar="PATH", help="where to write the report (default report.json)")
-    c.add_argument("--level", default="all", help="level the summary table shows (default all)")
+    c.add_argument("--level", default=None,
+                   help="level the summary table shows (default: the level the gates read, else all)")
+    c.add_argument("--baseline", metavar="REPORT_JSON",
+                   help="an earlier report.json that 'baseline' in a gate refers to (or set options.baseline to "
+                        "the id of an earlier comparison on the server)")
+    c.add_argument("--junit", metavar="PATH", help="write JUnit XML: one testcase per gate")
+    c.add_argument("--summary-md", metavar="PATH",
+                   help="write a Markdown summary (also appended to $GITHUB_STEP_SUMMARY when set)")
     c.add_argument("--max-wait", type=float, default=None, metavar="SECONDS",
                    help="give up (exit 2) if the comparison is not done by then")
     c.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -96,7 +111,53 @@ def _options_from_arg(text: Optional[str]) -> Dict[str, Any]:
     return options
 
 
+def _write(path: Path, text: str, *, append: bool = False) -> None:
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a" if append else "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _baseline_from_file(text: str) -> Report:
+    try:
+        return Report.load(text)
+    except FileNotFoundError:
+        raise _UsageError(f"--baseline {text}: no such file") from None
+    except (OSError, ValueError, TypeError) as e:
+        raise _UsageError(f"--baseline {text}: not a report.json ({e})") from None
+
+
+def _resolve_baseline(args: argparse.Namespace, options: Dict[str, Any]) -> Optional[Report]:
+    """Fill ``baseline_values`` of relative gates from ``--baseline FILE``; refuse a relative gate without one."""
+    gates = options["gates"]
+    relative = [g for g in gates if isinstance(g, dict) and g.get("relative_to") == "baseline"]
+    if args.baseline and options.get("baseline"):
+        raise _UsageError("give either --baseline FILE or options.baseline (a comparison id), not both")
+    if not args.baseline:
+        if relative and not options.get("baseline"):
+            raise _UsageError(f"gate {format_gate(relative[0])!r} is relative to a baseline, but none was given"
+                              "\n  hint: pass --baseline report.json from an earlier run, or set options.baseline "
+                              "to the id of an earlier comparison on this server")
+        return None
+    baseline = _baseline_from_file(args.baseline)
+    options["gates"] = [
+        {**g, "baseline_values": baseline_values_from_report(baseline, g)}
+        if isinstance(g, dict) and g.get("relative_to") == "baseline" and g.get("baseline_values") is None else g
+        for g in gates
+    ]
+    return baseline
+
+
 def _check(args: argparse.Namespace) -> int:
+    try:
+        return _run_check(args)
+    except (_UsageError, QuantCompareError, FileNotFoundError, ValueError, TypeError) as e:
+        if args.junit:  # CI shows "could not run" as an errored test rather than a missing file
+            _write(Path(args.junit), junit_from_error(str(e)))
+        raise
+
+
+def _run_check(args: argparse.Namespace) -> int:
     try:
         gates = [parse_gate(g) for g in args.gate]
     except GateSyntaxError as e:
@@ -107,16 +168,35 @@ def _check(args: argparse.Namespace) -> int:
         raise _UsageError("options.gates must be a list")
     options["gates"] = list(existing) + gates
     requested = [format_gate(g) if isinstance(g, dict) and "metric" in g else str(g) for g in options["gates"]]
+    baseline = _resolve_baseline(args, options)
 
     with Client(args.server, timeout=args.timeout, token=args.token) as qc:
         report = qc.compare(args.model, options=options, calibration=args.calibration,
                             progress=False if args.quiet else True, max_wait=args.max_wait)
+        if baseline is None and options.get("baseline"):
+            try:  # only for the summary's deltas; the server already resolved the gates
+                baseline = qc.report(str(options["baseline"]))
+            except QuantCompareError:
+                baseline = None
+        report_url = f"{qc.base_url}/v1/comparisons/{report.id}/report.html" if report.id else None
     out = Path(args.out)
     if out.parent and not out.parent.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
     report.save(out)
-    print(report.summary_text(args.level))
+    level = args.level or gated_level([g for g in options["gates"] if isinstance(g, dict)])
+    print(report.summary_text(level))
     print(f"report: {out}")
+    if args.junit:
+        _write(Path(args.junit), junit_from_report(report, report_url=report_url, baseline=baseline))
+        print(f"junit: {args.junit}")
+    summary = None
+    if args.summary_md or os.environ.get("GITHUB_STEP_SUMMARY"):
+        summary = markdown_from_report(report, level=level, baseline=baseline, report_url=report_url)
+    if args.summary_md:
+        _write(Path(args.summary_md), summary)
+        print(f"summary: {args.summary_md}")
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        _write(Path(os.environ["GITHUB_STEP_SUMMARY"]), summary, append=True)
     # Never let a server that ignored the gates turn into a silent pass in CI.
     if len(report.verdict.gates) < len(requested):
         print(f"quantcompare-client: error: the server evaluated {len(report.verdict.gates)} of "

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import re
 import shutil
@@ -12,25 +11,23 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.requests import ClientDisconnect
 from pydantic import ValidationError
-
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from service.api import prevalidate
 from service.api.deps import ExecutorDep, SettingsDep
+from service.api.baseline import options_with_baseline
 from service.api.envelope import envelope
-from service.jobs.spec import REPORT_FILE
 from service.api.errors import problem_responses
-from service.errors import InvalidRequest
 from service.api.uploads import display_name, receive_form, receive_json
-from service.errors import Busy, InvalidOptions, NotFound
-from service.jobs.executor import cache_key, new_job_id
-from service.jobs.spec import JobSpec
+from service.errors import Busy, InvalidOptions, InvalidRequest, NotFound, validation_detail, validation_errors
+from service.examples import get_example
+from service.jobs.spec import REPORT_FILE
+from service.jobs.submission import submit_or_reuse
 from service.pipeline.environment import toolchain_versions
 from service.pipeline.options import ComparisonOptions
 from service.schemas.api import ComparisonBody, Job
-from service.schemas.report import SCHEMA_VERSION
 
 log = logging.getLogger("quantcompare.api")
 
@@ -70,8 +67,8 @@ def resolve_options(raw: dict[str, Any]) -> ComparisonOptions:
     try:
         return ComparisonOptions.model_validate(raw)
     except ValidationError as e:
-        errors = [{"loc": ".".join(str(p) for p in err["loc"]), "msg": err["msg"]} for err in e.errors()]
-        detail = "; ".join(f"{x['loc'] or 'options'}: {x['msg']}" for x in errors)[:2000]
+        errors = validation_errors(e, skip=())
+        detail = validation_detail(errors, empty_loc="options")[:2000]
         raise InvalidOptions(f"invalid options: {detail}", hint="GET /openapi.json describes ComparisonOptions",
                              errors=errors) from None
 
@@ -154,9 +151,8 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             except ValidationError as e:
                 raise InvalidRequest("the JSON body must be {\"example\": <name>, \"options\": {...}}",
                                      hint="GET /v1/examples lists the examples",
-                                     errors=[{"loc": ".".join(map(str, x["loc"])), "msg": x["msg"]} for x in e.errors()],
+                                     errors=validation_errors(e, skip=()),
                                      status=422) from None
-            from service.examples import get_example
 
             get_example(body.example)  # unknown names are refused here, not in a worker
             options = resolve_options(body.options)
@@ -166,21 +162,15 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             raise InvalidRequest("send multipart/form-data (a model upload) or application/json (an example)",
                                  status=415, hint="curl -F model=@net.onnx http://HOST/v1/comparisons")
 
-        resolved = options.model_dump(mode="json")
-        key = cache_key(model=model_key, calibration=calib_key, options=resolved, versions=versions,
-                        extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2,
-                               "budgets": dataclasses.asdict(settings.budgets)})  # a lower budget must not hit an old result
-        for rec in executor.cached(key):
-            if request.app.state.reports.load(executor.job_dir(rec.id)) is not None:
-                executor.metrics.cache_hits.inc()
-                if staged is not None:
-                    shutil.rmtree(staged, ignore_errors=True)
-                return respond(request, executor, rec, cached=True, created=True)
-
-        spec = JobSpec(id=new_job_id(), options=resolved, allow_pt2=settings.allow_pt2,
-                       budgets=dataclasses.asdict(settings.budgets), **spec_kw)
-        rec = executor.submit(spec, staged, cache_key=key)
-        staged = None  # the job owns the folder now
+        options = options_with_baseline(options, executor, request.app.state.reports)
+        submitted = submit_or_reuse(
+            executor, settings, model_key=model_key, calibration_key=calib_key,
+            options=options.model_dump(mode="json"), versions=versions, staged=staged, spec_fields=spec_kw,
+            report_loads=lambda job_dir: request.app.state.reports.load(job_dir) is not None)
+        staged = None  # the job owns the folder now (or it was removed for a cached result)
+        rec = submitted.record
+        if submitted.cached:
+            return respond(request, executor, rec, cached=True, created=True)
     except ClientDisconnect:
         log.info("client went away during an upload; nothing kept")
         return Response(status_code=400)

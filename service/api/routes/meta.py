@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.api.errors import problem_responses
+from service.examples import list_examples
 from service.pipeline.environment import cpu_info, toolchain_versions
 from service.schemas.api import ExampleList, Versions
 
@@ -17,8 +18,6 @@ router = APIRouter(prefix="/v1", tags=["meta"])
 @router.get("/examples", response_model=ExampleList, summary="Built-in example models",
             responses=problem_responses(401))
 def examples() -> Any:
-    from service.examples import list_examples
-
     return ExampleList.model_validate({"examples": list_examples()})
 
 

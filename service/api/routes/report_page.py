@@ -7,8 +7,9 @@ from fastapi.responses import HTMLResponse
 
 from service.api.deps import ExecutorDep
 from service.api.errors import problem_responses
-from service.api.report_page import render_job_page
+from service.api.routes.artifacts import artifact_files
 from service.api.routes.comparisons import job_or_404
+from service.render.page import render_job_page
 
 router = APIRouter(prefix="/v1/comparisons", tags=["report"])
 
@@ -20,7 +21,6 @@ def report_html(job_id: str, request: Request, executor: ExecutorDep) -> HTMLRes
     rec = job_or_404(executor, job_id)
     job_dir = executor.job_dir(rec.id)
     report = request.app.state.reports.load(job_dir) if rec.status == "succeeded" else None
-    from service.api.routes.artifacts import artifact_files
 
     files = [(p.name, p.stat().st_size) for p in artifact_files(job_dir)]
     return HTMLResponse(render_job_page(rec, report, files))

@@ -76,6 +76,14 @@ def test_ceil_mode_drops_a_window_starting_in_the_end_padding(case, op, opset):
     assert want[0].shape[-1] == formula - 1  # the rule removed exactly one window here
 
 
+@pytest.mark.parametrize("shape", [(1, 2, 3, 5), (1, 2, 3, 7)])
+def test_lp_pool_kernel_longer_than_the_input_still_gives_a_window(shape):
+    """ORT's LpPool: (3 - 4) / 2 + 1 in C++ integers is 1 window (clipped), where the other pools' float
+    formula gives 0."""
+    attrs = {"auto_pad": "VALID", "kernel_shape": [4, 4], "p": 2, "strides": [2, 1]}
+    assert assert_matches_ort(*_pool("LpPool", shape, attrs, opset=18))[0].shape[2] == 1
+
+
 def test_same_padding_with_stride_above_kernel():
     """SAME padding is negative when the stride exceeds the kernel: ORT's MaxPool (and AveragePool
     before opset 19) refuse it ("padding values must be non-negative"); AveragePool-19 runs it."""

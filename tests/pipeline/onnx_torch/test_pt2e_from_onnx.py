@@ -14,10 +14,10 @@ def pt2e_from_onnx(tmp_path_factory):
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     from service.pipeline.options import ComparisonOptions
-    from service.pipeline.pt2e import qdq_from_pt2e
-    from service.pipeline.samples import generated_samples
-    from service.pipeline.sources import source_from_onnx
-    from service.pipeline.specs import resolved_input_shapes
+    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
     from tests.realworld.corpus import build_opset21_unnamed_batch
 
     folder = tmp_path_factory.mktemp("pt2e_onnx")

@@ -19,6 +19,7 @@ per invocation, in call order, which is the same at build time and at every forw
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -472,8 +473,6 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
 def python_names(input_names: list[str]) -> list[str]:
     """Identifiers for forward's parameters, one per model input: the input's own name where it is
     one ("input.1" -> "input_1", "images:0" -> "images_0", "1" -> "in_1"), unique."""
-    import keyword
-
     out: list[str] = []
     for name in input_names:
         py = _NOT_IDENT.sub("_", name) or "in"
@@ -491,22 +490,19 @@ def _module_class(input_names: list[str]):
     placeholders (and so the PT2E file's graph inputs) after them; pt2e.py renames the file's
     inputs back where python_names had to change a name."""
     params = python_names(input_names)
+    import torch
+
     namespace: dict[str, Any] = {"OnnxModule": OnnxModule}
     exec(f"def forward(self, {', '.join(params)}):\n    return OnnxModule.forward(self, {', '.join(params)})\n",
          namespace)
-    return type("OnnxGraphModule", (OnnxModule,), {"forward": namespace["forward"]})
+    return type("OnnxGraphModule", (OnnxModule, torch.nn.Module), {"forward": namespace["forward"]})
 
 
-try:
-    import torch as _torch
+class OnnxModule:
+    """forward(*all model inputs in order) -> tuple of the graph outputs (one tensor if one output).
 
-    _Base = _torch.nn.Module
-except ImportError:  # pragma: no cover
-    _Base = object
-
-
-class OnnxModule(_Base):
-    """forward(*all model inputs in order) -> tuple of the graph outputs (one tensor if one output)."""
+    A mixin: the class built is (OnnxModule, torch.nn.Module), made when a module is built so that
+    importing this file does not import torch (the API process never does)."""
 
     def __init__(self, runner: GraphRunner, consts: dict[str, np.ndarray], input_names: list[str],
                  graph_inputs: list[str], outputs: list[str]):

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+from .module import python_names
+
 KEYS = ("onnx_node", "onnx_op", "onnx_outputs")
 PREFIX = "quantcompare."
 _FX_NAME = re.compile(r"^%([\w.]+)\s*:")
@@ -67,8 +69,6 @@ def upload_tensor_map(model_proto) -> dict[str, str]:
 def restore_input_names(model_proto, input_names: list[str]) -> int:
     """Rename the PT2E file's graph inputs back to the upload's input names ("input.1"), which the
     torch module had to spell as Python identifiers ("input_1"); returns how many were renamed."""
-    from .module import python_names
-
     renames = {py: orig for py, orig in zip(python_names(input_names), input_names) if py != orig}
     graph = model_proto.graph
     present = {i.name for i in graph.input}

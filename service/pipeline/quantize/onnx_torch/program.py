@@ -10,14 +10,19 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from .module import contiguous
-
 from service.errors import PathSkipped
+from service.pipeline.quantize.already_quantized import skip_if_quantized
+from service.pipeline.quantize.onnx_cleanup import constant_inputs
+
+from .module import ConversionError, MissingConverters, build_module, contiguous
+from .parity import parity_vs_onnx
+from .specialize import specialized
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,7 @@ class ConversionSkipped(PathSkipped):
         self.conversion = conversion
 
 
-def _first_line(e: BaseException) -> str:
+def first_line(e: BaseException) -> str:
     text = str(e).strip()
     return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
 
@@ -79,13 +84,6 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     import onnx
     import torch
     from torch.export import export
-
-    from service.pipeline.already_quantized import skip_if_quantized
-    from service.pipeline.onnx_cleanup import constant_inputs
-
-    from .module import ConversionError, MissingConverters, build_module
-    from .parity import parity_vs_onnx
-    from .specialize import specialized
 
     conv = Conversion()
     t0 = time.perf_counter()
@@ -134,7 +132,7 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
             program = export(module, args, strict=False)
     except Exception as e:  # noqa: BLE001
         where = _node_in_trace(e)
-        raise ConversionSkipped(f"torch.export cannot trace the converted module{where}: {_first_line(e)}",
+        raise ConversionSkipped(f"torch.export cannot trace the converted module{where}: {first_line(e)}",
                                 stage="convert", hint=PT2_HINT, conversion=conv) from e
     conv.seconds["export"] = round(time.perf_counter() - t0, 3)
     return program, conv
@@ -142,8 +140,6 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
 
 def _node_in_trace(e: BaseException) -> str:
     """' at <op> node <name>' when the failure happened inside a converter call."""
-    import traceback
-
     node = None
     for frame, _ in traceback.walk_tb(e.__traceback__):
         local = frame.f_locals

@@ -11,6 +11,8 @@ ranges may coexist for one op when ONNX changed its semantics between opsets.
 """
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, Union
 
@@ -125,15 +127,11 @@ _LOADED = False
 
 
 def _load_ops() -> None:
-    """Import every module under ops/ once so their @converter decorators run."""
+    """Import every module under ops/ (sub-packages too) once so their @converter decorators run."""
     global _LOADED
     if _LOADED:
         return
     _LOADED = True
-    import importlib
-    import pkgutil
-
-    from . import ops
-
-    for info in pkgutil.iter_modules(ops.__path__):
-        importlib.import_module(f"{ops.__name__}.{info.name}")
+    ops = importlib.import_module(f"{__package__}.ops")
+    for info in pkgutil.walk_packages(ops.__path__, f"{ops.__name__}."):
+        importlib.import_module(info.name)

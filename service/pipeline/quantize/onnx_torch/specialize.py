@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from service.pipeline.quantize.onnx_cleanup import _bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants
+
 log = logging.getLogger(__name__)
 
 
@@ -31,8 +33,6 @@ class Specialized:
 def specialized(model, shapes: dict[str, tuple[int, ...]], *,
                 constants: dict[str, np.ndarray] | None = None, fold: bool = True) -> Specialized:
     import onnx
-
-    from service.pipeline.onnx_cleanup import _bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants
 
     work = onnx.ModelProto()
     work.CopyFrom(model)

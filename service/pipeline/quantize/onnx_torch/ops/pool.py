@@ -65,6 +65,11 @@ class _Windows:
                                              dilated_kernel_for_same=False)
         self.out = [_ort_out_size(i, k, s, d, b, b + e, self.ceil) for i, k, s, d, b, e in
                     zip(self.in_sizes, self.kernel, self.strides, self.dilations, self.begin, self.end)]
+        if node.op_type == "LpPool" and not self.ceil:
+            # ORT's LpPool sizes its output with C++ integer division (truncating toward zero), so
+            # a kernel longer than the padded input still gives one (clipped) window
+            self.out = [int((i + b + e - d * (k - 1) - 1) / s) + 1 for i, k, s, d, b, e in
+                        zip(self.in_sizes, self.kernel, self.strides, self.dilations, self.begin, self.end)]
         if any(o <= 0 for o in self.out):
             raise UnsupportedNode(f"{node.op_type} {node.name!r}: empty output {self.out}")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import module as m
 from ..registry import UnsupportedNode, converter
 from ._common import const_ints, norm_axis, torch_dtype
 
@@ -33,8 +34,6 @@ def dropout(ctx, node, inputs):
 
 @converter("Constant")
 def constant(ctx, node, inputs):
-    from .. import module as m
-
     a = node.attrs
     if "value" in a:
         return m.to_torch(np.asarray(a["value"]))
@@ -48,8 +47,6 @@ def constant(ctx, node, inputs):
 @converter("ConstantOfShape")
 def constant_of_shape(ctx, node, inputs):
     import torch
-
-    from .. import module as m
 
     shape = const_ints(ctx, node, 0, "shape") or []
     value = node.attr("value")
@@ -227,8 +224,6 @@ def _norm_indices(idx, dim: int, ctx, name: str):
     if c is not None:
         arr = np.asarray(c).astype(np.int64)
         if (arr < 0).any():
-            from .. import module as m
-
             return m.to_torch(np.where(arr < 0, arr + dim, arr))
         return idx.long()
     # remainder, not where(idx < 0, idx + dim, idx): prepare_pt2e turns the scalar of an add into a
@@ -302,8 +297,6 @@ def range_(ctx, node, inputs):
         raise UnsupportedNode("Range with a start/limit/delta computed at run time")
     start, limit, delta = (np.asarray(v).item() for v in vals)
     dtype = np.asarray(vals[0]).dtype
-    from .. import module as m
-
     n = max(int(np.ceil((limit - start) / delta)), 0)
     return m.to_torch((start + np.arange(n) * delta).astype(dtype))
 
@@ -383,16 +376,12 @@ def one_hot(ctx, node, inputs):
 
 @converter("Shape")
 def shape(ctx, node, inputs):
-    from .. import module as m
-
     s = list(inputs[0].shape)
     return m.to_torch(np.array(s[slice(node.attr("start", 0), node.attr("end", len(s)))], dtype=np.int64))
 
 
 @converter("Size")
 def size(ctx, node, inputs):
-    from .. import module as m
-
     return m.to_torch(np.array(int(inputs[0].numel()), dtype=np.int64))
 
 

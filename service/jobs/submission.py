@@ -1,0 +1,61 @@
+"""Submitting a comparison: the cache key, reuse of an identical earlier result, or a new job.
+
+The HTTP handler parses and validates; what makes two submissions "the same job" is decided here,
+next to the executor, so every front end (HTTP today) reuses results by the same rule.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from service.config import Settings
+from service.jobs.executor import Executor
+from service.jobs.spec import JobSpec
+from service.jobs.store import JobRecord
+from service.schemas.report import SCHEMA_VERSION
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def cache_key(*, model: str, calibration: str | None, options: dict, versions: dict[str, str], extra: dict | None = None) -> str:
+    """Same model bytes (or example) + calibration + resolved options + toolchain -> same key."""
+    return hashlib.sha256(canonical_json({
+        "model": model, "calibration": calibration, "options": options, "versions": versions, "extra": extra or {},
+    }).encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    record: JobRecord
+    cached: bool  # an identical earlier job's result, not a new job
+
+
+def submit_or_reuse(executor: Executor, settings: Settings, *, model_key: str, calibration_key: str | None,
+                    options: dict, versions: dict[str, str], staged: Path | None, spec_fields: dict[str, Any],
+                    report_loads: Callable[[Path], bool]) -> Submitted:
+    """A stored result for the same inputs when one still loads (``report_loads(job_dir)``), else a
+    new job that takes ownership of ``staged``. On reuse ``staged`` is removed."""
+    key = cache_key(model=model_key, calibration=calibration_key, options=options, versions=versions,
+                    extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2,
+                           "budgets": dataclasses.asdict(settings.budgets)})  # a lower budget must not hit an old result
+    for rec in executor.cached(key):
+        if report_loads(executor.job_dir(rec.id)):
+            executor.metrics.cache_hits.inc()
+            if staged is not None:
+                shutil.rmtree(staged, ignore_errors=True)
+            return Submitted(rec, cached=True)
+    spec = JobSpec(id=new_job_id(), options=options, allow_pt2=settings.allow_pt2,
+                   budgets=dataclasses.asdict(settings.budgets), **spec_fields)
+    return Submitted(executor.submit(spec, staged, cache_key=key), cached=False)

@@ -1,0 +1,57 @@
+"""The fp32 reference artifact: the uploaded ONNX, or torch.onnx.export(dynamo=True) of the program."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from service.pipeline.inputs.sources import ModelSource, copy_upload
+
+
+def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
+    if source.onnx_path is not None and source.data_files:
+        # An extracted archive lives in the job's own folder: move model + external data into the
+        # artifacts (a rename, free even for GBs; onnx refuses hard-linked data files, and the data
+        # is found relative to the model file). Later paths read the model from its new place.
+        for data in source.data_files:
+            os.replace(data, out_path.parent / data.name)
+        os.replace(source.onnx_path, out_path)
+        source.onnx_path = out_path
+        source.data_files = [out_path.parent / d.name for d in source.data_files]
+        return out_path
+    if source.onnx_path is not None:
+        return copy_upload(source.onnx_path, out_path)
+    import onnx
+    import torch
+
+    # Exporting the ExportedProgram itself keeps its dynamic dims and avoids a second torch.export.
+    with torch.no_grad():
+        program = torch.onnx.export(source.program, dynamo=True, verbose=False)
+    if program is None:
+        raise RuntimeError("torch.onnx.export returned no program")
+    model = program.model_proto
+    _name_dynamic_dims(model, source.specs)
+    onnx.save(model, out_path)
+    return out_path
+
+
+def _name_dynamic_dims(model, specs) -> None:
+    """Exporting an ExportedProgram names dynamic dims by torch's symbols (``s77``); give them the
+    names the model's inputs declare (``batch``), so the file reads well and a re-upload resolves
+    its batch dim without options."""
+    renames: dict[str, str] = {}
+    by_name = {s.name: s for s in specs}
+    for vi in model.graph.input:
+        spec = by_name.get(vi.name)
+        if spec is None:
+            continue
+        for dim, want in zip(vi.type.tensor_type.shape.dim, spec.shape):
+            if dim.dim_param and isinstance(want, str) and want.isidentifier():
+                renames.setdefault(dim.dim_param, want)
+    if not renames:
+        return
+    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        if vi.type.HasField("tensor_type"):
+            for dim in vi.type.tensor_type.shape.dim:
+                if dim.dim_param in renames:
+                    dim.dim_param = renames[dim.dim_param]

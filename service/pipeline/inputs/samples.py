@@ -1,0 +1,157 @@
+"""One set of calibration and evaluation samples, shared by every path of a job.
+
+A sample is one feed: ``{input_name: array with the input's full resolved shape}``. Generated
+samples are seeded (calibration from ``seed``, evaluation from ``seed + 1``, so evaluation is
+held out); uploaded ``.npz`` files have one array per input with the samples on the leading axis.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from service.errors import InvalidCalibration, InvalidOptions
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.inputs.specs import InputSpec
+from service.schemas.report import SamplesInfo
+
+Feed = dict[str, np.ndarray]
+
+_FLOATS = {"float32", "float16", "float64", "bfloat16"}
+_INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+
+
+@dataclass(frozen=True)
+class Samples:
+    calibration: list[Feed]
+    evaluation: list[Feed]
+    info: SamplesInfo
+
+
+def _generator_for(spec: InputSpec, options: ComparisonOptions) -> tuple[str, callable]:
+    iv = options.input_values.get(spec.name)
+    dtype = np.dtype(spec.dtype) if spec.dtype != "bfloat16" else np.dtype("float32")
+    if iv is not None and iv.constant is not None:
+        return f"constant {iv.constant:g}", lambda rng, shape: np.full(shape, iv.constant, dtype=dtype)
+    if spec.dtype in _FLOATS:
+        if iv is not None and iv.low is not None and iv.high is not None:
+            return (f"uniform [{iv.low:g}, {iv.high:g})",
+                    lambda rng, shape: rng.uniform(iv.low, iv.high, size=shape).astype(dtype))
+        return "normal(0, 1)", lambda rng, shape: rng.standard_normal(shape).astype(dtype)
+    if spec.dtype == "bool":
+        return "bernoulli(0.5)", lambda rng, shape: rng.random(shape) < 0.5
+    if spec.dtype in _INTS:
+        if iv is None or iv.low is None or iv.high is None:
+            raise InvalidOptions(
+                f"input {spec.name!r} is {spec.dtype}: quantcompare cannot guess valid values for it",
+                hint=(f'give a range or a constant, e.g. {{"input_values": {{"{spec.name}": {{"low": 0, "high": 100}}}}}}'
+                      " (high is exclusive), or upload calibration data as .npz"),
+            )
+        lo, hi = int(iv.low), int(iv.high)
+        return f"uniform int [{lo}, {hi})", lambda rng, shape: rng.integers(lo, hi, size=shape).astype(dtype)
+    raise InvalidOptions(f"input {spec.name!r} has dtype {spec.dtype}, which quantcompare cannot generate",
+                         hint="upload calibration data as .npz")
+
+
+def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions) -> Samples:
+    unknown = sorted(set(options.input_values) - {s.name for s in specs})
+    if unknown:
+        raise InvalidOptions(f"input_values names inputs the model does not have: {', '.join(unknown)}",
+                             hint=f"the model's inputs are: {', '.join(s.name for s in specs)}")
+    gens = {s.name: _generator_for(s, options) for s in specs}
+
+    def make(seed: int, count: int) -> list[Feed]:
+        rng = np.random.default_rng(seed)
+        # np.asarray: a 0-d input (a sample rate, a flag) comes back from numpy as a scalar, which ORT refuses.
+        return [{s.name: np.asarray(gens[s.name][1](rng, shapes[s.name])) for s in specs} for _ in range(count)]
+
+    info = SamplesInfo(
+        source="generated",
+        calibration_count=options.calibration_samples,
+        eval_count=options.eval_samples,
+        seed=options.seed,
+        generators={name: g[0] for name, g in gens.items()},
+        notes=["evaluation samples are drawn with seed+1, held out from calibration"],
+    )
+    return Samples(make(options.seed, options.calibration_samples), make(options.seed + 1, options.eval_samples), info)
+
+
+def samples_from_npz(
+    path: Path, specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions,
+    *, max_bytes: int = 2 << 30,
+) -> Samples:
+    """Validate an uploaded .npz against the inputs and split it into calibration and evaluation."""
+    try:
+        with zipfile.ZipFile(path) as zf:  # bound the decompressed size before numpy reads it
+            total = sum(i.file_size for i in zf.infolist())
+        if total > max_bytes:
+            raise InvalidCalibration(f"the calibration archive unpacks to {total} bytes, over the {max_bytes} byte limit",
+                                     hint="upload fewer samples")
+        npz = np.load(path, allow_pickle=False)
+        arrays = {k: npz[k] for k in npz.files}
+    except InvalidCalibration:
+        raise
+    except Exception as e:
+        raise InvalidCalibration(
+            "the calibration file is not a readable .npz (numpy.savez) archive of plain arrays",
+            hint="write it with numpy.savez(path, **{input_name: array}); object arrays are refused",
+        ) from e
+    names = [s.name for s in specs]
+    missing = [n for n in names if n not in arrays]
+    extra = sorted(set(arrays) - set(names))
+    if missing or extra:
+        raise InvalidCalibration(
+            "calibration keys do not match the model's inputs"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; not inputs of the model: {', '.join(extra)}" if extra else ""),
+            hint=f"use exactly the input names as keys: {', '.join(names)}",
+        )
+    per_input: dict[str, np.ndarray] = {}
+    counts = set()
+    for spec in specs:
+        arr = arrays[spec.name]
+        want = shapes[spec.name]
+        if arr.dtype.kind == "O":
+            raise InvalidCalibration(f"calibration[{spec.name!r}] holds Python objects", hint="store numeric arrays")
+        if arr.ndim == len(want) + 1 and tuple(arr.shape[1:]) == want:
+            stacked = arr
+        elif arr.ndim == len(want) and want and want[0] == 1 and tuple(arr.shape[1:]) == want[1:]:
+            stacked = arr[:, None, ...]  # samples along the batch axis, batch of 1 each
+        else:
+            raise InvalidCalibration(
+                f"calibration[{spec.name!r}] has shape {list(arr.shape)}; expected [samples, {', '.join(map(str, want))}]",
+                hint="the leading axis counts samples; the rest is the input's shape (set input_shapes for dynamic dims)",
+            )
+        expected = np.dtype(spec.dtype) if spec.dtype != "bfloat16" else np.dtype("float32")
+        if arr.dtype.kind == "f" and expected.kind == "f":
+            if not np.isfinite(arr).all():
+                raise InvalidCalibration(f"calibration[{spec.name!r}] contains NaN or Inf", hint="remove non-finite values")
+            stacked = stacked.astype(expected, copy=False)
+        elif arr.dtype != expected and not (arr.dtype.kind in "iub" and expected.kind in "iub"):
+            raise InvalidCalibration(f"calibration[{spec.name!r}] is {arr.dtype}, the input is {expected}",
+                                     hint=f"save it as {expected}")
+        else:
+            stacked = stacked.astype(expected, copy=False)
+        counts.add(stacked.shape[0])
+        per_input[spec.name] = stacked
+    if len(counts) != 1 or 0 in counts:
+        raise InvalidCalibration(f"inputs have different or zero sample counts: {sorted(counts)}",
+                                 hint="give every input the same number of samples")
+    n = counts.pop()
+    feeds = [{name: np.asarray(per_input[name][i]) for name in names} for i in range(n)]  # 0-d stays an array
+    n_cal = min(n, options.calibration_samples)
+    notes = []
+    if n > n_cal:
+        evaluation = feeds[n_cal:n_cal + options.eval_samples]
+        notes.append(f"first {n_cal} samples calibrate, the next {len(evaluation)} evaluate (held out)")
+    else:
+        evaluation = feeds[: options.eval_samples]
+        notes.append("every uploaded sample calibrates; evaluation reuses the first of them (upload more to hold some out)")
+    info = SamplesInfo(
+        source="uploaded", calibration_count=n_cal, eval_count=len(evaluation),
+        generators={name: "uploaded" for name in names}, notes=notes,
+    )
+    return Samples(feeds[:n_cal], evaluation, info)

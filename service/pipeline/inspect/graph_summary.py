@@ -1,0 +1,234 @@
+"""What one graph holds, in ORT's terms: op histogram, int8 kernels, biases, layout nodes.
+
+Works on the graph index (``vocabulary.GraphIndex``) of a file as written or as ORT saved it
+after optimization (``optimized_model_filepath``); the op sets it counts come from
+``vocabulary``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from service.pipeline.vocabulary import (
+    COMPUTE_OPS,
+    DATA_MOVEMENT_OPS,
+    INT8_KERNELS,
+    MS,
+    NCHWC,
+    QDQ_FUSION_LIST,
+    QDQ_OPS,
+    QLINEAR_BIAS_INDEX,
+    SYMMETRIC_ZERO_POINT,
+    GraphIndex,
+    is_float,
+    op_key,
+)
+from service.schemas.levels import BiasState, LayoutInfo, NodeSummary
+
+# Index of the activation zero point among a kernel's inputs (default 2: x, x_scale, x_zero_point).
+_ACT_ZP_INDEX = {f"{MS}.QLinearConcat": 4}  # Y_scale, Y_zp, then (X, X_scale, X_zp) triples: first input's zp
+
+
+_ATTR_SKIP = {"value"}  # Constant payloads: large and not what a reader compares
+
+
+def _attributes(node: onnx.NodeProto) -> dict:
+    out = {}
+    for a in node.attribute:
+        if a.name in _ATTR_SKIP or a.type in (onnx.AttributeProto.TENSOR, onnx.AttributeProto.GRAPH,
+                                              onnx.AttributeProto.GRAPHS, onnx.AttributeProto.TENSORS):
+            continue
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list):
+            v = [x.decode("utf-8", "replace") if isinstance(x, bytes) else x for x in v]
+        out[a.name] = v
+    return out
+
+
+def activation_dtype(graph: GraphIndex, node: onnx.NodeProto) -> str | None:
+    """dtype an int8 kernel's activation operand has, read from its zero point (or the tensor)."""
+    key = op_key(node)
+    if key in (f"{MS}.DynamicQuantizeMatMul", f"{MS}.DynamicQuantizeLSTM"):
+        return "uint8"  # quantized at run time, always u8 on CPU
+    idx = _ACT_ZP_INDEX.get(key, 2)
+    if len(node.input) > idx and node.input[idx]:
+        d = graph.dtypes.get(node.input[idx])
+        if d:
+            return d
+    first = node.input[0] if node.input else ""
+    return graph.dtypes.get(first)
+
+
+def node_summaries(graph: GraphIndex) -> list[NodeSummary]:
+    out = []
+    for n in graph.nodes:
+        key = op_key(n)
+        out.append(NodeSummary(
+            op_type=n.op_type, domain=n.domain, name=n.name, inputs=list(n.input), outputs=list(n.output),
+            attributes=_attributes(n),
+            activation_dtype=activation_dtype(graph, n) if key in INT8_KERNELS else None,
+        ))
+    return out
+
+
+def op_histogram(graph: GraphIndex) -> dict[str, int]:
+    return dict(Counter(op_key(n) for n in graph.nodes))
+
+
+def compute_op_count(graph: GraphIndex) -> int:
+    return sum(1 for n in graph.nodes if op_key(n) in COMPUTE_OPS)
+
+
+def ops_on_float(graph: GraphIndex) -> dict[str, int]:
+    """Non-Q/DQ compute ops whose first data input is float: what still runs in fp32."""
+    c: Counter[str] = Counter()
+    for n in graph.nodes:
+        key = op_key(n)
+        if key in QDQ_OPS or key in INT8_KERNELS or n.op_type in DATA_MOVEMENT_OPS:
+            continue
+        first = next((i for i in n.input if i), None)
+        if first is not None and first not in graph.initializers and is_float(graph.dtypes.get(first)):
+            c[key] += 1
+    return dict(c)
+
+
+def _bias_input_is_int32(graph: GraphIndex, name: str) -> bool:
+    if graph.dtypes.get(name) == "int32":
+        return True
+    p = graph.producer.get(name)
+    return bool(p is not None and p.op_type == "DequantizeLinear" and graph.dtypes.get(p.input[0]) == "int32")
+
+
+def bias_state(graph: GraphIndex) -> BiasState:
+    i32 = f32 = 0
+    for n in graph.nodes:
+        key = op_key(n)
+        bias = QLINEAR_BIAS_INDEX.get(key)
+        if bias is not None:
+            i32 += int(len(n.input) > bias and bool(n.input[bias]))
+        elif key in ("Conv", "ConvTranspose", "Gemm", f"{MS}.FusedConv", f"{NCHWC}.Conv") and len(n.input) > 2 and n.input[2]:
+            if _bias_input_is_int32(graph, n.input[2]):
+                i32 += 1
+            else:
+                f32 += 1
+    summary = "none" if not (i32 or f32) else "int32" if not f32 else "float32" if not i32 else "mixed"
+    return BiasState(int32=i32, float32=f32, summary=summary)
+
+
+def layout_info(graph: GraphIndex, transposes_in_file: int) -> LayoutInfo:
+    nhwc = nchwc = reorders = transposes = 0
+    for n in graph.nodes:
+        if n.domain == NCHWC:
+            nchwc += 1
+            if n.op_type in ("ReorderInput", "ReorderOutput"):
+                reorders += 1
+        elif n.domain == MS and (n.op_type.startswith("Nhwc") or any(
+                a.name == "channels_last" and a.i == 1 for a in n.attribute)):
+            nhwc += 1
+        elif n.op_type == "Transpose" and n.domain in ("", "ai.onnx"):
+            transposes += 1
+    return LayoutInfo(nhwc_nodes=nhwc, transposes_inserted=max(0, transposes - transposes_in_file),
+                      nchwc_nodes=nchwc, reorders=reorders)
+
+
+def weight_quant_params(graph: GraphIndex) -> list[dict]:
+    """Per quantized weight: per_channel, symmetric, zero points; for lints and the decisions table.
+
+    A weight is an integer initializer of rank >= 2 read by a DequantizeLinear, or operand 3 of a
+    QLinearConv / QLinearMatMul / QGemm.
+    """
+    out = []
+    seen = set()
+
+    def add(w: str, scale: str, zp: str | None, consumer: str):
+        if w in seen:
+            return
+        arr = graph.init_array(w)
+        if arr is None or arr.ndim < 2 or not np.issubdtype(arr.dtype, np.integer):
+            return
+        seen.add(w)
+        s = graph.init_array(scale)
+        z = graph.init_array(zp) if zp else None
+        zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=arr.dtype)
+        mid = SYMMETRIC_ZERO_POINT.get(arr.dtype.name, 0)
+        out.append({
+            "name": w, "dtype": arr.dtype.name, "consumer": consumer,
+            "per_channel": s is not None and s.size > 1,
+            "symmetric": bool(np.all(zv == mid)),
+            "zero_points_equal": bool(np.all(zv == zv[0])) if zv.size else True,
+        })
+
+    for n in graph.nodes:
+        key = op_key(n)
+        if key == "DequantizeLinear" and n.input[0] in graph.initializers:
+            cons = graph.consumers.get(n.output[0], [])
+            add(n.input[0], n.input[1], n.input[2] if len(n.input) > 2 else None,
+                cons[0].op_type if cons else "")
+        elif key in ("QLinearConv", f"{MS}.QLinearConv", "QLinearMatMul", f"{MS}.QGemm"):
+            add(n.input[3], n.input[4], n.input[5] if len(n.input) > 5 else None, n.op_type)
+    return out
+
+
+def quantized_activation_dtypes(graph: GraphIndex) -> list[str]:
+    """dtypes that QuantizeLinear writes activations in (the file's choice, before ORT)."""
+    out = set()
+    for n in graph.nodes:
+        if n.op_type == "QuantizeLinear" and n.input[0] not in graph.initializers:
+            d = graph.dtypes.get(n.output[0])
+            if d:
+                out.add(d)
+    return sorted(out)
+
+
+def output_steps(graph: GraphIndex) -> list[float | None]:
+    """Per graph output: the quantization step (max scale) of the DequantizeLinear producing it."""
+    out = []
+    for o in graph.model.graph.output:
+        p = graph.producer.get(o.name)
+        step = None
+        if p is not None and p.op_type == "DequantizeLinear":
+            s = graph.init_array(p.input[1])
+            if s is not None and s.size:
+                step = float(np.max(np.abs(s)))
+        out.append(step)
+    return out
+
+
+# On CPUs where QDQIsInt8Allowed() is false (x86), these selectors take uint8 activations only.
+_U8_ONLY = {"Conv", "MatMul"}
+
+
+def float_op_reasons(graph: GraphIndex, *, int8_allowed: bool) -> dict[str, str]:
+    """For each op type that still runs in float in this graph: why, in ORT's terms."""
+    out: dict[str, str] = {}
+    for n in graph.nodes:
+        key = op_key(n)
+        if key in out or key in QDQ_OPS or key in INT8_KERNELS or n.op_type in DATA_MOVEMENT_OPS:
+            continue
+        first = next((i for i in n.input if i), None)
+        if first is None or first in graph.initializers or not is_float(graph.dtypes.get(first)):
+            continue
+        dqs = [graph.producer[i] for i in n.input if i in graph.producer
+               and graph.producer[i].op_type == "DequantizeLinear"]
+        qs = [c for o in n.output for c in graph.consumers.get(o, []) if c.op_type == "QuantizeLinear"]
+        if not dqs:
+            out[key] = "no DequantizeLinear before it: not quantized in the file"
+        elif key not in QDQ_FUSION_LIST:
+            out[key] = "not in ORT's QDQ fusion list: runs in float between DequantizeLinear and QuantizeLinear"
+        elif not qs and n.op_type not in ("MatMul", "Gemm"):
+            out[key] = "no QuantizeLinear after it: its output is not quantized in the file"
+        else:
+            act = {graph.dtypes.get(d.input[2]) for d in dqs if len(d.input) > 2 and d.input[2]
+                   and d.input[0] not in graph.initializers}
+            if not int8_allowed and n.op_type in _U8_ONLY and "int8" in act:
+                out[key] = ("not fused: its activation stayed int8 (QDQS8ToU8Transformer leaves a QuantizeLinear "
+                            "that feeds several DequantizeLinear) and on x86 ORT fuses Conv/MatMul on uint8 only")
+            else:
+                out[key] = "Q/DQ around it, but ORT's fusion conditions were not met (see the extended diff)"
+    return out

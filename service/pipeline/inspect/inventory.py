@@ -1,0 +1,271 @@
+"""What a file writes: Q/DQ parameters, weight and bias storage, quantized vs float ops, int8 kernels.
+
+Everything here is read from the ONNX file itself (initializers, Constant nodes, attributes),
+never from what the tool was asked to do: the point is to show what each tool actually wrote.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from service.pipeline.files import file_sha256
+from service.pipeline.vocabulary import (
+    COMPUTE_OPS,
+    DEQUANTIZE,
+    QDQ_OPS,
+    QLINEAR_BIAS_INDEX,
+    QLINEAR_OPERANDS,
+    QUANTIZE,
+    QUANTIZED_KERNELS,
+    SYMMETRIC_ZERO_POINT,
+    GraphIndex,
+    all_nodes,
+    attribute,
+    dtype_name,
+    graph_from_model,
+    op_key,
+)
+from service.schemas.report import (
+    BiasInfo,
+    FileInfo,
+    FoldedActivation,
+    QuantizationInventory,
+    QuantizedTensor,
+)
+
+_COMPUTE_WITH_BIAS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
+_STRUCTURAL = {"Constant", "Identity"}
+
+
+def file_info_from_onnx(path: Path, model, *, relative_to: Path | None = None) -> FileInfo:
+    return FileInfo(
+        path=str(path.relative_to(relative_to)) if relative_to else path.name,
+        size=path.stat().st_size,
+        sha256=file_sha256(path),
+        producer_name=model.producer_name,
+        producer_version=model.producer_version,
+        ir_version=model.ir_version,
+        opset_imports={(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        metadata_props={p.key: p.value for p in model.metadata_props},
+        node_count=sum(1 for _ in all_nodes(model.graph)),
+    )
+
+
+def _params(g: GraphIndex, node, scale_idx: int, zp_idx: int, out_dtype_default: str = "uint8"):
+    scale = g.init_array(node.input[scale_idx]) if len(node.input) > scale_idx and node.input[scale_idx] else None
+    zp = g.init_array(node.input[zp_idx]) if len(node.input) > zp_idx and node.input[zp_idx] else None
+    if zp is not None:
+        dtype = zp.dtype.name
+    else:
+        out_dt = attribute(node, "output_dtype")  # opset 21 QuantizeLinear without zero point
+        dtype = out_dtype_default
+        if out_dt:
+            dtype = dtype_name(out_dt)
+        zp = np.zeros_like(scale, dtype=np.int64) if scale is not None else np.zeros(1, dtype=np.int64)
+    scale = np.atleast_1d(np.asarray(scale if scale is not None else [np.nan], dtype=np.float64))
+    zp = np.atleast_1d(np.asarray(zp)).astype(np.int64)
+    return scale, zp, dtype
+
+
+def _tensor(name, role, g, node, scale_idx, zp_idx, storage, consumers, dtype_default="uint8") -> QuantizedTensor:
+    scale, zp, dtype = _params(g, node, scale_idx, zp_idx, dtype_default)
+    per_channel = scale.size > 1
+    axis = attribute(node, "axis", 1) if per_channel and node.op_type in QDQ_OPS else None
+    if per_channel and node.op_type not in QDQ_OPS:
+        axis = 0  # QLinearConv / QGemm weights: per output channel
+    block = attribute(node, "block_size") if node.op_type in QDQ_OPS else None
+    mid = SYMMETRIC_ZERO_POINT.get(dtype, 0)
+    return QuantizedTensor(
+        name=name, role=role, dtype=dtype, scale=[float(s) for s in scale.ravel()],
+        zero_point=[int(z) for z in zp.ravel()], axis=axis, block_size=block or None, per_channel=per_channel,
+        symmetric=bool(np.all(zp == mid)), storage=storage, written_by=op_key(node), consumers=consumers,
+    )
+
+
+def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) -> QuantizationInventory:
+    """Inventory of the main graph (quantization parameters live there for every tool we compare)."""
+    g = graph_from_model(model)
+    nodes = g.nodes
+    tensors: dict[str, QuantizedTensor] = {}
+    biases: list[BiasInfo] = []
+
+    def consumers_of(tensor: str) -> list[str]:
+        return sorted({op_key(c) for c in g.consumers.get(tensor, [])})
+
+    # 1. Q/DQ pairs and DQ of stored integer tensors.
+    for node in nodes:
+        if node.op_type == QUANTIZE:
+            x = node.input[0]
+            role = "weight" if g.is_constant(x) else "activation"
+            storage = "float_initializer_plus_quantize" if role == "weight" else "runtime"
+            dq_outs = [c.output[0] for c in g.consumers.get(node.output[0], []) if c.op_type == DEQUANTIZE]
+            cons = sorted({k for o in dq_outs for k in consumers_of(o)}) or consumers_of(node.output[0])
+            tensors.setdefault(x, _tensor(x, role, g, node, 1, 2, storage, cons))
+        elif node.op_type == DEQUANTIZE:
+            src = node.input[0]
+            if g.is_constant(src):
+                dtype = g.dtype_of_constant(src)
+                cons_nodes = g.consumers.get(node.output[0], [])
+                is_bias = dtype == "int32" or any(
+                    _COMPUTE_WITH_BIAS.get(c.op_type) is not None and len(c.input) > 2 and c.input[2] == node.output[0]
+                    for c in cons_nodes)
+                role = "bias" if is_bias else "weight"
+                tensors.setdefault(node.output[0], _tensor(
+                    node.output[0], role, g, node, 1, 2, "quantized_initializer", consumers_of(node.output[0])))
+            elif src not in g.producer or g.producer[src].op_type != QUANTIZE:
+                # Already-quantized data arriving from a graph input or an int8 kernel.
+                tensors.setdefault(src, _tensor(src, "activation", g, node, 1, 2, "runtime", consumers_of(node.output[0])))
+
+    # 2. QOperator ops: operands carry their own (scale, zero point).
+    for node in nodes:
+        key = op_key(node)
+        for data_idx, s_idx, z_idx in QLINEAR_OPERANDS.get(key, ()):
+            name = node.output[0] if data_idx == -1 else node.input[data_idx]
+            if not name:
+                continue
+            if data_idx != -1 and g.is_constant(name):
+                role, storage = "weight", "quantized_initializer"
+            else:
+                role, storage = "activation", "runtime"
+            tensors.setdefault(name, _tensor(name, role, g, node, s_idx, z_idx, storage, [key]))
+        if key == "com.microsoft.QLinearConcat":  # Y_scale, Y_zp, then (X, X_scale, X_zp) triples
+            tensors.setdefault(node.output[0], _tensor(node.output[0], "activation", g, node, 0, 1, "runtime", [key]))
+        bias_idx = QLINEAR_BIAS_INDEX.get(key)
+        if bias_idx is not None and len(node.input) > bias_idx and node.input[bias_idx]:
+            biases.append(BiasInfo(node=node.name, op_type=key, dtype=g.dtype_of_constant(node.input[bias_idx]) or "int32",
+                                   quantized_in_file=True))
+
+    # 3. Bias of float compute ops in QDQ form.
+    for node in nodes:
+        idx = _COMPUTE_WITH_BIAS.get(node.op_type)
+        if idx is None or len(node.input) <= idx or not node.input[idx]:
+            continue
+        b = node.input[idx]
+        prod = g.producer.get(b)
+        if prod is not None and prod.op_type == DEQUANTIZE and g.is_constant(prod.input[0]):
+            dtype = g.dtype_of_constant(prod.input[0]) or "int32"
+            match = _bias_scale_matches(g, node, prod)
+            biases.append(BiasInfo(node=node.name, op_type=node.op_type, dtype=dtype, quantized_in_file=True,
+                                   scale_matches_input_times_weight=match))
+        else:
+            dtype = g.dtype_of_constant(b) or "float32"
+            biases.append(BiasInfo(node=node.name, op_type=node.op_type, dtype=dtype, quantized_in_file=False))
+
+    # 4. Which ops sit inside Q/DQ, which run in float.
+    ops_quantized, ops_float, reasons = _classify_ops(g, nodes)
+    hist = Counter(op_key(n) for n in all_nodes(model.graph))
+    kernels = {k: v for k, v in sorted(hist.items()) if k in QUANTIZED_KERNELS}
+
+    folded = []
+    if fp32_histogram:
+        for act in ("Relu", "Clip"):
+            gone = fp32_histogram.get(act, 0) - hist.get(act, 0)
+            if gone > 0:
+                folded.append(FoldedActivation(
+                    op_type=act, count=gone,
+                    evidence=(f"the fp32 model has {fp32_histogram.get(act, 0)} {act}, this file {hist.get(act, 0)}: "
+                              "the following quantized output's range (zero point at the dtype minimum) does its clamp"),
+                ))
+
+    tlist = sorted(tensors.values(), key=lambda t: (t.role, t.name))
+    weights = [t for t in tlist if t.role == "weight"]
+    storages = {t.storage for t in weights}
+    weight_summary = "none" if not storages else (storages.pop() if len(storages) == 1 else "mixed")
+    bias_dtypes = {"int32" if b.quantized_in_file else "float32" for b in biases}
+    bias_summary = "none" if not bias_dtypes else (bias_dtypes.pop() if len(bias_dtypes) == 1 else "mixed")
+    n_q, n_dq = hist.get(QUANTIZE, 0), hist.get(DEQUANTIZE, 0)
+    if kernels:
+        # QOperator files keep Q/DQ at their boundaries; "mixed" means float compute ops in Q/DQ remain.
+        fmt = "mixed" if any(k in ops_quantized for k in COMPUTE_OPS) else "qoperator"
+    elif n_q or n_dq:
+        fmt = "qdq"
+    else:
+        fmt = "float"
+    return QuantizationInventory(
+        format=fmt, quantize_linear=n_q, dequantize_linear=n_dq, tensors=tlist, weights=weight_summary,
+        bias=biases, bias_summary=bias_summary, ops_quantized=dict(sorted(ops_quantized.items())),
+        ops_float=dict(sorted(ops_float.items())), ops_float_reasons=reasons, int8_kernels_in_file=kernels,
+        folded_activations=folded,
+        activation_dtypes=sorted({t.dtype for t in tlist if t.role == "activation"}),
+        weight_dtypes=sorted({t.dtype for t in weights}),
+    )
+
+
+def _bias_scale_matches(g: GraphIndex, node, bias_dq) -> bool | None:
+    """int32 bias is only exact when its scale is s_input * s_weight (what QLinearConv assumes)."""
+    def dq_scale(tensor):
+        p = g.producer.get(tensor)
+        return g.init_array(p.input[1]) if p is not None and p.op_type == DEQUANTIZE else None
+
+    s_x, s_w, s_b = dq_scale(node.input[0]), dq_scale(node.input[1]), g.init_array(bias_dq.input[1])
+    if s_x is None or s_w is None or s_b is None:
+        return None
+    try:
+        return bool(np.allclose(np.ravel(s_b), np.ravel(s_x * s_w), rtol=1e-5, atol=0))
+    except ValueError:
+        return None
+
+
+def _classify_ops(g: GraphIndex, nodes):
+    """An op is quantized when its data inputs come from DequantizeLinear (directly, or through a
+    single-consumer float op of the same unit, e.g. Conv -> Relu) and its output reaches a
+    QuantizeLinear the same way. int8 kernels are counted separately."""
+    def data_inputs(node):
+        return [i for i in node.input if i and not g.is_constant(i)
+                and not (i in g.producer and g.producer[i].op_type == DEQUANTIZE and g.is_constant(g.producer[i].input[0]))]
+
+    memo_in, memo_out = {}, {}
+
+    def fed_by_dq(node, depth=0) -> bool:
+        if id(node) in memo_in:
+            return memo_in[id(node)]
+        ins = [i for i in node.input if i and not g.is_constant(i)]
+        ok = bool(ins)
+        for i in ins:
+            p = g.producer.get(i)
+            if p is None:
+                ok = False
+            elif p.op_type == DEQUANTIZE:
+                continue
+            elif depth < 2 and p.op_type not in QDQ_OPS and len(g.consumers.get(i, [])) == 1 and fed_by_dq(p, depth + 1):
+                continue
+            else:
+                ok = False
+        memo_in[id(node)] = ok
+        return ok
+
+    def feeds_q(node, depth=0) -> bool:
+        if id(node) in memo_out:
+            return memo_out[id(node)]
+        ok = False
+        for o in node.output:
+            cons = g.consumers.get(o, [])
+            if cons and all(c.op_type == QUANTIZE for c in cons):
+                ok = True
+            elif depth < 2 and len(cons) == 1 and cons[0].op_type not in QDQ_OPS and feeds_q(cons[0], depth + 1):
+                ok = True
+        memo_out[id(node)] = ok
+        return ok
+
+    quantized, floating, reasons = Counter(), Counter(), {}
+    for node in nodes:
+        key = op_key(node)
+        if node.op_type in QDQ_OPS or node.op_type in _STRUCTURAL or key in QUANTIZED_KERNELS:
+            continue
+        if not data_inputs(node) and not any(
+            g.producer.get(i) is not None and g.producer[i].op_type == DEQUANTIZE for i in node.input if i):
+            continue  # shape arithmetic on constants
+        if fed_by_dq(node) and feeds_q(node):
+            quantized[key] += 1
+        else:
+            floating[key] += 1
+            if fed_by_dq(node):
+                reasons.setdefault(key, "inputs are dequantized but the output is not quantized")
+            elif feeds_q(node):
+                reasons.setdefault(key, "output is quantized but the inputs are float")
+            else:
+                reasons.setdefault(key, "not quantized by this tool (no Q/DQ around it)")
+    return quantized, floating, reasons

@@ -1,0 +1,287 @@
+"""The levels stage: what ONNX Runtime makes of each file at each GraphOptimizationLevel.
+
+For every artifact (``fp32`` first: it is the numerical reference) and every requested level,
+one CPU EP session is created with ``optimized_model_filepath``; ORT writes the graph it will
+run while the session is created, and the same session then runs the evaluation samples and
+the latency loop. The saved graph is summarized (op histogram, int8 kernels, biases, layout) and
+diffed against the previous level (``disable_all`` against the file as written: ORT's
+"necessary" steps such as EnsureUniqueDQForNodeUnit already run there).
+
+Then the cross-artifact agreement, the decisions table and the lints are computed from the
+per-level summaries and the per-file inventories.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from service.pipeline.environment import cpu_info
+from service.pipeline.files import file_sha256
+from service.pipeline.inspect.graph_diff import diff_graphs
+from service.pipeline.inspect.graph_summary import (
+    bias_state,
+    compute_op_count,
+    float_op_reasons,
+    layout_info,
+    node_summaries,
+    op_histogram,
+    ops_on_float,
+    output_steps,
+    quantized_activation_dtypes,
+    weight_quant_params,
+)
+from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
+from service.pipeline.quantize.isolation import scrub
+from service.pipeline.runtime.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
+from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.verdict.decisions import decisions_table
+from service.pipeline.verdict.lints import lints_for
+from service.pipeline.vocabulary import (
+    COMPUTE_OPS,
+    INT8_COMPUTE_KERNELS,
+    INT8_KERNELS,
+    GraphIndex,
+    graph_from_path,
+    op_key,
+)
+from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
+from service.schemas.report import QuantizationInventory
+
+__all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph"]
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What the decisions and lints need from a file as written (the graph itself is not kept)."""
+
+    opset: int
+    op_histogram: dict[str, int]
+    bias_summary: str
+    weights: list[dict]
+    activation_dtypes: list[str]
+    int8_kernels: dict[str, int]
+    transposes: int
+
+
+def file_facts_from_graph(g: GraphIndex) -> FileFacts:
+    hist = op_histogram(g)
+    kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
+    acts = quantized_activation_dtypes(g)
+    return FileFacts(opset=g.opset, op_histogram=hist, bias_summary=bias_state(g).summary,
+                     weights=weight_quant_params(g), activation_dtypes=acts, int8_kernels=kernels,
+                     transposes=hist.get("Transpose", 0))
+
+
+@dataclass(frozen=True)
+class LevelsResult:
+    optimized: dict[str, dict[str, OptimizedLevel]]
+    agreement: list[AgreementRow]
+    decisions: list[DecisionRow]
+    lints: list[Lint]
+    timings: dict[str, float]
+    files: dict[str, FileFacts] = field(default_factory=dict)
+
+
+def _ordered(names) -> list[str]:
+    known = ["fp32", *ARTIFACTS]
+    return [n for n in known if n in names] + sorted(n for n in names if n not in known)
+
+
+def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
+                   out_dir: Path, options: ComparisonOptions,
+                   inventories: dict[str, QuantizationInventory | None],
+                   progress: Callable[[str, int, int], None] | None = None,
+                   batchnorm_in_source: int = 0) -> LevelsResult:
+    """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
+
+    Writes ``out_dir/<artifact>.<level>.onnx``. A session that fails at one level is recorded in
+    that level's ``error`` and the other levels go on.
+    """
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    levels = [lv for lv in LEVELS if lv in options.levels]
+    names = _ordered(artifact_paths)
+    total = len(names) * len(levels)
+    timings = {"optimize": 0.0, "evaluate": 0.0}
+    lat = options.latency
+    threads = lat.intra_op_threads
+
+    # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
+    int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
+    fp32_compute = 0
+    if "fp32" in artifact_paths:
+        fp32_compute = compute_op_count(graph_from_path(artifact_paths["fp32"]))
+
+    optimized: dict[str, dict[str, OptimizedLevel]] = {}
+    files: dict[str, FileFacts] = {}
+    results: dict[str, dict[str, list[np.ndarray]]] = {}  # artifact -> level -> outputs
+    output_names: dict[str, list[str]] = {}
+    steps_of: dict[str, list[float | None]] = {}
+    reference: list[np.ndarray] | None = None
+    reference_names: list[str] = []
+    done = 0
+
+    for name in names:
+        path = Path(artifact_paths[name])
+        file_graph = graph_from_path(path)
+        facts = file_facts_from_graph(file_graph)
+        files[name] = facts
+        steps = output_steps(file_graph)
+        steps_of[name] = steps
+        prev_graph, prev_level = file_graph, "file"
+        prev_outputs: list[np.ndarray] | None = None
+        prev_digest: str | None = None
+        per_level: dict[str, OptimizedLevel] = {}
+        results[name] = {}
+        for level in levels:
+            t0 = time.perf_counter()
+            out_file = out_dir / f"{name}.{level}.onnx"
+            try:
+                session = session_for(path, level, intra_op_threads=threads, optimized_model_path=out_file)
+                graph = graph_from_path(out_file)
+            except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
+                per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
+                                                  error=scrub(f"session creation failed: {type(e).__name__}: {e}")[:2000])
+                done += 1
+                timings["optimize"] += time.perf_counter() - t0
+                if progress:
+                    progress("optimize", done, total)
+                continue
+            session_seconds = time.perf_counter() - t0
+            diff = diff_graphs(prev_graph, graph, previous=prev_level)
+            if options.attribution and diff.rewrites and level != "disable_all":
+                diff = _attribute(diff, path, level, prev_graph, threads)
+            hist = op_histogram(graph)
+            kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
+            nodes = node_summaries(graph)
+            act = Counter(n.activation_dtype or "unknown" for n in nodes
+                          if op_key(n) in INT8_KERNELS)
+            int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
+            float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
+            coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
+            timings["optimize"] += time.perf_counter() - t0
+            done += 1
+            if progress:
+                progress("optimize", done, total)
+
+            t1 = time.perf_counter()
+            numerics = latency = None
+            error = None
+            # ORT often writes the very same graph at the next level (``all`` == ``layout`` here for
+            # every example): the same graph gives the same outputs, so they are not run again.
+            digest = file_sha256(out_file)
+            same_as = prev_level if digest == prev_digest and prev_level in results[name] else None
+            try:
+                onames = [o.name for o in session.get_outputs()]
+                output_names[name] = onames
+                if same_as:
+                    outputs = results[name][same_as]
+                else:
+                    outputs = concat_runs([session.run(None, feed) for feed in eval_feeds])
+                results[name][level] = outputs
+                if name == "fp32" and reference is None:
+                    reference, reference_names = outputs, onames
+                if reference is not None:
+                    numerics = level_numerics(reference, reference_names, outputs, onames, steps=steps,
+                                              previous=prev_outputs, samples=len(eval_feeds))
+                prev_outputs = outputs
+                if lat.enabled and eval_feeds:
+                    if same_as and per_level.get(same_as) and per_level[same_as].latency is not None:
+                        latency = per_level[same_as].latency  # same graph: its measurement stands
+                    else:
+                        # The evaluation runs above already warmed this session; only top them up.
+                        warmed = 0 if same_as else len(eval_feeds)
+                        latency = latency_of(session, eval_feeds[0], runs=lat.runs,
+                                             warmup=max(0, lat.warmup - warmed), intra_op_threads=threads)
+            except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
+                error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
+            del session
+            timings["evaluate"] += time.perf_counter() - t1
+            if progress:
+                progress("evaluate", done, total)
+
+            per_level[level] = OptimizedLevel(
+                level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error,
+                op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
+                quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
+                int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
+                compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
+                ops_float=ops_on_float(graph), ops_float_reasons=float_op_reasons(graph, int8_allowed=int8_allowed),
+                bias=bias_state(graph),
+                layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
+                session_seconds=session_seconds, same_graph_as=same_as,
+            )
+            prev_graph, prev_level, prev_digest = graph, level, digest
+        optimized[name] = per_level
+
+    t2 = time.perf_counter()
+    agreement = agreement_rows(results, output_names, steps_of, levels)
+    decisions = decisions_table(names=names, files=files, optimized=optimized, inventories=inventories,
+                                levels=levels, options=options, batchnorm_in_source=batchnorm_in_source)
+    lints = lints_for(names=names, files=files, optimized=optimized, options=options)
+    timings["evaluate"] += time.perf_counter() - t2
+    return LevelsResult(optimized=optimized, agreement=agreement, decisions=decisions, lints=lints,
+                        timings={k: round(v, 4) for k, v in timings.items()}, files=files)
+
+
+def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],
+                   steps_of: dict[str, list[float | None]], levels: list[str]) -> list[AgreementRow]:
+    """pt2e_qdq, ort_qdq, ort_qoperator against each other at the highest level run (``all``)."""
+    quant = [a for a in ARTIFACTS if a in results]
+    rows = []
+    for i, a in enumerate(quant):
+        for b in quant[i + 1:]:
+            level = next((lv for lv in reversed(levels) if lv in results[a] and lv in results[b]), None)
+            if level is None:
+                continue
+            for k, (ya, yb) in enumerate(zip(results[a][level], results[b][level])):
+                if ya.shape != yb.shape:
+                    continue
+                diff = max_abs_error(ya, yb)
+                step = steps_of[a][k] if k < len(steps_of[a]) else None
+                rows.append(AgreementRow(
+                    a=a, b=b, level=level, output=output_names[a][k], sqnr_db=sqnr_db(ya, yb),
+                    cosine=cosine(ya, yb), max_abs_error=diff,
+                    max_diff_steps=diff / step if step else None,
+                    equal_share=float(np.mean(ya == yb)) if ya.size else 1.0,
+                ))
+    return rows
+
+
+def _attribute(diff, path: Path, level: str, prev_graph: GraphIndex, threads: int):
+    """Switch each candidate transformer off at ``level``; a rewrite is confirmed when it disappears."""
+    cache: dict[str, set[str]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="qc-attr-"))
+    try:
+        rewrites = []
+        for rw in diff.rewrites:
+            candidates = [t.strip() for t in (rw.transformer or "").split(",") if t.strip()]
+            if not candidates:
+                rewrites.append(rw)
+                continue
+            confirmed = []
+            for cand in candidates:
+                if cand not in cache:
+                    out = tmp / f"{cand}.onnx"
+                    try:
+                        session_for(path, level, intra_op_threads=threads, optimized_model_path=out,
+                                    disabled_optimizers=[cand])
+                        d = diff_graphs(prev_graph, graph_from_path(out), previous=diff.previous)
+                        cache[cand] = {r.summary for r in d.rewrites}
+                    except Exception:  # noqa: BLE001 - an unknown name or a failing session proves nothing
+                        cache[cand] = {rw.summary}
+                if rw.summary not in cache[cand]:
+                    confirmed.append(cand)
+            rewrites.append(rw.model_copy(update={"confirmed": bool(confirmed), "confirmed_by": confirmed}))
+        return diff.model_copy(update={"rewrites": rewrites})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

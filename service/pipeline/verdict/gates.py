@@ -1,0 +1,344 @@
+"""CI gates: thresholds from ``options.gates`` evaluated against a finished report.
+
+A gate reads one number from ``artifacts.<artifact>.optimized.<level>`` and compares it with
+a threshold. Missing data is never a crash and never a pass: a path that failed, a level that
+was not run, a level without numerics or latency all make the gate fail with a message that
+says which piece is missing and why, so a CI log tells the user what to fix.
+
+The text form ``ort_qdq.all.sqnr_db>=25`` is what the CLI takes and what ``GateResult.gate``
+shows. The client (``clients/python``) parses its own copy of this syntax because it must not
+import ``service``; keep the two in step (``tests/clients`` pins the client's side).
+
+    [artifact.][level.]metric[op value]
+    artifact  pt2e_qdq | ort_qdq | ort_qoperator | *        (default *: every requested artifact)
+    level     disable_all | basic | extended | layout | all (default all)
+    metric    sqnr_db | cosine | max_abs_error | int8_coverage | latency_ratio | status_ok
+    op        >= > <= < ==                                   (default >=, value default 1)
+    value     a number, or baseline[+-number]: the same figure in a baseline report plus an offset,
+              e.g. 'ort_qdq.all.sqnr_db>=baseline-0.5', 'pt2e_qdq.all.latency_ratio<=baseline+0.1'
+
+A relative gate compares each artifact with its own baseline figure (``Gate.baseline_values``,
+filled by :func:`baseline_values_from_report` from the earlier report) and its result states the
+baseline value, the new value and the delta. A baseline without that figure fails the gate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.errors import InvalidOptions, validation_errors
+from service.pipeline.options import ARTIFACTS, LEVELS, Gate
+from service.schemas.report import Artifact, GateResult, Report, Verdict
+
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok")
+# Longest first so ">=" is not read as ">" followed by "=25".
+OPS = (">=", "<=", "==", ">", "<")
+_NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error"}
+_GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
+_BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
+
+
+def gate_from_string(text: str) -> Gate:
+    """``"ort_qdq.all.sqnr_db>=25"`` -> ``Gate(artifact="ort_qdq", level="all", ...)``.
+
+    Raises :class:`InvalidOptions` with the accepted syntax in the hint.
+    """
+    hint = (
+        "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
+        "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2' or 'status_ok'"
+    )
+    m = _GATE_RE.match(text or "")
+    if not m:
+        raise InvalidOptions(f"gate {text!r} is not in the gate syntax", hint=hint)
+    parts = m["lhs"].split(".")
+    metric = parts[-1]
+    if metric not in METRICS:
+        raise InvalidOptions(f"gate {text!r}: unknown metric {metric!r} (one of {', '.join(METRICS)})", hint=hint)
+    fields: dict[str, Any] = {"metric": metric}
+    for part in parts[:-1]:
+        if part in ARTIFACTS or part == "*":
+            key = "artifact"
+        elif part in LEVELS:
+            key = "level"
+        else:
+            raise InvalidOptions(
+                f"gate {text!r}: {part!r} is neither an artifact ({', '.join(ARTIFACTS)}, *) "
+                f"nor a level ({', '.join(LEVELS)})",
+                hint=hint,
+            )
+        if key in fields:
+            raise InvalidOptions(f"gate {text!r}: {key} given twice", hint=hint)
+        fields[key] = part
+    if len(parts) == 3 and (parts[0] not in (*ARTIFACTS, "*") or parts[1] not in LEVELS):
+        raise InvalidOptions(f"gate {text!r}: write artifact before level", hint=hint)
+    if len(parts) > 3:
+        raise InvalidOptions(f"gate {text!r}: too many dotted parts", hint=hint)
+    if m["op"]:
+        raw = m["value"]
+        relative = _BASELINE_RE.match(raw)
+        if relative:
+            if metric == "status_ok":
+                raise InvalidOptions(f"gate {text!r}: status_ok cannot be relative to a baseline", hint=hint)
+            fields["relative_to"] = "baseline"
+            raw = relative["offset"] or "0"
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InvalidOptions(f"gate {text!r}: {m['value']!r} is neither a number nor baseline[+-number]",
+                                 hint=hint) from None
+        if not math.isfinite(value):
+            raise InvalidOptions(f"gate {text!r}: the threshold is not a finite number", hint=hint)
+        fields["op"], fields["value"] = m["op"], value
+    elif metric != "status_ok":
+        raise InvalidOptions(f"gate {text!r}: a threshold is missing (e.g. {text}>=25)", hint=hint)
+    try:
+        return Gate(**fields)
+    except ValidationError as e:  # pragma: no cover - the checks above cover every field
+        raise InvalidOptions(f"gate {text!r}: {validation_errors(e)[0]['msg']}", hint=hint) from e
+
+
+def gate_to_string(gate: Gate) -> str:
+    """The inverse of :func:`gate_from_string`; ``status_ok>=1`` reads as ``status_ok``."""
+    if gate.metric == "status_ok":
+        head = "status_ok" if gate.artifact == "*" else f"{gate.artifact}.status_ok"
+        return head if (gate.op, gate.value) == (">=", 1.0) else f"{head}{gate.op}{_num(gate.value)}"
+    return f"{gate.artifact}.{gate.level}.{gate.metric}{gate.op}{_threshold_text(gate)}"
+
+
+def _threshold_text(gate: Gate) -> str:
+    if gate.relative_to != "baseline":
+        return _num(gate.value)
+    return "baseline" if gate.value == 0 else f"baseline{gate.value:+.6g}"
+
+
+def baseline_values_from_report(baseline: Report, gate: Gate) -> dict[str, float | None]:
+    """The figures a relative ``gate`` compares with, per artifact, read from an earlier report.
+
+    An artifact whose figure the baseline lacks (failed path, level not run, no latency) is left
+    out, so the gate fails for it with a message saying so. ``None`` is an exact match (SQNR).
+    """
+    names = ARTIFACTS if gate.artifact == "*" else (gate.artifact,)
+    out: dict[str, float | None] = {}
+    for name in names:
+        value, problem = _value_from_artifact(baseline, name, gate.level, gate.metric)
+        if problem is None:
+            out[name] = None if value is not None and math.isinf(value) else value
+    return out
+
+
+def verdict_from_report(report: Report, gates: list[Gate]) -> Verdict:
+    """Evaluate every gate; ``passed`` is true when all pass (and when there are none)."""
+    results = [_result_from_gate(report, g) for g in gates]
+    return Verdict(
+        passed=all(r.passed for r in results),
+        gates=results,
+        failures=[f"{r.gate}: {r.message}" for r in results if not r.passed],
+    )
+
+
+def _result_from_gate(report: Report, gate: Gate) -> GateResult:
+    label = gate_to_string(gate)
+    try:
+        if gate.metric == "status_ok":
+            return _status_ok(report, gate, label)
+        return _metric_gate(report, gate, label)
+    except Exception as e:  # a malformed report must fail the gate, not the job
+        return GateResult(gate=label, passed=False, actual=None, message=f"could not evaluate: {type(e).__name__}: {e}")
+
+
+def _requested(report: Report) -> list[str]:
+    """Quantized artifacts the user asked for, in the order of ``options.artifacts``."""
+    asked = list(getattr(report.options, "artifacts", None) or [])
+    extra = [a for a in report.artifacts if a != "fp32" and a not in asked]
+    return asked + extra
+
+
+def _status_ok(report: Report, gate: Gate, label: str) -> GateResult:
+    names = _requested(report) if gate.artifact == "*" else [gate.artifact]
+    if not names:
+        return GateResult(gate=label, passed=False, actual=None, message="no artifact was requested")
+    bad: list[str] = []
+    for name in names:
+        art = report.artifacts.get(name)
+        if art is None:
+            bad.append(f"{name} missing from the report")
+        elif art.status != "ok":
+            bad.append(f"{name} {art.status}{_error_suffix(art)}")
+    share = (len(names) - len(bad)) / len(names)
+    passed = _compare(share, gate.op, gate.value)
+    if not bad:
+        message = f"all {len(names)} ok ({', '.join(names)})"
+    else:
+        message = f"{len(names) - len(bad)}/{len(names)} ok; " + "; ".join(bad)
+    return GateResult(gate=label, passed=passed, actual=share, message=message)
+
+
+def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
+    names = _requested(report) if gate.artifact == "*" else [gate.artifact]
+    if not names:
+        return GateResult(gate=label, passed=False, actual=None, message="no artifact was requested")
+    levels_run = list(getattr(report.options, "levels", None) or LEVELS)
+    if gate.level not in levels_run:
+        return GateResult(
+            gate=label, passed=False, actual=None,
+            message=f"level {gate.level!r} was not run (options.levels is {levels_run})",
+        )
+    values: dict[str, float] = {}
+    thresholds: dict[str, float] = {}
+    bases: dict[str, float] = {}
+    problems: list[str] = []
+    for name in names:
+        value, problem = _value_from_artifact(report, name, gate.level, gate.metric)
+        if problem:
+            problems.append(f"{name}: {problem}")
+            continue
+        if gate.relative_to == "baseline":
+            known = gate.baseline_values or {}
+            if name not in known:
+                problems.append(f"{name}: the baseline has no {gate.metric} at level {gate.level!r}, "
+                                f"so there is nothing to compare with")
+                continue
+            base = math.inf if known[name] is None else float(known[name])  # null: an exact match
+            bases[name], thresholds[name] = base, base + gate.value
+        else:
+            thresholds[name] = gate.value
+        values[name] = value
+    failing = [n for n, v in values.items() if not _compare(v, gate.op, thresholds[n])]
+    # The deciding number is the worst one in the gate's own direction (against a baseline: the
+    # worst change, since each artifact has its own baseline figure).
+    pool = failing or list(values)
+    decider = _decider(pool, values, bases, gate.op) if pool else None
+    actual = values[decider] if decider else None
+    baseline_json = _json_float(bases[decider]) if decider in bases else None
+    delta = _delta(values[decider], bases[decider]) if decider in bases else None
+    shown = ", ".join(_shown(n, values, bases) for n in values)
+    parts = []
+    if failing:
+        parts.append(f"{', '.join(_shown(n, values, bases) for n in failing)} not {gate.op} {_threshold_shown(gate, failing, thresholds)}")
+    parts.extend(problems)
+    fields = dict(gate=label, actual=_json_float(actual), baseline=baseline_json, delta=delta)
+    if parts:
+        return GateResult(passed=False, message="; ".join(parts), **fields)
+    return GateResult(passed=True, message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}", **fields)
+
+
+def _decider(pool: list[str], values: dict[str, float], bases: dict[str, float], op: str) -> str:
+    if bases and all(n in bases for n in pool):
+        changes = {n: values[n] - bases[n] if math.isfinite(bases[n]) else (0.0 if values[n] == bases[n] else -math.inf)
+                   for n in pool}
+        return _worst_key(changes, op)
+    return _worst_key({n: values[n] for n in pool}, op)
+
+
+def _worst_key(values: dict[str, float], op: str) -> str:
+    worst = _worst(list(values.values()), op)
+    return next(n for n, v in values.items() if v == worst or (math.isnan(v) and math.isnan(worst)))
+
+
+def _delta(value: float, base: float) -> float | None:
+    d = value - base
+    return d if math.isfinite(d) else (0.0 if value == base else None)
+
+
+def _json_float(v: float | None) -> float | None:
+    return None if v is None or math.isnan(v) else v
+
+
+def _shown(name: str, values: dict[str, float], bases: dict[str, float]) -> str:
+    text = f"{name}={_num(values[name])}"
+    if name in bases:
+        delta = _delta(values[name], bases[name])
+        text += f" (baseline {_num(bases[name])}, delta {'n/a' if delta is None else f'{delta:+.4g}'})"
+    return text
+
+
+def _threshold_shown(gate: Gate, names: list[str], thresholds: dict[str, float]) -> str:
+    if gate.relative_to != "baseline":
+        return _num(gate.value)
+    numbers = sorted({_num(thresholds[n]) for n in names})
+    return f"{_threshold_text(gate)} ({', '.join(numbers)})"
+
+
+def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> tuple[float | None, str | None]:
+    art = report.artifacts.get(name)
+    if art is None:
+        return None, "not in the report (was it requested in options.artifacts?)"
+    if art.status != "ok":
+        return None, f"path {art.status}{_error_suffix(art)}"
+    opt = art.optimized.get(level)
+    if opt is None:
+        return None, f"no optimized graph at level {level!r}"
+    level_error = getattr(opt, "error", None)
+    if metric in _NUMERIC_ATTR:
+        numerics = getattr(opt, "numerics", None)
+        if numerics is None:
+            why = f": {level_error}" if level_error else ""
+            return None, f"no numerics at level {level!r}{why}"
+        value = getattr(numerics, _NUMERIC_ATTR[metric], None)
+        if value is None and metric == "sqnr_db":
+            return math.inf, None  # the levels stage writes null when the error is exactly zero
+        if value is None:
+            return None, f"{metric} not recorded at level {level!r}"
+        return _finite_or_problem(float(value), metric)
+    if metric == "int8_coverage":
+        value = getattr(opt, "int8_coverage", None)
+        if value is None:
+            return None, f"int8_coverage not recorded at level {level!r}"
+        return _finite_or_problem(float(value), metric)
+    if metric == "latency_ratio":
+        median = _median_ms(opt)
+        if median is None:
+            why = f": {level_error}" if level_error else " (is options.latency.enabled true?)"
+            return None, f"no latency at level {level!r}{why}"
+        fp32 = report.artifacts.get("fp32")
+        if fp32 is None or fp32.status != "ok":
+            return None, "no fp32 baseline to compare latency with"
+        base = _median_ms(fp32.optimized.get(level))
+        if base is None:
+            return None, f"no fp32 latency at level {level!r}"
+        if base <= 0:
+            return None, f"fp32 median latency at level {level!r} is {base} ms"
+        return _finite_or_problem(median / base, metric)
+    return None, f"unknown metric {metric!r}"  # pragma: no cover - Gate's Literal refuses it
+
+
+def _finite_or_problem(value: float, metric: str) -> tuple[float | None, str | None]:
+    if math.isnan(value):
+        return None, f"{metric} is NaN"
+    return value, None
+
+
+def _median_ms(opt: Any) -> float | None:
+    latency = getattr(opt, "latency", None) if opt is not None else None
+    value = getattr(latency, "median_ms", None) if latency is not None else None
+    return None if value is None else float(value)
+
+
+def _error_suffix(art: Artifact) -> str:
+    if art.error is None:
+        return ""
+    return f" at {art.error.stage}: {art.error.message}"
+
+
+def _compare(actual: float, op: str, value: float) -> bool:
+    if math.isnan(actual):
+        return False
+    return {
+        ">=": actual >= value, ">": actual > value, "<=": actual <= value, "<": actual < value, "==": actual == value,
+    }[op]
+
+
+def _worst(values: list[float], op: str) -> float:
+    if op in (">=", ">"):
+        return min(values)
+    if op in ("<=", "<"):
+        return max(values)
+    return values[0]
+
+
+def _num(v: float) -> str:
+    return f"{v:.6g}"

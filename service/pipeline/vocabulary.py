@@ -1,0 +1,252 @@
+"""The one ONNX / ONNX Runtime vocabulary every stage speaks: op keys, op sets, one graph index.
+
+Every count the report makes (``int8_coverage``, ``int8_kernels``, ``ops_float``, the file
+inventory, the rewrite names) reads its op sets from here, so two figures can never count
+different ops for the same question. Where a set restates ORT, the ORT source it comes from is
+named beside it (onnxruntime 1.32.0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Protocol
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+MS = "com.microsoft"
+NCHWC = "com.microsoft.nchwc"
+QUANTIZE, DEQUANTIZE = "QuantizeLinear", "DequantizeLinear"
+QDQ_OPS = frozenset({QUANTIZE, DEQUANTIZE})
+
+
+class _HasOp(Protocol):
+    op_type: str
+    domain: str
+
+
+def op_key(node: _HasOp) -> str:
+    """Histogram key of a node (NodeProto or NodeSummary): ``op_type`` in ai.onnx, ``domain.op_type``
+    elsewhere, so ``QLinearConv`` and ``com.microsoft.QLinearConv`` stay apart."""
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+
+
+# Float compute ops: the int8_coverage denominator (counted in the fp32 file) and the ops
+# ``compute_ops_float`` lists when they still run in float. com.microsoft.MultiHeadAttention is one:
+# its CPU kernel runs its GEMMs in float and ORT has no int8 form of it (QAttention replaces
+# Attention only), so it counts against coverage and is listed when it stays float.
+COMPUTE_OPS = frozenset({
+    "Conv", "ConvTranspose", "MatMul", "Gemm", f"{MS}.Attention", f"{MS}.MultiHeadAttention",
+    f"{MS}.FusedConv", f"{MS}.FusedMatMul", f"{MS}.FusedGemm", f"{NCHWC}.Conv",
+})
+# int8 kernels that stand for one of COMPUTE_OPS (the int8_coverage numerator).
+INT8_COMPUTE_KERNELS = frozenset({
+    "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger", f"{MS}.QLinearConv", f"{MS}.QGemm",
+    f"{MS}.QAttention", f"{MS}.DynamicQuantizeMatMul", f"{MS}.MatMulIntegerToFloat",
+    f"{MS}.QOrderedMatMul", f"{MS}.DynamicQuantizeLSTM", f"{MS}.QLinearConvTranspose", f"{MS}.NhwcQLinearConv",
+})
+# Other int8 kernels (element-wise, pooling, ...), from ORT's QDQ selector/action registry and
+# contrib ops (com.microsoft.QuickGelu is a float op despite its Q).
+INT8_OTHER_KERNELS = frozenset({
+    f"{MS}.QLinearAdd", f"{MS}.QLinearMul", f"{MS}.QLinearConcat", f"{MS}.QLinearSigmoid",
+    f"{MS}.QLinearSoftmax", f"{MS}.QLinearAveragePool", f"{MS}.QLinearGlobalAveragePool",
+    f"{MS}.QLinearLeakyRelu", f"{MS}.QLinearWhere", f"{MS}.QLinearReduceMean", f"{MS}.QLinearPool",
+    f"{MS}.QEmbedLayerNormalization", f"{MS}.QLinearSplit",
+})
+INT8_KERNELS = INT8_COMPUTE_KERNELS | INT8_OTHER_KERNELS
+# Weight-only n-bit kernels: weights stored quantized, activations float. Not int8 kernels (they do
+# not count towards int8 coverage), but a file holding one was written by a quantizer.
+WEIGHT_ONLY_KERNELS = frozenset({f"{MS}.MatMulNBits"})
+# What a file holds in place of float ops (the inventory's "int8_kernels_in_file", the QOperator format).
+QUANTIZED_KERNELS = INT8_KERNELS | WEIGHT_ONLY_KERNELS
+# Ops that only appear in a file some tool already quantized.
+QUANTIZED_FILE_OPS = QDQ_OPS | QUANTIZED_KERNELS | {
+    "DynamicQuantizeLinear", f"{MS}.QuantizeLinear", f"{MS}.DequantizeLinear"}
+
+# Ops whose Q/DQ ORT drops or replaces so that they run on the integer data
+# (qdq_selector_action_transformer.cc: DropQDQNodesRules, SplitQDQRules, DropDQNodesRules).
+QDQ_DROP_OPS = frozenset({
+    "MaxPool", "ReduceMax", "ReduceMin", "Resize", "Expand", "Flatten", "Gather", "GatherElements",
+    "Reshape", "Slice", "Squeeze", "Tile", "Transpose", "Unsqueeze", "Split", "ArgMax",
+})
+# Ops whose QDQ node unit ORT turns into an int8 kernel or runs on int8: the drop list plus the
+# unary / binary / variadic / Conv / MatMul / Gemm / Where rules of the same file.
+QDQ_FUSION_LIST = QDQ_DROP_OPS | {
+    "Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
+    "LeakyRelu", "Sigmoid", "Softmax", "Where",
+}
+# Ops that move or reshape data and never compute: not "left in float" in a meaningful sense.
+DATA_MOVEMENT_OPS = frozenset({
+    "Shape", "Size", "Constant", "Identity", "Cast", "Gather", "Unsqueeze", "Squeeze", "Concat",
+    "Reshape", "Flatten", "Transpose", "Slice", "Expand", "Split", "Range", "ConstantOfShape",
+})
+
+# (data, scale, zero_point) operand positions of QOperator ops; the last triple describes the
+# output (data -1). From the ONNX and com.microsoft operator schemas.
+QLINEAR_OPERANDS: dict[str, tuple[tuple[int, int, int], ...]] = {
+    "QLinearConv": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    "QLinearMatMul": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    f"{MS}.QLinearConv": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    f"{MS}.QGemm": ((0, 1, 2), (3, 4, 5), (-1, 7, 8)),  # C (bias) at 6
+    f"{MS}.QLinearAdd": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    f"{MS}.QLinearMul": ((0, 1, 2), (3, 4, 5), (-1, 6, 7)),
+    f"{MS}.QLinearSigmoid": ((0, 1, 2), (-1, 3, 4)),
+    f"{MS}.QLinearLeakyRelu": ((0, 1, 2), (-1, 3, 4)),
+    f"{MS}.QLinearSoftmax": ((0, 1, 2), (-1, 3, 4)),
+    f"{MS}.QLinearGlobalAveragePool": ((0, 1, 2), (-1, 3, 4)),
+    f"{MS}.QLinearAveragePool": ((0, 1, 2), (-1, 3, 4)),
+    f"{MS}.QLinearReduceMean": ((0, 1, 2), (-1, 3, 4)),
+}
+# Index of a kernel's output zero point (its dtype types the output).
+OUTPUT_ZERO_POINT_INDEX = {k: operands[-1][2] for k, operands in QLINEAR_OPERANDS.items()} | {
+    f"{MS}.QLinearConcat": 1,  # Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) triples
+    f"{MS}.QLinearWhere": 8,
+}
+# Kernels whose output is float when their output scale is absent (QGemm's y_scale is optional).
+FLOAT_OUTPUT_WITHOUT_SCALE = {f"{MS}.QGemm": 7}
+# Bias operand of int8 kernels (int32 in the file).
+QLINEAR_BIAS_INDEX = {"QLinearConv": 8, f"{MS}.QLinearConv": 8, f"{MS}.QGemm": 6}
+# Zero point of a symmetric quantization, per integer dtype.
+SYMMETRIC_ZERO_POINT = {"int8": 0, "int16": 0, "int4": 0, "int32": 0, "uint8": 128, "uint16": 32768, "uint4": 8}
+
+# Ops whose output dtype is not their first input's.
+_FIXED_OUT = {"Shape": "int64", "Size": "int64", "NonZero": "int64", "ArgMax": "int64", "ArgMin": "int64",
+              "Equal": "bool", "Less": "bool", "Greater": "bool", "Not": "bool", "And": "bool", "Or": "bool",
+              "DequantizeLinear": "float32", "MatMulInteger": "int32", "ConvInteger": "int32",
+              f"{MS}.MatMulIntegerToFloat": "float32", f"{MS}.DynamicQuantizeMatMul": "float32"}
+
+
+def dtype_name(elem_type: int) -> str:
+    """numpy name of an ONNX TensorProto data type ('float32', 'uint8', 'int4', ...)."""
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:  # noqa: BLE001 - exotic types (float8, ...) have no plain numpy name
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def is_float(dtype: str | None) -> bool:
+    return dtype is not None and dtype.startswith(("float", "bfloat"))
+
+
+def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node, including those inside If/Loop/Scan subgraphs."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from all_nodes(g)
+
+
+def attribute(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+@dataclass
+class GraphIndex:
+    """One main graph with its lookups: constants, producers, consumers and tensor dtypes.
+
+    ``initializers`` includes the tensors of Constant nodes (they act as initializers for every
+    lookup here). ``dtypes`` are propagated, because ORT's saved graphs carry no value_info for its
+    own com.microsoft ops: from initializers, graph inputs and the zero points of Q / QLinear nodes
+    (enough to tell int8 from uint8 from float).
+    """
+
+    model: onnx.ModelProto
+    nodes: list[onnx.NodeProto]
+    initializers: dict[str, onnx.TensorProto]
+    producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
+    consumers: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
+    dtypes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def opset(self) -> int:
+        for o in self.model.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                return o.version
+        return 0
+
+    def is_constant(self, name: str) -> bool:
+        return name in self.initializers
+
+    def init_array(self, name: str) -> np.ndarray | None:
+        """The value of an initializer or Constant (converted on each call: weights are not kept twice)."""
+        t = self.initializers.get(name)
+        return numpy_helper.to_array(t) if t is not None else None
+
+    def dtype_of_constant(self, name: str) -> str | None:
+        t = self.initializers.get(name)
+        return dtype_name(t.data_type) if t is not None else None
+
+
+def graph_from_model(model: onnx.ModelProto) -> GraphIndex:
+    g = model.graph
+    nodes = list(g.node)
+    inits = {t.name: t for t in g.initializer}
+    for n in nodes:
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            for a in n.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    t = onnx.TensorProto()
+                    t.CopyFrom(a.t)
+                    t.name = n.output[0]
+                    inits[n.output[0]] = t
+    graph = GraphIndex(model=model, nodes=nodes, initializers=inits)
+    for n in nodes:
+        for o in n.output:
+            if o:
+                graph.producer[o] = n
+        for i in n.input:
+            if i:
+                graph.consumers.setdefault(i, []).append(n)
+    graph.dtypes = _propagate_dtypes(graph)
+    return graph
+
+
+def graph_from_path(path: Path | str) -> GraphIndex:
+    return graph_from_model(onnx.load(str(path)))
+
+
+def _propagate_dtypes(graph: GraphIndex) -> dict[str, str]:
+    g = graph.model.graph
+    dt: dict[str, str] = {}
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            dt[vi.name] = dtype_name(vi.type.tensor_type.elem_type)
+    for name, t in graph.initializers.items():
+        dt[name] = dtype_name(t.data_type)
+    for n in graph.nodes:  # ONNX and ORT-saved graphs are topologically sorted
+        key = op_key(n)
+        out_dt = None
+        if key == QUANTIZE:
+            if len(n.input) > 2 and n.input[2]:
+                out_dt = dt.get(n.input[2])
+            else:  # no zero point: opset 21's output_dtype decides, uint8 by default
+                out_dt = dtype_name(attribute(n, "output_dtype")) if attribute(n, "output_dtype") else "uint8"
+        elif key in FLOAT_OUTPUT_WITHOUT_SCALE and not (len(n.input) > FLOAT_OUTPUT_WITHOUT_SCALE[key]
+                                                       and n.input[FLOAT_OUTPUT_WITHOUT_SCALE[key]]):
+            out_dt = "float32"
+        elif key in OUTPUT_ZERO_POINT_INDEX:
+            idx = OUTPUT_ZERO_POINT_INDEX[key]
+            out_dt = dt.get(n.input[idx]) if len(n.input) > idx and n.input[idx] else "uint8"
+        elif key in _FIXED_OUT:
+            out_dt = _FIXED_OUT[key]
+        elif key == "Cast":
+            to = attribute(n, "to")
+            out_dt = dtype_name(to) if to else None
+        elif key == "Where":
+            out_dt = dt.get(n.input[1]) if len(n.input) > 1 else None
+        else:
+            first = next((i for i in n.input if i), None)
+            out_dt = dt.get(first) if first else None
+        for o in n.output:
+            if o and o not in dt and out_dt is not None:
+                dt[o] = out_dt
+    return dt

@@ -1,0 +1,173 @@
+"""report.html: the report as a page a person reads (Jinja2 template + server-side SVG).
+
+The report JSON is read as plain dicts with ``.get`` everywhere: a section that a report does
+not have (an older schema, a failed path, a stage that did not run) renders as
+"not available" instead of failing the page.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from service.api.routes.artifacts import split_name
+from service.pipeline.options import LEVELS
+from service.render import svg
+from service.render.units import human_size
+
+_env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
+                   autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+_ORDER = ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator")
+MAX_TENSOR_ROWS = 40
+
+
+def _num(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        if isinstance(v, float) and not math.isfinite(v):
+            return "∞" if v > 0 else "–"
+        if isinstance(v, int):
+            return f"{v:,}"
+        if v == 0:
+            return "0"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}g}" if abs(v) < 0.01 else f"{v:.{digits}f}".rstrip("0").rstrip(".")
+    return str(v)
+
+
+def _pct(v: Any) -> str:
+    return f"{100 * v:.0f}%" if isinstance(v, (int, float)) else "–"
+
+
+def _sqnr(v: Any) -> str:
+    return "∞ (exact)" if v is None else f"{_num(v, 3)} dB"
+
+
+_env.filters.update(num=_num, size=human_size, pct=_pct, sqnr=_sqnr)
+
+
+def _levels(report: dict, arts: dict) -> list[str]:
+    seen = set((report.get("options") or {}).get("levels") or [])
+    for a in arts.values():
+        seen |= set((a.get("optimized") or {}).keys())
+    return [lv for lv in LEVELS if lv in seen] + sorted(seen - set(LEVELS))
+
+
+def _worst_sqnr(level: dict | None) -> float | None:
+    num = (level or {}).get("numerics") or {}
+    return num.get("worst_sqnr_db")
+
+
+def _latency(level: dict | None) -> float | None:
+    return ((level or {}).get("latency") or {}).get("median_ms")
+
+
+def _hist_matrix(optimized: dict, levels: list[str]) -> dict:
+    keys: list[str] = []
+    for lv in levels:
+        for k in ((optimized.get(lv) or {}).get("op_histogram") or {}):
+            if k not in keys:
+                keys.append(k)
+    rows = []
+    for k in keys:
+        cells, prev = [], None
+        for lv in levels:
+            h = (optimized.get(lv) or {}).get("op_histogram")
+            n = None if h is None else h.get(k, 0)
+            cells.append({"n": n, "changed": prev is not None and n is not None and n != prev})
+            prev = n if n is not None else prev
+        rows.append({"op": k, "cells": cells})
+    return {"rows": rows}
+
+
+def _rewrites(optimized: dict, levels: list[str]) -> list[dict]:
+    out = []
+    for lv in levels:
+        diff = (optimized.get(lv) or {}).get("diff")
+        if not diff:
+            continue
+        groups: dict[str, dict] = {}
+        for rw in diff.get("rewrites") or []:
+            s = rw.get("summary") or "?"
+            g = groups.setdefault(s, {"summary": s, "kind": rw.get("kind"), "transformer": rw.get("transformer"),
+                                      "confirmed": rw.get("confirmed"), "count": 0, "svg": svg.rewrite_drawing(s)})
+            g["count"] += 1
+        out.append({"level": lv, "previous": diff.get("previous"), "removed": diff.get("nodes_removed"),
+                    "added": diff.get("nodes_added"), "groups": list(groups.values())})
+    return out
+
+
+def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
+    raw_arts = report.get("artifacts") or {}
+    names = [n for n in _ORDER if n in raw_arts] + sorted(n for n in raw_arts if n not in _ORDER)
+    arts = {n: raw_arts[n] for n in names}
+    quant = [n for n in names if n != "fp32"]
+    levels = _levels(report, arts)
+    last = levels[-1] if levels else None
+    fp32_opt = (arts.get("fp32") or {}).get("optimized") or {}
+
+    glance = []
+    for n in quant:
+        a = arts[n]
+        q = a.get("quantization") or {}
+        f = a.get("file") or {}
+        at = ((a.get("optimized") or {}).get(last) or {}) if last else {}
+        lat, ref = _latency(at), _latency(fp32_opt.get(last)) if last else None
+        glance.append({
+            "name": n, "status": a.get("status", "?"), "error": a.get("error"),
+            "tool": (a.get("tool") or {}).get("name"), "calibration": (a.get("tool") or {}).get("calibration"),
+            "size": f.get("size"), "format": q.get("format"), "qdq": (q.get("quantize_linear"), q.get("dequantize_linear")),
+            "weights": q.get("weights"), "bias": q.get("bias_summary"),
+            "folded": ", ".join(f"{x.get('op_type')} ×{x.get('count')}" for x in q.get("folded_activations") or []) or "none",
+            "act_dtypes": ", ".join(q.get("activation_dtypes") or []) or "–",
+            "weight_dtypes": ", ".join(q.get("weight_dtypes") or []) or "–",
+            "coverage": at.get("int8_coverage"), "sqnr": _worst_sqnr(at) if at.get("numerics") else "na",
+            "cosine": (at.get("numerics") or {}).get("worst_cosine"), "latency": lat,
+            "ratio": (lat / ref) if lat and ref else None, "nodes": at.get("node_count"),
+            "kernels": ", ".join(f"{k} ×{v}" for k, v in (at.get("int8_kernels") or {}).items()) or "none",
+        })
+
+    per_artifact = []
+    for n in names:
+        a = arts[n]
+        opt = a.get("optimized") or {}
+        per_artifact.append({
+            "name": n, "a": a, "levels": [(lv, opt.get(lv)) for lv in levels],
+            "hist": _hist_matrix(opt, levels), "rewrites": _rewrites(opt, levels),
+            "tensors": ((a.get("quantization") or {}).get("tensors") or [])[:MAX_TENSOR_ROWS],
+            "tensors_more": max(0, len((a.get("quantization") or {}).get("tensors") or []) - MAX_TENSOR_ROWS),
+        })
+
+    charts = {
+        "sqnr": svg.bar_chart(levels, {n: [_worst_sqnr((arts[n].get("optimized") or {}).get(lv)) for lv in levels]
+                                       for n in quant}, title="SQNR vs fp32 (worst output; higher is better)", unit="dB"),
+        "latency": svg.bar_chart(levels, {n: [_latency((arts[n].get("optimized") or {}).get(lv)) for lv in levels]
+                                          for n in names}, title="Latency per run (median; lower is better)", unit="ms"),
+    }
+    downloads = []
+    for fname, size in files:
+        art, lv = split_name(fname)
+        downloads.append({"name": fname, "artifact": art, "level": lv, "size": size,
+                          "url": f"/v1/comparisons/{job_id}/artifacts/{fname}"})
+    lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
+    return {"r": report, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+            "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
+            "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts)}
+
+
+def render_job_page(rec, report, files: list[tuple[str, int]]) -> str:
+    ctx: dict[str, Any] = {"job": rec, "created": datetime.fromtimestamp(rec.created_at, tz=timezone.utc)}
+    if report is not None:
+        data = report.model_dump(mode="json") if hasattr(report, "model_dump") else dict(report)
+        ctx.update(build_view(data, files, rec.id))
+        return _env.get_template("report.html").render(**ctx)
+    return _env.get_template("job.html").render(**ctx)

@@ -1,0 +1,54 @@
+"""The one-screen text summary of a report, for the CLI (and logs)."""
+
+from __future__ import annotations
+
+from service.render.levels_text import levels_summary_lines
+from service.render.units import human_size
+from service.schemas.report import Report
+
+
+def _ops(counts: dict[str, int], limit: int = 6) -> str:
+    items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{k} x{v}" if v > 1 else k for k, v in items[:limit])
+    return text + (f", +{len(items) - limit}" if len(items) > limit else "") if text else "-"
+
+
+def summary_table(report: Report) -> str:
+    m = report.model
+    lines = [
+        f"model {m.name} ({m.format}, {m.node_count} nodes, sha256 {m.sha256[:12]})  "
+        f"inputs: " + ", ".join(f"{k}{v}" for k, v in m.resolved_input_shapes.items()),
+        f"samples: {report.samples.calibration_count} calibration / {report.samples.eval_count} evaluation "
+        f"({report.samples.source}); {report.environment.cpu.arch}, onnxruntime {report.environment.versions.get('onnxruntime')}",
+        "",
+        f"{'artifact':<14}{'status':<9}{'Q/DQ':>8}  {'bias':<8}{'weights':<10}{'size':>9}  quantized ops (int8 kernels in file)",
+    ]
+    for name, art in report.artifacts.items():
+        q = art.quantization
+        size = human_size(art.file.size if art.file else None, missing="-")
+        if art.status != "ok":
+            lines.append(f"{name:<14}{art.status:<9}{'':>8}  {'':<8}{'':<10}{size:>9}  "
+                         f"{art.error.stage}: {art.error.message[:70] if art.error else ''}")
+            continue
+        if q is None or q.format == "float":
+            lines.append(f"{name:<14}{'ok':<9}{'-':>8}  {'-':<8}{'-':<10}{size:>9}  (float reference)")
+            continue
+        weights = {"quantized_initializer": "int8", "float_initializer_plus_quantize": "fp32+Q"}.get(q.weights, q.weights)
+        ops = _ops(q.ops_quantized)
+        if q.int8_kernels_in_file:
+            ops += f" ({_ops(q.int8_kernels_in_file, 4)})"
+        lines.append(f"{name:<14}{'ok':<9}{f'{q.quantize_linear}/{q.dequantize_linear}':>8}  {q.bias_summary:<8}"
+                     f"{weights:<10}{size:>9}  {ops}")
+    extra = levels_summary_lines(report)
+    if extra:
+        lines += [""] + list(extra)
+    if report.platform:
+        lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
+        # The first clause of each note; the report and the page carry the whole text and evidence.
+        lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
+    v = report.verdict
+    if report.options.gates:
+        lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]
+        lines += [f"  {'ok  ' if g.passed else 'FAIL'} {g.gate}: {g.message}" for g in v.gates]
+    lines += ["", "timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())]
+    return "\n".join(lines)
