@@ -1,7 +1,7 @@
-"""If and Loop, when they are static: the branch taken and the number of iterations are known
-at conversion time, so the torch graph holds the taken branch / the unrolled body and no control
-flow (torch.export would need torch.cond / while_loop with data-dependent predicates, which PT2E
-does not quantize through).
+"""If, Loop and Scan without control flow in the torch graph: the number of iterations is known
+at conversion time and the body is unrolled; an If keeps only its taken branch, or both branches
+and a select (torch.export would otherwise need torch.cond / while_loop with data-dependent
+predicates, which PT2E does not quantize through).
 
 - If: when the condition folds to a constant (after specialization it usually does: a flag input
   fixed by the calibration data, a comparison of static shapes), only that branch is converted.

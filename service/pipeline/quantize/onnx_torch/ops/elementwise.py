@@ -6,6 +6,7 @@ PT2E's XNNPACK quantizer knows where one exists (relu, hardtanh, ...)."""
 from __future__ import annotations
 
 import math
+import operator
 
 from ..registry import UnsupportedNode, converter
 from ._common import const_scalar
@@ -36,8 +37,6 @@ def _pow(a, b):
 
 
 def _ops():
-    import operator
-
     import torch
 
     return {
@@ -113,8 +112,6 @@ def _variadic(op_type, fn):
 
 
 def _init_variadic():
-    import operator
-
     import torch
 
     _variadic("Max", torch.maximum)
