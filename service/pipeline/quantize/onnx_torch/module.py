@@ -428,7 +428,7 @@ class BuildResult:
     module: Any  # OnnxModule
     converted: Counter  # op_type -> nodes kept as torch ops
     folded: Counter  # op_type -> nodes folded to constants
-    record: dict[str, Any]  # every tensor of the build run (name -> value), for parity localization
+    record: dict[str, Any]  # unused (parity localizes with record_values on the failing feed)
 
 
 def build_module(model, input_names: list[str], example: dict[str, np.ndarray], *,
@@ -443,7 +443,6 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
     runner = GraphRunner(opset, building=True)
-    runner.record = {}
     scope = _Scope()
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     scope.consts.update(inits)
@@ -467,7 +466,7 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
     outputs = [o.name for o in model.graph.output]
     module = _module_class(input_names)(runner, scope.consts, input_names, graph_inputs, outputs)
     return BuildResult(module=module, converted=runner.converted, folded=runner.folded_ops,
-                       record=runner.record)
+                       record={})
 
 
 def python_names(input_names: list[str]) -> list[str]:
@@ -551,6 +550,20 @@ class OnnxModule:
             else:
                 outs.append(scope.get(name))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def record_values(module, feed: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Every tensor the module's kept nodes compute on ``feed`` (ONNX name -> torch value)."""
+    import torch
+
+    runner = module._runner
+    runner.record = {}
+    try:
+        with torch.no_grad():
+            module(*[to_torch(feed[n]) for n in module._input_names])
+        return runner.record
+    finally:
+        runner.record = None
 
 
 def _subgraph_outer_reads(node: OnnxNode) -> set[str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .module import contiguous
+from .module import contiguous, record_values
 
 RTOL = 1e-3
 INT_MISMATCH = 0.01
@@ -77,13 +77,14 @@ def _error(a: np.ndarray, b: np.ndarray) -> tuple[float, bool]:
 
 
 def parity_vs_onnx(module, onnx_path, names: list[str], feeds: list[dict[str, np.ndarray]], *,
-                   specialized_model=None, record=None, example=None, baked=None) -> Parity:
+                   specialized_model=None) -> Parity:
     sess = _session(onnx_path)
     out_names = [o.name for o in sess.get_outputs()]
     input_names = {i.name for i in sess.get_inputs()}
     worst = 0.0
     per_output: dict[str, float] = {}
     bad = None
+    bad_feed = None
     for feed in feeds:
         ref = sess.run(None, {k: v for k, v in feed.items() if k in input_names})
         got = _torch_outputs(module, names, feed)
@@ -94,15 +95,16 @@ def parity_vs_onnx(module, onnx_path, names: list[str], feeds: list[dict[str, np
                 worst = max(worst, err)
             if not ok and bad is None:
                 bad = (name, err, np.asarray(r).dtype)
+                bad_feed = feed
     parity = Parity(ok=bad is None, max_abs_error=round(worst, 9) if per_output else 0.0,
                     per_output={k: float(f"{v:.3g}") for k, v in per_output.items()}, feeds=len(feeds))
     if bad is not None:
         name, err, dtype = bad
         what = f"max abs error {err:.3g}" if dtype.kind == "f" else f"{err:.1%} of elements differ"
         first = None
-        if specialized_model is not None and record:
-            try:
-                first = first_diverging(specialized_model, record, example or feeds[0], baked or {})
+        if specialized_model is not None:
+            try:  # every tensor of the module on the feed that diverged, vs ORT's on the same feed
+                first = first_diverging(specialized_model, record_values(module, bad_feed), bad_feed)
             except Exception:  # noqa: BLE001 - the localization is a help, the verdict stands
                 first = None
         parity.first_diverging = first
@@ -110,7 +112,7 @@ def parity_vs_onnx(module, onnx_path, names: list[str], feeds: list[dict[str, np
     return parity
 
 
-def first_diverging(model, record: dict[str, Any], feed: dict[str, np.ndarray], baked: dict) -> str | None:
+def first_diverging(model, record: dict[str, Any], feed: dict[str, np.ndarray]) -> str | None:
     """The first tensor, in graph order, where the build run's value differs from ORT's."""
     import onnx
     from onnx import helper

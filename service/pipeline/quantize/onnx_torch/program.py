@@ -115,8 +115,7 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
 
     t0 = time.perf_counter()
     feeds = list(evaluation or []) or list(calibration or [])[:1] or [example]
-    parity = parity_vs_onnx(module, source.onnx_path, names, feeds, specialized_model=spec.model,
-                            record=built.record, example=example, baked=spec.baked)
+    parity = parity_vs_onnx(module, source.onnx_path, names, feeds, specialized_model=spec.model)
     conv.seconds["parity"] = round(time.perf_counter() - t0, 3)
     conv.max_abs_error_vs_onnx = parity.max_abs_error
     conv.parity = parity.to_dict()
