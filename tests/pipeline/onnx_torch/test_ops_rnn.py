@@ -177,3 +177,15 @@ def test_rnn_exports_with_linears_pt2e_can_quantize(op):
     per_step = 2 if op == "GRU" else 1  # GRU without linear_before_reset: r·h goes through its own linear
     assert linears == 2 * (1 + per_step * SEQ), targets
     assert not any("lstm" in t or "gru" in t for t in targets)
+
+
+def test_a_sequence_longer_than_the_unroll_limit_is_refused_by_name():
+    from service.pipeline.quantize.onnx_torch.module import ConversionError
+    from service.pipeline.quantize.onnx_torch.ops.rnn import MAX_STEPS
+
+    x = rand(RNG, MAX_STEPS + 1, 1, IN)
+    inits = {"W": rand(RNG, 1, HID, IN), "R": rand(RNG, 1, HID, HID)}
+    node = helper.make_node("RNN", ["X", "W", "R"], ["Y"], name="rnn_long", hidden_size=HID)
+    model = make_model(node, {"X": x}, ["Y"], initializers=inits)
+    with pytest.raises(ConversionError, match=f"rnn_long.*{MAX_STEPS + 1} steps"):
+        torch_module(model, {"X": x})
