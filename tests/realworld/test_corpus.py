@@ -157,3 +157,30 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     assert "If" not in conversion.ops  # the sample-rate branch folded away
     assert conversion.max_abs_error_vs_onnx is not None and conversion.max_abs_error_vs_onnx < 1e-4
     assert any("sr=16000" in n for n in conversion.notes)
+
+
+# PT2E from an ONNX upload (issue 12): the corpus models whose PT2E path must produce a file, and
+# those where it is expected to be skipped (the reason must name what blocks it).
+PT2E_SKIPPED: dict[str, str] = {}
+_QUANTIZED = {"already_quantized_qdq", "already_quantized_qoperator", "already_quantized_dynamic"}
+
+
+def _pt2e_params():
+    for m in CORPUS:
+        if not m.in_suite or m.name in _QUANTIZED or "pt2e_qdq" not in m.options_with().get("artifacts", ["pt2e_qdq"]):
+            continue
+        yield pytest.param(m.name, marks=[pytest.mark.heavy] if m.heavy else [], id=m.name)
+
+
+@pytest.mark.parametrize("name", _pt2e_params())
+def test_onnx_upload_reports_conversion_parity_and_pt2e_outcome(corpus_report, name):
+    report = corpus_report(name)
+    pt2e = report.artifacts["pt2e_qdq"]
+    conversion = pt2e.tool.conversion if pt2e.tool else None
+    if name in PT2E_SKIPPED:
+        assert pt2e.status == "skipped" and PT2E_SKIPPED[name] in pt2e.error.message, pt2e.error
+        return
+    assert pt2e.status == "ok", pt2e.error
+    assert conversion is not None and conversion["parity"]["ok"]
+    assert 0 <= conversion["max_abs_error_vs_onnx"] < 1e-3
+    assert any(lvl.error is None for lvl in pt2e.optimized.values()), "ORT cannot run the PT2E file"
