@@ -6,7 +6,10 @@
     inspect   what each file writes
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32, latency
-    decide    decisions, lints, gate verdict
+    decide    decisions, lints, platform notes, gate verdict
+
+``run_comparison`` calls one function per stage; each returns a typed value the next ones read.
+Each file is parsed once (``files.OnnxFile``) and the report is built once, at the end.
 """
 
 from __future__ import annotations
@@ -21,25 +24,29 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+import onnx
+
 from service.errors import InvalidOptions
 from service.pipeline.environment import environment
+from service.pipeline.files import OnnxFile
 from service.pipeline.inputs import sources
 from service.pipeline.inputs.fp32 import fp32_onnx_from_source
 from service.pipeline.inputs.safety import check_input_elements, check_sample_bytes, sniff_model_format
 from service.pipeline.inputs.samples import Samples, generated_samples, samples_from_npz
+from service.pipeline.inputs.sources import ModelSource
 from service.pipeline.inputs.specs import output_specs_from_onnx, resolved_input_shapes
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
-from service.pipeline.quantize.isolation import run_path
+from service.pipeline.quantize.isolation import PathOutcome, run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.runtime.levels import analyze_levels
-from service.pipeline.verdict.gates import verdict_from_report
-from service.pipeline.verdict.platform_notes import platform_notes
-from service.pipeline.vocabulary import all_nodes, op_key
-from service.schemas.report import Artifact, ModelInfo, Report, TensorSpec, ToolInfo, Verdict
+from service.pipeline.verdict.decide import decided_from_levels
+from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
+from service.schemas.report import Artifact, FileInfo, ModelInfo, QuantizationInventory, Report, TensorSpec, ToolInfo
 
 log = logging.getLogger(__name__)
 
@@ -77,107 +84,172 @@ def _source(request: ComparisonRequest, workdir: Path):
     return sources.source_from_onnx(request.model_path, name=name, budgets=request.budgets)
 
 
-def run_comparison(
-    request: ComparisonRequest, workdir: Path, *, progress: Progress | None = None, report_id: str | None = None,
-) -> Report:
-    import onnx
+@dataclass
+class _Run:
+    """One comparison's folders, timings and progress: what every stage shares."""
 
-    options = request.options
-    workdir = Path(workdir)
-    art_dir = workdir / "artifacts"
-    art_dir.mkdir(parents=True, exist_ok=True)
-    scratch = workdir / "scratch"
-    scratch.mkdir(exist_ok=True)
-    timings: dict[str, float] = {}
-    notify = progress or (lambda stage, done, total: None)
+    art_dir: Path
+    scratch: Path
+    notify: Progress
+    timings: dict[str, float] = field(default_factory=dict)
 
     @contextmanager
-    def stage(name: str, total: int = 1):
-        notify(name, 0, total)
+    def stage(self, name: str, total: int = 1):
+        self.notify(name, 0, total)
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            timings[name] = round(timings.get(name, 0.0) + time.perf_counter() - t0, 4)
+            self.timings[name] = round(self.timings.get(name, 0.0) + time.perf_counter() - t0, 4)
 
-    # prepare ---------------------------------------------------------------------------------
-    with stage("prepare"):
+
+@dataclass(frozen=True)
+class Prepared:
+    source: ModelSource
+    shapes: dict[str, tuple[int, ...]]
+    shape_notes: list[str]
+    samples: Samples
+
+
+@dataclass(frozen=True)
+class Fp32:
+    file: OnnxFile  # the model as read for its metadata (external data not loaded)
+    histogram: dict[str, int]  # op_key -> count, subgraphs included
+
+
+@dataclass(frozen=True)
+class Inspected:
+    artifacts: dict[str, Artifact]
+    inventories: dict[str, QuantizationInventory]
+    paths: dict[str, Path]  # artifacts that go on to the levels stage, fp32 first
+    loaded: dict[str, GraphIndex]  # their graph index, built once while inspecting
+
+
+def run_comparison(
+    request: ComparisonRequest, workdir: Path, *, progress: Progress | None = None, report_id: str | None = None,
+) -> Report:
+    options = request.options
+    workdir = Path(workdir)
+    run = _Run(art_dir=workdir / "artifacts", scratch=workdir / "scratch",
+               notify=progress or (lambda stage, done, total: None))
+    run.art_dir.mkdir(parents=True, exist_ok=True)
+    run.scratch.mkdir(exist_ok=True)
+
+    prepared = prepare_stage(request, workdir, run)
+    fp32 = fp32_stage(prepared, run)
+    outcomes = quantize_stage(options, prepared, fp32, run)
+    inspected = inspect_stage(options, prepared, fp32, outcomes, run)
+    levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
+                            out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded)
+    run.timings.update(levels.timings)
+    artifacts = {name: art.model_copy(update={"optimized": levels.optimized[name]}) if name in levels.optimized
+                 else art for name, art in inspected.artifacts.items()}
+    env = environment()
+    with run.stage("decide"):
+        decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
+                                      batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu)
+        verdict = verdict_from_artifacts(artifacts, options, list(options.gates))
+    shutil.rmtree(run.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
+    return Report(
+        id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
+        model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
+        agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints, platform=decided.platform,
+        verdict=verdict, timings=dict(run.timings),
+    )
+
+
+def prepare_stage(request: ComparisonRequest, workdir: Path, run: _Run) -> Prepared:
+    """Load and check the model, resolve the input shapes, make the samples every path shares."""
+    options = request.options
+    with run.stage("prepare"):
         source = _source(request, workdir)
         shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
         # Security: the declared-size check on the shapes samples are actually made with (dynamic dims
         # filled in from input_shapes), before any array is allocated (Budgets.max_input_elements).
-
         for input_name, input_shape in shapes.items():
             check_input_elements(input_name, input_shape, request.budgets)
         if request.calibration_path is None:  # an uploaded .npz is bounded by its upload limit
             check_sample_bytes(shapes, {s.name: s.dtype for s in source.specs},
                                options.calibration_samples + options.eval_samples, request.budgets)
         if request.calibration_path is not None:
-            samples: Samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
+            samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
         else:
             samples = generated_samples(source.specs, shapes, options)
-    input_names = [s.name for s in source.specs]
+    return Prepared(source=source, shapes=shapes, shape_notes=shape_notes, samples=samples)
 
-    # fp32 ------------------------------------------------------------------------------------
-    artifacts: dict[str, Artifact] = {}
-    paths: dict[str, Path] = {}
-    with stage("fp32"):
-        fp32_path = fp32_onnx_from_source(source, art_dir / "fp32.onnx")
-        fp32_model = source.onnx_model if source.onnx_model is not None else onnx.load(str(fp32_path), load_external_data=False)
-        paths["fp32"] = fp32_path
-    fp32_hist = dict(Counter(op_key(n) for n in all_nodes(fp32_model.graph)))
 
-    # quantize --------------------------------------------------------------------------------
+def fp32_stage(prepared: Prepared, run: _Run) -> Fp32:
+    """The fp32 reference file (the upload, or exported from torch), read once for its metadata."""
+    source = prepared.source
+    with run.stage("fp32"):
+        path = fp32_onnx_from_source(source, run.art_dir / "fp32.onnx")
+        model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
+    return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))))
+
+
+def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run) -> dict[str, tuple[PathOutcome, float]]:
+    """Each requested path, each failing alone: artifact -> (outcome, seconds)."""
     requested = list(options.artifacts)
-    with stage("quantize", len(requested)):
-        outcomes = {}
+    source, samples, fp32_path = prepared.source, prepared.samples, fp32.file.path
+    input_names = [s.name for s in source.specs]
+    outcomes = {}
+    with run.stage("quantize", len(requested)):
         ort_settings = resolved_ort_settings(options)
-
         # An upload that is already quantized is inspected as is, never quantized twice.
-        already = quantization_in_model(fp32_model) if source.onnx_path else None
-        ort_input, ort_notes = fp32_path, []
+        already = quantization_in_model(fp32.file.model) if source.onnx_path else None
+        ort_input, ort_note = fp32_path, None
         if already is None and any(a.startswith("ort_") for a in requested):
-            ai_onnx = next((o.version for o in fp32_model.opset_import if o.domain in ("", "ai.onnx")), None)
-            ort_input, opset_note = opset_for_ort(fp32_path, scratch / "fp32.opset13.onnx", opset=ai_onnx)
-            ort_notes.append(opset_note)
-            if ort_settings["pre_process"]:
-                t0 = time.perf_counter()
-                ort_input, pre_note = preprocessed_for_ort(ort_input, scratch / "fp32.preprocessed.onnx")
-                timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
-                ort_notes.append(pre_note)
-            else:
-                ort_notes.append("quant_pre_process: off (options.ort.pre_process=false)")
-        ort_note = "; ".join(n for n in ort_notes if n) or None
-        done = 0
-        for name in requested:
-            out = art_dir / f"{name}.onnx"
+            ort_input, ort_note = _input_for_ort(fp32, ort_settings, run)
+        for done, name in enumerate(requested, start=1):
+            out = run.art_dir / f"{name}.onnx"
             t0 = time.perf_counter()
             if already is not None:
-                outcome = run_path(name, "quantize", skip_if_quantized, fp32_model)
+                outcome = run_path(name, "quantize", skip_if_quantized, fp32.file.model)
             elif name == "pt2e_qdq":
-                outcome = run_path(name, "quantize", qdq_from_pt2e, source, shapes, samples.calibration, out,
+                outcome = run_path(name, "quantize", qdq_from_pt2e, source, prepared.shapes, samples.calibration, out,
                                    per_channel=options.pt2e.per_channel, evaluation=samples.evaluation)
             else:
                 outcome = run_path(name, "quantize", quantized_by_ort, ort_input, out, samples.calibration,
                                    input_names, quant_format="qdq" if name == "ort_qdq" else "qoperator",
                                    settings=ort_settings, pre_process_note=ort_note,
-                                   calibration_cache=scratch / "ort_calibration_ranges.json")
+                                   calibration_cache=run.scratch / "ort_calibration_ranges.json")
             outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
-            done += 1
-            notify("quantize", done, len(requested))
+            run.notify("quantize", done, len(requested))
+    return outcomes
 
-    # inspect ---------------------------------------------------------------------------------
-    inventories = {}
-    with stage("inspect", len(requested) + 1):
+
+def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str | None]:
+    """The file both ORT paths quantize: the fp32 model at an opset ORT quantizes, pre-processed."""
+    ai_onnx = next((o.version for o in fp32.file.model.opset_import if o.domain in ("", "ai.onnx")), None)
+    ort_input, opset_note = opset_for_ort(fp32.file.path, run.scratch / "fp32.opset13.onnx", opset=ai_onnx)
+    notes = [opset_note]
+    if ort_settings["pre_process"]:
+        t0 = time.perf_counter()
+        ort_input, pre_note = preprocessed_for_ort(ort_input, run.scratch / "fp32.preprocessed.onnx")
+        run.timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
+        notes.append(pre_note)
+    else:
+        notes.append("quant_pre_process: off (options.ort.pre_process=false)")
+    return ort_input, "; ".join(n for n in notes if n) or None
+
+
+def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32,
+                  outcomes: dict[str, tuple[PathOutcome, float]], run: _Run) -> Inspected:
+    """What each file holds. Each quantized file is loaded once here; its index goes on to the levels."""
+    source = prepared.source
+    artifacts: dict[str, Artifact] = {}
+    inventories: dict[str, QuantizationInventory] = {}
+    paths: dict[str, Path] = {"fp32": fp32.file.path}
+    loaded: dict[str, GraphIndex] = {}
+    with run.stage("inspect", len(outcomes) + 1):
         artifacts["fp32"] = Artifact(
-            name="fp32", status="ok", file=file_info_from_onnx(fp32_path, fp32_model),
+            name="fp32", status="ok", file=file_info_from_onnx(fp32.file.path, fp32.file.model),
             tool=ToolInfo(name="uploaded ONNX" if source.onnx_path else "torch.onnx.export(dynamo=True)",
                           version="", settings={}),
-            quantization=inventory_from_onnx(fp32_model) if source.onnx_path else None,
-            seconds=timings.get("fp32"),
+            quantization=inventory_from_onnx(fp32.file.model) if source.onnx_path else None,
+            seconds=run.timings.get("fp32"),
         )
-        for name in requested:
-            outcome, secs = outcomes[name]
+        for name, (outcome, secs) in outcomes.items():
             if not outcome.ok:
                 # An ONNX upload's PT2E skip still reports its conversion (parity figure included).
                 conversion = getattr(outcome.value, "to_dict", None)
@@ -185,50 +257,38 @@ def run_comparison(
                 artifacts[name] = Artifact(name=name, status="skipped" if outcome.skipped else "failed",
                                            error=outcome.error, seconds=secs, tool=tool)
                 continue
-            path = art_dir / f"{name}.onnx"
-            inspected = run_path(name, "inspect", _inspect, path, fp32_hist)
+            inspected = run_path(name, "inspect", _inspect, run.art_dir / f"{name}.onnx", fp32.histogram)
             if not inspected.ok:
                 artifacts[name] = Artifact(name=name, status="failed", error=inspected.error, tool=outcome.value,
                                            seconds=secs)
                 continue
-            file_info, inventory = inspected.value
+            file, file_info, inventory = inspected.value
             inventories[name] = inventory
-            paths[name] = path
+            paths[name] = file.path
+            loaded[name] = file.index
             artifacts[name] = Artifact(name=name, status="ok", tool=outcome.value, file=file_info,
                                        quantization=inventory, seconds=secs)
+    return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded)
 
-    # optimize + evaluate (+ decisions and lints) ---------------------------------------------
 
-    levels = analyze_levels(artifact_paths=paths, eval_feeds=samples.evaluation, out_dir=art_dir,
-                            options=options, inventories=inventories, progress=notify,
-                            batchnorm_in_source=_batchnorm_count(source.program))
-    for name, per_level in levels.optimized.items():
-        if name in artifacts:
-            artifacts[name] = artifacts[name].model_copy(update={"optimized": per_level})
-    timings.update(levels.timings)
+def _inspect(path: Path, fp32_hist: dict[str, int]) -> tuple[OnnxFile, FileInfo, QuantizationInventory]:
+    file = OnnxFile.load(path)
+    return (file, file_info_from_onnx(path, file.model),
+            inventory_from_onnx(file.model, fp32_histogram=fp32_hist, index=file.index))
 
-    model_info = ModelInfo(
+
+def _model_info(prepared: Prepared, fp32: Fp32) -> ModelInfo:
+    source, model = prepared.source, fp32.file.model
+    return ModelInfo(
         name=source.name, sha256=source.sha256, format=source.format,
-        opset_imports={(o.domain or "ai.onnx"): o.version for o in fp32_model.opset_import},
-        ir_version=fp32_model.ir_version,
+        opset_imports={(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        ir_version=model.ir_version,
         inputs=[TensorSpec(**s.to_dict()) for s in source.specs],
-        outputs=[TensorSpec(**s.to_dict()) for s in output_specs_from_onnx(fp32_model)],
-        node_count=sum(fp32_hist.values()),
-        resolved_input_shapes={k: list(v) for k, v in shapes.items()},
-        shape_notes=shape_notes + source.notes,
+        outputs=[TensorSpec(**s.to_dict()) for s in output_specs_from_onnx(model)],
+        node_count=sum(fp32.histogram.values()),
+        resolved_input_shapes={k: list(v) for k, v in prepared.shapes.items()},
+        shape_notes=prepared.shape_notes + source.notes,
     )
-    env = environment()
-    report = Report(
-        id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
-        model=model_info, samples=samples.info, artifacts=artifacts, agreement=levels.agreement,
-        decisions=levels.decisions, lints=levels.lints, platform=platform_notes(levels.optimized, env.cpu),
-        verdict=Verdict(passed=True), timings=timings,
-    )
-    with stage("decide"):
-        report = report.model_copy(update={"verdict": verdict_from_report(report, list(options.gates))})
-    report = report.model_copy(update={"timings": dict(timings)})
-    shutil.rmtree(scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
-    return report
 
 
 def _batchnorm_count(program) -> int:
@@ -236,10 +296,3 @@ def _batchnorm_count(program) -> int:
         return 0
     return sum(1 for n in program.graph.nodes
                if n.op == "call_function" and "batch_norm" in str(getattr(n.target, "__name__", n.target)))
-
-
-def _inspect(path: Path, fp32_hist: dict[str, int]):
-    import onnx
-
-    model = onnx.load(str(path))
-    return file_info_from_onnx(path, model), inventory_from_onnx(model, fp32_histogram=fp32_hist)

@@ -85,9 +85,12 @@ def _tensor(name, role, g, node, scale_idx, zp_idx, storage, consumers, dtype_de
     )
 
 
-def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None) -> QuantizationInventory:
-    """Inventory of the main graph (quantization parameters live there for every tool we compare)."""
-    g = graph_from_model(model)
+def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
+                        index: GraphIndex | None = None) -> QuantizationInventory:
+    """Inventory of the main graph (quantization parameters live there for every tool we compare).
+
+    ``index``: the model's graph index when the caller has built it already."""
+    g = index if index is not None else graph_from_model(model)
     nodes = g.nodes
     tensors: dict[str, QuantizedTensor] = {}
     biases: list[BiasInfo] = []

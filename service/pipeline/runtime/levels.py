@@ -7,8 +7,8 @@ the latency loop. The saved graph is summarized (op histogram, int8 kernels, bia
 diffed against the previous level (``disable_all`` against the file as written: ORT's
 "necessary" steps such as EnsureUniqueDQForNodeUnit already run there).
 
-Then the cross-artifact agreement, the decisions table and the lints are computed from the
-per-level summaries and the per-file inventories.
+Then the cross-artifact agreement is computed from the outputs. The decisions table and the
+lints read these results in the decide stage (``verdict.decide``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,6 @@ from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, Comparison
 from service.pipeline.quantize.isolation import scrub
 from service.pipeline.runtime.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
 from service.pipeline.runtime.ort_sessions import session_for
-from service.pipeline.verdict.decisions import decisions_table
-from service.pipeline.verdict.lints import lints_for
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
     INT8_COMPUTE_KERNELS,
@@ -52,8 +50,7 @@ from service.pipeline.vocabulary import (
     graph_from_path,
     op_key,
 )
-from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel
-from service.schemas.report import QuantizationInventory
+from service.schemas.levels import AgreementRow, OptimizedLevel
 
 __all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph"]
 
@@ -84,10 +81,9 @@ def file_facts_from_graph(g: GraphIndex) -> FileFacts:
 class LevelsResult:
     optimized: dict[str, dict[str, OptimizedLevel]]
     agreement: list[AgreementRow]
-    decisions: list[DecisionRow]
-    lints: list[Lint]
     timings: dict[str, float]
     files: dict[str, FileFacts] = field(default_factory=dict)
+    levels: list[str] = field(default_factory=list)  # the levels run, in ORT's order
 
 
 def _ordered(names) -> list[str]:
@@ -97,14 +93,15 @@ def _ordered(names) -> list[str]:
 
 def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
                    out_dir: Path, options: ComparisonOptions,
-                   inventories: dict[str, QuantizationInventory | None],
                    progress: Callable[[str, int, int], None] | None = None,
-                   batchnorm_in_source: int = 0) -> LevelsResult:
+                   loaded: dict[str, GraphIndex] | None = None) -> LevelsResult:
     """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
 
     Writes ``out_dir/<artifact>.<level>.onnx``. A session that fails at one level is recorded in
-    that level's ``error`` and the other levels go on.
+    that level's ``error`` and the other levels go on. ``loaded``: the graph index of a file as
+    written, when the caller already has it (it is not loaded again; taken out as it is used).
     """
+    loaded = loaded if loaded is not None else {}
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -117,9 +114,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
 
     # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
     int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
-    fp32_compute = 0
-    if "fp32" in artifact_paths:
-        fp32_compute = compute_op_count(graph_from_path(artifact_paths["fp32"]))
+    fp32_compute = 0  # the int8_coverage denominator; fp32 comes first (_ordered)
 
     optimized: dict[str, dict[str, OptimizedLevel]] = {}
     files: dict[str, FileFacts] = {}
@@ -132,7 +127,9 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
 
     for name in names:
         path = Path(artifact_paths[name])
-        file_graph = graph_from_path(path)
+        file_graph = loaded.pop(name, None) or graph_from_path(path)
+        if name == "fp32":
+            fp32_compute = compute_op_count(file_graph)
         facts = file_facts_from_graph(file_graph)
         files[name] = facts
         steps = output_steps(file_graph)
@@ -225,12 +222,9 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
 
     t2 = time.perf_counter()
     agreement = agreement_rows(results, output_names, steps_of, levels)
-    decisions = decisions_table(names=names, files=files, optimized=optimized, inventories=inventories,
-                                levels=levels, options=options, batchnorm_in_source=batchnorm_in_source)
-    lints = lints_for(names=names, files=files, optimized=optimized, options=options)
     timings["evaluate"] += time.perf_counter() - t2
-    return LevelsResult(optimized=optimized, agreement=agreement, decisions=decisions, lints=lints,
-                        timings={k: round(v, 4) for k, v in timings.items()}, files=files)
+    return LevelsResult(optimized=optimized, agreement=agreement,
+                        timings={k: round(v, 4) for k, v in timings.items()}, files=files, levels=levels)
 
 
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],

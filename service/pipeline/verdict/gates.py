@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -130,7 +131,20 @@ def baseline_values_from_report(baseline: Report, gate: Gate) -> dict[str, float
     return out
 
 
-def verdict_from_report(report: Report, gates: list[Gate]) -> Verdict:
+@dataclass(frozen=True)
+class _Results:
+    """What the gates read of a report: its artifacts and the options it ran with."""
+
+    artifacts: dict[str, Artifact]
+    options: Any
+
+
+def verdict_from_artifacts(artifacts: dict[str, Artifact], options: Any, gates: list[Gate]) -> Verdict:
+    """The verdict before the report exists (the spine builds the report once, verdict included)."""
+    return verdict_from_report(_Results(artifacts, options), gates)
+
+
+def verdict_from_report(report: Report | _Results, gates: list[Gate]) -> Verdict:
     """Evaluate every gate; ``passed`` is true when all pass (and when there are none)."""
     results = [_result_from_gate(report, g) for g in gates]
     return Verdict(

@@ -1,0 +1,40 @@
+"""The decide stage: what the levels results mean, for a person and for CI.
+
+Reads what the earlier stages measured (the levels results, each file's inventory) and computes
+nothing about ORT itself: the decisions table, the lints, where this machine differs from the
+chapter, and the gate verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.pipeline.environment import cpu_info
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.runtime.levels import LevelsResult
+from service.pipeline.verdict.decisions import decisions_table
+from service.pipeline.verdict.lints import lints_for
+from service.pipeline.verdict.platform_notes import platform_notes
+from service.schemas.levels import DecisionRow, Lint, PlatformNote
+from service.schemas.report import CpuInfo, QuantizationInventory
+
+
+@dataclass(frozen=True)
+class Decided:
+    decisions: list[DecisionRow]
+    lints: list[Lint]
+    platform: list[PlatformNote]
+
+
+def decided_from_levels(levels: LevelsResult, *, inventories: dict[str, QuantizationInventory | None],
+                        options: ComparisonOptions, batchnorm_in_source: int = 0,
+                        cpu: CpuInfo | None = None) -> Decided:
+    cpu = cpu or cpu_info()
+    names = list(levels.optimized)
+    return Decided(
+        decisions=decisions_table(names=names, files=levels.files, optimized=levels.optimized,
+                                  inventories=inventories, levels=levels.levels, options=options,
+                                  batchnorm_in_source=batchnorm_in_source),
+        lints=lints_for(names=names, files=levels.files, optimized=levels.optimized, options=options, cpu=cpu),
+        platform=platform_notes(levels.optimized, cpu),
+    )
