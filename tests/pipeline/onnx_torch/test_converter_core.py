@@ -144,3 +144,32 @@ def test_parity_names_the_first_diverging_tensor(tmp_path):
     assert not bad.ok
     assert bad.first_diverging.startswith("'y' (output of MatMul node 'fc2'"), bad.first_diverging
     assert "output 'y'" in bad.reason
+
+
+def test_report_of_an_upload_with_missing_ops_names_them_all_and_keeps_the_conversion(tmp_path):
+    """Through the whole job: PT2E is skipped naming every missing op with counts, the artifact still
+    carries tool.conversion, and the ORT path goes on."""
+    import onnx
+
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("Det", ["h"], ["d1"], name="det1"),
+             helper.make_node("Sin", ["h"], ["h2"], name="sin"),
+             helper.make_node("Det", ["h2"], ["d2"], name="det2"),
+             helper.make_node("Add", ["d1", "d2"], ["y"], name="add")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 3])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                   [numpy_helper.from_array(RNG.standard_normal((3, 3)).astype(np.float32), "w")], opset=13)
+    path = tmp_path / "det.onnx"
+    onnx.save(model, path)
+    options = ComparisonOptions.model_validate({"artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"],
+                                                "calibration_samples": 2, "eval_samples": 1,
+                                                "latency": {"enabled": False}})
+    report = run_comparison(ComparisonRequest(model_path=path, options=options), tmp_path / "job")
+    pt2e = report.artifacts["pt2e_qdq"]
+    assert pt2e.status == "skipped"
+    assert "Det (opset 13) x2" in pt2e.error.message and "no ONNX -> torch converter" in pt2e.error.message
+    assert pt2e.tool is not None and pt2e.tool.conversion["converter"].startswith("quantcompare onnx_torch")
+    assert report.artifacts["ort_qdq"].status == "ok"
