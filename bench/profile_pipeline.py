@@ -53,6 +53,29 @@ def key_seconds(stats: pstats.Stats) -> dict[str, float]:
     return out
 
 
+def fp32_inference_seconds(fp32_path: Path, report) -> float:
+    """The unit of job time: one fp32 inference of the resolved input shapes, 1 intra-op thread."""
+    import numpy as np
+
+    from service.pipeline.runtime.ort_sessions import session_for
+
+    s = session_for(fp32_path, "all", intra_op_threads=1)
+    feed = {}
+    for spec in report.model.inputs:
+        shape = report.model.resolved_input_shapes.get(spec.name)
+        dtype = np.dtype(spec.dtype) if spec.dtype else np.float32
+        feed[spec.name] = (np.random.default_rng(0).random(shape).astype(dtype) if dtype.kind == "f"
+                           else np.zeros(shape, dtype))
+    for _ in range(2):
+        s.run(None, feed)
+    times = []
+    for _ in range(7):
+        t = time.perf_counter()
+        s.run(None, feed)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--models", default="conv_relu,op_zoo_net")
@@ -60,6 +83,9 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--calibration-samples", type=int, default=None)
     p.add_argument("--dump", default=None)
+    p.add_argument("--model-file", default=None, help="an .onnx to profile instead of --models (e.g. a corpus model)")
+    p.add_argument("--options", default="{}", help="ComparisonOptions as JSON, e.g. '{\"input_shapes\": {...}}'")
+    p.add_argument("--no-profile", action="store_true", help="wall times only (cProfile slows ORT-heavy runs)")
     args = p.parse_args(argv)
 
     import logging
@@ -78,23 +104,34 @@ def main(argv=None) -> int:
     t_imports = time.perf_counter() - t0
     print(f"imports: torch {t_torch:.2f}s, torch+torchao+onnxruntime+pipeline {t_imports:.2f}s")
 
-    for model in args.models.split(","):
-        opts = {}
+    import json
+
+    models = [args.model_file] if args.model_file else args.models.split(",")
+    for model in models:
+        opts = json.loads(args.options)
         if args.calibration_samples or model == "resnet18":
             opts["calibration_samples"] = args.calibration_samples or 32
         options = ComparisonOptions(**opts)
         for i in range(args.repeat):
             prof = cProfile.Profile()
             with tempfile.TemporaryDirectory(prefix="qc-prof-") as d:
+                request = (ComparisonRequest(options=options, model_path=Path(model), model_name=Path(model).stem)
+                           if args.model_file else ComparisonRequest(options=options, example=model))
                 t = time.perf_counter()
-                prof.enable()
-                report = run_comparison(ComparisonRequest(options=options, example=model), Path(d))
+                if not args.no_profile:
+                    prof.enable()
+                report = run_comparison(request, Path(d))
                 prof.disable()
                 wall = time.perf_counter() - t
-            stats = pstats.Stats(prof)
+                fp32_s = fp32_inference_seconds(Path(d) / "artifacts" / "fp32.onnx", report)
+            stats = pstats.Stats(prof) if not args.no_profile else None
             label = "cold" if i == 0 else "warm"
-            print(f"\n=== {model} run {i + 1} ({label}): {wall:.2f}s wall (under cProfile) ===")
+            print(f"\n=== {Path(model).name} run {i + 1} ({label}): {wall:.2f}s wall"
+                  f"{'' if args.no_profile else ' (under cProfile)'}; one fp32 inference {fp32_s * 1000:.1f} ms "
+                  f"(1 thread, median of 7) -> {wall / fp32_s:.0f} inference-times ===")
             print("stages: " + ", ".join(f"{k} {v:.2f}" for k, v in report.timings.items()))
+            if stats is None:
+                continue
             print("calls:  " + ", ".join(f"{k} {v:.2f}" for k, v in key_seconds(stats).items() if v >= 0.005))
             if args.dump:
                 Path(args.dump).mkdir(parents=True, exist_ok=True)

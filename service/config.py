@@ -52,6 +52,7 @@ class Settings(BaseModel):
     # A job that was running when the service stopped is run again once; a second interruption fails it.
     max_attempts: int = Field(2, ge=1, le=10, description="runs of a job across service restarts")
     retention_hours: float = Field(168.0, ge=0, description="finished jobs older than this are deleted (0 = keep)")
+    max_data_gb: float = Field(0.0, ge=0, description="disk budget of the data dir in GB: finished jobs are evicted oldest first, a job that cannot fit gets 503 (0 = no budget)")
     allow_pt2: bool = Field(True, description="accept .pt2 uploads (they need the static archive check)")
     api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
     executor: Literal["local", "celery"] = Field(

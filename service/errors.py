@@ -21,7 +21,10 @@ so the chain stays in the log while the user sees only our words.
     ├── Unauthorized        unauthorized         401  an API token is required
     ├── NotFound            not_found            404
     ├── Busy                busy                 429/503 (+ Retry-After)
+    │   └── DataDirFull     data_dir_full        503 (+ Retry-After): no room under QUANTCOMPARE_MAX_DATA_GB
+    ├── LevelGraphChanged   level_graph_mismatch 409  a level graph made again for a download differs
     ├── PathSkipped         path_skipped         (inside a report, per artifact; never an HTTP error)
+    ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
     └── JobFailed                                (the ``error`` of a failed job; never an HTTP error)
         ├── WorkerDied          worker_died          the worker process died (signal, stage)
         ├── JobTimeout          job_timeout          ran past QUANTCOMPARE_JOB_TIMEOUT_S
@@ -115,6 +118,19 @@ class Busy(QuantCompareError):
         self.retry_after = retry_after
 
 
+class DataDirFull(Busy):
+    """The data directory's budget (QUANTCOMPARE_MAX_DATA_GB) has no room for this job even after
+    evicting every finished job: running and queued jobs hold the rest."""
+
+    code, status, title = "data_dir_full", 503, "No room for this job in the data directory"
+
+
+class LevelGraphChanged(QuantCompareError):
+    """A level graph made again for a download differs from the one the job measured."""
+
+    code, status, title = "level_graph_mismatch", 409, "The optimized graph cannot be reproduced here"
+
+
 class PathSkipped(QuantCompareError):
     """A path that cannot apply to this input (e.g. no torch graph for an ONNX upload)."""
 
@@ -124,6 +140,11 @@ class PathSkipped(QuantCompareError):
         super().__init__(message, hint=hint)
         self.stage = stage
 
+
+class OrtQuantizerFailed(QuantCompareError):
+    """ORT's quantize_static failed on this model: names ORT's function, the trait, what to do."""
+
+    code, status, title = "ort_quantizer_failed", 500, "ORT's quantizer failed on this model"
 
 
 class JobFailed(QuantCompareError):

@@ -207,6 +207,80 @@ def _tiny_transformer(torch):
     return TinyTransformer()
 
 
+def _yolo_style(torch):
+    nn = torch.nn
+    F = torch.nn.functional
+
+    class ConvSiLU(nn.Module):
+        """Conv + BN + SiLU written as x * sigmoid(x): the activation reads the Conv output twice."""
+
+        def __init__(self, cin, cout, k=1, s=1):
+            super().__init__()
+            self.conv = nn.Conv2d(cin, cout, k, s, k // 2, bias=False)
+            self.bn = nn.BatchNorm2d(cout)
+
+        def forward(self, x):
+            y = self.bn(self.conv(x))
+            return y * torch.sigmoid(y)
+
+    class C2f(nn.Module):
+        """YOLOv8's C2f: split, a chain of bottlenecks with residual adds, concat of every branch."""
+
+        def __init__(self, c, n=2):
+            super().__init__()
+            self.cv1 = ConvSiLU(c, c, 1)
+            self.blocks = nn.ModuleList(nn.Sequential(ConvSiLU(c // 2, c // 2, 3), ConvSiLU(c // 2, c // 2, 3))
+                                        for _ in range(n))
+            self.cv2 = ConvSiLU(c // 2 * (n + 2), c, 1)
+
+        def forward(self, x):
+            a, b = self.cv1(x).chunk(2, dim=1)
+            ys = [a, b]
+            for m in self.blocks:
+                ys.append(ys[-1] + m(ys[-1]))
+            return self.cv2(torch.cat(ys, dim=1))
+
+    class SPPF(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.cv1 = ConvSiLU(c, c // 2, 1)
+            self.cv2 = ConvSiLU(c // 2 * 4, c, 1)
+
+        def forward(self, x):
+            x = self.cv1(x)
+            y1 = F.max_pool2d(x, 5, 1, 2)
+            y2 = F.max_pool2d(y1, 5, 1, 2)
+            y3 = F.max_pool2d(y2, 5, 1, 2)
+            return self.cv2(torch.cat([x, y1, y2, y3], dim=1))
+
+    class YoloStyle(nn.Module):
+        """A small YOLOv8-shaped detector: backbone of C2f blocks, SPPF, an upsampling neck with
+        concats, and two detection heads. Shared activations everywhere (SiLU reads its input twice,
+        residual adds, concats), which is what decides int8 vs uint8 in ORT's QDQS8ToU8Transformer."""
+
+        def __init__(self, classes=4):
+            super().__init__()
+            self.stem = ConvSiLU(3, 16, 3, 2)
+            self.down1 = ConvSiLU(16, 32, 3, 2)
+            self.c2f1 = C2f(32)
+            self.down2 = ConvSiLU(32, 64, 3, 2)
+            self.c2f2 = C2f(64)
+            self.sppf = SPPF(64)
+            self.neck = C2f(96, n=1)
+            self.reduce = ConvSiLU(96, 32, 1)
+            self.head_small = nn.Conv2d(32, 4 + classes, 1)
+            self.head_large = nn.Conv2d(64, 4 + classes, 1)
+
+        def forward(self, x):
+            p3 = self.c2f1(self.down1(self.stem(x)))
+            p4 = self.sppf(self.c2f2(self.down2(p3)))
+            up = F.interpolate(p4, scale_factor=2.0, mode="nearest")
+            n3 = self.reduce(self.neck(torch.cat([up, p3], dim=1)))
+            return self.head_small(n3), self.head_large(p4)
+
+    return YoloStyle()
+
+
 EXAMPLES: dict[str, Example] = {
     e.name: e
     for e in (
@@ -221,6 +295,9 @@ EXAMPLES: dict[str, Example] = {
                 (ExampleInput("x", ("batch", 3, 224, 224)),), _seeded(_resnet18), heavy=True),
         Example("tiny_transformer", "Two pre-norm transformer blocks: attention, LayerNorm, GELU, MatMul.",
                 (ExampleInput("x", ("batch", 16, 32)),), _seeded(_tiny_transformer)),
+        Example("yolo_style", "A small YOLOv8-shaped detector: Conv+SiLU (x*sigmoid(x)), C2f split/concat blocks, "
+                "SPPF MaxPools, nearest Resize, two heads; 64x64 input.",
+                (ExampleInput("x", ("batch", 3, 64, 64)),), _seeded(_yolo_style)),
     )
 }
 

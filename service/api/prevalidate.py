@@ -22,6 +22,7 @@ from pathlib import Path
 
 from service.config import Settings
 from service.errors import QuantCompareError
+from service.pipeline.inputs.data_shapes import array_shapes_in_npz
 from service.pipeline.inputs.safety import (
     check_input_elements,
     check_pt2_archive,
@@ -64,10 +65,12 @@ def _prevalidate(model_path: Path, calibration_path: Path | None, options: Compa
     if fmt == "pt2":
         check_pt2_archive(model_path, budgets=budgets)
         return
-
     model = onnx_model_from_path(model_path, budgets=budgets, structural_check=False)
     specs = input_specs_from_onnx(model)
-    shapes, _ = resolved_input_shapes(specs, options.input_shapes)
+    data_shapes = None
+    if calibration_path is not None:  # headers only: cheap for any size, and dims may come from them
+        data_shapes = array_shapes_in_npz(calibration_path)
+    shapes, _ = resolved_input_shapes(specs, options.input_shapes, data_shapes=data_shapes)
     for name, shape in shapes.items():
         check_input_elements(name, shape, budgets)
     if calibration_path is not None and _small_npz(calibration_path):

@@ -11,16 +11,18 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import Protocol
 
 from service.config import Settings
-from service.errors import Busy
+from service.errors import Busy, DataDirFull
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import WorkerPool, prepare_data_dir
 from service.jobs.spec import REPORT_FILE, JobSpec
 from service.jobs.store import JobRecord, JobStore
+from service.jobs.storage.disk import folder_bytes, jobs_on_disk, plan_for_new_job, reservation_for
 
 log = logging.getLogger("quantcompare.jobs")
 
@@ -35,7 +37,10 @@ class Executor(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
     def staging_dir(self) -> Path: ...
-    def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord: ...
+    def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
+        """A new queued job, or the queued/running job with the same ``cache_key`` (its record,
+        whose id differs from ``spec.id``): identical submissions in flight join one job."""
+        ...
     def retry_after(self) -> int: ...
     def get(self, job_id: str) -> JobRecord | None: ...
     def job_dir(self, job_id: str) -> Path: ...
@@ -54,6 +59,7 @@ class JobFolders:
         self.store = store
         self.metrics = JobMetrics(store=self.store)
         self.recovered: dict[str, list[str]] = {}
+        self._room_lock = threading.Lock()
 
     def _enqueue(self, spec: JobSpec) -> None:
         raise NotImplementedError
@@ -64,19 +70,64 @@ class JobFolders:
         path.mkdir(parents=True)
         return path
 
+    def make_room(self, input_bytes: int, staged: Path | None = None) -> None:
+        """Evict finished jobs (oldest first) so a job with this input fits ``max_data_gb``, or 503."""
+        if not self.settings.max_data_gb:
+            return
+        budget = int(self.settings.max_data_gb * 1e9)
+        jobs = jobs_on_disk(self.settings.jobs_dir, self.store.statuses())
+        # Uploads in flight count; this job's own upload is part of its reservation.
+        other = folder_bytes(self.settings.tmp_dir) if self.settings.tmp_dir.is_dir() else 0
+        other -= input_bytes if staged is not None else 0
+        need = reservation_for(input_bytes)
+        plan = plan_for_new_job(jobs, need=need, budget=budget, other_bytes=other)
+        if not plan.fits:
+            self.metrics.rejected.labels("data_dir_full").inc()
+            raise DataDirFull(
+                f"the data directory has no room for this job: it may need {need / 1e6:.0f} MB, "
+                f"{plan.used / 1e6:.0f} MB are in use and {plan.reserved / 1e6:.0f} MB are held by queued and "
+                f"running jobs, of a {budget / 1e9:g} GB budget (QUANTCOMPARE_MAX_DATA_GB)",
+                hint="retry after the time in the Retry-After header, when running jobs have finished",
+                retry_after=self.retry_after())
+        for job_id in plan.evict:
+            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+            self.store.delete(job_id)
+            log.info("evicted finished job %s to stay within QUANTCOMPARE_MAX_DATA_GB", job_id)
+
     def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
         job_dir = self.settings.jobs_dir / spec.id
+        if self.settings.max_data_gb:
+            with self._room_lock:  # two submissions must not both take the last room
+                try:
+                    self.make_room(folder_bytes(staged) if staged is not None else 0, staged)
+                except BaseException:
+                    if staged is not None:
+                        shutil.rmtree(staged, ignore_errors=True)
+                    raise
+                return self._submit(spec, staged, cache_key=cache_key, job_dir=job_dir)
+        return self._submit(spec, staged, cache_key=cache_key, job_dir=job_dir)
+
+    def _submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None, job_dir: Path) -> JobRecord:
         if staged is not None:
             os.replace(staged, job_dir)  # same filesystem: atomic, no copy
         else:
             job_dir.mkdir(parents=True)
         spec.write(job_dir)
         try:
-            accepted = self.store.create(spec, cache_key=cache_key, max_queue=self.settings.max_queue)
+            answer = self.store.create_or_join(spec, cache_key=cache_key, max_queue=self.settings.max_queue)
         except BaseException:
             shutil.rmtree(job_dir, ignore_errors=True)
             raise
-        if not accepted:
+        if answer is not None and answer != spec.id:
+            # An identical job (same cache key) is queued or running: this submission joins it
+            # (a CI matrix posting one model from several jobs at once gets one job, not 503s).
+            shutil.rmtree(job_dir, ignore_errors=True)
+            joined = self.store.get(answer)
+            if joined is not None:
+                self.metrics.joined.inc()
+                return joined
+            answer = None  # vanished between the two reads (deleted): treat as no room, the client retries
+        if answer is None:
             shutil.rmtree(job_dir, ignore_errors=True)
             self.metrics.rejected.labels("queue_full").inc()
             raise Busy(f"the queue is full ({self.settings.max_queue} jobs waiting)",

@@ -16,6 +16,8 @@ class JobMetrics:
         self.submitted = Counter("quantcompare_jobs_submitted", "Jobs accepted", ["source"], registry=self.registry)
         self.cache_hits = Counter("quantcompare_cache_hits", "Submissions answered from a stored result",
                                   registry=self.registry)
+        self.joined = Counter("quantcompare_submissions_joined", "Submissions that joined an identical queued or "
+                              "running job", registry=self.registry)
         self.rejected = Counter("quantcompare_submissions_rejected", "Submissions refused for load",
                                 ["reason"], registry=self.registry)
         self.finished = Counter("quantcompare_jobs_finished", "Jobs finished", ["status", "code"],

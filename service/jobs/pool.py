@@ -243,7 +243,7 @@ class WorkerPool:
             w.job, w.stage = None, None
             w.jobs_run += 1
             w.state = "idle"
-            if w.jobs_run >= self.settings.worker_max_jobs:
+            if msg.get("exiting") or w.jobs_run >= self.settings.worker_max_jobs:
                 w.state = "retiring"
                 try:
                     w.conn.send(None)

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive, running_jobs_probe, running_marker
 from service.jobs.spec import REPORT_FILE, JobSpec
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.inputs.safety import Budgets
@@ -27,8 +28,14 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         model_name=spec.model_name,
         allow_pt2=spec.allow_pt2,
         budgets=Budgets(**spec.budgets) if spec.budgets else None,  # the server's QUANTCOMPARE_BUDGET_* settings
+        keep_level_graphs=False,  # level graphs are made again on download (service/jobs/storage/level_downloads.py)
+        concurrent_jobs=running_jobs_probe(job_dir),
     )
-    report = run_comparison(request, job_dir, progress=progress, report_id=spec.id)
+    with running_marker(job_dir):
+        report = run_comparison(request, job_dir, progress=progress, report_id=spec.id)
+        dedupe_job_files(job_dir)
     tmp = job_dir / (REPORT_FILE + ".tmp")
     tmp.write_text(report.model_dump_json(), encoding="utf-8")
     os.replace(tmp, job_dir / REPORT_FILE)
+    # Only once the result is complete: a job interrupted before this line runs again from its input.
+    drop_consumed_archive(job_dir, spec.model_file)

@@ -117,6 +117,29 @@ class JobStore:
 
         return self._tx(tx)
 
+    def create_or_join(self, spec: JobSpec, *, cache_key: str | None, max_queue: int | None = None) -> str | None:
+        """The id that answers this submission, decided in one transaction: a queued or running
+        job with the same ``cache_key`` (joined: nothing inserted, no queue slot taken), else
+        ``spec.id`` once inserted; None when the queue already holds ``max_queue``."""
+
+        def tx(c):
+            if cache_key is not None:
+                row = c.execute("SELECT id FROM jobs WHERE cache_key=? AND status IN ('queued', 'running') "
+                                "ORDER BY created_at LIMIT 1", (cache_key,)).fetchone()
+                if row is not None:
+                    return row["id"]
+            if max_queue is not None:
+                (n,) = c.execute("SELECT COUNT(*) FROM jobs WHERE status='queued'").fetchone()
+                if n >= max_queue:
+                    return None
+            c.execute(
+                "INSERT INTO jobs(id, status, spec, cache_key, created_at) VALUES (?, 'queued', ?, ?, ?)",
+                (spec.id, spec.to_json(), cache_key, time.time()),
+            )
+            return spec.id
+
+        return self._tx(tx)
+
     def claim_next(self) -> JobRecord | None:
         """Oldest queued job -> running, atomically (safe with several claimers)."""
 
@@ -215,6 +238,12 @@ class JobStore:
                 "SELECT id FROM jobs WHERE status IN ('succeeded','failed') AND finished_at < ?", (cutoff,)
             ).fetchall()
         return [r[0] for r in rows]
+
+    def statuses(self) -> dict[str, tuple[str, float | None]]:
+        """id -> (status, finished_at) of every job (the data-dir budget's view of the store)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT id, status, finished_at FROM jobs").fetchall()
+        return {r[0]: (r[1], r[2]) for r in rows}
 
     def mean_duration(self, last: int = 20) -> float | None:
         with self._lock:

@@ -1,4 +1,5 @@
-"""Submitting a comparison: the cache key, reuse of an identical earlier result, or a new job.
+"""Submitting a comparison: the cache key, reuse of an identical earlier result, joining an
+identical job still in flight, or a new job.
 
 The HTTP handler parses and validates; what makes two submissions "the same job" is decided here,
 next to the executor, so every front end (HTTP today) reuses results by the same rule.
@@ -40,13 +41,15 @@ def cache_key(*, model: str, calibration: str | None, options: dict, versions: d
 class Submitted:
     record: JobRecord
     cached: bool  # an identical earlier job's result, not a new job
+    joined: bool = False  # an identical job still queued or running, answered with its id
 
 
 def submit_or_reuse(executor: Executor, settings: Settings, *, model_key: str, calibration_key: str | None,
                     options: dict, versions: dict[str, str], staged: Path | None, spec_fields: dict[str, Any],
                     report_loads: Callable[[Path], bool]) -> Submitted:
-    """A stored result for the same inputs when one still loads (``report_loads(job_dir)``), else a
-    new job that takes ownership of ``staged``. On reuse ``staged`` is removed."""
+    """A stored result for the same inputs when one still loads (``report_loads(job_dir)``), else the
+    identical job still queued or running (joined), else a new job that takes ownership of
+    ``staged``. On reuse or join ``staged`` is removed."""
     key = cache_key(model=model_key, calibration=calibration_key, options=options, versions=versions,
                     extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2,
                            "budgets": dataclasses.asdict(settings.budgets)})  # a lower budget must not hit an old result
@@ -58,4 +61,5 @@ def submit_or_reuse(executor: Executor, settings: Settings, *, model_key: str, c
             return Submitted(rec, cached=True)
     spec = JobSpec(id=new_job_id(), options=options, allow_pt2=settings.allow_pt2,
                    budgets=dataclasses.asdict(settings.budgets), **spec_fields)
-    return Submitted(executor.submit(spec, staged, cache_key=key), cached=False)
+    rec = executor.submit(spec, staged, cache_key=key)
+    return Submitted(rec, cached=False, joined=rec.id != spec.id)

@@ -5,7 +5,7 @@ It talks to the supervisor over one pipe:
     supervisor -> worker   {"job": <JobSpec json>, "job_dir": str}  |  None (exit)
     worker -> supervisor   {"type": "ready"}
                            {"type": "progress", "job", "stage", "done", "total"}
-                           {"type": "done", "job", "status": "succeeded"|"failed", "error": problem|None}
+                           {"type": "done", "job", "status": "succeeded"|"failed", "error": problem|None, "exiting": bool}
 
 The worker is the leader of its own process group (so a wall-clock kill reaches anything it
 started), dies with its parent (PR_SET_PDEATHSIG), runs under RLIMIT_AS, and runs each job with
@@ -163,7 +163,8 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
         finally:
             os.chdir(idle_dir)
         try:
-            conn.send(result)
+            # "exiting": the supervisor must not hand this worker another job in the moment before it goes.
+            conn.send({**result, "exiting": exit_after})
         except (OSError, ValueError):
             return
         if exit_after:

@@ -6,6 +6,7 @@
     inspect   what each file writes
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32, latency
+    advice    the changes the blockers point to, re-run and measured
     decide    decisions, lints, platform notes, gate verdict
 
 ``run_comparison`` calls one function per stage; each returns a typed value the next ones read.
@@ -30,28 +31,38 @@ from service.errors import InvalidOptions
 from service.pipeline.environment import environment
 from service.pipeline.files import OnnxFile
 from service.pipeline.inputs import sources
+from service.pipeline.inputs.data_shapes import array_shapes_in_npz
 from service.pipeline.inputs.fp32 import fp32_onnx_from_source
+from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
 from service.pipeline.inputs.safety import check_input_elements, check_sample_bytes, sniff_model_format
 from service.pipeline.inputs.samples import Samples, generated_samples, samples_from_npz
 from service.pipeline.inputs.sources import ModelSource
 from service.pipeline.inputs.specs import output_specs_from_onnx, resolved_input_shapes
+from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.isolation import PathOutcome, run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
+from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
+from service.pipeline.quantize.side_by_side import LockedProgress, cores_idle, side_by_side
+from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
+from service.schemas.levels import Lint
+from service.schemas.layers import LayersReport
 from service.schemas.report import Artifact, FileInfo, ModelInfo, QuantizationInventory, Report, TensorSpec, ToolInfo
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "decide")
+STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "advice", "decide")
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,12 @@ class ComparisonRequest:
     # Passed through from the service's settings to the safety checks.
     budgets: object | None = None
     allow_pt2: bool = True
+    # The service keeps only the level graphs' digests (a download makes them again); the CLI keeps files.
+    keep_level_graphs: bool = True
+    # Jobs the service is running right now (recorded with each latency measurement).
+    concurrent_jobs: Callable[[], int | None] | None = None
+    # PT2E and ORT paths on two threads: None = when two cores are idle (quantize/side_by_side.py).
+    parallel_paths: bool | None = None
 
 
 def _source(request: ComparisonRequest, workdir: Path):
@@ -92,6 +109,7 @@ class _Run:
     scratch: Path
     notify: Progress
     timings: dict[str, float] = field(default_factory=dict)
+    ort_input: Path | None = None  # the (pre-processed) fp32 file the ORT paths quantized; advice re-uses it
 
     @contextmanager
     def stage(self, name: str, total: int = 1):
@@ -129,7 +147,7 @@ def run_comparison(
     request: ComparisonRequest, workdir: Path, *, progress: Progress | None = None, report_id: str | None = None,
 ) -> Report:
     options = request.options
-    workdir = Path(workdir)
+    workdir = Path(workdir).resolve()  # absolute: ORT's pre-processing changes the directory meanwhile
     run = _Run(art_dir=workdir / "artifacts", scratch=workdir / "scratch",
                notify=progress or (lambda stage, done, total: None))
     run.art_dir.mkdir(parents=True, exist_ok=True)
@@ -137,24 +155,31 @@ def run_comparison(
 
     prepared = prepare_stage(request, workdir, run)
     fp32 = fp32_stage(prepared, run)
-    outcomes = quantize_stage(options, prepared, fp32, run)
+    outcomes = quantize_stage(options, prepared, fp32, run, parallel=request.parallel_paths,
+                              concurrent_jobs=request.concurrent_jobs)
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
     levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
-                            out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded)
+                            out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded,
+                            concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs)
     run.timings.update(levels.timings)
+    layers = layers_stage(options, prepared, fp32, inspected, run)
     artifacts = {name: art.model_copy(update={"optimized": levels.optimized[name]}) if name in levels.optimized
                  else art for name, art in inspected.artifacts.items()}
+    advice, refuted = advice_stage(options, prepared, levels, inspected, outcomes, run)
     env = environment()
     with run.stage("decide"):
         decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
-                                      batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu)
-        verdict = verdict_from_artifacts(artifacts, options, list(options.gates))
+                                      batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu,
+                                      advice_measured=advice + refuted)
+        verdict = verdict_from_artifacts(artifacts, options, list(options.gates), samples=prepared.samples.info)
     shutil.rmtree(run.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
-        agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints, platform=decided.platform,
-        verdict=verdict, timings=dict(run.timings),
+        agreement=levels.agreement, decisions=decided.decisions,
+        lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
+        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes), platform=decided.platform,
+        advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
 
 
@@ -163,7 +188,10 @@ def prepare_stage(request: ComparisonRequest, workdir: Path, run: _Run) -> Prepa
     options = request.options
     with run.stage("prepare"):
         source = _source(request, workdir)
-        shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes)
+        # Dims the option leaves open come from the uploaded .npz (array headers only), then the batch rule.
+        data_shapes = array_shapes_in_npz(request.calibration_path) if request.calibration_path is not None else None
+        shapes, shape_notes = resolved_input_shapes(source.specs, options.input_shapes, data_shapes=data_shapes,
+                                                    batch_dims=source.batch_dims)
         # Security: the declared-size check on the shapes samples are actually made with (dynamic dims
         # filled in from input_shapes), before any array is allocated (Budgets.max_input_elements).
         for input_name, input_shape in shapes.items():
@@ -173,8 +201,9 @@ def prepare_stage(request: ComparisonRequest, workdir: Path, run: _Run) -> Prepa
                                options.calibration_samples + options.eval_samples, request.budgets)
         if request.calibration_path is not None:
             samples = samples_from_npz(request.calibration_path, source.specs, shapes, options)
-        else:
-            samples = generated_samples(source.specs, shapes, options)
+        else:  # where the graph states an input's range (ids into a table, a normalization), draw in it
+            ranges = input_ranges_from_onnx(source.onnx_model, source.specs) if source.onnx_model is not None else {}
+            samples = generated_samples(source.specs, shapes, options, model_ranges=ranges)
     return Prepared(source=source, shapes=shapes, shape_notes=shape_notes, samples=samples)
 
 
@@ -187,42 +216,107 @@ def fp32_stage(prepared: Prepared, run: _Run) -> Fp32:
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))))
 
 
-def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run) -> dict[str, tuple[PathOutcome, float]]:
-    """Each requested path, each failing alone: artifact -> (outcome, seconds)."""
+def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,
+                   parallel: bool | None = None, concurrent_jobs: Callable[[], int | None] | None = None,
+                   ) -> dict[str, tuple[PathOutcome, float]]:
+    """Each requested path, each failing alone: artifact -> (outcome, seconds).
+
+    The PT2E path runs here and the ORT paths on a second thread when two cores are idle
+    (``parallel`` None), or as ``parallel`` says (quantize/side_by_side.py).
+    """
     requested = list(options.artifacts)
-    source, samples, fp32_path = prepared.source, prepared.samples, fp32.file.path
+    source, samples = prepared.source, prepared.samples
     input_names = [s.name for s in source.specs]
     outcomes = {}
     with run.stage("quantize", len(requested)):
         ort_settings = resolved_ort_settings(options)
         # An upload that is already quantized is inspected as is, never quantized twice.
         already = quantization_in_model(fp32.file.model) if source.onnx_path else None
-        ort_input, ort_note = fp32_path, None
-        if already is None and any(a.startswith("ort_") for a in requested):
-            ort_input, ort_note = _input_for_ort(fp32, ort_settings, run)
-        for done, name in enumerate(requested, start=1):
-            out = run.art_dir / f"{name}.onnx"
+        counted = LockedProgress(run.notify)
+        done = [0]
+
+        def finished(name: str, outcome: PathOutcome, t0: float) -> None:
+            outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
+            done[0] += 1
+            counted("quantize", done[0], len(requested))
+
+        def pt2e_side() -> None:
+            if "pt2e_qdq" not in requested:
+                return
             t0 = time.perf_counter()
             if already is not None:
-                outcome = run_path(name, "quantize", skip_if_quantized, fp32.file.model)
-            elif name == "pt2e_qdq":
-                outcome = run_path(name, "quantize", qdq_from_pt2e, source, prepared.shapes, samples.calibration, out,
-                                   per_channel=options.pt2e.per_channel, evaluation=samples.evaluation)
+                outcome = run_path("pt2e_qdq", "quantize", skip_if_quantized, fp32.file.model)
             else:
-                outcome = run_path(name, "quantize", quantized_by_ort, ort_input, out, samples.calibration,
-                                   input_names, quant_format="qdq" if name == "ort_qdq" else "qoperator",
+                outcome = run_path("pt2e_qdq", "quantize", qdq_from_pt2e, source, prepared.shapes, samples.calibration,
+                                   run.art_dir / "pt2e_qdq.onnx", per_channel=options.pt2e.per_channel,
+                                   evaluation=samples.evaluation)
+            finished("pt2e_qdq", outcome, t0)
+
+        def ort_side() -> None:
+            ort_names = [n for n in requested if n != "pt2e_qdq"]
+            if already is not None:
+                for name in ort_names:
+                    t0 = time.perf_counter()
+                    finished(name, run_path(name, "quantize", skip_if_quantized, fp32.file.model), t0)
+                return
+            if not ort_names:
+                return
+            ort_input, ort_note = _input_for_ort(fp32, ort_settings, run)
+            run.ort_input = ort_input  # the advice stage re-quantizes this same file
+            for name in ort_names:
+                t0 = time.perf_counter()
+                outcome = run_path(name, "quantize", quantized_by_ort, ort_input, run.art_dir / f"{name}.onnx",
+                                   samples.calibration, input_names,
+                                   quant_format="qdq" if name == "ort_qdq" else "qoperator",
                                    settings=ort_settings, pre_process_note=ort_note,
                                    calibration_cache=run.scratch / "ort_calibration_ranges.json")
-            outcomes[name] = (outcome, round(time.perf_counter() - t0, 4))
-            run.notify("quantize", done, len(requested))
-    return outcomes
+                finished(name, outcome, t0)
+
+        both = (already is None and "pt2e_qdq" in requested and len(requested) > 1
+                and (parallel if parallel is not None else cores_idle(concurrent_jobs)))
+        side_by_side(pt2e_side, ort_side, parallel=both)
+        log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
+    return {name: outcomes[name] for name in requested}
+
+
+def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspected: Inspected,
+                 outcomes: dict[str, tuple[PathOutcome, float]], run: _Run):
+    """The changes the blockers point to, re-run for real within options.advice's budget, while the
+    scratch folder (the pre-processed input, the calibration ranges) still exists: (proposed, refuted)."""
+    if not options.advice.enabled:
+        return [], []
+    with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
+        return advice_for_job(
+            levels.optimized, inspected.paths, options, ort_input=run.ort_input,
+            ort_settings=resolved_ort_settings(options), samples=prepared.samples,
+            input_names=[s.name for s in prepared.source.specs],
+            calibration_cache=run.scratch / "ort_calibration_ranges.json",
+            quantize_seconds={n: s for n, (_, s) in outcomes.items()})
+
+
+def _symbolic_dim_lints(specs, shapes) -> list[Lint]:
+    """The artifacts keep the model's symbolic dims, but every run here used one value for each."""
+    fixed = []
+    for spec in specs:
+        for i, d in enumerate(spec.shape):
+            if not isinstance(d, int) and spec.name in shapes and i < len(shapes[spec.name]):
+                fixed.append(f"{spec.name}[{i}] '{d or '?'}' = {shapes[spec.name][i]}")
+    if not fixed:
+        return []
+    return [Lint(code="symbolic_dims_measured_at_one_size", severity="info",
+                 message="the artifacts keep symbolic input dims, but calibration, evaluation, latency and advice "
+                         "ran with " + ", ".join(fixed),
+                 hint="set options.input_shapes to measure the size you deploy with")]
 
 
 def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str | None]:
     """The file both ORT paths quantize: the fp32 model at an opset ORT quantizes, pre-processed."""
     ai_onnx = next((o.version for o in fp32.file.model.opset_import if o.domain in ("", "ai.onnx")), None)
     ort_input, opset_note = opset_for_ort(fp32.file.path, run.scratch / "fp32.opset13.onnx", opset=ai_onnx)
-    notes = [opset_note]
+    ort_input, fix_note = fixed_for_ort_quantizer(
+        ort_input, run.scratch / "fp32.ort_fixups.onnx",
+        model=fp32.file.model if ort_input == fp32.file.path else None)
+    notes = [opset_note, fix_note]
     if ort_settings["pre_process"]:
         t0 = time.perf_counter()
         ort_input, pre_note = preprocessed_for_ort(ort_input, run.scratch / "fp32.preprocessed.onnx")
@@ -271,6 +365,33 @@ def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32,
     return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded)
 
 
+def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
+                 run: _Run) -> LayersReport | None:
+    """Per-tensor error of each quantized file against fp32 (issue 15), after the levels stage wrote
+    the optimized graphs; timed as ``timings.layers`` (its progress is part of ``evaluate``)."""
+    t0 = time.perf_counter()
+    layers = layers_for_comparison(
+        options=options, paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
+        tools={n: a.tool for n, a in inspected.artifacts.items() if a.tool is not None}, out_dir=run.scratch,
+        source=prepared.source, shapes=prepared.shapes, calibration=prepared.samples.calibration,
+        input_names=[s.name for s in prepared.source.specs], ort_input=_ort_input_used(fp32, run),
+        ort_settings=resolved_ort_settings(options), fp32_model=fp32.file.model,
+        optimized_paths={a: {lv: run.art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in inspected.paths},
+    )
+    if layers is not None:
+        run.timings["layers"] = round(time.perf_counter() - t0, 4)
+    return layers
+
+
+def _ort_input_used(fp32: Fp32, run: _Run) -> Path:
+    """The file the ORT paths quantized (``_input_for_ort``; still in scratch): exclude-and-retry
+    re-quantizes that same file, so ORT's node names are those it saw."""
+    for name in ("fp32.preprocessed.onnx", "fp32.opset13.onnx"):
+        if (run.scratch / name).exists():
+            return run.scratch / name
+    return fp32.file.path
+
+
 def _inspect(path: Path, fp32_hist: dict[str, int]) -> tuple[OnnxFile, FileInfo, QuantizationInventory]:
     file = OnnxFile.load(path)
     return (file, file_info_from_onnx(path, file.model),
@@ -288,6 +409,7 @@ def _model_info(prepared: Prepared, fp32: Fp32) -> ModelInfo:
         node_count=sum(fp32.histogram.values()),
         resolved_input_shapes={k: list(v) for k, v in prepared.shapes.items()},
         shape_notes=prepared.shape_notes + source.notes,
+        notes=[n for n in (unused_domains_note(model),) if n],
     )
 
 

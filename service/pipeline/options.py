@@ -81,10 +81,42 @@ class OrtQuantOptions(_Strict):
 
 
 class LatencyOptions(_Strict):
+    """The adaptive protocol of service/pipeline/runtime/latency.py: the eval runs are the first
+    timing samples, then more runs until the median is stable (``stable_rel``), at least
+    ``min_runs`` and at most ``runs`` timed runs per graph, within ``budget_seconds`` per job."""
+
     enabled: bool = True
-    runs: int = Field(10, ge=1, le=1000)
-    warmup: int = Field(2, ge=0, le=100)
+    runs: int = Field(10, ge=1, le=1000)  # most timed runs per graph
+    min_runs: int = Field(5, ge=1, le=1000)
+    warmup: int = Field(1, ge=0, le=100)  # untimed runs first (eval runs count)
+    stable_rel: float = Field(0.05, gt=0, le=1)  # half-width of the median's 95% interval / median
+    budget_seconds: float = Field(60.0, ge=0, le=3600)  # top-up runs per job, shared by the graphs
     intra_op_threads: int = Field(1, ge=1, le=64)
+
+
+class AdviceOptions(_Strict):
+    """Re-run the changes the blockers point to (e.g. uint8 activations on x86) and measure them."""
+
+    enabled: bool = True
+    # Job time the re-runs may take together; a candidate that would not fit is not re-run.
+    budget_seconds: float = Field(60.0, ge=0, le=3600)
+    level: Level = "all"
+
+
+class LayersOptions(_Strict):
+    """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
+    counterpart in each quantized file, at ``disable_all``, on the first ``max_samples`` evaluation
+    samples. ``by_level``: also the SQNR of each tensor at every other requested level where it still
+    exists (the graph ORT saved at that level, run as written). ``retry_k > 0`` re-quantizes each
+    artifact with its k worst origin nodes kept in float."""
+
+    enabled: bool = True
+    by_level: bool = False
+    max_tensors: int = Field(2000, ge=1, le=100_000)
+    max_samples: int = Field(2, ge=1, le=4096)
+    max_seconds: float = Field(120.0, gt=0, le=3600)
+    retry_k: int = Field(0, ge=0, le=50)
+    retry_seconds: float = Field(180.0, gt=0, le=3600)
 
 
 class Gate(_Strict):
@@ -93,7 +125,8 @@ class Gate(_Strict):
     ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
     ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst output), ``int8_coverage``,
     ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
-    (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths).
+    (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths),
+    or ``calibration_data_uploaded`` (1 when the uploaded .npz was used, 0 for generated samples).
     Missing data (a failed path, a level not run) fails a gate; an exact match (SQNR ``None``) passes.
 
     ``relative_to="baseline"`` makes the threshold the baseline's figure plus ``value``
@@ -105,9 +138,13 @@ class Gate(_Strict):
 
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
     level: Level = "all"
-    metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok"]
+    metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
+                    "calibration_data_uploaded"]
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
+    # latency_ratio only: a failing figure that is marked noisy fails the gate ("fail", the default:
+    # CI re-runs), or passes it with the reason in the message ("pass"). A passing one always passes.
+    on_noisy: Literal["fail", "pass"] = "fail"
     relative_to: Literal["baseline"] | None = None
     baseline_values: dict[QuantArtifact, float | None] | None = None
 
@@ -132,6 +169,8 @@ class ComparisonOptions(_Strict):
     levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
     latency: LatencyOptions = Field(default_factory=LatencyOptions)
     attribution: bool = False
+    advice: AdviceOptions = Field(default_factory=AdviceOptions)
+    layers: LayersOptions = Field(default_factory=LayersOptions)
     gates: list[Gate] = Field(default_factory=list)
     # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
     # into each relative gate's ``baseline_values`` before the job runs.

@@ -165,6 +165,7 @@ class GraphIndex:
     producer: dict[str, onnx.NodeProto] = field(default_factory=dict)
     consumers: dict[str, list[onnx.NodeProto]] = field(default_factory=dict)
     dtypes: dict[str, str] = field(default_factory=dict)
+    base_dir: Path | None = None  # where external initializers live when loaded lazily
 
     @property
     def opset(self) -> int:
@@ -179,7 +180,17 @@ class GraphIndex:
     def init_array(self, name: str) -> np.ndarray | None:
         """The value of an initializer or Constant (converted on each call: weights are not kept twice)."""
         t = self.initializers.get(name)
-        return numpy_helper.to_array(t) if t is not None else None
+        if t is None:
+            return None
+        if t.data_location == onnx.TensorProto.EXTERNAL and self.base_dir is not None:
+            # A graph loaded without its weights (graph_from_path(lazy=True)): read this one tensor.
+            from onnx.external_data_helper import load_external_data_for_tensor
+
+            t2 = onnx.TensorProto()
+            t2.CopyFrom(t)
+            load_external_data_for_tensor(t2, str(self.base_dir))
+            return numpy_helper.to_array(t2)
+        return numpy_helper.to_array(t)
 
     def dtype_of_constant(self, name: str) -> str | None:
         t = self.initializers.get(name)
@@ -210,8 +221,14 @@ def graph_from_model(model: onnx.ModelProto) -> GraphIndex:
     return graph
 
 
-def graph_from_path(path: Path | str) -> GraphIndex:
-    return graph_from_model(onnx.load(str(path)))
+def graph_from_path(path: Path | str, *, lazy: bool = False) -> GraphIndex:
+    """``lazy``: external initializers stay on disk and are read one at a time when a summary needs
+    one (a level graph of a 1 GB model is then summarized without holding its weights)."""
+    if not lazy:
+        return graph_from_model(onnx.load(str(path)))
+    graph = graph_from_model(onnx.load(str(path), load_external_data=False))
+    graph.base_dir = Path(path).parent
+    return graph
 
 
 def _propagate_dtypes(graph: GraphIndex) -> dict[str, str]:

@@ -1,0 +1,1 @@
+"""What people read: the CLI text, the report page, the SVG drawings."""

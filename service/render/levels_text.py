@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 from service.pipeline.options import LEVELS
+from service.render.text_table import aligned_rows
 
 __all__ = ["levels_summary_lines"]
 
@@ -21,7 +22,8 @@ def _cell(ol) -> str:
         return "error"
     n = ol.numerics
     sq = "-" if n is None else ("exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}")
-    lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}"
+    # "~": the latency is marked noisy (measured under load, or never stable); the legend says so.
+    lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}{'~' if ol.latency.noisy else ''}"
     return sq + lat
 
 
@@ -50,9 +52,17 @@ def levels_summary_lines(report) -> list[str]:
                     if ol.latency), None)
     unit = "worst SQNR dB vs fp32" + (f" | median ms ({threads} thread{'s' if threads != 1 else ''})"
                                       if has_latency else "")
-    lines = [f"{'levels':<14}" + "".join(f"{lv:<{_COL}}" for lv in levels) + f"  ({unit})"]
-    for name, art in arts.items():
-        lines.append(f"{name:<14}" + "".join(f"{_cell(art.optimized.get(lv)):<{_COL}}" for lv in levels))
+    grid = [["levels", *levels]] + [[name, *(_cell(art.optimized.get(lv)) for lv in levels)]
+                                    for name, art in arts.items()]
+    lines = aligned_rows(grid, min_widths=[14] + [_COL - 2] * len(levels))
+    lines[0] += f"  ({unit}; ORT's default: all)"
+    noisy = [(name, lv, ol.latency) for name, art in arts.items() for lv, ol in art.optimized.items()
+             if ol.latency is not None and ol.latency.noisy and not ol.latency.timed_with]
+    if noisy:
+        _name, _lv, lat = noisy[0]
+        why = lat.noisy_reasons[-1] if lat.noisy_reasons else "noisy"  # load reasons come last
+        line = f"~ noisy latency ({len(noisy)} of the timed graphs; e.g. {why}): time on a quiet machine"
+        lines.append(line if len(line) <= 150 else line[:147] + "...")
     cov = []
     for name, art in arts.items():
         if name == "fp32":
@@ -64,12 +74,12 @@ def levels_summary_lines(report) -> list[str]:
         lines.append("int8 coverage per level: " + "; ".join(cov))
     if report.decisions:
         quant = [n for n in arts if n != "fp32"]
-        lines += ["", f"{'decision':<{_LABEL}}" + "".join(f"{n:<{_DCOL}}" for n in quant)]
+        table = [["decision", *quant]]
         for row in report.decisions:
             if not any(n in row.where for n in quant):
                 continue
-            cells = [_short(row.where.get(n, "-")) for n in quant]
-            lines.append(f"{row.decision[:_LABEL - 1]:<{_LABEL}}" + "".join(f"{c:<{_DCOL}}" for c in cells))
+            table.append([row.decision[:_LABEL - 1], *(_short(row.where.get(n, "-")) for n in quant)])
+        lines += [""] + aligned_rows(table, min_widths=[_LABEL - 2] + [_DCOL - 2] * len(quant))
     for lint in report.lints[:4]:
         where = f" {lint.artifact}" if lint.artifact else ""
         lines.append(f"lint {lint.severity}{where} {lint.code}: {lint.hint or lint.message}"[:160])

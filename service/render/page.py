@@ -17,8 +17,12 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from service.api.routes.artifacts import split_name
 from service.pipeline.options import LEVELS
+from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render import svg
+from service.render.layers_svg import sqnr_by_depth, worst_rows
 from service.render.units import human_size
+from service.render.why_float import advice_rows, blocker_groups
+from service.schemas.report import SamplesInfo
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                    autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
@@ -65,6 +69,16 @@ def _levels(report: dict, arts: dict) -> list[str]:
 def _worst_sqnr(level: dict | None) -> float | None:
     num = (level or {}).get("numerics") or {}
     return num.get("worst_sqnr_db")
+
+
+def _noisy(level: dict | None) -> str | None:
+    """Why a latency is marked noisy ('' when it is not), for the page's warning marks."""
+    lat = (level or {}).get("latency") or {}
+    if not lat.get("noisy"):
+        return None
+    load = f"; load average {lat['load_avg_1m']:.2f}" if lat.get("load_avg_1m") is not None else ""
+    jobs = f"; {lat['concurrent_jobs']} jobs running" if lat.get("concurrent_jobs") else ""
+    return "; ".join(lat.get("noisy_reasons") or ["noisy"]) + load + jobs
 
 
 def _latency(level: dict | None) -> float | None:
@@ -133,6 +147,7 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
             "coverage": at.get("int8_coverage"), "sqnr": _worst_sqnr(at) if at.get("numerics") else "na",
             "cosine": (at.get("numerics") or {}).get("worst_cosine"), "latency": lat,
             "ratio": (lat / ref) if lat and ref else None, "nodes": at.get("node_count"),
+            "latency_noisy": _noisy(at) or _noisy(fp32_opt.get(last) if last else None),
             "kernels": ", ".join(f"{k} ×{v}" for k, v in (at.get("int8_kernels") or {}).items()) or "none",
         })
 
@@ -159,9 +174,28 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         downloads.append({"name": fname, "artifact": art, "level": lv, "size": size,
                           "url": f"/v1/comparisons/{job_id}/artifacts/{fname}"})
     lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
-    return {"r": report, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+    latency_protocol = next((((o or {}).get("latency") or {}).get("protocol") for a in arts.values()
+                             for o in ((a.get("optimized") or {}).values()) if ((o or {}).get("latency") or {}).get("protocol")),
+                            None)
+    layers = report.get("layers") or None
+    layer_view = None if not layers else {
+        "chart": sqnr_by_depth(layers), "worst": worst_rows(layers, 10), "l": layers,
+        "arts": [n for n in quant if any(n in (r.get("artifacts") or {}) for r in layers.get("rows") or [])],
+    }
+    why = {"groups": blocker_groups(report), "advice": advice_rows(report), "refuted": advice_rows(report, refuted=True)}
+    return {"r": report, "why": why, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+            "latency_protocol": latency_protocol,
+            "layers": layer_view,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
-            "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts)}
+            "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts),
+            "made_up_banner": _made_up_banner(report.get("samples"))}
+
+
+def _made_up_banner(samples: Any) -> str | None:
+    try:
+        return made_up_data_banner(SamplesInfo.model_validate(samples)) if samples else None
+    except Exception:  # noqa: BLE001 - an older report without samples renders without the banner
+        return None
 
 
 def render_job_page(rec, report, files: list[tuple[str, int]]) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render.levels_text import levels_summary_lines
 from service.render.units import human_size
+from service.render.why_float import why_float_lines
 from service.schemas.report import Report
 
 
@@ -20,6 +22,13 @@ def summary_table(report: Report) -> str:
         f"inputs: " + ", ".join(f"{k}{v}" for k, v in m.resolved_input_shapes.items()),
         f"samples: {report.samples.calibration_count} calibration / {report.samples.eval_count} evaluation "
         f"({report.samples.source}); {report.environment.cpu.arch}, onnxruntime {report.environment.versions.get('onnxruntime')}",
+    ]
+    if m.notes:
+        lines += [f"note: {n}" for n in m.notes]
+    banner = made_up_data_banner(report.samples)
+    if banner:
+        lines += ["", "!! " + banner + " (upload an .npz; CI: gate calibration_data_uploaded)"]
+    lines += [
         "",
         f"{'artifact':<14}{'status':<9}{'Q/DQ':>8}  {'bias':<8}{'weights':<10}{'size':>9}  quantized ops (int8 kernels in file)",
     ]
@@ -42,10 +51,18 @@ def summary_table(report: Report) -> str:
     extra = levels_summary_lines(report)
     if extra:
         lines += [""] + list(extra)
+    lines += why_float_lines(report)
     if report.platform:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.
         lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
+    if report.layers is not None and report.layers.rows:
+        lines += ["", f"per-tensor error ({len(report.layers.rows)} tensors at disable_all; report.json 'layers'):"]
+        for art, tensor in report.layers.worst.items():
+            row = next(r for r in report.layers.rows if r.tensor == tensor)
+            top = next((o for o in report.layers.origins if o.artifact == art), None)
+            lines.append(f"  {art:<14}worst {tensor} ({row.op_type}) {row.artifacts[art].sqnr_db:.1f} dB"
+                         + (f"; {top.summary}" if top else ""))
     v = report.verdict
     if report.options.gates:
         lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]

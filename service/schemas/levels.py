@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from service.schemas.advice import UnfusedNode
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -97,6 +99,19 @@ class LatencyStats(_Model):
     warmup: int  # untimed runs just before timing (the evaluation runs on the same session count too)
     intra_op_threads: int
     batch: dict[str, list[int]] = Field(default_factory=dict)  # input shapes timed
+    # The adaptive protocol (service/pipeline/runtime/latency.py) and the load while it measured.
+    p10_ms: float | None = None
+    runs_from_eval: int = 0  # timed runs that were evaluation runs (the rest ran the first eval feed)
+    median_ci_ms: list[float] | None = None  # distribution-free ~95% interval of the median
+    spread: float | None = None  # (p90 - p10) / median
+    stable: bool | None = None  # the interval reached +-stable_rel of the median
+    cpu_share: float | None = None  # process CPU time / (wall x threads) over the timed runs
+    load_avg_1m: float | None = None  # highest 1-minute load average seen while timing
+    concurrent_jobs: int | None = None  # jobs running in the service meanwhile (this one included)
+    noisy: bool = False
+    noisy_reasons: list[str] = Field(default_factory=list)
+    protocol: str | None = None
+    timed_with: str | None = None  # "<level>": same graph as that level, its measurement stands
 
 
 class OptimizedLevel(_Model):
@@ -118,12 +133,23 @@ class OptimizedLevel(_Model):
     kernel_activation_dtypes: dict[str, int] = Field(default_factory=dict)
     ops_float: dict[str, int] = Field(default_factory=dict)  # non-Q/DQ ops computing on float
     ops_float_reasons: dict[str, str] = Field(default_factory=dict)  # op -> why ORT runs it in float here
+    # One row per node ORT runs in float at this level and the ORT condition it fails (quantized artifacts).
+    unfused: list[UnfusedNode] = Field(default_factory=list)
     bias: BiasState = Field(default_factory=BiasState)
     layout: LayoutInfo = Field(default_factory=LayoutInfo)
     diff: LevelDiff | None = None
     numerics: LevelNumerics | None = None
     latency: LatencyStats | None = None
     session_seconds: float | None = None
+    # The graph ORT wrote at this level (service/pipeline/runtime/level_graphs.py): its SHA-256 with
+    # the initializers in "model.data", theirs, and both sizes. ``file_stored`` false: the job kept only
+    # these digests, and a download creates the session again and checks them before serving the file.
+    graph_sha256: str | None = None
+    weights_sha256: str | None = None
+    graph_bytes: int | None = None
+    weights_bytes: int | None = None
+    download_bytes: int | None = None  # the self-contained .onnx a download returns (graph with its weights)
+    file_stored: bool = True
     # The level before this one, when ORT wrote a byte-identical graph: its outputs and latency
     # were reused, not measured again.
     same_graph_as: str | None = None

@@ -12,6 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.pipeline.options import ComparisonOptions
+from service.schemas.advice import AdviceEntry
+from service.schemas.layers import LayersReport
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel, PlatformNote
 
 SCHEMA_VERSION = "1"
@@ -56,6 +58,8 @@ class ModelInfo(_Model):
     # The concrete shapes every sample was made with, and where each dynamic value came from.
     resolved_input_shapes: dict[str, list[int]] = Field(default_factory=dict)
     shape_notes: list[str] = Field(default_factory=list)
+    # What else the file tells a reader about itself (e.g. operator domains imported but unused).
+    notes: list[str] = Field(default_factory=list)
 
 
 class SamplesInfo(_Model):
@@ -168,6 +172,7 @@ class GateResult(_Model):
     baseline: float | None = None
     delta: float | None = None
     message: str
+    noisy: bool = False  # a latency it read was measured under load (LatencyStats.noisy)
 
 
 class Verdict(_Model):
@@ -190,5 +195,10 @@ class Report(_Model):
     lints: list[Lint] = Field(default_factory=list)
     # Where this machine's ORT differs from the course chapter's arm64 measurements.
     platform: list[PlatformNote] = Field(default_factory=list)
+    # What to change, re-run for real and measured (verdict/advice.py); refuted = measured, not better.
+    advice: list[AdviceEntry] = Field(default_factory=list)
+    advice_refuted: list[AdviceEntry] = Field(default_factory=list)
+    # Per-tensor error of each quantized file against fp32 (options.layers); None when off.
+    layers: LayersReport | None = None
     verdict: Verdict
     timings: dict[str, float] = Field(default_factory=dict)

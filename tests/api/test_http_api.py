@@ -242,13 +242,14 @@ def test_a_full_queue_answers_503_and_too_many_uploads_429(tmp_path):
     s = LiveServer(tmp_path / "var", workers=1, max_queue=1, max_concurrent_uploads=1).start()
     try:
         with s.client() as c:
-            assert upload(c, "sleep 3").status_code == 202
+            # Three different jobs (seeds): an identical one would join the first instead of queueing.
+            assert upload(c, "sleep 3", {"seed": 1}).status_code == 202
             deadline = time.monotonic() + 10
             while c.get("/metrics").text.find('quantcompare_workers{state="busy"} 1.0') < 0:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
-            assert upload(c, "sleep 3").status_code == 202  # queued
-            r = upload(c, "sleep 3")
+            assert upload(c, "sleep 3", {"seed": 2}).status_code == 202  # queued
+            r = upload(c, "sleep 3", {"seed": 3})
             assert_problem(r, 503, "busy")
             assert int(r.headers["retry-after"]) >= 1
 
@@ -314,3 +315,43 @@ def test_after_a_crash_and_restart_nothing_submitted_is_lost(tmp_path):
         assert not (s.data_dir / "jobs" / "0123stale").exists()
     finally:
         s2.stop()
+
+
+def test_identical_submissions_in_flight_join_one_job_instead_of_filling_the_queue(tmp_path):
+    """A CI matrix posts the same model from several jobs at once: 120 submissions of 40 distinct
+    jobs, in a shuffled burst, against a queue of 40. Every repeat of a job still queued or
+    running gets 202 with that job's id (or, once it finished, the stored result); none a 503."""
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    s = LiveServer(tmp_path / "var", workers=2, max_queue=40, max_concurrent_uploads=200).start()
+    try:
+        order = [i for i in range(40) for _ in range(3)]
+        random.Random(0).shuffle(order)
+
+        def post(i: int) -> tuple[int, httpx.Response]:
+            with s.client() as c:
+                return i, upload(c, "sleep 1", {"seed": 1000 + i})
+
+        with ThreadPoolExecutor(16) as pool:
+            answers = list(pool.map(post, order))
+        assert all(r.status_code in (200, 202) for _, r in answers), \
+            sorted({(r.status_code, r.text[:200]) for _, r in answers if r.status_code not in (200, 202)})
+        ids: dict[int, set[str]] = {}
+        for i, r in answers:
+            ids.setdefault(i, set()).add(r.json()["id"])
+        assert all(len(v) == 1 for v in ids.values()), {i: v for i, v in ids.items() if len(v) > 1}
+        assert len({next(iter(v)) for v in ids.values()}) == 40  # one job per distinct submission
+        with s.client() as c:
+            metrics = c.get("/metrics").text
+
+        def counter(name: str) -> float:
+            line = next(ln for ln in metrics.splitlines() if ln.startswith(name + " "))
+            return float(line.split()[-1])
+
+        # Every repeat was answered by the first job: joined while in flight, or its stored result.
+        assert counter("quantcompare_submissions_joined_total") + counter("quantcompare_cache_hits_total") == 80
+        assert counter("quantcompare_submissions_joined_total") > 0
+        assert 'quantcompare_submissions_rejected_total{reason="queue_full"}' not in metrics
+    finally:
+        s.stop()

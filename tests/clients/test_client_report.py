@@ -14,7 +14,7 @@ from service.pipeline.verdict.gates import gate_from_string, gate_to_string
 
 PUBLIC = {
     "__version__", "Client", "AsyncClient", "DEFAULT_TIMEOUT",
-    "Report", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
+    "Report", "Layers", "LayerRow", "LayerCell", "LayerOrigin", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
     "OptimizedLevel", "Numerics", "OutputNumerics", "Latency", "LevelDiff", "Rewrite", "Decision", "Lint",
     "GateResult", "Verdict", "ModelInfo", "Example",
     "parse_gate", "format_gate", "GateSyntaxError",
@@ -99,9 +99,10 @@ def test_summary_is_a_compact_table_with_the_verdict(report, capsys):
     text = capsys.readouterr().out
     lines = text.splitlines()
     assert lines[0].startswith("quantcompare report c0ffee · model conv_relu (example)")
-    header = lines[2].split()
+    assert lines[1].startswith("!! MADE-UP DATA")  # the fake's samples are generated
+    header = lines[3].split()
     assert header == ["artifact", "status", "format", "bias", "nodes", "int8", "sqnr_db", "cosine", "max_abs", "ms", "x", "fp32"]
-    row = {line.split()[0]: line.split() for line in lines[3:7]}
+    row = {line.split()[0]: line.split() for line in lines[4:8]}
     assert row["ort_qdq"][:4] == ["ort_qdq", "ok", "qdq", "int32"]
     assert row["ort_qdq"][5:8] == ["100%", "31.5", "0.99950"] and row["ort_qdq"][-1] == "0.50"
     assert row["fp32"][6] == "inf"
@@ -183,3 +184,14 @@ def test_client_and_server_parse_gates_alike(text):
     client = qc.parse_gate(text)
     assert client == server.model_dump(exclude_none=True)  # the client leaves unset fields out
     assert qc.format_gate(client) == gate_to_string(server)
+
+
+def test_generated_samples_are_flagged_in_the_summary_and_the_notebook_table():
+    data = report_json()
+    data["samples"] = {**data["samples"], "source": "generated", "generators": {"x": "normal(0, 1)"}}
+    made_up = qc.Report(data)
+    assert made_up.made_up_data and "x: normal(0, 1)" in made_up.made_up_data
+    assert "!! MADE-UP DATA" in made_up.summary_text() and "MADE-UP DATA" in made_up._repr_html_()
+    data["samples"] = {**data["samples"], "source": "uploaded", "generators": {"x": "uploaded"}}
+    real = qc.Report(data)
+    assert real.made_up_data is None and "MADE-UP" not in real.summary_text() + real._repr_html_()

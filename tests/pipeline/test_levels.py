@@ -18,6 +18,7 @@ import pytest
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.decide import decided_from_levels
 from service.render.levels_text import levels_summary_lines
+from tests.cpu import cosine_floor, int8_kernels_exact, sqnr_floor
 from service.pipeline.options import LEVELS, ComparisonOptions
 
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -182,10 +183,10 @@ def test_numerics_against_fp32_and_between_levels(conv_relu_levels):
         for level, ol in result.optimized[name].items():
             n = ol.numerics
             assert n.samples == 4 and len(n.outputs) == 1
-            assert n.worst_sqnr_db > 30, (name, level, n.worst_sqnr_db)
-            assert n.worst_cosine > 0.999
+            assert n.worst_sqnr_db > sqnr_floor(level), (name, level, n.worst_sqnr_db)
+            assert n.worst_cosine > cosine_floor(level)
             assert n.outputs[0].output_step > 0
-            if level != "disable_all":
+            if level != "disable_all" and int8_kernels_exact(level):
                 # ORT's rewrites move an output by at most a couple of quantization steps
                 assert n.outputs[0].drift_steps <= 2.0, (name, level, n.outputs[0].drift_steps)
 
@@ -205,7 +206,7 @@ def test_agreement_rows_between_quantized_artifacts(conv_relu_levels):
     for r in result.agreement:
         # None = bitwise identical (infinite SQNR): ort_qdq and ort_qoperator share calibration and
         # settings, and at level all both run the same NHWC QLinearConv
-        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > 25)
+        assert r.level == "all" and (r.sqnr_db is None or r.sqnr_db > sqnr_floor("all", clean=25))
         assert 0 <= r.equal_share <= 1 and r.max_diff_steps is not None
 
 
@@ -264,3 +265,35 @@ def test_summary_lines_fit_one_screen(conv_relu_levels):
     assert lines[0].startswith("levels") and "disable_all" in lines[0]
     assert any(x.startswith("pt2e_qdq") for x in lines)
     assert any(x.startswith("bias to int32") for x in lines)
+
+
+@pytest.mark.parametrize("median_ms", [0.05, 1116.26, 123456789.5], ids=["sub-ms", "four digits", "nine digits"])
+def test_summary_columns_stay_aligned_for_any_width(conv_relu_levels, median_ms):
+    """Seen: 'exact | 1116.26exact | 1120.96' when a cell outgrew a fixed 15-char column."""
+    from types import SimpleNamespace
+
+    from service.schemas.report import Artifact
+
+    result, _, _ = conv_relu_levels
+    wide = {}
+    for name, per_level in result.optimized.items():
+        wide[name] = {lv: ol.model_copy(update={"latency": ol.latency.model_copy(update={"median_ms": median_ms})})
+                      if ol.latency else ol for lv, ol in per_level.items()}
+    report = SimpleNamespace(artifacts={n: Artifact(name=n, status="ok", optimized=p) for n, p in wide.items()},
+                             decisions=result.decisions, lints=[])
+    lines = levels_summary_lines(report)
+    header = lines[0].split("  (")[0]
+    levels = header.split()[1:]
+    starts, at = [], 0
+    for lv in levels:  # "all" is also inside "disable_all": search after the previous column
+        at = header.index(" " + lv, at) + 1
+        starts.append(at)
+    for row in lines[1:1 + len(wide)]:
+        cells = [row[s:e].strip() for s, e in zip(starts, starts[1:] + [None])]
+        assert len(cells) == len(levels)
+        for cell in cells:  # every cell holds exactly one level's value, and a gap before the next
+            assert cell.count("|") <= 1, row
+            if "|" in cell:
+                assert cell.split("|")[1].strip() == f"{median_ms:.2f}", row
+        for s in starts[1:]:
+            assert row[s - 1] == " " and row[s - 2] == " ", row

@@ -19,6 +19,7 @@ def test_identical_graphs_reuse_the_latency_measurement(compared):
     report, _ = compared("conv_relu", latency={"runs": 3, "warmup": 2})
     opt = report.artifacts["ort_qdq"].optimized
     assert opt["all"].same_graph_as == "layout"
-    assert opt["all"].latency == opt["layout"].latency
+    assert opt["all"].latency.median_ms == opt["layout"].latency.median_ms
+    assert opt["all"].latency.timed_with == "layout"
     # A level that ran was timed after the evaluation runs warmed its session.
-    assert opt["extended"].latency.runs == 3 and opt["extended"].latency.median_ms > 0
+    assert opt["extended"].latency.runs >= 3 and opt["extended"].latency.median_ms > 0

@@ -219,6 +219,33 @@ def build_already_quantized_dynamic(path: Path) -> None:
     _quantized(path, "dynamic")
 
 
+# Domains real exporters import without a node in them (training, ORT's experimental and
+# featurizer domains, a framework's own): ORT runs such files.
+UNUSED_DOMAINS = ("ai.onnx.training", "ai.onnx.preview.training", "com.microsoft.experimental",
+                  "com.microsoft.mlfeaturizers", "pkg.paddle2onnx")
+
+
+def _with_unused_domains(path: Path) -> None:
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    model.opset_import.extend(helper.make_opsetid(d, 1) for d in UNUSED_DOMAINS)
+    onnx.save(model, str(path))
+
+
+def build_unused_domain_imports(path: Path) -> None:
+    """An fp32 conv net whose opset_import lists five domains no node uses."""
+    build_opset21_unnamed_batch(path)
+    _with_unused_domains(path)
+
+
+def build_already_quantized_unused_domains(path: Path) -> None:
+    """quantize_static QOperator output that also imports domains no node uses."""
+    _quantized(path, "qoperator")
+    _with_unused_domains(path)
+
+
 def build_large_100mb(path: Path) -> None:
     """Four 2560x2560 fp32 MatMuls: a 105 MB file, the size of a small real model."""
     import onnx
@@ -304,6 +331,10 @@ CORPUS: list[CorpusModel] = [
                 built(build_already_quantized_qoperator, "already_qoperator.onnx")),
     CorpusModel("already_quantized_dynamic", "quantize_dynamic output (DynamicQuantizeLinear inside)",
                 built(build_already_quantized_dynamic, "already_dynamic.onnx")),
+    CorpusModel("unused_domain_imports", "opset_import lists ai.onnx.training, com.microsoft.experimental, ... "
+                "that no node uses", built(build_unused_domain_imports, "unused_domains.onnx")),
+    CorpusModel("already_quantized_unused_domains", "already-quantized QOperator file importing unused domains",
+                built(build_already_quantized_unused_domains, "already_qoperator_unused_domains.onnx")),
     CorpusModel("large_100mb", "a 105 MB file (four 2560x2560 MatMuls)", built(build_large_100mb, "large.onnx"),
                 {"artifacts": ["ort_qdq"], "levels": ["disable_all", "all"]}, heavy=True),
 ]

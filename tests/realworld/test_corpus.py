@@ -58,9 +58,11 @@ def test_symbolic_dims_resolved_and_recorded(corpus_report):
 
 
 def test_integer_input_without_values_is_refused_naming_it(corpus_report):
-    refused = corpus_report("magika", input_values={})
+    """silero's sample rate is an int64 the graph states no range for (magika's bytes now get one:
+    see test_magika_byte_ids_are_drawn_in_the_one_hot_range_the_model_states)."""
+    refused = corpus_report("silero_vad_op18_ifless", input_values={})
     assert isinstance(refused, InvalidOptions)
-    assert "'bytes'" in refused.message and "input_values" in refused.hint
+    assert "'sr'" in refused.message and "input_values" in refused.hint
 
 
 def test_control_flow_nodes_inside_subgraphs_are_counted(corpus_report, corpus_dir):
@@ -159,15 +161,54 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     assert any("sr=16000" in n for n in conversion.notes)
 
 
+@pytest.mark.heavy
+@pytest.mark.parametrize("name", ["ppocr_v4_det"])
+def test_qoperator_quantizes_a_paddle_export_whose_weights_are_constant_nodes(corpus_report, name):
+    """PP-OCR keeps every Conv weight and bias in a Constant node; ORT's QOperator Conv quantizer
+    reads a bias only from initializers (AttributeError before the pre-step)."""
+    report = corpus_report(name, artifacts=["ort_qoperator"], levels=["disable_all"])
+    art = report.artifacts["ort_qoperator"]
+    assert art.status == "ok", art.error
+    assert any("Constant nodes turned into initializers" in n for n in art.tool.notes)
+    assert art.quantization.int8_kernels_in_file.get("QLinearConv", 0) > 50  # the model has 62 Convs
+
+
+@pytest.mark.parametrize("name", ["unused_domain_imports", "already_quantized_unused_domains"])
+def test_domains_no_node_uses_are_noted_not_refused(corpus_report, name):
+    from tests.realworld.corpus import UNUSED_DOMAINS
+
+    report = corpus_report(name, levels=["disable_all"])
+    assert not isinstance(report, QuantCompareError), f"refused: {report}"
+    note = next(n for n in report.model.notes if "no node uses" in n)
+    assert all(d in note for d in UNUSED_DOMAINS)
+    from service.render.text import summary_table
+
+    assert f"note: {note}" in summary_table(report)
+    if name.startswith("already_quantized"):  # inspected as is, not quantized twice
+        assert report.artifacts["fp32"].quantization.int8_kernels_in_file.get("QLinearConv") == 1
+        assert {report.artifacts[a].status for a in ("ort_qdq", "ort_qoperator")} == {"skipped"}
+    else:
+        assert report.artifacts["ort_qdq"].status == "ok" and report.artifacts["ort_qoperator"].status == "ok"
+
+
+def test_magika_byte_ids_are_drawn_in_the_one_hot_range_the_model_states(corpus_report):
+    """magika one-hot encodes its int32 bytes against arange(257) (jax's one_hot): without
+    options.input_values the ids are drawn in [0, 257) instead of being refused."""
+    report = corpus_report("magika", input_values={}, artifacts=["ort_qdq"], levels=["disable_all"])
+    assert not isinstance(report, QuantCompareError), f"refused: {report}"
+    assert report.samples.generators["bytes"].startswith("uniform int [0, 257)")
+    assert "arange" in report.samples.generators["bytes"]
+    assert report.artifacts["ort_qdq"].status == "ok"
+
+
 # PT2E from an ONNX upload (issue 12): the corpus models whose PT2E path must produce a file, and
 # those where it is expected to be skipped (the reason must name what blocks it).
 PT2E_SKIPPED: dict[str, str] = {}
-_QUANTIZED = {"already_quantized_qdq", "already_quantized_qoperator", "already_quantized_dynamic"}
 
 
 def _pt2e_params():
     for m in CORPUS:
-        if not m.in_suite or m.name in _QUANTIZED or "pt2e_qdq" not in m.options_with().get("artifacts", ["pt2e_qdq"]):
+        if not m.in_suite or m.name.startswith("already_quantized") or "pt2e_qdq" not in m.options_with().get("artifacts", ["pt2e_qdq"]):
             continue
         yield pytest.param(m.name, marks=[pytest.mark.heavy] if m.heavy else [], id=m.name)
 

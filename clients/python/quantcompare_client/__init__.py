@@ -28,6 +28,7 @@ from ._exceptions import (
     WaitTimeout,
 )
 from ._gates import GateSyntaxError, format_gate, parse_gate
+from ._layers import LayerCell, LayerOrigin, LayerRow, Layers
 from ._report import (
     Artifact,
     ArtifactFile,
@@ -61,6 +62,10 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     # results
     "Report",
+    "Layers",
+    "LayerRow",
+    "LayerCell",
+    "LayerOrigin",
     "Job",
     "Progress",
     "Artifact",

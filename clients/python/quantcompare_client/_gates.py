@@ -22,12 +22,14 @@ __all__ = ["ARTIFACTS", "LEVELS", "METRICS", "GateSyntaxError", "parse_gate", "f
 
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
-METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok")
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
+           "calibration_data_uploaded")
+_FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
 _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
 _BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 SYNTAX_HINT = (
     "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
-    "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2' or 'status_ok'"
+    "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' or 'calibration_data_uploaded'"
 )
 
 
@@ -64,6 +66,9 @@ def parse_gate(text: str) -> Dict[str, Any]:
             raise GateSyntaxError(f"gate {text!r}: {key} given twice")
         seen.add(key)
         gate[key] = part
+    if metric == "calibration_data_uploaded" and len(parts) > 1:
+        raise GateSyntaxError(f"gate {text!r}: calibration_data_uploaded is about the whole report; "
+                              "write it without artifact or level")
     if len(parts) == 3 and parts[0] in LEVELS:
         raise GateSyntaxError(f"gate {text!r}: write artifact before level")
     if m["op"]:
@@ -81,7 +86,7 @@ def parse_gate(text: str) -> Dict[str, Any]:
         if not math.isfinite(value):
             raise GateSyntaxError(f"gate {text!r}: the threshold is not a finite number")
         gate["op"], gate["value"] = m["op"], value
-    elif metric != "status_ok":
+    elif metric not in _FLAG_METRICS:
         raise GateSyntaxError(f"gate {text!r}: a threshold is missing (e.g. {text}>=25)")
     return gate
 
@@ -90,8 +95,8 @@ def format_gate(gate: Dict[str, Any]) -> str:
     """The inverse of :func:`parse_gate` (the form the server's ``GateResult.gate`` uses)."""
     artifact, level = gate.get("artifact", "*"), gate.get("level", "all")
     op, value = gate.get("op", ">="), float(gate.get("value", 1.0))
-    if gate["metric"] == "status_ok":
-        head = "status_ok" if artifact == "*" else f"{artifact}.status_ok"
+    if gate["metric"] in _FLAG_METRICS:
+        head = gate["metric"] if artifact == "*" else f"{artifact}.{gate['metric']}"
         return head if (op, value) == (">=", 1.0) else f"{head}{op}{value:.6g}"
     if gate.get("relative_to") == "baseline":
         return f"{artifact}.{level}.{gate['metric']}{op}" + ("baseline" if value == 0 else f"baseline{value:+.6g}")

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ._layers import Layers
 from ._svg import bar_chart
 
 __all__ = [
@@ -401,6 +402,12 @@ class Report:
         self.options: Dict[str, Any] = _d(self.raw.get("options"))
         self.environment: Dict[str, Any] = _d(self.raw.get("environment"))
         self.samples: Dict[str, Any] = _d(self.raw.get("samples"))
+        # Per-tensor error (issue 15); None from a server that does not measure it or when it is off.
+        # (a bare list of rows is read as {"rows": [...]}, as to_pandas("layers") does)
+        raw_layers = self.raw.get("layers")
+        if isinstance(raw_layers, list):
+            raw_layers = {"rows": raw_layers}
+        self.layers: Optional[Layers] = Layers(raw_layers) if isinstance(raw_layers, dict) else None
 
     # -- lookups --------------------------------------------------------------------------------
 
@@ -444,14 +451,6 @@ class Report:
                 if lv not in seen:
                     seen.append(lv)
         return sorted(seen, key=lambda lv: LEVELS.index(lv) if lv in LEVELS else len(LEVELS))
-
-    @property
-    def layers(self) -> Optional[Dict[str, Any]]:
-        """The per-tensor error table (``{"rows": [...], ...}``) when the server recorded one, else None."""
-        layers = self.raw.get("layers")
-        if isinstance(layers, list):
-            return {"rows": layers}
-        return layers if isinstance(layers, dict) else None
 
     # -- tables -----------------------------------------------------------------------------------
 
@@ -533,7 +532,10 @@ class Report:
         for r in rows:
             table.append([_fmt(r[key], spec) for _, key, spec in cols])
         widths = [max(len(line[i]) for line in table) for i in range(len(cols))]
-        lines = [head, f"level: {level}"]
+        lines = [head]
+        if self.made_up_data:
+            lines.append("!! " + self.made_up_data)
+        lines.append(f"level: {level}")
         for line in table:
             lines.append("  ".join(cell.ljust(w) if i < 4 else cell.rjust(w) for i, (cell, w) in enumerate(zip(line, widths))).rstrip())
         for r in rows:
@@ -545,6 +547,15 @@ class Report:
         if self.lints:
             lines.append(f"lints: {len(self.lints)} ({', '.join(sorted({lint.code for lint in self.lints}))})")
         return "\n".join(lines)
+
+    @property
+    def made_up_data(self) -> Optional[str]:
+        """A warning when no calibration .npz was uploaded (the numbers describe generated samples), else None."""
+        if self.samples.get("source") != "generated":
+            return None
+        made = ", ".join(f"{k}: {v}" for k, v in _d(self.samples.get("generators")).items()) or "generated"
+        return (f"MADE-UP DATA: no calibration .npz was uploaded; scales and accuracy describe generated samples "
+                f"({made}), not the model's real inputs")
 
     def summary(self, level: str = "all", *, file: Any = None) -> None:
         """Print a compact table: one row per artifact at ``level``, then the verdict."""
@@ -583,6 +594,8 @@ class Report:
         parts = [
             '<div class="quantcompare-report">',
             f"<p><b>{e(self._headline())}</b></p>",
+            (f'<p style="background:#fff3cd;border:2px solid #d39e00;padding:6px;font-weight:600">'
+             f"{e(self.made_up_data)}</p>") if self.made_up_data else "",
             f"<table><caption>level <code>{e(level)}</code></caption><thead><tr>",
             "".join(f"<th>{e(t)}</th>" for t, _, _ in cols),
             "</tr></thead><tbody>",

@@ -7,7 +7,7 @@ from fastapi.responses import HTMLResponse
 
 from service.api.deps import ExecutorDep
 from service.api.errors import problem_responses
-from service.api.routes.artifacts import artifact_files
+from service.api.routes.artifacts import downloadable_files
 from service.api.routes.comparisons import job_or_404
 from service.render.page import render_job_page
 
@@ -22,5 +22,5 @@ def report_html(job_id: str, request: Request, executor: ExecutorDep) -> HTMLRes
     job_dir = executor.job_dir(rec.id)
     report = request.app.state.reports.load(job_dir) if rec.status == "succeeded" else None
 
-    files = [(p.name, p.stat().st_size) for p in artifact_files(job_dir)]
+    files = downloadable_files(job_dir)
     return HTMLResponse(render_job_page(rec, report, files))

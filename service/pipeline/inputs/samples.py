@@ -31,9 +31,11 @@ class Samples:
     info: SamplesInfo
 
 
-def _generator_for(spec: InputSpec, options: ComparisonOptions) -> tuple[str, callable]:
+def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None) -> tuple[str, callable]:
     iv = options.input_values.get(spec.name)
     dtype = np.dtype(spec.dtype) if spec.dtype != "bfloat16" else np.dtype("float32")
+    if iv is None and model_range is not None:  # the model states the range; the option still wins
+        return f"{model_range.description}: {model_range.why}", model_range.make
     if iv is not None and iv.constant is not None:
         return f"constant {iv.constant:g}", lambda rng, shape: np.full(shape, iv.constant, dtype=dtype)
     if spec.dtype in _FLOATS:
@@ -56,12 +58,20 @@ def _generator_for(spec: InputSpec, options: ComparisonOptions) -> tuple[str, ca
                          hint="upload calibration data as .npz")
 
 
-def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions) -> Samples:
+def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions,
+                      *, model_ranges: dict | None = None) -> Samples:
+    """``model_ranges``: ``inputs.model_ranges.InputRange`` per input, where the model states one."""
     unknown = sorted(set(options.input_values) - {s.name for s in specs})
     if unknown:
         raise InvalidOptions(f"input_values names inputs the model does not have: {', '.join(unknown)}",
                              hint=f"the model's inputs are: {', '.join(s.name for s in specs)}")
-    gens = {s.name: _generator_for(s, options) for s in specs}
+    ranges = dict(model_ranges or {})
+    for name, r in list(ranges.items()):  # a range that does not broadcast to the resolved shape is dropped
+        try:
+            r.make(np.random.default_rng(0), shapes[name])
+        except Exception:  # noqa: BLE001
+            del ranges[name]
+    gens = {s.name: _generator_for(s, options, ranges.get(s.name)) for s in specs}
 
     def make(seed: int, count: int) -> list[Feed]:
         rng = np.random.default_rng(seed)
@@ -74,7 +84,9 @@ def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]
         eval_count=options.eval_samples,
         seed=options.seed,
         generators={name: g[0] for name, g in gens.items()},
-        notes=["evaluation samples are drawn with seed+1, held out from calibration"],
+        notes=["evaluation samples are drawn with seed+1, held out from calibration"]
+        + [f"{name}: drawn in the range the model states ({gens[name][0]})" for name in ranges
+           if name not in options.input_values],
     )
     return Samples(make(options.seed, options.calibration_samples), make(options.seed + 1, options.eval_samples), info)
 

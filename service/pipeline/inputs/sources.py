@@ -19,6 +19,7 @@ from typing import Any
 from service.errors import UnsupportedModel
 from service.examples import get_example
 from service.pipeline.files import file_sha256
+from service.pipeline.inputs.pt2_batch import batch_dims_from_program
 from service.pipeline.inputs.safety import exported_program_from_pt2, onnx_model_from_path, safe_extract_archive
 from service.pipeline.inputs.specs import InputSpec, input_specs_from_onnx
 
@@ -35,6 +36,7 @@ class ModelSource:
     onnx_model: Any = None  # its ModelProto, parsed without external data
     program: Any = None  # torch.export.ExportedProgram (pt2 upload / example)
     data_files: list[Path] = field(default_factory=list)  # external data next to onnx_path
+    batch_dims: dict[str, int] = field(default_factory=dict)  # symbol -> default (a .pt2's leading symbols)
     notes: list[str] = field(default_factory=list)
 
 
@@ -54,8 +56,9 @@ def source_from_example(name: str) -> ModelSource:
 
 def source_from_pt2(path: Path, *, name: str, budgets=None, allow_pt2: bool = True) -> ModelSource:
     program = exported_program_from_pt2(path, budgets=budgets, allow_pt2=allow_pt2)
-    return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs_from_program(program),
-                       program=program)
+    specs = specs_from_program(program)
+    return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs, program=program,
+                       batch_dims=batch_dims_from_program(program, [s.shape[0] for s in specs if s.shape]))
 
 
 def source_from_onnx(path: Path, *, name: str, budgets=None, allowed_data_files=None) -> ModelSource:

@@ -6,7 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from service.errors import InputShapeRequired, InvalidOptions, UnsupportedModel
+from service.errors import InputShapeRequired, InvalidCalibration, InvalidOptions, UnsupportedModel
 
 # A symbolic leading dim with one of these names is taken to be the batch, defaulting to 1.
 _BATCH_NAMES = re.compile(r"^(batch|batch_size|batchsize|n|b|bs|N|B|None|\?|-1|unk__\d+|(p2o\.)?DynamicDimension\.0|dynamic_batch)$", re.I)
@@ -65,13 +65,40 @@ def output_specs_from_onnx(model) -> list[InputSpec]:
     return [_value_info_spec(vi) for vi in model.graph.output]
 
 
-def resolved_input_shapes(
-    specs: list[InputSpec], input_shapes: dict[str, list[int]]
-) -> tuple[dict[str, tuple[int, ...]], list[str]]:
-    """Concrete shape per input, from the ``input_shapes`` option or a batch default of 1.
+def per_sample_shape(spec: InputSpec, data_shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The input shape one sample of an uploaded array has: ``array.shape[1:]``; or, when the array
+    has the input's rank and the input leads with a batch (1 or symbolic), one sample per batch row."""
+    if len(data_shape) == len(spec.shape) + 1:
+        return tuple(data_shape[1:])
+    if len(data_shape) == len(spec.shape) and spec.shape and not (isinstance(spec.shape[0], int) and spec.shape[0] != 1):
+        return (1, *data_shape[1:])
+    return None
 
-    Raises InputShapeRequired naming *every* dim that still needs a value, with the option to pass.
+
+def _mismatch(name: str, i: int, data: tuple[int, ...], what: str, value) -> InvalidCalibration:
+    return InvalidCalibration(
+        f"calibration[{name!r}] gives samples of shape {list(data)} (dim {i} = {data[i]}) but {what} {value}",
+        hint="make the data and the model agree: fix the .npz (leading axis = samples, then the input's shape), "
+             "or set options.input_shapes to the shape the data has",
+        input=name, data_shape=list(data), dim=i,
+    )
+
+
+def resolved_input_shapes(
+    specs: list[InputSpec], input_shapes: dict[str, list[int]], *,
+    data_shapes: dict[str, tuple[int, ...]] | None = None,
+    batch_dims: dict[str, int] | None = None,
+) -> tuple[dict[str, tuple[int, ...]], list[str]]:
+    """Concrete shape per input: the ``input_shapes`` option first, then the uploaded calibration
+    data (``data_shapes``: each .npz array's full shape, samples leading), then a batch default.
+
+    ``batch_dims``: symbols the source knows to be a batch, with their default (a .pt2's leading
+    torch symbol such as ``s77``, whose ``Dim`` name the archive does not keep).
+    Raises InputShapeRequired naming *every* dim that still needs a value, with the option to pass,
+    and InvalidCalibration naming both values when the data disagrees with the model or the option.
     """
+    data_shapes = data_shapes or {}
+    batch_dims = batch_dims or {}
     names = {s.name for s in specs}
     unknown = sorted(set(input_shapes) - names)
     if unknown:
@@ -91,6 +118,17 @@ def resolved_input_shapes(
             for d, v in zip(spec.shape, given):
                 if isinstance(d, str) and d not in _ANONYMOUS:
                     symbols.setdefault(d, int(v))
+    origin = {d: "options.input_shapes" for d in symbols}
+    for spec in specs:  # then the data's values, where the option gives none
+        if spec.name in input_shapes or spec.name not in data_shapes:
+            continue
+        sample = per_sample_shape(spec, data_shapes[spec.name])
+        for i, d in enumerate(spec.shape if sample is not None else ()):
+            if isinstance(d, str) and d not in _ANONYMOUS:
+                if d in symbols and symbols[d] != sample[i]:
+                    raise _mismatch(spec.name, i, sample, f"{d} is", f"{symbols[d]} in {origin[d]}")
+                symbols.setdefault(d, sample[i])
+                origin.setdefault(d, f"calibration[{spec.name!r}]")
     for spec in specs:
         given = input_shapes.get(spec.name)
         if given is not None:
@@ -109,14 +147,40 @@ def resolved_input_shapes(
             resolved[spec.name] = tuple(int(d) for d in given)
             if any(not isinstance(d, int) for d in spec.shape):
                 notes.append(f"{spec.name}: shape {list(given)} from the input_shapes option")
+            if spec.name in data_shapes:
+                sample = per_sample_shape(spec, data_shapes[spec.name])
+                if sample is not None and sample != resolved[spec.name]:
+                    i = next(k for k, (a, b) in enumerate(zip(sample, resolved[spec.name])) if a != b)
+                    raise _mismatch(spec.name, i, sample, "options.input_shapes gives", list(resolved[spec.name]))
             continue
+        sample = per_sample_shape(spec, data_shapes[spec.name]) if spec.name in data_shapes else None
+        if spec.name in data_shapes and sample is None:
+            raise InvalidCalibration(
+                f"calibration[{spec.name!r}] has shape {list(data_shapes[spec.name])}; the input has rank "
+                f"{len(spec.shape)} (declared shape {list(spec.shape)}), so the array needs rank {len(spec.shape) + 1}",
+                hint="the leading axis counts samples; the rest is the input's shape",
+                input=spec.name, data_shape=list(data_shapes[spec.name]))
         dims: list[int] = []
         for i, d in enumerate(spec.shape):
+            if sample is not None:
+                if isinstance(d, int):
+                    if sample[i] != d:
+                        raise _mismatch(spec.name, i, sample, f"the model fixes dim {i} at", d)
+                else:  # symbols already agree (checked above)
+                    notes.append(f"{spec.name}: dim {i} ({d if d else 'unnamed'}) set to {sample[i]} "
+                                 "from the calibration data (per-sample shape = array.shape[1:])")
+                dims.append(sample[i])
+                continue
             if isinstance(d, int):
                 dims.append(d)
             elif isinstance(d, str) and d in symbols:
                 dims.append(symbols[d])
                 notes.append(f"{spec.name}: dim {i} ({d}) set to {symbols[d]}, the value {d} has in another input")
+            elif i == 0 and isinstance(d, str) and d in batch_dims:
+                dims.append(batch_dims[d])
+                symbols[d] = batch_dims[d]
+                notes.append(f"{spec.name}: dim 0 ({d}, torch.export's symbol: the .pt2 does not keep the Dim's name) "
+                             f"taken as the batch, set to {batch_dims[d]}")
             elif (i == 0 and (d is None or _BATCH_NAMES.match(str(d)))) or (d and _BATCH_ANYWHERE.match(str(d))):
                 dims.append(1)
                 if isinstance(d, str) and d not in _ANONYMOUS:

@@ -160,6 +160,12 @@ def diff_graphs(old: GraphIndex, new: GraphIndex, *, previous: str) -> LevelDiff
         rewrites.append(_classify(old, new, [removed[i] for i in r_idx], [added[j] for j in a_idx],
                                   {(removed[i].name) for i, j in modified if i in r_idx}))
     rewrites = _merge_s8_to_u8(rewrites, {n.name: op_key(n) for n in old.nodes})
+    if previous in ("file", "disable_all", "basic"):
+        # NhwcTransformer and NchwcTransformer are Level3 (layout) transformers: a channels-last node that
+        # appears at extended or below is made by something else, so neither is named there.
+        rewrites = [r.model_copy(update={"transformer": None}) if r.transformer in ("NhwcTransformer",
+                                                                                     "NchwcTransformer") else r
+                    for r in rewrites]
     return LevelDiff(previous=previous, nodes_removed=len(removed), nodes_added=len(added), rewrites=rewrites)
 
 
@@ -228,7 +234,9 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
     if rem_q and not add_only and mod_new and all(n.op_type in QDQ_DROP_OPS for n in mod_new) and \
             all(k in QDQ_OPS for k in rk):
         ops = _count_text([op_key(n) for n in mod_new])
-        return rw(f"{_count_text(rk)} removed around {ops} (runs on int8)", "qdq_drop",
+        # the dtype it now reads: uint8 on x86 when QDQS8ToU8Transformer converted the pair, else as written
+        on = "/".join(sorted({new.dtypes.get(n.input[0]) or "8-bit" for n in mod_new})) or "8-bit"
+        return rw(f"{_count_text(rk)} removed around {ops} (runs on {on})", "qdq_drop",
                   "QDQSelectorActionTransformer")
 
     # bias quantized to int32 at session time

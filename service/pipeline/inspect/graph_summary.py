@@ -19,7 +19,6 @@ from service.pipeline.vocabulary import (
     INT8_KERNELS,
     MS,
     NCHWC,
-    QDQ_FUSION_LIST,
     QDQ_OPS,
     QLINEAR_BIAS_INDEX,
     SYMMETRIC_ZERO_POINT,
@@ -149,16 +148,19 @@ def weight_quant_params(graph: GraphIndex) -> list[dict]:
     def add(w: str, scale: str, zp: str | None, consumer: str):
         if w in seen:
             return
-        arr = graph.init_array(w)
-        if arr is None or arr.ndim < 2 or not np.issubdtype(arr.dtype, np.integer):
+        t = graph.initializers.get(w)  # dims and dtype only: the weight's values are not needed
+        if t is None or len(t.dims) < 2:
+            return
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(t.data_type))
+        if not np.issubdtype(dtype, np.integer):
             return
         seen.add(w)
         s = graph.init_array(scale)
         z = graph.init_array(zp) if zp else None
-        zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=arr.dtype)
-        mid = SYMMETRIC_ZERO_POINT.get(arr.dtype.name, 0)
+        zv = z.reshape(-1) if z is not None else np.zeros(1, dtype=dtype)
+        mid = SYMMETRIC_ZERO_POINT.get(dtype.name, 0)
         out.append({
-            "name": w, "dtype": arr.dtype.name, "consumer": consumer,
+            "name": w, "dtype": dtype.name, "consumer": consumer,
             "per_channel": s is not None and s.size > 1,
             "symmetric": bool(np.all(zv == mid)),
             "zero_points_equal": bool(np.all(zv == zv[0])) if zv.size else True,
@@ -197,38 +199,4 @@ def output_steps(graph: GraphIndex) -> list[float | None]:
             if s is not None and s.size:
                 step = float(np.max(np.abs(s)))
         out.append(step)
-    return out
-
-
-# On CPUs where QDQIsInt8Allowed() is false (x86), these selectors take uint8 activations only.
-_U8_ONLY = {"Conv", "MatMul"}
-
-
-def float_op_reasons(graph: GraphIndex, *, int8_allowed: bool) -> dict[str, str]:
-    """For each op type that still runs in float in this graph: why, in ORT's terms."""
-    out: dict[str, str] = {}
-    for n in graph.nodes:
-        key = op_key(n)
-        if key in out or key in QDQ_OPS or key in INT8_KERNELS or n.op_type in DATA_MOVEMENT_OPS:
-            continue
-        first = next((i for i in n.input if i), None)
-        if first is None or first in graph.initializers or not is_float(graph.dtypes.get(first)):
-            continue
-        dqs = [graph.producer[i] for i in n.input if i in graph.producer
-               and graph.producer[i].op_type == "DequantizeLinear"]
-        qs = [c for o in n.output for c in graph.consumers.get(o, []) if c.op_type == "QuantizeLinear"]
-        if not dqs:
-            out[key] = "no DequantizeLinear before it: not quantized in the file"
-        elif key not in QDQ_FUSION_LIST:
-            out[key] = "not in ORT's QDQ fusion list: runs in float between DequantizeLinear and QuantizeLinear"
-        elif not qs and n.op_type not in ("MatMul", "Gemm"):
-            out[key] = "no QuantizeLinear after it: its output is not quantized in the file"
-        else:
-            act = {graph.dtypes.get(d.input[2]) for d in dqs if len(d.input) > 2 and d.input[2]
-                   and d.input[0] not in graph.initializers}
-            if not int8_allowed and n.op_type in _U8_ONLY and "int8" in act:
-                out[key] = ("not fused: its activation stayed int8 (QDQS8ToU8Transformer leaves a QuantizeLinear "
-                            "that feeds several DequantizeLinear) and on x86 ORT fuses Conv/MatMul on uint8 only")
-            else:
-                out[key] = "Q/DQ around it, but ORT's fusion conditions were not met (see the extended diff)"
     return out

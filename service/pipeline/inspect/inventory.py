@@ -70,12 +70,29 @@ def _params(g: GraphIndex, node, scale_idx: int, zp_idx: int, out_dtype_default:
     return scale, zp, dtype
 
 
+def _kernel_weight_axis(node, weight: np.ndarray | None, channels: int) -> int:
+    """The axis a QOperator kernel's per-channel weight scales run along: the output channel, which
+    is axis 0 of a QLinearConv weight [M, C, kH, kW], the last axis of a QLinearMatMul B [K, N], and
+    for QGemm axis 0 with transB=1 ([N, K]) or 1 without. Checked against the weight's shape."""
+    if node.op_type == "QLinearMatMul":
+        axis = weight.ndim - 1 if weight is not None else 1
+    elif node.op_type == "QGemm":
+        axis = 0 if attribute(node, "transB", 0) else 1
+    else:
+        axis = 0
+    if weight is not None and weight.ndim > axis and weight.shape[axis] != channels:
+        matches = [i for i, d in enumerate(weight.shape) if d == channels]
+        if len(matches) == 1:
+            axis = matches[0]
+    return axis
+
+
 def _tensor(name, role, g, node, scale_idx, zp_idx, storage, consumers, dtype_default="uint8") -> QuantizedTensor:
     scale, zp, dtype = _params(g, node, scale_idx, zp_idx, dtype_default)
     per_channel = scale.size > 1
     axis = attribute(node, "axis", 1) if per_channel and node.op_type in QDQ_OPS else None
     if per_channel and node.op_type not in QDQ_OPS:
-        axis = 0  # QLinearConv / QGemm weights: per output channel
+        axis = _kernel_weight_axis(node, g.init_array(name), scale.size)
     block = attribute(node, "block_size") if node.op_type in QDQ_OPS else None
     mid = SYMMETRIC_ZERO_POINT.get(dtype, 0)
     return QuantizedTensor(
@@ -253,10 +270,24 @@ def _classify_ops(g: GraphIndex, nodes):
         memo_out[id(node)] = ok
         return ok
 
+    def reads_8bit(node, depth=0) -> bool:
+        """QOperator files: MaxPool, Reshape, Transpose ... read the int8 output of a QuantizeLinear or
+        a QLinear kernel directly (no DequantizeLinear): they run on 8-bit data, not in float."""
+        first = next((i for i in node.input if i and not g.is_constant(i)), None)
+        p = g.producer.get(first) if first else None
+        if p is None:
+            return False
+        if p.op_type == QUANTIZE or op_key(p) in QUANTIZED_KERNELS:
+            return True
+        return depth < 8 and p.op_type not in QDQ_OPS and reads_8bit(p, depth + 1)
+
     quantized, floating, reasons = Counter(), Counter(), {}
     for node in nodes:
         key = op_key(node)
         if node.op_type in QDQ_OPS or node.op_type in _STRUCTURAL or key in QUANTIZED_KERNELS:
+            continue
+        if reads_8bit(node):
+            quantized[key] += 1  # runs on the 8-bit tensor as is
             continue
         if not data_inputs(node) and not any(
             g.producer.get(i) is not None and g.producer[i].op_type == DEQUANTIZE for i in node.input if i):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from service.pipeline.inputs.samples import Feed
+from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -101,7 +102,10 @@ def quantized_by_ort(
         kwargs["nodes_to_exclude"] = settings["nodes_to_exclude"]
     if calibration_cache is not None:
         kwargs["calibration_cache_path"] = str(calibration_cache)
-    quantize_static(str(model_path), str(out_path), reader, **kwargs)
+    try:
+        quantize_static(str(model_path), str(out_path), reader, **kwargs)
+    except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
+        raise failure_from_ort_quantizer(e, quant_format) from e
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
     notes = [pre_process_note] if pre_process_note else []

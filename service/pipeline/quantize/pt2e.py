@@ -33,10 +33,12 @@ def qdq_from_pt2e(
     *,
     per_channel: bool = True,
     evaluation: list[Feed] | None = None,
+    skip_modules: tuple[str, ...] = (),
 ) -> ToolInfo:
     program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
     try:
-        return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel)
+        return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
+                                  skip_modules)
     except Exception as e:  # noqa: BLE001
         if conversion is None:
             raise
@@ -45,7 +47,8 @@ def qdq_from_pt2e(
                                 hint=PT2_HINT, conversion=conversion) from e
 
 
-def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel) -> ToolInfo:
+def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
+                       skip_modules: tuple[str, ...] = ()) -> ToolInfo:
     import onnx
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -54,6 +57,12 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     specs = source.specs
     config = get_symmetric_quantization_config(is_per_channel=per_channel)
     quantizer = XNNPACKQuantizer().set_global(config)
+    # Exclude-and-retry (runtime/layers_retry): these modules stay float. torchao 0.18's
+    # set_module_name asserts on None, but its annotation pass takes None as "annotate nothing"
+    # (_annotate_all_static_patterns returns early) and the global config skips every module
+    # listed in module_name_config, so the entry is written directly.
+    for module_name in skip_modules:
+        quantizer.module_name_config[module_name] = None
     prepared = prepare_pt2e(program.module(), quantizer)
     names = [s.name for s in specs]
     with torch.no_grad():

@@ -1,0 +1,1 @@
+"""Running the files: levels, sessions, numerics, latency, agreement, attribution, per-tensor error."""

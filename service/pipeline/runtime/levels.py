@@ -24,12 +24,11 @@ from typing import Callable
 import numpy as np
 
 from service.pipeline.environment import cpu_info
-from service.pipeline.files import file_sha256
+from service.pipeline.inspect.blockers import reasons_by_op, rows_index, unfused_nodes
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
     bias_state,
     compute_op_count,
-    float_op_reasons,
     layout_info,
     node_summaries,
     op_histogram,
@@ -40,7 +39,18 @@ from service.pipeline.inspect.graph_summary import (
 )
 from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
 from service.pipeline.quantize.isolation import scrub
-from service.pipeline.runtime.numerics import concat_runs, cosine, latency_of, level_numerics, max_abs_error, sqnr_db
+from service.pipeline.runtime.latency import (
+    LatencyBudget,
+    LoadProbe,
+    latency_protocol_from_options,
+    outputs_and_latency,
+)
+from service.pipeline.runtime.level_graphs import (
+    self_contained_bytes,
+    self_contained_from_level_graph,
+    session_and_level_graph,
+)
+from service.pipeline.runtime.numerics import concat_runs, cosine, level_numerics, max_abs_error, sqnr_db
 from service.pipeline.runtime.ort_sessions import session_for
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
@@ -94,12 +104,16 @@ def _ordered(names) -> list[str]:
 def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
                    out_dir: Path, options: ComparisonOptions,
                    progress: Callable[[str, int, int], None] | None = None,
-                   loaded: dict[str, GraphIndex] | None = None) -> LevelsResult:
+                   loaded: dict[str, GraphIndex] | None = None, concurrent_jobs: LoadProbe | None = None,
+                   keep_level_graphs: bool = True) -> LevelsResult:
     """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
 
-    Writes ``out_dir/<artifact>.<level>.onnx``. A session that fails at one level is recorded in
-    that level's ``error`` and the other levels go on. ``loaded``: the graph index of a file as
-    written, when the caller already has it (it is not loaded again; taken out as it is used).
+    Writes ``out_dir/<artifact>.<level>.onnx`` when ``keep_level_graphs``; otherwise only the
+    graphs' digests are kept (a download makes them again, see ``runtime/level_graphs.py``).
+    A session that fails at one level is recorded in that level's ``error`` and the other levels go on.
+    ``loaded``: the graph index of a file as written, when the caller already has it (it is not loaded
+    again; taken out as it is used). ``concurrent_jobs``: how many jobs the service runs right now
+    (recorded with each latency).
     """
     loaded = loaded if loaded is not None else {}
 
@@ -111,6 +125,9 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     timings = {"optimize": 0.0, "evaluate": 0.0}
     lat = options.latency
     threads = lat.intra_op_threads
+    protocol = latency_protocol_from_options(lat)
+    budget = LatencyBudget(protocol.budget_seconds, total)
+    graphs_dir = out_dir / "_level_graphs"
 
     # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
     int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
@@ -127,7 +144,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
 
     for name in names:
         path = Path(artifact_paths[name])
-        file_graph = loaded.pop(name, None) or graph_from_path(path)
+        # Lazily: a file's external weights stay on disk until a summary reads one tensor.
+        file_graph = loaded.pop(name, None) or graph_from_path(path, lazy=True)
         if name == "fp32":
             fp32_compute = compute_op_count(file_graph)
         facts = file_facts_from_graph(file_graph)
@@ -136,16 +154,19 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
         steps_of[name] = steps
         prev_graph, prev_level = file_graph, "file"
         prev_outputs: list[np.ndarray] | None = None
-        prev_digest: str | None = None
+        seen: dict[str, str] = {}  # level graph digest -> the first level of this artifact that had it
         per_level: dict[str, OptimizedLevel] = {}
+        extended_rows = None  # blockers at extended: the layout levels keep them (no QDQ fusion runs there)
         results[name] = {}
         for level in levels:
             t0 = time.perf_counter()
             out_file = out_dir / f"{name}.{level}.onnx"
             try:
-                session = session_for(path, level, intra_op_threads=threads, optimized_model_path=out_file)
-                graph = graph_from_path(out_file)
+                session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}",
+                                                         intra_op_threads=threads)
+                graph = graph_from_path(lg.graph, lazy=True)  # weights stay on disk until a summary reads one
             except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
+                budget.graph_done()
                 per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
                                                   error=scrub(f"session creation failed: {type(e).__name__}: {e}")[:2000])
                 done += 1
@@ -165,6 +186,10 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
             int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
             float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
             coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
+            unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows)
+            if level == "extended":
+                extended_rows = rows_index(unfused, graph)
+            ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
             timings["optimize"] += time.perf_counter() - t0
             done += 1
             if progress:
@@ -173,17 +198,22 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
             t1 = time.perf_counter()
             numerics = latency = None
             error = None
-            # ORT often writes the very same graph at the next level (``all`` == ``layout`` here for
-            # every example): the same graph gives the same outputs, so they are not run again.
-            digest = file_sha256(out_file)
-            same_as = prev_level if digest == prev_digest and prev_level in results[name] else None
+            # ORT often writes the very same graph at another level (``all`` == ``layout`` here for
+            # every example): the same graph gives the same outputs and the same speed, so it is
+            # neither run nor timed again (the level says which level it equals).
+            same_as = seen.get(lg.digest)
+            if same_as is not None and same_as not in results[name]:
+                same_as = None  # that level failed to run: measure this one
             try:
                 onames = [o.name for o in session.get_outputs()]
                 output_names[name] = onames
                 if same_as:
                     outputs = results[name][same_as]
+                    if per_level[same_as].latency is not None:
+                        latency = per_level[same_as].latency.model_copy(update={"timed_with": same_as})
                 else:
-                    outputs = concat_runs([session.run(None, feed) for feed in eval_feeds])
+                    outputs, latency = outputs_and_latency(session, eval_feeds, protocol, budget,
+                                                        timing=lat.enabled, concurrent_jobs=concurrent_jobs)
                 results[name][level] = outputs
                 if name == "fp32" and reference is None:
                     reference, reference_names = outputs, onames
@@ -191,17 +221,14 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                     numerics = level_numerics(reference, reference_names, outputs, onames, steps=steps,
                                               previous=prev_outputs, samples=len(eval_feeds))
                 prev_outputs = outputs
-                if lat.enabled and eval_feeds:
-                    if same_as and per_level.get(same_as) and per_level[same_as].latency is not None:
-                        latency = per_level[same_as].latency  # same graph: its measurement stands
-                    else:
-                        # The evaluation runs above already warmed this session; only top them up.
-                        warmed = 0 if same_as else len(eval_feeds)
-                        latency = latency_of(session, eval_feeds[0], runs=lat.runs,
-                                             warmup=max(0, lat.warmup - warmed), intra_op_threads=threads)
             except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
                 error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
             del session
+            budget.graph_done()
+            seen.setdefault(lg.digest, level)
+            if keep_level_graphs:
+                self_contained_from_level_graph(lg, out_file)
+            shutil.rmtree(lg.folder, ignore_errors=True)  # the weights: a download makes them again
             timings["evaluate"] += time.perf_counter() - t1
             if progress:
                 progress("evaluate", done, total)
@@ -212,14 +239,18 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                 quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
                 int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
                 compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
-                ops_float=ops_on_float(graph), ops_float_reasons=float_op_reasons(graph, int8_allowed=int8_allowed),
+                ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
+                unfused=[] if name == "fp32" else unfused,
                 bias=bias_state(graph),
                 layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
                 session_seconds=session_seconds, same_graph_as=same_as,
+                graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
+                weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder), file_stored=keep_level_graphs,
             )
-            prev_graph, prev_level, prev_digest = graph, level, digest
+            prev_graph, prev_level = graph, level
         optimized[name] = per_level
 
+    shutil.rmtree(graphs_dir, ignore_errors=True)
     t2 = time.perf_counter()
     agreement = agreement_rows(results, output_names, steps_of, levels)
     timings["evaluate"] += time.perf_counter() - t2
@@ -275,7 +306,10 @@ def _attribute(diff, path: Path, level: str, prev_graph: GraphIndex, threads: in
                         cache[cand] = {rw.summary}
                 if rw.summary not in cache[cand]:
                     confirmed.append(cand)
-            rewrites.append(rw.model_copy(update={"confirmed": bool(confirmed), "confirmed_by": confirmed}))
+            update = {"confirmed": bool(confirmed), "confirmed_by": confirmed}
+            if not confirmed:
+                update["transformer"] = None  # switching each candidate off left the rewrite in place: none made it
+            rewrites.append(rw.model_copy(update=update))
         return diff.model_copy(update={"rewrites": rewrites})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

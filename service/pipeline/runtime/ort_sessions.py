@@ -15,15 +15,19 @@ from service.pipeline.options import LEVEL_VALUES
 # Cap on one tensor produced by ConstantFolding while the session is created.
 CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
 PROVIDERS = ["CPUExecutionProvider"]
+# Initializers at least this big go to the external file of an optimized graph.
+EXTERNAL_MIN_BYTES = 1024
 
 
 def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_model_path: Path | None = None,
-                        disabled_optimizers: list[str] | None = None):
+                        disabled_optimizers: list[str] | None = None, external_initializers_file: str | None = None):
     """``SessionOptions`` for one ``GraphOptimizationLevel`` (``disable_all`` ... ``all``).
 
     ``optimized_model_path``: ORT writes the graph it will run there while the session is
     created (levels above ``extended`` hold hardware-specific rewrites; ORT warns, we silence it).
     ``disabled_optimizers``: GraphTransformer names to switch off (attribution).
+    ``external_initializers_file``: the optimized graph keeps its initializers (>= 1 KiB) in this
+    file next to it, so the graph itself parses in milliseconds and the weights can be dropped.
     """
     import onnxruntime as ort
 
@@ -37,6 +41,11 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
                                 str(CONSTANT_FOLDING_MAX_BYTES))
     if optimized_model_path is not None:
         so.optimized_model_filepath = str(optimized_model_path)
+    if optimized_model_path is not None and external_initializers_file:
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                    external_initializers_file)
+        so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
+                                    str(EXTERNAL_MIN_BYTES))
     if disabled_optimizers:
         so.add_session_config_entry("optimization.disable_specified_optimizers", ",".join(disabled_optimizers))
     return so

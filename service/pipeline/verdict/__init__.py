@@ -1,0 +1,1 @@
+"""What the report concludes: decisions, lints, gates, advice, platform notes."""

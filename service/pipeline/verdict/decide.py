@@ -28,7 +28,9 @@ class Decided:
 
 def decided_from_levels(levels: LevelsResult, *, inventories: dict[str, QuantizationInventory | None],
                         options: ComparisonOptions, batchnorm_in_source: int = 0,
-                        cpu: CpuInfo | None = None) -> Decided:
+                        cpu: CpuInfo | None = None, advice_measured: list | None = None) -> Decided:
+    """``advice_measured``: the advice entries (proposed and refuted), whose re-runs the platform
+    notes quote (e.g. the coverage this model would have where int8 is allowed)."""
     cpu = cpu or cpu_info()
     names = list(levels.optimized)
     return Decided(
@@ -36,5 +38,5 @@ def decided_from_levels(levels: LevelsResult, *, inventories: dict[str, Quantiza
                                   inventories=inventories, levels=levels.levels, options=options,
                                   batchnorm_in_source=batchnorm_in_source),
         lints=lints_for(names=names, files=levels.files, optimized=levels.optimized, options=options, cpu=cpu),
-        platform=platform_notes(levels.optimized, cpu),
+        platform=platform_notes(levels.optimized, cpu, advice_measured),
     )

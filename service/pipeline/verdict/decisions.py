@@ -55,6 +55,13 @@ def decisions_table(*, names: list[str], files: dict, optimized: dict[str, dict[
     where, detail = {}, {}
     n_bn = fp32_hist.get("BatchNormalization", 0)
     for a in names:
+        if a == "pt2e_qdq" and batchnorm_in_source:
+            # The PT2E path quantizes the torch program, not the fp32 file: prepare_pt2e folds Conv+BN
+            # (before inserting observers), so the file never has them, whatever the exporter does.
+            where[a] = "before quantization (prepare_pt2e)"
+            detail[a] = (f"the torch model has {batchnorm_in_source} BatchNorm; prepare_pt2e folds them into the Conv "
+                         "weights before it inserts observers")
+            continue
         if not n_bn and batchnorm_in_source:
             where[a] = "before quantization (torch.onnx.export)"
             detail[a] = (f"the torch model has {batchnorm_in_source} BatchNorm; the exporter folded them into Conv, "

@@ -13,6 +13,8 @@ import ``service``; keep the two in step (``tests/clients`` pins the client's si
     artifact  pt2e_qdq | ort_qdq | ort_qoperator | *        (default *: every requested artifact)
     level     disable_all | basic | extended | layout | all (default all)
     metric    sqnr_db | cosine | max_abs_error | int8_coverage | latency_ratio | status_ok
+              | calibration_data_uploaded  (whole report: 1 when the user's .npz was used, 0 when
+                samples were generated; lets CI refuse numbers that describe made-up data)
     op        >= > <= < ==                                   (default >=, value default 1)
     value     a number, or baseline[+-number]: the same figure in a baseline report plus an offset,
               e.g. 'ort_qdq.all.sqnr_db>=baseline-0.5', 'pt2e_qdq.all.latency_ratio<=baseline+0.1'
@@ -33,9 +35,12 @@ from pydantic import ValidationError
 
 from service.errors import InvalidOptions, validation_errors
 from service.pipeline.options import ARTIFACTS, LEVELS, Gate
-from service.schemas.report import Artifact, GateResult, Report, Verdict
+from service.schemas.report import Artifact, GateResult, Report, SamplesInfo, Verdict
 
-METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok")
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
+           "calibration_data_uploaded")
+# Metrics that read a yes/no of the whole report or its paths: no threshold needed (default >= 1).
+_FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
 # Longest first so ">=" is not read as ">" followed by "=25".
 OPS = (">=", "<=", "==", ">", "<")
 _NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error"}
@@ -50,7 +55,7 @@ def gate_from_string(text: str) -> Gate:
     """
     hint = (
         "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
-        "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2' or 'status_ok'"
+        "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' or 'calibration_data_uploaded'"
     )
     m = _GATE_RE.match(text or "")
     if not m:
@@ -74,6 +79,9 @@ def gate_from_string(text: str) -> Gate:
         if key in fields:
             raise InvalidOptions(f"gate {text!r}: {key} given twice", hint=hint)
         fields[key] = part
+    if metric == "calibration_data_uploaded" and len(parts) > 1:
+        raise InvalidOptions(f"gate {text!r}: calibration_data_uploaded is about the whole report; "
+                             "write it without artifact or level", hint=hint)
     if len(parts) == 3 and (parts[0] not in (*ARTIFACTS, "*") or parts[1] not in LEVELS):
         raise InvalidOptions(f"gate {text!r}: write artifact before level", hint=hint)
     if len(parts) > 3:
@@ -94,7 +102,7 @@ def gate_from_string(text: str) -> Gate:
         if not math.isfinite(value):
             raise InvalidOptions(f"gate {text!r}: the threshold is not a finite number", hint=hint)
         fields["op"], fields["value"] = m["op"], value
-    elif metric != "status_ok":
+    elif metric not in _FLAG_METRICS:
         raise InvalidOptions(f"gate {text!r}: a threshold is missing (e.g. {text}>=25)", hint=hint)
     try:
         return Gate(**fields)
@@ -104,8 +112,8 @@ def gate_from_string(text: str) -> Gate:
 
 def gate_to_string(gate: Gate) -> str:
     """The inverse of :func:`gate_from_string`; ``status_ok>=1`` reads as ``status_ok``."""
-    if gate.metric == "status_ok":
-        head = "status_ok" if gate.artifact == "*" else f"{gate.artifact}.status_ok"
+    if gate.metric in _FLAG_METRICS:
+        head = gate.metric if gate.artifact == "*" else f"{gate.artifact}.{gate.metric}"
         return head if (gate.op, gate.value) == (">=", 1.0) else f"{head}{gate.op}{_num(gate.value)}"
     return f"{gate.artifact}.{gate.level}.{gate.metric}{gate.op}{_threshold_text(gate)}"
 
@@ -133,15 +141,17 @@ def baseline_values_from_report(baseline: Report, gate: Gate) -> dict[str, float
 
 @dataclass(frozen=True)
 class _Results:
-    """What the gates read of a report: its artifacts and the options it ran with."""
+    """What the gates read of a report: its artifacts, the options it ran with, how its samples were made."""
 
     artifacts: dict[str, Artifact]
     options: Any
+    samples: SamplesInfo | None = None
 
 
-def verdict_from_artifacts(artifacts: dict[str, Artifact], options: Any, gates: list[Gate]) -> Verdict:
+def verdict_from_artifacts(artifacts: dict[str, Artifact], options: Any, gates: list[Gate], *,
+                           samples: SamplesInfo | None = None) -> Verdict:
     """The verdict before the report exists (the spine builds the report once, verdict included)."""
-    return verdict_from_report(_Results(artifacts, options), gates)
+    return verdict_from_report(_Results(artifacts, options, samples), gates)
 
 
 def verdict_from_report(report: Report | _Results, gates: list[Gate]) -> Verdict:
@@ -159,6 +169,8 @@ def _result_from_gate(report: Report, gate: Gate) -> GateResult:
     try:
         if gate.metric == "status_ok":
             return _status_ok(report, gate, label)
+        if gate.metric == "calibration_data_uploaded":
+            return _calibration_uploaded(report, gate, label)
         return _metric_gate(report, gate, label)
     except Exception as e:  # a malformed report must fail the gate, not the job
         return GateResult(gate=label, passed=False, actual=None, message=f"could not evaluate: {type(e).__name__}: {e}")
@@ -189,6 +201,21 @@ def _status_ok(report: Report, gate: Gate, label: str) -> GateResult:
     else:
         message = f"{len(names) - len(bad)}/{len(names)} ok; " + "; ".join(bad)
     return GateResult(gate=label, passed=passed, actual=share, message=message)
+
+
+def _calibration_uploaded(report: Report, gate: Gate, label: str) -> GateResult:
+    samples = report.samples
+    if samples is None:
+        return GateResult(gate=label, passed=False, actual=None, message="the report does not say how its samples were made")
+    uploaded = 1.0 if samples.source == "uploaded" else 0.0
+    passed = _compare(uploaded, gate.op, gate.value)
+    if uploaded:
+        message = f"calibration and evaluation used the uploaded .npz ({samples.calibration_count} samples)"
+    else:
+        made = ", ".join(f"{k}: {v}" for k, v in samples.generators.items()) or "generated"
+        message = (f"no .npz was uploaded: samples were generated ({made}); scales and accuracy describe that "
+                   "data, not the model's real inputs (upload calibration data to pass)")
+    return GateResult(gate=label, passed=passed, actual=uploaded, message=message)
 
 
 def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
@@ -222,6 +249,7 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
             thresholds[name] = gate.value
         values[name] = value
     failing = [n for n, v in values.items() if not _compare(v, gate.op, thresholds[n])]
+    noise = _latency_noise(report, list(values), gate.level) if gate.metric == "latency_ratio" else []
     # The deciding number is the worst one in the gate's own direction (against a baseline: the
     # worst change, since each artifact has its own baseline figure).
     pool = failing or list(values)
@@ -235,6 +263,18 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
         parts.append(f"{', '.join(_shown(n, values, bases) for n in failing)} not {gate.op} {_threshold_shown(gate, failing, thresholds)}")
     parts.extend(problems)
     fields = dict(gate=label, actual=_json_float(actual), baseline=baseline_json, delta=delta)
+    if noise:
+        # A latency measured under load is not evidence of a regression (nor of its absence): say so,
+        # and let the gate decide by its ``on_noisy`` (default: fail, so CI re-runs rather than trusts it).
+        why = "noisy latency (" + "; ".join(noise) + ")"
+        if failing and not problems and gate.on_noisy == "pass":
+            return GateResult(passed=True, noisy=True, **fields,
+                              message=f"{'; '.join(parts)}, but {why}: passed by on_noisy=pass; re-run on an idle machine")
+        if parts:
+            parts.append(f"{why}: re-run on an idle machine before reading it as a regression")
+            return GateResult(passed=False, noisy=True, message="; ".join(parts), **fields)
+        return GateResult(passed=True, noisy=True, **fields,
+                          message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}; {why}")
     if parts:
         return GateResult(passed=False, message="; ".join(parts), **fields)
     return GateResult(passed=True, message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}", **fields)
@@ -275,6 +315,18 @@ def _threshold_shown(gate: Gate, names: list[str], thresholds: dict[str, float])
         return _num(gate.value)
     numbers = sorted({_num(thresholds[n]) for n in names})
     return f"{_threshold_text(gate)} ({', '.join(numbers)})"
+
+
+def _latency_noise(report: Report, names: list[str], level: str) -> list[str]:
+    """'<artifact>: <reasons>' for each latency the gate read (fp32's included) that is marked noisy."""
+    out = []
+    for name in ["fp32", *names]:
+        art = report.artifacts.get(name)
+        opt = art.optimized.get(level) if art is not None else None
+        lat = getattr(opt, "latency", None) if opt is not None else None
+        if lat is not None and getattr(lat, "noisy", False):
+            out.append(f"{name}: {', '.join(lat.noisy_reasons) or 'noisy'}")
+    return out
 
 
 def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> tuple[float | None, str | None]:

@@ -184,14 +184,11 @@ def _check_opsets(model) -> set[str]:
         domains.add(dom)
     if "" not in domains and "ai.onnx" not in domains:
         raise UnsupportedModel("The model does not import the default ONNX domain (ai.onnx).", hint=_UPLOAD_HINT)
+    # A domain only imported is harmless: real files import ai.onnx.training, com.microsoft.experimental
+    # or their framework's own domain without a node in it, and ORT runs them. Only a domain a node
+    # (graph, subgraph or function body) uses must be one the toolchain runs: _Walker._check_op.
     function_domains = {f.domain for f in model.functions}
-    unknown = domains - KNOWN_DOMAINS - function_domains
-    if unknown:
-        raise UnsupportedModel(
-            f"The model imports operator domains this toolchain cannot run: {sorted(_safe(d) for d in unknown)}.",
-            hint="Only ai.onnx, ai.onnx.ml and com.microsoft operators are supported.",
-        )
-    return domains | function_domains
+    return (domains & KNOWN_DOMAINS) | function_domains
 
 
 def _check_graph_io(model, budgets: Budgets) -> None:
@@ -380,8 +377,12 @@ class _Walker:
         dom = node.domain or ""
         self.stats.op_types.add(f"{dom}.{node.op_type}" if dom else node.op_type)
         if dom not in self.domains and dom != "ai.onnx":
-            raise UnsupportedModel(f"Node '{_safe(node.name or node.op_type)}' uses domain '{_safe(dom)}', "
-                                   "which the model does not import or this toolchain cannot run.")
+            imported = any(imp.domain == dom for imp in self.model.opset_import)
+            raise UnsupportedModel(
+                f"Node '{_safe(node.name or node.op_type)}' ({_safe(node.op_type)}) uses operator domain '{_safe(dom)}', "
+                + ("which this toolchain cannot run." if imported else "which the model does not import."),
+                hint="Only ai.onnx, ai.onnx.ml and com.microsoft operators (and the model's own functions) are "
+                     "supported; export the model with standard operators.", domain=_safe(dom))
         if (dom, node.op_type) in self.functions:
             return
         if dom in _SCHEMA_DOMAINS:

@@ -1,0 +1,216 @@
+"""Value ranges the model itself states for its inputs, for generating samples without an .npz.
+
+Generated ``normal(0, 1)`` data says nothing about a real input. Some graphs say more, in their
+first ops on an input, and samples drawn from that are closer to what the model was built for:
+
+* ids: an input used as the indices of a ``Gather`` on an initializer (an embedding table) is
+  valid in ``[0, rows)``: the table's size on the gathered axis; an input one-hot encoded by
+  ``Equal`` with a constant ``arange(K)`` (jax's ``one_hot``, as in magika) in ``[0, K)``.
+* normalized inputs: ``(x - mean) / std`` (``Sub`` then ``Div``/``Mul`` by constants) or a
+  ``BatchNormalization`` directly on the input: ``x`` is drawn as ``mean + std * normal(0, 1)``
+  (per channel, broadcast as the model broadcasts), so what the network sees after its own
+  normalization is ``normal(0, 1)``.
+* scaled pixels: ``x / 255`` or ``x * (1/255)`` on the input: ``x`` is drawn ``uniform [0, 255)``.
+
+Only the ONNX graph is read (an uploaded ONNX file); an explicit ``input_values`` option wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+Generator = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
+
+_DEFAULT = ("", "ai.onnx")
+_PASS_THROUGH = ("Cast", "Identity")  # ids often go through a Cast to int64 first
+# Ops that move ids around without changing their values (their input 0), and ops that read only
+# the shape: followed, resp. ignored, on the way from an id input to what consumes its values.
+_ID_MOVES = ("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten")
+_SHAPE_ONLY = ("Shape", "Size")
+
+
+@dataclass(frozen=True)
+class InputRange:
+    description: str  # what the report shows as the generator, e.g. "uniform int [0, 1000)"
+    why: str  # what in the model says so
+    make: Generator
+
+
+def _consumers(graph) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for n in graph.node:
+        if (n.domain or "") not in _DEFAULT:
+            continue
+        for i, name in enumerate(n.input):
+            out.setdefault(name, []).append((n, i))
+    return out
+
+
+def _attr(node, name, default):
+    for a in node.attribute:
+        if a.name == name:
+            from onnx import helper
+
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _values(graph):
+    """Initializers and Constant outputs as TensorProtos (read as arrays only when small), and numpy_helper."""
+    from onnx import numpy_helper
+
+    vals: dict = {}
+    for t in graph.initializer:
+        if t.data_location != 1:  # external data is not loaded here
+            vals[t.name] = t  # converted lazily: an embedding table may be large
+    for n in graph.node:
+        if n.op_type == "Constant" and (n.domain or "") in _DEFAULT and len(n.output) == 1:
+            for a in n.attribute:
+                if a.name == "value" and a.HasField("t"):
+                    vals[n.output[0]] = a.t
+    return vals, numpy_helper
+
+
+def _array(proto, numpy_helper, max_elements=1 << 16):
+    if int(np.prod(list(proto.dims) or [1])) > max_elements:
+        return None
+    try:
+        return numpy_helper.to_array(proto)
+    except Exception:  # noqa: BLE001 - an unreadable constant just gives no range
+        return None
+
+
+def _follow(name: str, consumers) -> list:
+    """Consumers of ``name``, looking through Cast/Identity."""
+    found = []
+    for node, idx in consumers.get(name, []):
+        if node.op_type in _PASS_THROUGH:
+            found += _follow(node.output[0], consumers)
+        else:
+            found.append((node, idx))
+    return found
+
+
+def _id_uses(name, consumers, depth=0) -> list:
+    uses = []
+    for node, idx in consumers.get(name, []):
+        if node.op_type in _SHAPE_ONLY:
+            continue
+        if node.op_type in _ID_MOVES and idx == 0 and depth < 8:
+            uses += _id_uses(node.output[0], consumers, depth + 1)
+        else:
+            uses.append((node, idx))
+    return uses
+
+
+def _one_hot_classes(node, idx, tables, numpy_helper) -> int | None:
+    """``Equal(ids, arange(K))``: a one-hot (jax's ``one_hot``, magika); K, or None."""
+    other = node.input[1 - idx] if len(node.input) == 2 else None
+    arr = _array(tables[other], numpy_helper) if other in tables else None
+    if arr is None or arr.size == 0 or arr.dtype.kind not in "iu":
+        return None
+    values = np.unique(arr)
+    k = int(values.size)
+    return k if np.array_equal(values, np.arange(k)) else None
+
+
+def _ids_range(name, consumers, tables, numpy_helper, dtype) -> InputRange | None:
+    rows = []
+    for node, idx in _id_uses(name, consumers):
+        if node.op_type == "Equal":
+            k = _one_hot_classes(node, idx, tables, numpy_helper)
+            if k is None:
+                return None
+            rows.append((k, f"the one-hot classes 0..{k - 1} it is compared with (Equal with a constant arange)"))
+            continue
+        if node.op_type != "Gather" or idx != 1 or node.input[0] not in tables:
+            return None  # used as anything else too: no single range to trust
+        dims = list(tables[node.input[0]].dims)
+        axis = int(_attr(node, "axis", 0))
+        if not dims or not -len(dims) <= axis < len(dims):
+            return None
+        rows.append((dims[axis], f"the {dims[axis]} rows of {node.input[0]!r} it indexes (Gather on an initializer)"))
+    if not rows:
+        return None
+    n, why = min(rows)
+    if n < 1:
+        return None
+    np_dtype = np.dtype(dtype)
+    return InputRange(f"uniform int [0, {n})", why,
+                      lambda rng, shape: rng.integers(0, n, size=shape).astype(np_dtype))
+
+
+def _normalization_range(name, consumers, consts, numpy_helper, dtype, shape_rank) -> InputRange | None:
+    uses = _follow(name, consumers)
+    if len(uses) != 1:
+        return None
+    node, idx = uses[0]
+    np_dtype = np.dtype(dtype)
+
+    def const(n):
+        p = consts.get(n)
+        return None if p is None else _array(p, numpy_helper)
+
+    if node.op_type == "BatchNormalization" and idx == 0:
+        mean, var = const(node.input[3]), const(node.input[4])
+        if mean is None or var is None or mean.ndim != 1:
+            return None
+        eps = float(_attr(node, "epsilon", 1e-5))
+        std = np.sqrt(np.maximum(var, 0) + eps).astype(np.float64)
+        bshape = (mean.shape[0],) + (1,) * max(shape_rank - 2, 0)
+        return InputRange(f"mean + std * normal(0, 1) per channel ({mean.shape[0]} channels)",
+                          "a BatchNormalization with running statistics reads the input first",
+                          lambda rng, shape: (mean.reshape(bshape) + std.reshape(bshape)
+                                              * rng.standard_normal(shape)).astype(np_dtype))
+    if node.op_type in ("Div", "Mul") and idx == 0:
+        k = const(node.input[1])
+        if k is not None and k.size == 1:
+            scale = float(k.reshape(())) if node.op_type == "Div" else (1.0 / float(k.reshape(())) if float(k.reshape(())) else 0)
+            if abs(scale - 255.0) < 0.5:
+                return InputRange("uniform [0, 255)", f"the model divides the input by 255 ({node.op_type} by a constant)",
+                                  lambda rng, shape: rng.uniform(0, 255, size=shape).astype(np_dtype))
+        return None
+    if node.op_type == "Sub" and idx == 0:
+        mean = const(node.input[1])
+        after = _follow(node.output[0], consumers)
+        if mean is None or len(after) != 1:
+            return None
+        nxt, nidx = after[0]
+        k = const(nxt.input[1]) if nidx == 0 and nxt.op_type in ("Div", "Mul") else None
+        if k is None:
+            return None
+        with np.errstate(divide="ignore"):
+            std = k.astype(np.float64) if nxt.op_type == "Div" else 1.0 / k.astype(np.float64)
+        if not np.all(np.isfinite(std)) or np.any(std <= 0):
+            return None
+        try:
+            np.broadcast_shapes(mean.shape, std.shape)
+        except ValueError:
+            return None
+        return InputRange("mean + std * normal(0, 1), with the model's own mean/std",
+                          f"the model normalizes the input first: (x - mean) / std ({node.op_type} then {nxt.op_type} "
+                          "by constants)",
+                          lambda rng, shape: (mean + std * rng.standard_normal(shape)).astype(np_dtype))
+    return None
+
+
+def input_ranges_from_onnx(model, specs) -> dict[str, InputRange]:
+    """``{input name: range}`` for the inputs whose first ops state a range; the others are absent."""
+    tables_and_consts, numpy_helper = _values(model.graph)
+    consumers = _consumers(model.graph)
+    out: dict[str, InputRange] = {}
+    for spec in specs:
+        kind = np.dtype(spec.dtype).kind if spec.dtype != "bfloat16" else "f"
+        if kind in "iu":
+            r = _ids_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype)
+        elif kind == "f":
+            r = _normalization_range(spec.name, consumers, tables_and_consts, numpy_helper,
+                                     spec.dtype if spec.dtype != "bfloat16" else "float32", len(spec.shape))
+        else:
+            r = None
+        if r is not None:
+            out[spec.name] = r
+    return out

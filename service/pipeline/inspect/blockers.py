@@ -1,0 +1,502 @@
+"""Why ORT left a node in float: the first condition of ORT's QDQ selectors that the node fails.
+
+Read from the graph ORT saved for a level (``optimized_model_filepath``), the way ORT 1.32's
+``QDQSelectorActionTransformer`` looks at it (``qdq_selector_action_transformer.cc`` registers one
+selector per op type; ``qdq_selectors.cc`` holds the checks). What ORT decides before the selectors
+run is already visible in the saved graph:
+
+- ``EnsureUniqueDQForNodeUnit`` (before Level1 and inside it, ``inference_session.cc``) gives
+  every reader of a shared DequantizeLinear its own copy, so one QuantizeLinear feeds N DQs.
+- ``QDQS8ToU8Transformer`` (Level2, added only when ``QDQIsInt8Allowed()`` is false, i.e. every
+  non-ARM CPU) turns a Q->DQ pair to uint8 only when the Q has exactly one reader
+  (``CheckOutputEdges(graph, q, 1)``): a tensor read by two or more nodes stays int8.
+
+So the dtypes, readers and Q/DQ placement in the saved ``extended`` graph are what the selector
+saw. Checks follow the selector's own order, and the row names the first one that fails.
+Levels above ``extended`` run no QDQ fusion; a node there keeps the blocker it had at
+``extended`` (the layout passes rename Conv to ``nchwc.Conv`` and put Reorder nodes between it
+and its DQ, which would hide the reason).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from service.pipeline.options import LEVEL_VALUES
+from service.pipeline.vocabulary import INT8_KERNELS, GraphIndex, is_float, op_key
+from service.schemas.advice import UnfusedNode
+
+__all__ = ["BLOCKERS", "Blocker", "grouped_blockers", "reasons_by_op", "rows_index", "unfused_by_level", "unfused_nodes"]
+
+
+@dataclass(frozen=True)
+class Blocker:
+    code: str
+    title: str  # what ORT checks, in one line
+    fix: str  # what a user changes
+    source: str  # where in ORT 1.32 the condition is
+
+
+# The table the README documents. Codes are stable: CI jobs and the client key on them.
+BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
+    Blocker("no_qdq_in_file", "no DequantizeLinear on its inputs and no QuantizeLinear on its output: "
+            "the quantizer left it in float", "quantize this op (op_types_to_quantize / the quantizer's "
+            "annotation); ORT never quantizes a float op by itself", "the file"),
+    Blocker("no_qdq_rule", "ORT has no QDQ fusion rule for this op type on the CPU EP: it runs in float "
+            "between a DequantizeLinear and a QuantizeLinear", "nothing in ORT; leaving it out of "
+            "quantization saves the int8<->float round trip", "qdq_selector_action_transformer.cc"),
+    Blocker("fusion_starts_at_extended", "QDQ fusion is a Level2 transformer: it does not run at this level",
+            "create the session at ORT_ENABLE_EXTENDED or above (ORT's default is ORT_ENABLE_ALL)",
+            "graph_transformer_utils.cc: QDQSelectorActionTransformer in Level2"),
+    Blocker("input_not_quantized", "an input has no DequantizeLinear: the selector needs one DQ per input",
+            "quantize that input too", "qdq_selectors.cc: CheckQDQNodes, num_dq_inputs != dq_nodes.size()"),
+    Blocker("no_q_on_output", "its output is not read by QuantizeLinear nodes only",
+            "quantize its output (every reader should see a QuantizeLinear)",
+            "qdq_selectors.cc: CheckQDQNodes, q_nodes empty or q_nodes.size() != GetOutputEdgesCount()"),
+    Blocker("output_quantized_twice", "its output is read by several QuantizeLinear: the selector takes exactly "
+            "one QuantizeLinear per output (what DedicatedQDQPair writes once CSE does not merge the copies)",
+            "quantize each output once (one QuantizeLinear, its DequantizeLinear copies per reader)",
+            "qdq_selectors.cc: CheckQDQNodes, num_outputs != q_nodes.size()"),
+    Blocker("output_is_graph_output", "its output is also a graph output", "quantize the graph output, or "
+            "output the dequantized value", "qdq_selectors.cc: CheckQDQNodes, NodeProducesGraphOutput"),
+    Blocker("io_dtype_mismatch", "its input and output Q/DQ have different types (int8 vs uint8)",
+            "quantize activations as uint8 on x86 (ORT: activation_type=uint8), so QDQS8ToU8Transformer has "
+            "nothing to convert", "qdq_selectors.cc: dt_input != dt_output"),
+    Blocker("int8_activation_on_x86", "int8 activations on a CPU where QDQIsInt8Allowed() is false: the "
+            "Conv/MatMul selector refuses them", "quantize activations as uint8 on x86 (ORT: activation_type="
+            "uint8)", "qdq_selectors.cc: ConvNodeGroupSelector/MatMulNodeGroupSelector, !int8_allowed_"),
+    Blocker("weight_dtype_mismatch", "int8 activations need an int8 weight", "quantize weights as int8",
+            "qdq_selectors.cc: dt_weight != dt_input"),
+    Blocker("bias_not_int32", "the bias DequantizeLinear reads a type other than int32",
+            "quantize the bias to int32 (scale = input scale x weight scale), or leave it float for ORT",
+            "qdq_selectors.cc: dt_bias != INT32"),
+    Blocker("int16_not_supported", "16-bit Q/DQ: this rule allows 8-bit types only",
+            "quantize activations to 8 bits", "qdq_selectors.cc: !allow_16bit_"),
+    Blocker("qdq_params_differ", "the rule drops the Q/DQ pair only when both carry the same constant scale "
+            "and zero point", "give input and output the same quantization parameters",
+            "qdq_selectors.cc: DropQDQNodeGroupSelector, IsQDQPairSupported"),
+    Blocker("scale_not_positive", "MaxPool/ReduceMax/ReduceMin need a positive constant scalar scale",
+            "use a positive per-tensor scale", "qdq_selectors.cc: IsQOrDQScalePositiveConstantScalar"),
+    Blocker("unexplained", "every condition modelled here holds, yet ORT left it in float",
+            "run with ORT's verbose log to see the selector's decision", "-"),
+)}
+
+# Op type -> ORT 1.32 CPU EP selector kind (qdq_selector_action_transformer.cc).
+_DROP_QDQ = {"Expand", "Flatten", "Gather", "GatherElements", "Reshape", "Slice", "Squeeze", "Tile", "Transpose",
+             "Unsqueeze"}
+_DROP_QDQ_NO16 = {"Resize"}
+# The source registers MaxPool as {"MaxPool", {12}}; the 1.32 wheel drops the Q/DQ of a MaxPool-22
+# too (tests/pipeline/test_blockers.py), so no version condition is modelled here.
+_DROP_QDQ_POSITIVE = {"MaxPool", "ReduceMax", "ReduceMin"}
+_UNARY = {"AveragePool", "LeakyRelu", "GlobalAveragePool", "Sigmoid", "Softmax"}
+_BINARY = {"Add", "Mul"}
+RULE_KIND: dict[str, str] = {
+    **{op: "drop" for op in _DROP_QDQ}, **{op: "drop_no16" for op in _DROP_QDQ_NO16},
+    **{op: "drop_positive" for op in _DROP_QDQ_POSITIVE}, **{op: "unary" for op in _UNARY},
+    **{op: "binary" for op in _BINARY}, "Concat": "variadic", "Conv": "conv", "MatMul": "matmul",
+    "Gemm": "gemm", "Split": "split", "Where": "where",
+}
+# ORT's layout/extended passes rename float ops; the selector saw the original one.
+_BASE_OP = {"com.microsoft.FusedConv": "Conv", "com.microsoft.nchwc.Conv": "Conv",
+            "com.microsoft.FusedMatMul": "MatMul", "com.microsoft.FusedGemm": "Gemm",
+            "com.microsoft.nchwc.MaxPool": "MaxPool", "com.microsoft.nchwc.AveragePool": "AveragePool",
+            "com.microsoft.nchwc.GlobalAveragePool": "GlobalAveragePool",
+            "com.microsoft.nchwc.Upsample": "Resize", "com.microsoft.QuickGelu": "Mul"}
+# ORT's own layout plumbing, not nodes of the model.
+_PLUMBING = {"com.microsoft.nchwc.ReorderInput", "com.microsoft.nchwc.ReorderOutput"}
+_NOT_COMPUTE = {"Shape", "Size", "Constant", "ConstantOfShape", "Identity", "Range"}
+_QDQ = {"QuantizeLinear", "DequantizeLinear"}
+_INT16 = {"int16", "uint16"}
+class _View:
+    """What the selector reads around one node: its DQ parents, Q children, readers, dtypes."""
+
+    def __init__(self, graph: GraphIndex):
+        self.g = graph
+        self.graph_outputs = {o.name for o in graph.model.graph.output}
+
+    def producer(self, name: str):
+        return self.g.producer.get(name)
+
+    def readers(self, name: str) -> list[onnx.NodeProto]:
+        """One entry per input slot that reads ``name`` (ORT counts edges, not nodes)."""
+        return [c for c in self.g.consumers.get(name, []) for i in c.input if i == name]
+
+    def dtype(self, name: str) -> str | None:
+        return self.g.dtypes.get(name)
+
+    def is_const(self, name: str) -> bool:
+        return name in self.g.initializers
+
+
+def _is_dq(n) -> bool:
+    return n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx")
+
+
+def _is_q(n) -> bool:
+    return n is not None and n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx")
+
+
+def _scalar(v: _View, name: str):
+    a = v.g.init_array(name) if name else None
+    return None if a is None or a.size != 1 else a.reshape(-1)[0]
+
+
+def _why_dtype(v: _View, tensor: str, int8_allowed: bool) -> str:
+    """Why a quantized tensor has the dtype it has in the saved graph, in QDQS8ToU8's terms."""
+    dt = v.dtype(tensor) or "?"
+    p = v.producer(tensor)
+    readers = len(v.readers(tensor))
+    if dt == "int8" and not int8_allowed and _is_q(p):
+        if tensor in v.graph_outputs:
+            return "int8 (graph output: QDQS8ToU8Transformer leaves it)"
+        if readers > 1:
+            return f"int8 (read by {readers} nodes: QDQS8ToU8Transformer converts single-reader Q/DQ only)"
+        return "int8"
+    if dt == "int8" and p is not None and not _is_q(p):
+        return f"int8 (written by {op_key(p)} {p.name})"
+    return dt
+
+
+def _row(node, key: str, code: str, detail: str) -> UnfusedNode:
+    return UnfusedNode(node=node.name or f"<{key}>", op_type=key, blocker=code, detail=detail,
+                       fix=BLOCKERS[code].fix)
+
+
+def _is_candidate(v: _View, n) -> bool:
+    """A node of the model that computes on float: a float data input that is not a constant."""
+    key = op_key(n)
+    if key in _QDQ or key in INT8_KERNELS or key in _PLUMBING or n.op_type in _NOT_COMPUTE:
+        return False
+    data = [i for i in n.input if i and not v.is_const(i)]
+    if not any(is_float(v.dtype(i)) for i in data):
+        return False
+    out = next((o for o in n.output if o), None)
+    return out is None or v.dtype(out) is None or is_float(v.dtype(out))
+
+
+def _check_qdq_nodes(v: _View, n, dqs, qs, num_dq: int, empty_q_ok: bool) -> tuple[str, str] | None:
+    """``NodeGroupSelector::CheckQDQNodes`` + ``NodeGroup::CanCreateNodeGroup``."""
+    actual = [i for i in n.input if i]
+    if num_dq != len(dqs):
+        missing = [i for i in actual[:num_dq] if not _is_dq(v.producer(i))]
+        what = ", ".join(f"{i} ({'constant' if v.is_const(i) else v.dtype(i) or '?'})" for i in missing[:3])
+        return "input_not_quantized", f"{len(dqs)} of {num_dq} inputs come from a DequantizeLinear; no DQ on: {what}"
+    for dq in dqs:
+        r = v.readers(dq.output[0])
+        if len(r) != 1 or dq.output[0] in v.graph_outputs:
+            others = [x.name for x in r if x is not n][:3]
+            # EnsureUniqueDQForNodeUnit runs at every level (even disable_all) and gives each reader its
+            # own copy, also when the DQ is a graph output; only a subgraph reader can leave it shared.
+            return "unexplained", (f"DequantizeLinear {dq.name} is read by {len(r)} nodes"
+                                                    + (f" (also {', '.join(others)})" if others else "")
+                                                    + (" and is a graph output" if dq.output[0] in v.graph_outputs
+                                                       else ""))
+    if not qs:
+        if empty_q_ok:
+            return None
+        readers = [op_key(c) for o in n.output if o for c in v.readers(o)]
+        return "no_q_on_output", "output read by " + (", ".join(sorted(set(readers))) or "nothing") + \
+            ", no QuantizeLinear"
+    outs = [o for o in n.output if o]
+    edges = sum(len(v.readers(o)) for o in outs)
+    if len(qs) == edges and len(qs) > len(outs):
+        return "output_quantized_twice", f"output read by {len(qs)} QuantizeLinear nodes ({', '.join(q.name for q in qs[:3])})"
+    if len(outs) != len(qs) or len(qs) != edges:
+        others = sorted({op_key(c) for o in outs for c in v.readers(o) if not _is_q(c)})
+        return "no_q_on_output", f"output read by {edges} nodes, {len(qs)} of them QuantizeLinear" + \
+            (f" (also {', '.join(others)})" if others else "")
+    if any(o in v.graph_outputs for o in outs):
+        return "output_is_graph_output", "its output is a graph output as well as read by QuantizeLinear"
+    return None
+
+
+def _dq_in(v: _View, dq) -> str | None:
+    return v.dtype(dq.input[0])
+
+
+def _q_out(v: _View, q) -> str | None:
+    return v.dtype(q.output[0])
+
+
+def _mismatch(v: _View, dq, q, int8_allowed: bool) -> tuple[str, str]:
+    return "io_dtype_mismatch", (f"input {_why_dtype(v, dq.input[0], int8_allowed)}, output "
+                                 f"{_why_dtype(v, q.output[0], int8_allowed)}")
+
+
+def _pair_supported(v: _View, q, dq) -> bool:
+    """``IsQDQPairSupported``: constant scalar scale and zero point, equal on both sides."""
+    qs, ds = _scalar(v, q.input[1]), _scalar(v, dq.input[1])
+    qz = _scalar(v, q.input[2]) if len(q.input) > 2 and q.input[2] else 0
+    dz = _scalar(v, dq.input[2]) if len(dq.input) > 2 and dq.input[2] else 0
+    if qs is None or ds is None or qz is None or dz is None:
+        return False
+    return bool(np.float32(qs) == np.float32(ds) and int(qz) == int(dz))
+
+
+def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> tuple[str, str] | None:
+    """The first check of the op's selector that fails on this node, or None if all pass."""
+    dqs = [v.producer(i) for i in n.input if i and _is_dq(v.producer(i))]
+    # GetQDQSelection: a Relu/Clip that is the only reader and whose Q makes it redundant joins the group.
+    readers = [c for o in n.output if o for c in v.readers(o)]
+    qnode_src = n
+    if len(readers) == 1 and readers[0].op_type in ("Relu", "Clip") and len(v.readers(readers[0].output[0])) == 1 \
+            and readers[0].output[0] not in v.graph_outputs and kind in ("conv", "matmul", "gemm", "binary", "unary"):
+        qnode_src = readers[0]
+    qs = [c for o in qnode_src.output if o for c in v.readers(o) if _is_q(c)]
+    n_inputs = len([i for i in n.input if i])
+
+    if kind.startswith("drop") or kind in ("unary", "split"):
+        hit = _check_qdq_nodes(v, n, dqs[:1] if dqs and _is_dq(v.producer(n.input[0])) else [], qs, 1, False)
+        if hit:
+            return hit
+        if kind == "split":
+            bad = [q for q in qs if _q_out(v, q) != _dq_in(v, dqs[0])]
+            if bad:
+                return _mismatch(v, dqs[0], bad[0], int8_allowed)
+            if any(not _pair_supported(v, q, dqs[0]) for q in qs):
+                return "qdq_params_differ", "a QuantizeLinear after it has another scale or zero point than its input"
+            return None
+        din, qout = _dq_in(v, dqs[0]), _q_out(v, qs[0])
+        if din != qout:
+            return _mismatch(v, dqs[0], qs[0], int8_allowed)
+        if kind in ("drop_no16", "drop_positive") and din in _INT16:
+            return "int16_not_supported", f"{din} Q/DQ"
+        if kind == "drop_positive":
+            s = _scalar(v, qs[0].input[1])
+            if s is None or not s > 0:
+                return "scale_not_positive", "the QuantizeLinear's scale is not a positive constant scalar"
+        if kind.startswith("drop") and not _pair_supported(v, qs[0], dqs[0]):
+            return "qdq_params_differ", (f"input scale {_scalar(v, dqs[0].input[1])}, output scale "
+                                         f"{_scalar(v, qs[0].input[1])}")
+        if kind == "unary" and din in _INT16:
+            return "int16_not_supported", f"{din} Q/DQ"
+        return None
+
+    if kind in ("binary", "variadic", "where"):
+        hit = _check_qdq_nodes(v, n, dqs, qs, 2 if kind == "where" else n_inputs, False)
+        if hit:
+            return hit
+        ins = [_dq_in(v, d) for d in dqs]
+        outs = [_q_out(v, q) for q in qs]
+        if len(set(ins)) > 1:
+            kinds = ", ".join(f"{d.input[0]}: {_why_dtype(v, d.input[0], int8_allowed)}" for d in dqs[:4])
+            return "io_dtype_mismatch", f"inputs of different types: {kinds}"
+        if len(set(outs)) > 1 or ins[0] != outs[0]:
+            return _mismatch(v, dqs[0], qs[0], int8_allowed)
+        if ins[0] in _INT16:
+            return "int16_not_supported", f"{ins[0]} Q/DQ"
+        return None
+
+    if kind == "conv":
+        hit = _check_qdq_nodes(v, n, dqs, qs, n_inputs, False)
+        if hit:
+            return hit
+        din, dw, dout = _dq_in(v, dqs[0]), _dq_in(v, dqs[1]), _q_out(v, qs[0])
+        if din != dout:
+            return _mismatch(v, dqs[0], qs[0], int8_allowed)
+        if din == "int8" and not int8_allowed:
+            return "int8_activation_on_x86", (f"input {_why_dtype(v, dqs[0].input[0], int8_allowed)}, output "
+                                               f"{_why_dtype(v, qs[0].output[0], int8_allowed)}; "
+                                               "QDQIsInt8Allowed() is false on this CPU")
+        if din == "int8" and dw != din:
+            return "weight_dtype_mismatch", f"activation int8, weight {dw}"
+        if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
+            return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
+        if din in _INT16 or dw in _INT16:
+            return "int16_not_supported", f"activation {din}, weight {dw}"
+        return None
+
+    if kind == "matmul":
+        if len(dqs) != 2:
+            return _check_qdq_nodes(v, n, dqs, qs, 2, False) or ("input_not_quantized", "needs 2 DequantizeLinear")
+        din, dw = _dq_in(v, dqs[0]), _dq_in(v, dqs[1])
+        if din == "int8" and not int8_allowed:
+            why = f"input {_why_dtype(v, dqs[0].input[0], int8_allowed)}; QDQIsInt8Allowed() is false on this CPU"
+            return "int8_activation_on_x86", why
+        if din == "int8" and dw != din:
+            return "weight_dtype_mismatch", f"activation int8, weight {dw}"
+        if din in _INT16 or dw in _INT16:
+            return "int16_not_supported", f"activation {din}, weight {dw}"
+        hit = _check_qdq_nodes(v, n, dqs, qs, 2, False)
+        if hit:
+            return hit
+        if din != _q_out(v, qs[0]):
+            return _mismatch(v, dqs[0], qs[0], int8_allowed)
+        return None
+
+    if kind == "gemm":
+        hit = _check_qdq_nodes(v, n, dqs, qs, n_inputs, True)
+        if hit:
+            return hit
+        da, db = _dq_in(v, dqs[0]), _dq_in(v, dqs[1])
+        if da == "int8" and db != da:
+            return "weight_dtype_mismatch", f"activation int8, weight {db}"
+        if qs and da != _q_out(v, qs[0]):
+            return _mismatch(v, dqs[0], qs[0], int8_allowed)
+        if da in _INT16 or db in _INT16:
+            return "int16_not_supported", f"activation {da}, weight {db}"
+        if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
+            return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
+        return None
+    return None
+
+
+def _has_qdq(v: _View, n) -> bool:
+    if any(_is_dq(v.producer(i)) for i in n.input if i):
+        return True
+    return any(_is_q(c) for o in n.output if o for c in v.readers(o))
+
+
+def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
+                  previous: dict[str, UnfusedNode] | None = None) -> list[UnfusedNode]:
+    """One row per node of the model that ORT runs in float in ``graph`` (saved at ``level``).
+
+    ``previous``: the rows of the ``extended`` graph by node name; levels above it run no QDQ
+    fusion, so a node they only renamed or re-laid out keeps that reason.
+    """
+    v = _View(graph)
+    level_value = LEVEL_VALUES.get(level, 99)
+    rows = []
+    heads: list[tuple[int, onnx.NodeProto]] = []
+    for n in graph.nodes:
+        if not _is_candidate(v, n):
+            continue
+        key = op_key(n)
+        prev = _previous_row(v, n, previous) if previous is not None and level_value > LEVEL_VALUES["extended"] \
+            else None
+        if prev is not None:
+            prev = prev.model_copy(update={"node": n.name})
+            rows.append(prev.model_copy(update={"op_type": key}) if prev.op_type != key else prev)
+            continue
+        base = _BASE_OP.get(key, key)
+        kind = RULE_KIND.get(base)
+        if not _has_qdq(v, n):
+            rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
+            continue
+        if kind is None:
+            unit = _unit_head(v, n)
+            if unit is not None:
+                # A Relu/Clip between a Conv/MatMul/... and its QuantizeLinear joins that node's unit
+                # (GetQDQSelection's redundant clip): it stays float for the same reason the head does.
+                heads.append((len(rows), unit))
+                rows.append(_row(n, key, "no_qdq_rule", f"part of {unit.name}'s unit"))
+                continue
+            rows.append(_row(n, key, "no_qdq_rule", f"no rule for {base}"))
+            continue
+        if level_value < LEVEL_VALUES["extended"]:
+            rows.append(_row(n, key, "fusion_starts_at_extended", f"{level} runs no QDQ fusion; "
+                             f"{base} has a rule from extended on"))
+            continue
+        hit = _selector_blocker(v, n, base, kind, int8_allowed)
+        if hit is None:
+            rows.append(_row(n, key, "unexplained", f"{base} selector ({kind}) conditions all hold here"))
+        else:
+            rows.append(_row(n, key, *hit))
+    by_node = {r.node: r for r in rows}
+    for i, head in heads:
+        h = by_node.get(head.name)
+        if h is not None:
+            rows[i] = rows[i].model_copy(update={"blocker": h.blocker, "fix": h.fix,
+                                                 "detail": f"part of {head.name}'s unit: {h.detail}"})
+    return rows
+
+
+def _unit_head(v: _View, n) -> onnx.NodeProto | None:
+    """The node whose QDQ unit a Relu/Clip belongs to: its input's producer has a rule, the Relu/Clip is
+    that producer's only reader, and the Relu/Clip's only reader is a QuantizeLinear."""
+    if n.op_type not in ("Relu", "Clip") or not n.input:
+        return None
+    p = v.producer(n.input[0])
+    if p is None or RULE_KIND.get(_BASE_OP.get(op_key(p), op_key(p))) not in ("conv", "matmul", "gemm", "binary",
+                                                                            "unary"):
+        return None
+    if len(v.readers(n.input[0])) != 1:
+        return None
+    readers = v.readers(n.output[0])
+    return p if len(readers) == 1 and _is_q(readers[0]) else None
+
+
+def _previous_row(v: _View, n, previous: dict[str, UnfusedNode]) -> UnfusedNode | None:
+    """The extended row of the node a layout pass rewrote: same name, NchwcTransformer's
+    ``<name>_nchwc``, or the node that read the same tensor before a ReorderInput was put in between."""
+    name = n.name[:-len("_nchwc")] if n.name.endswith("_nchwc") else n.name
+    if name in previous:
+        return previous[name]
+    first = next((i for i in n.input if i), None)
+    p = v.producer(first) if first else None
+    if p is not None and op_key(p) in _PLUMBING and p.input:
+        first = p.input[0]
+    return previous.get(f"input:{first}")
+
+
+def rows_index(rows: list[UnfusedNode], graph: GraphIndex) -> dict[str, UnfusedNode]:
+    """Extended rows by node name and by the first data input they read (see ``_previous_row``)."""
+    out = {r.node: r for r in rows}
+    by_name = {n.name: n for n in graph.nodes}
+    for r in rows:
+        n = by_name.get(r.node)
+        first = next((i for i in n.input if i), None) if n is not None else None
+        if first:
+            out.setdefault(f"input:{first}", r)
+    return out
+
+
+def unfused_by_level(graphs: dict[str, GraphIndex], *, int8_allowed: bool) -> dict[str, list[UnfusedNode]]:
+    """``graphs``: level -> ORT's saved graph, in level order. Rows per level."""
+    out: dict[str, list[UnfusedNode]] = {}
+    extended: dict[str, UnfusedNode] | None = None
+    for level in sorted(graphs, key=lambda lv: LEVEL_VALUES.get(lv, 99)):
+        rows = unfused_nodes(graphs[level], level=level, int8_allowed=int8_allowed, previous=extended)
+        out[level] = rows
+        if level == "extended":
+            extended = rows_index(rows, graphs[level])
+    return out
+
+
+def _phrase(row: UnfusedNode) -> str:
+    """The part of a row's detail that groups well ("read by 2 nodes" stays, node names go)."""
+    if row.blocker == "io_dtype_mismatch" and row.detail.startswith("inputs of different types"):
+        return "inputs " + " and ".join(sorted({seg.split(": ")[1].split(" (")[0]
+                                               for seg in row.detail.split(": ", 1)[1].split("), ")
+                                               if ": " in seg})) + " mixed"
+    if row.blocker in ("io_dtype_mismatch", "int8_activation_on_x86"):
+        d = row.detail
+        parts = []
+        for side in ("input", "output"):
+            i = d.find(side + " ")
+            if i < 0:
+                continue
+            seg = d[i + len(side) + 1:].split(",")[0].split(";")[0]
+            if seg.startswith("int8 (read by"):
+                n = seg.split("read by ")[1].split(" ")[0]
+                parts.append(f"{side} read by {n} nodes stays int8")
+            elif seg.startswith("uint8"):
+                parts.append(f"{side} became uint8" if "int8" in d else f"{side} uint8")
+            else:
+                parts.append(f"{side} {seg.split(' (')[0]}")
+        if parts:
+            return " while ".join(parts) if row.blocker == "io_dtype_mismatch" else " and ".join(parts)
+    return BLOCKERS[row.blocker].title.split(":")[0]
+
+
+def grouped_blockers(rows: list[UnfusedNode]) -> list[tuple[int, str, str, str, str]]:
+    """(count, op_type, blocker, phrase, fix), largest groups first."""
+    c: Counter = Counter((r.op_type, r.blocker, _phrase(r), r.fix) for r in rows)
+    return [(k, op, code, phrase, fix) for (op, code, phrase, fix), k in
+            sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def reasons_by_op(rows: list[UnfusedNode]) -> dict[str, str]:
+    """op_type -> one line: the blockers of its float nodes, most frequent first, with ORT's condition."""
+    by_op: dict[str, Counter] = defaultdict(Counter)
+    for r in rows:
+        by_op[r.op_type][r.blocker] += 1
+    out = {}
+    for op, c in by_op.items():
+        parts = [f"{code}{'' if n == 1 else f' x{n}'}: {BLOCKERS[code].title}" for code, n in c.most_common()]
+        out[op] = "; ".join(parts)
+    return out

@@ -1,0 +1,243 @@
+"""Lossless rewrites of the fp32 file before ORT's ``quantize_static``, for graph traits that
+break ORT's quantizer (onnxruntime 1.32, ``onnxruntime/python/tools/quantization/``), and a
+diagnosis for the failures no rewrite fixes.
+
+Why each step, in ORT's own code:
+
+* **Constant nodes become initializers.** ``QLinearConv.quantize`` (``operators/conv.py``) calls
+  ``ONNXQuantizer.quantize_bias_static`` whenever a Conv has a bias, and
+  ``BaseQuantizer.quantize_bias_static_impl`` (``base_quantizer.py``) reads that bias with
+  ``find_by_name(bias_name, self.model.initializer())``: a bias held by a ``Constant`` node (what
+  Paddle2ONNX writes for every weight) is ``None`` there, and ``tensor_proto_to_array(None)`` raises
+  ``AttributeError: 'NoneType' object has no attribute 'data_type'``. ORT itself turns ``Constant``
+  nodes into initializers when it loads a graph (``Graph::Graph`` in ``onnxruntime/core/graph/graph.cc``;
+  pinned by ``tests/pipeline/test_ort_fixups.py``), so the rewrite changes nothing ORT runs.
+* **Outer-scope reads go through an Identity.** In QOperator format a quantized op's output is
+  renamed (``QLinearMatMul`` writes ``<name>_quantized``); float consumers get a DequantizeLinear
+  from ``QuantOperatorBase.quantize`` (``operators/base_operator.py``), which looks only at a node's
+  explicit ``input`` list. A tensor an ``If``/``Loop``/``Scan`` body reads from the outer scope is no
+  explicit input, so its producer disappears and ``ONNXQuantizer.quantize_model``
+  (``onnx_quantizer.py``) refuses its own output: ``Invalid model with unknown
+  initializers/tensors.{'/MatMul_output_0'}`` (``_clean_initializers_helper`` in ``onnx_model.py``
+  collects the names subgraphs request). An ``Identity`` in the outer graph (not in ORT's
+  QLinearOps registry, so it stays float and gets the DequantizeLinear) with the body reading its
+  output fixes it; ORT's optimizer removes the Identity again at level ``basic``.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from service.errors import OrtQuantizerFailed
+
+_DEFAULT_DOMAINS = ("", "ai.onnx")
+_CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
+OUTER_SUFFIX = "__outer_scope"
+
+
+@dataclass
+class OrtFixups:
+    constants_to_initializers: int = 0
+    outer_scope_reads: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.constants_to_initializers or self.outer_scope_reads)
+
+    def note(self) -> str | None:
+        parts = []
+        if self.constants_to_initializers:
+            parts.append(f"{self.constants_to_initializers} Constant nodes turned into initializers "
+                         "(ORT's QOperator Conv quantizer reads a bias only from initializers)")
+        if self.outer_scope_reads:
+            shown = ", ".join(self.outer_scope_reads[:3]) + (" ..." if len(self.outer_scope_reads) > 3 else "")
+            parts.append(f"an Identity inserted for {len(self.outer_scope_reads)} tensors that If/Loop/Scan bodies "
+                         f"read from the outer graph ({shown}); ORT's QOperator writer would drop them")
+        return ("before quantize_static: " + "; ".join(parts)) if parts else None
+
+
+def _constant_tensor(node):
+    from onnx import helper, numpy_helper
+    import numpy as np
+
+    for a in node.attribute:
+        if a.name == "value" and a.type == a.TENSOR:
+            t = type(a.t)()
+            t.CopyFrom(a.t)
+            return t
+        if a.name in ("value_float", "value_int", "value_floats", "value_ints"):
+            v = helper.get_attribute_value(a)
+            dtype = np.float32 if "float" in a.name else np.int64
+            return numpy_helper.from_array(np.asarray(v, dtype=dtype))
+    return None
+
+
+def constants_to_initializers(model) -> int:
+    """Top-graph ai.onnx ``Constant`` nodes with a dense value become initializers; the count."""
+    g = model.graph
+    kept, moved = [], 0
+    graph_outputs = {o.name for o in g.output}
+    for node in g.node:
+        if (node.op_type == "Constant" and (node.domain or "") in _DEFAULT_DOMAINS
+                and len(node.output) == 1 and node.output[0] not in graph_outputs
+                and any(a.name in _CONSTANT_VALUE_ATTRS for a in node.attribute)):
+            t = _constant_tensor(node)
+            if t is not None:
+                t.name = node.output[0]
+                g.initializer.append(t)
+                moved += 1
+                continue
+        kept.append(node)
+    if moved:
+        del g.node[:]
+        g.node.extend(kept)
+    return moved
+
+
+def _subgraphs(node):
+    from onnx import AttributeProto
+
+    for a in node.attribute:
+        if a.type == AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def _outer_reads(graph) -> set[str]:
+    """Names a (sub)graph reads that it does not define itself: its outer-scope references."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    defined |= {s.values.name for s in graph.sparse_initializer}
+    reads: set[str] = set()
+    for node in graph.node:
+        reads.update(n for n in node.input if n)
+        for sub in _subgraphs(node):
+            reads |= _outer_reads(sub)
+        defined.update(o for o in node.output if o)
+    reads.update(o.name for o in graph.output)
+    return reads - defined
+
+
+def _rename_reads(graph, renames: dict[str, str]) -> None:
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    local |= {o for n in graph.node for o in n.output}
+    active = {k: v for k, v in renames.items() if k not in local}
+    if not active:
+        return
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in active:
+                node.input[i] = active[name]
+        for sub in _subgraphs(node):
+            _rename_reads(sub, active)
+    for o in graph.output:  # a body may return an outer value as is
+        if o.name in active:
+            o.name = active[o.name]
+
+
+def outer_scope_reads_through_identity(model) -> list[str]:
+    """Route every tensor a top-level node produces and a subgraph reads through an Identity."""
+    from onnx import helper
+
+    g = model.graph
+    produced = {o for n in g.node for o in n.output if o}
+    wanted: set[str] = set()
+    for node in g.node:
+        for sub in _subgraphs(node):
+            wanted |= _outer_reads(sub) & produced
+    if not wanted:
+        return []
+    renames = {name: f"{name}{OUTER_SUFFIX}" for name in sorted(wanted)}
+    new_nodes = []
+    for node in g.node:
+        for sub in _subgraphs(node):
+            _rename_reads(sub, renames)
+        new_nodes.append(node)
+        for o in node.output:
+            if o in renames:  # right after its producer: the node list stays topologically sorted
+                new_nodes.append(helper.make_node("Identity", [o], [renames[o]], name=f"{o}{OUTER_SUFFIX}"))
+    del g.node[:]
+    g.node.extend(new_nodes)
+    return sorted(wanted)
+
+
+def fixups_for_ort_quantizer(model) -> OrtFixups:
+    """Apply every rewrite in place; what was done."""
+    return OrtFixups(constants_to_initializers=constants_to_initializers(model),
+                     outer_scope_reads=outer_scope_reads_through_identity(model))
+
+
+def needs_fixups(model) -> bool:
+    """Cheap check on a model parsed without its external data."""
+    g = model.graph
+    if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
+        return True
+    return any(True for n in g.node for _ in _subgraphs(n))
+
+
+def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None) -> tuple[Path, str | None]:
+    """The file ORT's quantizer should read: ``fp32_path`` itself when no rewrite applies, else a
+    rewritten copy at ``out_path``; with the note for the report (``None`` when nothing changed).
+
+    ``model``: the file already parsed without external data, to decide without reading it again.
+    """
+    import onnx
+
+    if model is None:
+        model = onnx.load(str(fp32_path), load_external_data=False)
+    if not needs_fixups(model):
+        return fp32_path, None
+    full = onnx.load(str(fp32_path))  # with its weights: the copy must stand alone
+    fixups = fixups_for_ort_quantizer(full)
+    if not fixups.changed:
+        return fp32_path, None
+    large = sum(len(t.raw_data) for t in full.graph.initializer) > (3 << 29)  # protobuf stops at 2 GB
+    onnx.save(full, str(out_path), save_as_external_data=large,
+              location=out_path.name + ".data" if large else None)
+    return out_path, fixups.note()
+
+
+# ---------------------------------------------------------------------------------------------
+# diagnosis of a failure no rewrite fixes
+
+def ort_function_of(exc: BaseException) -> str | None:
+    """The innermost frame of ORT's quantization package in the traceback: ``file.py:function``."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for fr in reversed(frames):
+        path = fr.filename.replace("\\", "/")
+        if "/onnxruntime/quantization/" in path:
+            rel = path.split("/onnxruntime/quantization/", 1)[1]
+            return f"onnxruntime.quantization {rel}:{fr.name}"
+    return None
+
+
+# (needle in the message, what in the model triggers it, what the user can do)
+_TRIGGERS = (
+    ("'NoneType' object has no attribute 'data_type'",
+     "a tensor ORT reads as an initializer (a Conv/Gemm bias or a weight) is computed by nodes instead",
+     "fold the model's constant subgraphs into initializers (e.g. onnxsim, or torch.onnx.export(..., "
+     "do_constant_folding=True)) and upload it again, or compare the QDQ format (ort_qdq)"),
+    ("unknown initializers/tensors",
+     "a tensor that a quantized op writes is read by a node ORT's QOperator writer does not rewire",
+     "exclude the producing node with options.ort.nodes_to_exclude, or compare the QDQ format (ort_qdq)"),
+)
+
+
+def failure_from_ort_quantizer(exc: BaseException, quant_format: str):
+    """An OrtQuantizerFailed naming ORT's failing function, the model trait behind it, and what to do."""
+    where = ort_function_of(exc) or "onnxruntime.quantization.quantize_static"
+    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    fmt = "QDQ" if quant_format == "qdq" else "QOperator"
+    for needle, trigger, todo in _TRIGGERS:
+        if needle in text:
+            return OrtQuantizerFailed(f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. "
+                              f"Cause: {trigger}.", hint=todo)
+    return OrtQuantizerFailed(
+        f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}",
+        hint="the node ORT was quantizing is usually named in the message: exclude it with "
+             "options.ort.nodes_to_exclude, or limit options.ort.op_types_to_quantize; "
+             + ("the QDQ format (ort_qdq) often works where QOperator fails" if fmt == "QOperator" else
+                "report it to onnxruntime with the model"),
+    )

@@ -1,0 +1,63 @@
+"""The PT2E path and the ORT paths side by side, on two cores, when the machine has them idle.
+
+The two paths share nothing but their inputs (the fp32 file, the program, the samples), and each
+runs mostly on one core: torch.export, PT2E calibration and the ONNX export on one, ORT's
+pre-processing and calibration sessions on the other. Threads, not processes: the PT2E path is
+the only one that calls torch.export (which is not thread-safe with itself), and ORT's sessions
+and torch's kernels release the GIL, which is where the two paths spend their time.
+
+Only when the cores are idle: with another job running (or the load average above what this
+job adds) a second thread only steals a core from someone else and the job takes as long.
+Latency is never measured here: the levels stage runs after both paths are done.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+def cores_idle(concurrent_jobs: Callable[[], int | None] | None = None) -> bool:
+    """Two cores for this job: at least two CPUs, no other job running, load average below cores - 1."""
+    cores = os.cpu_count() or 1
+    if cores < 2:
+        return False
+    if concurrent_jobs is not None:
+        try:
+            jobs = concurrent_jobs()
+        except Exception:  # noqa: BLE001 - no probe, no parallelism
+            return False
+        if jobs is not None and jobs > 1:
+            return False
+    try:
+        load = os.getloadavg()[0]
+    except OSError:  # pragma: no cover - not on Linux
+        return False
+    return load < cores - 1 + 0.5  # this job's own core is in the load average
+
+
+def side_by_side(first: Callable[[], A], second: Callable[[], B], *, parallel: bool) -> tuple[A, B]:
+    """``first()`` here and ``second()`` on a thread when ``parallel``; else one after the other."""
+    if not parallel:
+        return first(), second()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantcompare-ort-path") as pool:
+        later = pool.submit(second)
+        a = first()
+        return a, later.result()
+
+
+class LockedProgress:
+    """``progress`` callable safe to call from both paths (the worker's pipe is not)."""
+
+    def __init__(self, notify):
+        self._notify = notify
+        self._lock = threading.Lock()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        with self._lock:
+            self._notify(stage, done, total)

@@ -1,0 +1,53 @@
+"""The spine's call into per-tensor error: the ``layers`` table, then exclude-and-retry when asked.
+
+A failure here never fails the comparison: the table is extra evidence, so it comes back with
+the reason in ``notes`` and no rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from service.pipeline.runtime.layers import LayersBudget, layers_from_files
+from service.pipeline.runtime.layers_retry import RetryInputs, requantizer, retry_without_origins
+from service.schemas.layers import LayersReport
+
+log = logging.getLogger(__name__)
+
+
+def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools: dict, out_dir: Path,
+                          source=None, shapes=None, calibration=None, input_names=None, ort_input: Path | None = None,
+                          ort_settings: dict | None = None, fp32_model=None,
+                          optimized_paths: dict[str, dict[str, Path]] | None = None) -> LayersReport | None:
+    """``paths``: fp32 + every quantized artifact whose path is ok. ``tools``: artifact -> ToolInfo
+    (its ``calibration`` sentence explains differing steps). The rest is only read by the retry."""
+    opts = options.layers
+    quantized = {a: p for a, p in paths.items() if a != "fp32"}
+    if not opts.enabled or not quantized or "fp32" not in paths:
+        return None
+    t0 = time.perf_counter()
+    try:
+        report = layers_from_files(
+            fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds,
+            budget=LayersBudget(max_tensors=opts.max_tensors, max_samples=opts.max_samples, max_seconds=opts.max_seconds),
+            calibration={a: getattr(t, "calibration", None) or "" for a, t in tools.items()},
+            optimized_paths=optimized_paths if opts.by_level else None,
+        )
+    except Exception as e:  # noqa: BLE001 - extra evidence; the comparison stands without it
+        log.warning("layers failed: %r", e, exc_info=True)
+        return LayersReport(samples=0, method="not measured", notes=[f"failed: {type(e).__name__}: {str(e)[:300]}"],
+                            seconds=round(time.perf_counter() - t0, 4))
+    if opts.retry_k <= 0:
+        return report
+    run = requantizer(source=source, shapes=shapes, calibration=calibration, input_names=input_names,
+                      ort_input=ort_input, ort_settings=ort_settings, per_channel=options.pt2e.per_channel,
+                      fp32_model=fp32_model)
+    retry_dir = out_dir / "retry"
+    retry_dir.mkdir(parents=True, exist_ok=True)
+    retry = retry_without_origins(report, RetryInputs(
+        fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds[: opts.max_samples], requantize=run,
+        out_dir=retry_dir, intra_op_threads=options.latency.intra_op_threads, latency_runs=options.latency.runs,
+    ), k=opts.retry_k, max_seconds=opts.retry_seconds)
+    return report.model_copy(update={"retry": retry})

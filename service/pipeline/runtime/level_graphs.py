@@ -1,0 +1,175 @@
+"""The graph ORT runs at one level, written once, fingerprinted, and made again on demand.
+
+ORT writes the optimized graph while a session is created (``optimized_model_filepath``). Here it
+writes it as ``model.onnx`` plus its initializers in ``model.data`` (session config
+``session.optimized_model_external_initializers_file_name``), in a folder of its own per
+artifact and level. Fixed names make two levels' files byte-comparable (the graph names its data
+file), and the graph alone parses in milliseconds.
+
+A level graph is a pure function of (artifact file, level, ORT version, session options): ORT is
+deterministic for these (pinned by tests/pipeline/runtime/test_level_graphs.py). So a finished
+job need not keep the level graphs' weights: it records the two SHA-256s, and a download creates
+the session again, checks both digests against the job's, and only then hands out the file. What
+a user downloads is then provably the graph the job measured.
+
+    python -m service.pipeline.runtime.level_graphs MODEL LEVEL THREADS GRAPH_SHA DATA_SHA OUT
+
+regenerates one level graph into OUT (a self-contained .onnx, or a .zip of graph + data past
+2 GB); it runs in a subprocess of the API so that ORT never loads into the API process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from service.pipeline.files import file_sha256
+from service.pipeline.runtime.ort_sessions import session_for
+
+GRAPH_FILE = "model.onnx"
+DATA_FILE = "model.data"
+# protobuf cannot serialize a message past 2 GiB: bigger graphs are served as graph + data in a zip.
+SELF_CONTAINED_MAX_BYTES = 1_800_000_000
+
+
+class LevelGraphMismatch(RuntimeError):
+    """The graph made again differs from the one the job measured (another ORT, another machine)."""
+
+
+@dataclass(frozen=True)
+class LevelGraphFiles:
+    folder: Path
+    graph_sha256: str
+    data_sha256: str | None  # None: ORT wrote no external initializers (a graph without weights >= 1 KiB)
+    graph_bytes: int
+    data_bytes: int
+
+    @property
+    def graph(self) -> Path:
+        return self.folder / GRAPH_FILE
+
+    @property
+    def data(self) -> Path | None:
+        return self.folder / DATA_FILE if self.data_sha256 is not None else None
+
+    @property
+    def digest(self) -> str:
+        """Equal digests: ORT wrote the very same graph and weights."""
+        return f"{self.graph_sha256}:{self.data_sha256}"
+
+    def drop_weights(self) -> None:
+        if self.data is not None:
+            self.data.unlink(missing_ok=True)
+
+
+
+def fingerprint(folder: Path) -> LevelGraphFiles:
+    graph, data = folder / GRAPH_FILE, folder / DATA_FILE
+    return LevelGraphFiles(folder=folder, graph_sha256=file_sha256(graph),
+                           data_sha256=file_sha256(data) if data.exists() else None,
+                           graph_bytes=graph.stat().st_size, data_bytes=data.stat().st_size if data.exists() else 0)
+
+
+def session_and_level_graph(model_path: Path, level: str, folder: Path, *, intra_op_threads: int):
+    """A session at ``level`` and the graph ORT wrote for it (``folder/model.onnx`` + ``model.data``)."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    session = session_for(model_path, level, intra_op_threads=intra_op_threads,
+                          optimized_model_path=folder / GRAPH_FILE, external_initializers_file=DATA_FILE)
+    return session, fingerprint(folder)
+
+
+def _varint_len(n: int) -> int:
+    size = 1
+    while n >= 0x80:
+        n >>= 7
+        size += 1
+    return size
+
+
+def _field_len(n: int) -> int:
+    """A length-delimited protobuf field with a one-byte tag (field numbers below 16)."""
+    return 1 + _varint_len(n) + n
+
+
+def self_contained_bytes(model, base_dir: Path) -> int:
+    """The size of the file ``self_contained_from_level_graph`` writes, from the graph alone.
+
+    ``model`` is loaded without its external data; each external initializer is sized as onnx
+    embeds it (raw_data, external_data cleared, data_location DEFAULT), one tensor at a time.
+    """
+    import onnx
+
+    graph = model.graph
+    graph_len = graph.ByteSize()
+    for t in graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in t.external_data}
+        length = int(info["length"]) if "length" in info else (Path(base_dir) / info["location"]).stat().st_size
+        embedded = onnx.TensorProto()
+        embedded.CopyFrom(t)
+        del embedded.external_data[:]
+        embedded.data_location = onnx.TensorProto.DEFAULT
+        embedded.raw_data = bytes(length)
+        graph_len += _field_len(embedded.ByteSize()) - _field_len(t.ByteSize())
+        del embedded
+    return model.ByteSize() - _field_len(graph.ByteSize()) + _field_len(graph_len)
+
+
+def self_contained_from_level_graph(files: LevelGraphFiles, out: Path) -> Path:
+    """One file a user can open in Netron: the graph with its weights inside, or a zip past 2 GB."""
+    import onnx
+
+    if files.graph_bytes + files.data_bytes > SELF_CONTAINED_MAX_BYTES:
+        out = out.with_suffix(".zip")
+        with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+            z.write(files.graph, GRAPH_FILE)
+            if files.data is not None:
+                z.write(files.data, DATA_FILE)
+        return out
+    model = onnx.load(str(files.graph), load_external_data=True)
+    onnx.save(model, str(out))
+    return out
+
+
+def regenerate_level_graph(model_path: Path, level: str, *, intra_op_threads: int, graph_sha256: str,
+                           data_sha256: str | None, work: Path, out: Path) -> Path:
+    """Create the session again, check that ORT wrote the same graph and weights, write ``out``."""
+    session, files = session_and_level_graph(model_path, level, work, intra_op_threads=intra_op_threads)
+    del session
+    if files.graph_sha256 != graph_sha256 or files.data_sha256 != data_sha256:
+        raise LevelGraphMismatch(
+            f"ORT wrote a different {level} graph now (graph {files.graph_sha256[:12]}, weights "
+            f"{(files.data_sha256 or '-')[:12]}) than when the job ran ({graph_sha256[:12]}, {(data_sha256 or '-')[:12]})")
+    try:
+        return self_contained_from_level_graph(files, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    model, level, threads, graph_sha, data_sha, out = (argv if argv is not None else sys.argv[1:])
+    out_path = Path(out)
+    try:
+        made = regenerate_level_graph(Path(model), level, intra_op_threads=int(threads), graph_sha256=graph_sha,
+                                      data_sha256=None if data_sha == "-" else data_sha,
+                                      work=out_path.parent / (out_path.name + ".work"), out=out_path)
+    except LevelGraphMismatch as e:
+        print(json.dumps({"ok": False, "code": "level_graph_mismatch", "message": str(e)}))
+        return 2
+    print(json.dumps({"ok": True, "path": str(made)}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - exercised through the download route's subprocess
+    raise SystemExit(main())
+
+
+__all__ = ["GRAPH_FILE", "DATA_FILE", "LevelGraphFiles", "LevelGraphMismatch", "fingerprint",
+           "session_and_level_graph", "self_contained_from_level_graph", "regenerate_level_graph"]

@@ -1,0 +1,336 @@
+"""Advice that is measured: what to change so more of the model runs on int8 kernels, re-run for real.
+
+Candidates come from the blockers (``inspect/blockers.py``) and from the int8 kernels' activation
+dtype. Each candidate is re-run within ``options.advice.budget_seconds``: the ORT path is quantized
+again with the changed settings (the calibration ranges are reused from the job's cache: they are
+float ranges, the same for int8 and uint8), a session is created at ``options.advice.level``, the
+evaluation samples run, and the latency loop runs with the levels stage's threads and run count.
+``before`` is measured the same way, back to back, on the artifact as it is, so the two figures
+are comparable. A candidate is proposed only when its measurement supports it; the others are
+kept in ``advice_refuted`` with their figures.
+
+On x86 two candidates that look plausible from the source are refuted by measurement and are
+therefore measured, never assumed: ``session.qdqisint8allowed=1`` fuses every node but selects
+the s8s8 kernels, which are slower on x86; ``DedicatedQDQPair`` writes one Q/DQ pair per reader,
+but ORT's CommonSubexpressionElimination (Level1) merges the identical QuantizeLinear back before
+QDQS8ToU8Transformer runs, and without CSE the producer's output would be read by several
+QuantizeLinear, which the selectors refuse (``output_quantized_twice``).
+
+Hook for per-tensor error (issue 15, ``runtime/layers.py``): give ``measured_advice`` more
+``Candidate``s, e.g. ``Candidate(artifact="ort_qdq", change={"ort": {"nodes_to_exclude": [...]}},
+reason="the 3 nodes whose error dominates ...", kind="accuracy")``. Accuracy candidates are
+adopted when SQNR improves by at least ``MIN_SQNR_GAIN_DB`` at no more than ``MAX_SLOWDOWN``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from service.pipeline.environment import cpu_info
+from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
+from service.pipeline.quantize.ort_quant import quantized_by_ort
+from service.pipeline.runtime.numerics import concat_runs, sqnr_db
+from service.pipeline.runtime.ort_sessions import session_for, session_options_for
+from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
+from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
+
+__all__ = ["Candidate", "AdviceContext", "candidates_from_blockers", "measured_advice"]
+
+log = logging.getLogger(__name__)
+DTYPE_BLOCKERS = {"io_dtype_mismatch", "int8_activation_on_x86"}
+# after/before latency: a speed candidate must be at least 10% faster by the median AND by the fastest
+# run (a shared 2-core machine inflates single medians by 2-10x; noise only ever adds time).
+MIN_SPEEDUP = 0.90
+MAX_SQNR_LOSS_DB = 1.0  # ... and lose no more than this much SQNR
+MIN_SQNR_GAIN_DB = 1.0  # an accuracy candidate must gain at least this much
+MAX_SLOWDOWN = 1.10
+_SERIAL = itertools.count()
+
+
+@dataclass(frozen=True)
+class Candidate:
+    artifact: str  # ort_qdq | ort_qoperator (changes to quantize_static) or any artifact (session config)
+    change: dict[str, Any]  # {"ort": {...quantize_static settings...}} and/or {"session": {key: value}}
+    reason: str
+    kind: str = "speed"  # speed | accuracy: which figure must improve
+    blocked_nodes: int = 0
+
+
+@dataclass(frozen=True)
+class AdviceContext:
+    """What a re-run needs from the job; compare.py fills it while the scratch folder still exists."""
+
+    artifact_paths: dict[str, Path]  # fp32 and every ok artifact
+    ort_input: Path | None  # the (pre-processed) fp32 file the ORT paths quantized
+    ort_settings: dict[str, Any]  # resolved quantize_static settings
+    calibration: list[dict[str, np.ndarray]]
+    evaluation: list[dict[str, np.ndarray]]
+    input_names: list[str]
+    calibration_cache: Path | None
+    level: str = "all"
+    runs: int = 10
+    warmup: int = 2
+    threads: int = 1
+    budget_seconds: float = 60.0
+    quantize_seconds: dict[str, float] | None = None  # per artifact, for the budget estimate
+
+
+def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtypes: dict[str, dict[str, int]], *,
+                             ort_settings: dict[str, Any], int8_allowed: bool, vnni: bool = True) -> list[Candidate]:
+    """``unfused``: artifact -> rows at the level advice measures; ``kernel_dtypes``: artifact ->
+    the int8 kernels' activation dtypes there. Order = measuring priority."""
+    out: list[Candidate] = []
+    if int8_allowed:
+        return out
+    # PT2E's XNNPACK config writes int8 activations and has no uint8 option; only ORT's session switch
+    # applies to its file. It is measured so the report can show what x86 costs this model.
+    pt2e_blocked = [r for r in unfused.get("pt2e_qdq", []) if r.blocker in DTYPE_BLOCKERS]
+    if pt2e_blocked:
+        out.append(Candidate("pt2e_qdq", {"session": {"session.qdqisint8allowed": "1"}},
+                             "ORT's switch to fuse int8 activations on x86 (every selector accepts them)",
+                             blocked_nodes=len(pt2e_blocked)))
+    for art in ("ort_qdq", "ort_qoperator"):
+        if art not in unfused and art not in kernel_dtypes:
+            continue
+        rows = unfused.get(art, [])
+        blocked = [r for r in rows if r.blocker in DTYPE_BLOCKERS]
+        s8_kernels = kernel_dtypes.get(art, {}).get("int8", 0)
+        if ort_settings.get("activation_type") != "int8" or not (blocked or s8_kernels):
+            continue
+        ops = Counter(r.op_type for r in blocked)
+        if blocked:
+            reason = (f"{len(blocked)} nodes stay float ({', '.join(f'{n} {op}' for op, n in ops.most_common(4))}) "
+                      "because QDQS8ToU8Transformer turns single-reader int8 Q/DQ pairs to uint8 and leaves "
+                      "shared ones int8; with uint8 activations in the file there is nothing to convert")
+        else:
+            reason = (f"{s8_kernels} int8 kernels take int8 activations: on x86 that is MLAS's s8s8 path, "
+                      "slower than u8s8")
+        out.append(Candidate(art, {"ort": {"activation_type": "uint8"}}, reason, blocked_nodes=len(blocked)))
+        if not vnni and not ort_settings.get("reduce_range"):
+            # Without VNNI, MLAS's u8s8 kernel multiplies with vpmaddubsw, whose 16-bit pair sums
+            # saturate for large u8 x s8 products; 7-bit weights (reduce_range) keep them in range.
+            out.append(Candidate(art, {"ort": {"activation_type": "uint8", "reduce_range": True}},
+                                 reason + "; this CPU has no VNNI, so MLAS's u8s8 kernel (vpmaddubsw) can saturate "
+                                 "16-bit sums: 7-bit weights (reduce_range) avoid it", blocked_nodes=len(blocked)))
+        if blocked:
+            out.append(Candidate(art, {"session": {"session.qdqisint8allowed": "1"}},
+                                 "ORT's switch to fuse int8 activations on x86 (every selector accepts them)",
+                                 blocked_nodes=len(blocked)))
+        if blocked and art == "ort_qdq":
+            out.append(Candidate(art, {"ort": {"extra_options": {"DedicatedQDQPair": True}}},
+                                 "one Q/DQ pair per reader, so each pair has a single reader for QDQS8ToU8Transformer "
+                                 "(ORT's CommonSubexpressionElimination may merge the pairs back)",
+                                 blocked_nodes=len(blocked)))
+    return out
+
+
+def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(settings)
+    for k, v in change.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = {**out[k], **v}
+        else:
+            out[k] = v
+    return out
+
+
+def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray], fp32_compute: int,
+                     session_config: dict[str, str], tmp: Path):
+    """(session, figures without latency): coverage from ORT's saved graph, SQNR on the eval samples."""
+    import onnxruntime as ort
+
+
+    saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}.onnx"
+    so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved)
+    for k, v in session_config.items():
+        so.add_session_config_entry(k, str(v))
+    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    hist = op_histogram(graph_from_path(saved))
+    int8 = sum(v for k, v in hist.items() if k in INT8_COMPUTE_KERNELS)
+    outputs = concat_runs([session.run(None, feed) for feed in ctx.evaluation])
+    finite = [s for s in (sqnr_db(r, o) for r, o in zip(reference, outputs) if r.shape == o.shape) if s is not None]
+    return session, AdviceFigures(int8_coverage=min(1.0, int8 / fp32_compute) if fp32_compute else None,
+                                  sqnr_db=min(finite) if finite else None, level=ctx.level)
+
+
+def _interleaved_ms(a, b, feed, *, runs: int, warmup: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Median ms of two sessions timed alternately, run by run: load from other jobs on a shared
+    machine then slows both alike instead of whichever happened to run during it."""
+    for _ in range(warmup):
+        a.run(None, feed)
+        b.run(None, feed)
+    ta, tb = [], []
+    for _ in range(runs):
+        for sess, acc in ((a, ta), (b, tb)):
+            t = time.perf_counter()
+            sess.run(None, feed)
+            acc.append((time.perf_counter() - t) * 1000.0)
+    return (float(np.median(ta)), float(np.min(ta))), (float(np.median(tb)), float(np.min(tb)))
+
+
+def _supported(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
+    def sq(f):
+        return float("inf") if f.sqnr_db is None else f.sqnr_db
+
+    if before.latency_ms is None or after.latency_ms is None:
+        return False
+    ratio = after.latency_ms / before.latency_ms
+    if before.latency_min_ms and after.latency_min_ms:
+        ratio = max(ratio, after.latency_min_ms / before.latency_min_ms)
+    if c.kind == "accuracy":
+        return sq(after) >= sq(before) + MIN_SQNR_GAIN_DB and ratio <= MAX_SLOWDOWN
+    if c.blocked_nodes and (after.int8_coverage or 0) <= (before.int8_coverage or 0):
+        return False  # it was proposed to fuse blocked nodes; a faster run without that is noise
+    return ratio <= MIN_SPEEDUP and sq(after) >= sq(before) - MAX_SQNR_LOSS_DB
+
+
+def _why_not(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> str:
+    def f(x, unit):
+        return "exact" if x is None else f"{x:.1f}{unit}"
+
+    if c.blocked_nodes and (after.int8_coverage or 0) <= (before.int8_coverage or 0):
+        return f"int8 coverage stays {f(after.int8_coverage, '')}: no blocked node fused"
+    if before.latency_ms and after.latency_ms and c.kind == "speed" and (
+            after.latency_ms / before.latency_ms > MIN_SPEEDUP
+            or (before.latency_min_ms and after.latency_min_ms
+                and after.latency_min_ms / before.latency_min_ms > MIN_SPEEDUP)):
+        return (f"not {1 / MIN_SPEEDUP - 1:.0%} faster (median {after.latency_ms:.2f} vs {before.latency_ms:.2f} ms, "
+                f"fastest {after.latency_min_ms or 0:.2f} vs {before.latency_min_ms or 0:.2f} ms)")
+    return f"SQNR {f(after.sqnr_db, ' dB')} vs {f(before.sqnr_db, ' dB')} before"
+
+
+def _best_per_artifact(entries: list[AdviceEntry]) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
+    """Alternatives for one artifact (uint8, uint8 + reduce_range, ...): keep the best measured one
+    (highest SQNR, then fastest); the others are kept as refuted, naming the one that won."""
+    def score(e: AdviceEntry):
+        f = e.measured.after
+        return (float("inf") if f.sqnr_db is None else f.sqnr_db, -(f.latency_ms or 0.0))
+
+    keep, rest = [], []
+    for art in dict.fromkeys(e.artifact for e in entries):
+        mine = [e for e in entries if e.artifact == art]
+        measured = [e for e in mine if e.measured is not None]
+        best = max(measured, key=score) if measured else None
+        for e in mine:
+            if e is best or e.measured is None:
+                keep.append(e)
+            else:
+                rest.append(e.model_copy(update={"adopted": False, "reason": f"{e.reason}; superseded by "
+                                                 f"{best.change}: higher SQNR or faster, measured the same way"}))
+    return keep, rest
+
+
+def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
+    """(proposed, refuted). Each candidate is re-run while the budget lasts; a candidate that would
+    not fit is proposed unmeasured only when it is a blockers-backed speed change (``uint8``), and
+    never when it is one of the candidates measurement refutes on x86."""
+
+    candidates = list(candidates)
+    proposed: list[AdviceEntry] = []
+    refuted: list[AdviceEntry] = []
+    if not candidates or "fp32" not in ctx.artifact_paths or not ctx.evaluation:
+        return proposed, refuted
+    t_start = time.perf_counter()
+    tmp = Path(tempfile.mkdtemp(prefix="qc-advice-"))
+    try:
+        fp32 = ctx.artifact_paths["fp32"]
+        fp32_compute = compute_op_count(graph_from_path(fp32))
+        ref_session = session_for(fp32, ctx.level, intra_op_threads=ctx.threads)
+        reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
+        del ref_session
+        before: dict[str, tuple[object, AdviceFigures]] = {}
+        how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
+               f"(worst output vs fp32); latency = median of {ctx.runs} runs of each session, timed alternately "
+               f"with the artifact as is (before) after {ctx.warmup} warm-up runs, {ctx.threads} intra-op thread(s)")
+        for c in candidates:
+            path = ctx.artifact_paths.get(c.artifact)
+            if path is None or ("ort" in c.change and ctx.ort_input is None):
+                continue
+            est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
+            remaining = ctx.budget_seconds - (time.perf_counter() - t_start)
+            if remaining <= est + 1.0:
+                if c.change.get("ort", {}).get("activation_type") == "uint8":
+                    proposed.append(AdviceEntry(artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
+                                                reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the "
+                                                "advice budget left; raise options.advice.budget_seconds to measure it)"))
+                continue
+            t0 = time.perf_counter()
+            try:
+                if c.artifact not in before:
+                    before[c.artifact] = _session_figures(path, ctx, reference, fp32_compute, {}, tmp)
+                target = path
+                if "ort" in c.change:
+                    target = tmp / f"{c.artifact}.advice{next(_SERIAL)}.onnx"
+                    quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
+                                     quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
+                                     settings=_merged(ctx.ort_settings, c.change["ort"]),
+                                     calibration_cache=ctx.calibration_cache)
+                session, after = _session_figures(target, ctx, reference, fp32_compute,
+                                                  dict(c.change.get("session", {})), tmp)
+                b_session, b = before[c.artifact]
+                ms_before, ms_after = _interleaved_ms(b_session, session, ctx.evaluation[0], runs=ctx.runs,
+                                                      warmup=ctx.warmup)
+                del session
+            except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
+                refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
+                                           blocked_nodes=c.blocked_nodes,
+                                           reason=f"{c.reason}; re-run failed: {type(e).__name__}: {str(e)[:200]}"))
+                continue
+            b = b.model_copy(update={"latency_ms": ms_before[0], "latency_min_ms": ms_before[1]})
+            after = after.model_copy(update={"latency_ms": ms_after[0], "latency_min_ms": ms_after[1]})
+            measured = AdviceMeasured(before=b, after=after, how=how, seconds=round(time.perf_counter() - t0, 3))
+            ok = _supported(c, b, after)
+            entry = AdviceEntry(artifact=c.artifact, change=c.change, measured=measured,
+                                reason=c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}",
+                                adopted=ok, blocked_nodes=c.blocked_nodes)
+            (proposed if ok else refuted).append(entry)
+        before.clear()
+        proposed, superseded = _best_per_artifact(proposed)
+        refuted += superseded
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return proposed, refuted
+
+
+def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,
+                   ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
+                   quantize_seconds: dict[str, float]) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
+    """The spine's one call: candidates from the levels stage's blockers at ``options.advice.level``,
+    measured within ``options.advice.budget_seconds``."""
+    cpu = cpu_info()
+    int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
+    vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
+    level = options.advice.level
+    unfused, kernels = {}, {}
+    for art, per_level in optimized.items():
+        ol = per_level.get(level)
+        if art == "fp32" or ol is None or ol.error:
+            continue
+        unfused[art] = list(ol.unfused)
+        kernels[art] = dict(ol.kernel_activation_dtypes)
+    candidates = candidates_from_blockers(unfused, kernels, ort_settings=ort_settings, int8_allowed=int8_allowed,
+                                          vnni=vnni)
+    if not candidates:
+        return [], []
+    lat = options.latency
+    ctx = AdviceContext(artifact_paths=dict(paths), ort_input=ort_input, ort_settings=ort_settings,
+                        calibration=list(samples.calibration), evaluation=list(samples.evaluation),
+                        input_names=input_names, calibration_cache=calibration_cache, level=level,
+                        runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads,
+                        budget_seconds=options.advice.budget_seconds, quantize_seconds=quantize_seconds)
+    try:
+        return measured_advice(candidates, ctx)
+    except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
+        log.warning("advice failed; the report has none", exc_info=True)
+        return [], []

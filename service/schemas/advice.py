@@ -1,0 +1,46 @@
+"""Report models for why ORT left a node in float (blockers) and for measured advice."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class UnfusedNode(BaseModel):
+    """One compute node ORT runs in float at one level, and the first ORT condition it fails."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    node: str  # node name in ORT's saved graph (the file's name when ORT kept it)
+    op_type: str  # key as in op_histogram (domain.op_type outside ai.onnx)
+    blocker: str  # stable code, see service/pipeline/inspect/blockers.py BLOCKERS and README
+    detail: str  # this node's facts: dtypes, readers, the Q/DQ that is missing
+    fix: str  # what a user would change
+
+
+class AdviceFigures(_Model):
+    int8_coverage: float | None = None
+    latency_ms: float | None = None  # median of the alternated runs
+    latency_min_ms: float | None = None  # fastest run: what load from other jobs cannot inflate
+    sqnr_db: float | None = None  # worst output vs fp32; None = identical outputs
+    level: str | None = None  # the ORT level the figures were taken at
+
+
+class AdviceMeasured(_Model):
+    before: AdviceFigures
+    after: AdviceFigures
+    seconds: float | None = None  # job time the re-run cost (quantize + session + runs)
+    how: str = ""
+
+
+class AdviceEntry(_Model):
+    artifact: str
+    change: dict[str, Any]  # the options a user would set, e.g. {"ort": {"activation_type": "uint8"}}
+    reason: str
+    measured: AdviceMeasured | None = None  # None: not re-run (budget), the reason says so
+    adopted: bool = True  # False: measured and refuted (kept in ``advice_refuted``)
+    blocked_nodes: int = 0  # unfused nodes whose blocker this change addresses

@@ -1,0 +1,145 @@
+"""The adaptive latency protocol: true medians, stable stops, and noise said out loud."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.runtime.latency import (
+    LatencyBudget,
+    LatencyProtocol,
+    Timing,
+    is_stable,
+    median_ci,
+    outputs_and_latency,
+    top_up,
+)
+
+
+def _matmul_chain(path, n: int = 384, depth: int = 6) -> None:
+    """A model that takes a few milliseconds on one thread: long enough for timer noise not to matter."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(depth):
+        inits.append(numpy_helper.from_array((rng.standard_normal((n, n)) / np.sqrt(n)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
+        prev = f"h{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, n])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [64, n])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory):
+    path = tmp_path_factory.mktemp("latency") / "chain.onnx"
+    _matmul_chain(path)
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.standard_normal((64, 384)).astype(np.float32)} for _ in range(8)]
+    return path, feeds
+
+
+def _independent_median(path, feed, runs: int = 7) -> float:
+    """The oracle: a fresh session, 3 untimed runs, then the median of 7 plain perf_counter timings."""
+    s = session_for(path, "all", intra_op_threads=1)
+    for _ in range(3):
+        s.run(None, feed)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        s.run(None, feed)
+        times.append((time.perf_counter() - t) * 1000)
+    return float(np.median(times))
+
+
+def test_the_reported_median_is_within_15_percent_of_an_independent_7_run_median_or_says_it_is_noisy(chain):
+    path, feeds = chain
+    protocol = LatencyProtocol(intra_op_threads=1)
+    seen = []
+    # A latency is true, or says that it is not: a median more than 15% off an independent 7-run
+    # median must come marked noisy. On a shared 2-core machine another job can land on either
+    # measurement, so one of three back-to-back pairs has to hold; a protocol that is off on a quiet
+    # machine (timing the first, cold run, or the eval loop's Python) fails all three.
+    for _ in range(3):
+        session = session_for(path, "all", intra_op_threads=1)
+        _, lat = outputs_and_latency(session, feeds, protocol, LatencyBudget(30, 1), timing=True)
+        ratio = lat.median_ms / _independent_median(path, feeds[0])
+        seen.append((round(ratio, 3), lat.noisy, lat.noisy_reasons))
+        if abs(ratio - 1) <= 0.15 or lat.noisy:
+            break
+    assert any(abs(r - 1) <= 0.15 or noisy for r, noisy, _ in seen), seen
+    assert lat.runs >= protocol.min_runs and lat.runs_from_eval == len(feeds) - protocol.warmup
+    assert lat.median_ci_ms[0] <= lat.median_ms <= lat.median_ci_ms[1]
+    assert lat.protocol and "order-statistic" in lat.protocol
+    assert lat.load_avg_1m is not None and 0 < lat.cpu_share <= 1
+
+
+def test_eval_runs_are_the_timing_samples_when_they_are_stable(chain):
+    path, feeds = chain
+    session = session_for(path, "all", intra_op_threads=1)
+    calls = []
+    real_run = session.run
+
+    class Counting:
+        def run(self, *a):
+            calls.append(1)
+            return real_run(*a)
+
+        def get_outputs(self):
+            return session.get_outputs()
+
+    protocol = LatencyProtocol(intra_op_threads=1, stable_rel=100.0)  # any 5 runs count as "stable"
+    outputs, lat = outputs_and_latency(Counting(), feeds, protocol, LatencyBudget(30, 1), timing=True)
+    assert len(calls) == len(feeds)  # no run beyond the evaluation runs
+    assert lat.runs == len(feeds) - 1 and lat.runs_from_eval == lat.runs
+    ref = np.concatenate([real_run(None, f)[0] for f in feeds])
+    np.testing.assert_array_equal(outputs[0], ref)
+
+
+def test_median_interval_and_stability_from_order_statistics():
+    assert median_ci([5, 1, 4, 2, 3]) == (1, 5)  # n=5: the whole range
+    xs = list(range(1, 21))
+    assert median_ci(xs) == (5, 16)  # n=20: ranks 5 and 16 (the binomial table says 6 and 15: ours is wider)
+    assert is_stable([10.0, 10.1, 9.9, 10.05, 10.0], min_runs=5, stable_rel=0.05)
+    assert not is_stable([10.0, 10.1, 9.9, 10.05], min_runs=5, stable_rel=0.05)  # too few
+    assert not is_stable([10.0, 14.0, 9.0, 10.0, 12.0], min_runs=5, stable_rel=0.05)
+
+
+def test_top_up_stops_at_max_runs_when_never_stable_and_always_reaches_min_runs():
+    values = iter([1.0, 3.0] * 50)
+    protocol = LatencyProtocol(min_runs=4, max_runs=9, intra_op_threads=1)
+    out = top_up(lambda: time.sleep(0), [], protocol, deadline=time.perf_counter() + 60)
+    assert protocol.min_runs <= len(out) <= protocol.max_runs
+    # An expired budget still gives min_runs.
+    out = top_up(lambda: None, [], protocol, deadline=time.perf_counter() - 1)
+    assert len(out) == protocol.min_runs
+    # Samples that alternate 1 and 3 ms never become stable: max_runs, then stop.
+    fake = [Timing(ms=next(values), cpu_share=1.0) for _ in range(4)]
+    out = top_up(lambda: None, fake, LatencyProtocol(min_runs=4, max_runs=6, stable_rel=0.01, intra_op_threads=1),
+                 deadline=time.perf_counter() + 60)
+    assert len(out) == 6
+
+
+@pytest.mark.heavy
+def test_a_latency_measured_while_the_cores_are_busy_is_marked_noisy(chain):
+    path, feeds = chain
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        session = session_for(path, "all", intra_op_threads=1)
+        _, lat = outputs_and_latency(session, feeds, LatencyProtocol(intra_op_threads=1), LatencyBudget(10, 1),
+                                     timing=True, concurrent_jobs=lambda: 3)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert lat.noisy
+    assert lat.concurrent_jobs == 3 and "3 jobs running at once" in " ".join(lat.noisy_reasons)
+    # The direct evidence: three busy processes on two cores leave the timed runs well short of a core.
+    assert lat.cpu_share < 0.85 and any("of their 1 core" in r for r in lat.noisy_reasons), lat

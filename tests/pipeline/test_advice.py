@@ -1,0 +1,89 @@
+"""Advice: the budget, and the hook other candidates (per-tensor error, issue 15) enter through."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.pipeline.verdict.advice import AdviceContext, Candidate, candidates_from_blockers, measured_advice
+
+
+def _ctx(workdir, report, **kw) -> AdviceContext:
+    shape = report.model.resolved_input_shapes["x"]
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(4)]
+    art = workdir / "artifacts"
+    paths = {a: art / f"{a}.onnx" for a in ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator")}
+    return AdviceContext(artifact_paths=paths, ort_input=paths["fp32"], ort_settings=resolved_ort_settings(
+        ComparisonOptions()), calibration=feeds, evaluation=feeds, input_names=["x"], calibration_cache=None,
+        runs=5, warmup=1, **kw)
+
+
+def test_a_zero_budget_reruns_nothing_and_says_so(compared):
+    report, workdir = compared("op_zoo_net")
+    unfused = {a: report.artifacts[a].optimized["all"].unfused for a in ("pt2e_qdq", "ort_qdq")}
+    cands = candidates_from_blockers(unfused, {}, ort_settings=resolved_ort_settings(ComparisonOptions()),
+                                     int8_allowed=False, vnni=True)
+    assert cands
+    proposed, refuted = measured_advice(cands, _ctx(workdir, report, budget_seconds=0))
+    assert not refuted and all(e.measured is None for e in proposed)
+    # only the blockers-backed uint8 change is listed unmeasured; the refutable ones are dropped
+    assert [e.change for e in proposed] == [{"ort": {"activation_type": "uint8"}}]
+    assert "not re-run" in proposed[0].reason
+
+
+def test_an_extra_candidate_is_measured_like_the_others(compared):
+    """The hook for per-tensor error: any Candidate, e.g. nodes_to_exclude, is re-run for real."""
+    report, workdir = compared("op_zoo_net")
+    conv = next(r.node for r in report.artifacts["ort_qdq"].optimized["all"].unfused if r.op_type == "Conv")
+    extra = Candidate("ort_qdq", {"ort": {"nodes_to_exclude": [conv]}}, "its error dominates", kind="accuracy")
+    proposed, refuted = measured_advice([extra], _ctx(workdir, report, budget_seconds=60))
+    (entry,) = proposed + refuted
+    m = entry.measured
+    assert m is not None and m.before.latency_ms and m.after.latency_ms and m.seconds
+    assert entry.adopted == (entry in proposed)
+
+
+def test_dedicated_qdq_pairs_are_merged_back_by_cse(tmp_path):
+    """Why DedicatedQDQPair is refuted on x86. Oracle: ORT's saved basic graph. quantize_static writes
+    one Q/DQ pair per reader of a shared tensor; CommonSubexpressionElimination merges the identical
+    QuantizeLinear back into one (which then feeds several DQs, so QDQS8ToU8Transformer leaves it
+    int8); with CSE off the pairs stay, and the producer's output is read by several Q
+    (``output_quantized_twice``)."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    from service.pipeline.runtime.ort_sessions import session_options_for
+
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["y"], ["s"], name="sig"),
+             helper.make_node("Mul", ["y", "s"], ["z"], name="mul"),
+             helper.make_node("Conv", ["z", "w2"], ["out"], name="conv2", pads=[1, 1, 1, 1])]
+    g = helper.make_graph(nodes, "silu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                          [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 8, 8])], w)
+    fp32 = tmp_path / "silu.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(fp32))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    q = tmp_path / "silu.q.onnx"
+    quantize_static(str(fp32), str(q), Reader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, extra_options={"DedicatedQDQPair": True})
+
+    def q_on_y(disabled):
+        out = tmp_path / f"basic{len(disabled)}.onnx"
+        so = session_options_for("basic", optimized_model_path=out, disabled_optimizers=disabled)
+        ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
+        return sum(1 for n in onnx.load(str(out)).graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "y")
+
+    assert q_on_y([]) == 1
+    assert q_on_y(["CommonSubexpressionElimination"]) == 2

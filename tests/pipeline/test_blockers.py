@@ -1,0 +1,339 @@
+"""Each blocker code, pinned against the installed ORT: a minimal QDQ model where changing that
+one condition changes what ORT fuses. The oracle is ORT's own saved graph (which op it wrote), the
+code under test only has to name the condition."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from service.pipeline.environment import cpu_info
+from service.pipeline.vocabulary import graph_from_path
+from service.pipeline.inspect.blockers import BLOCKERS, grouped_blockers, unfused_nodes
+from service.pipeline.runtime.ort_sessions import session_options_for
+
+X86 = cpu_info().arch not in ("aarch64", "arm64", "ARM64")
+DT = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8, "int32": TensorProto.INT32,
+      "uint16": TensorProto.UINT16, "int16": TensorProto.INT16}
+NP = {"uint8": np.uint8, "int8": np.int8, "int32": np.int32, "uint16": np.uint16, "int16": np.int16}
+
+
+class Builder:
+    """A graph of float inputs, Q/DQ pairs and one target node, written as ORT's quantizers write them."""
+
+    def __init__(self, opset: int = 17):
+        self.nodes, self.inits, self.outputs = [], [], []
+        self.inputs = []
+        self.opset = opset
+        self._n = 0
+
+    def name(self, p):
+        self._n += 1
+        return f"{p}{self._n}"
+
+    def const(self, arr, name=None):
+        name = name or self.name("c")
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def input(self, name, shape):
+        self.inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+        return name
+
+    def q(self, x, dtype="uint8", scale=0.05, zp=None):
+        zp = (128 if dtype == "uint8" else 0) if zp is None else zp
+        s, z = self.const(np.float32(scale)), self.const(NP[dtype](zp))
+        out = self.name(f"{x}_q")
+        self.nodes.append(helper.make_node("QuantizeLinear", [x, s, z], [out], name=self.name("Q")))
+        return out
+
+    def dq(self, xq, dtype="uint8", scale=0.05, zp=None, name=None):
+        zp = (128 if dtype == "uint8" else 0) if zp is None else zp
+        s, z = self.const(np.float32(scale)), self.const(NP[dtype](zp))
+        out = self.name(f"{xq}_dq")
+        self.nodes.append(helper.make_node("DequantizeLinear", [xq, s, z], [out], name=name or self.name("DQ")))
+        return out
+
+    def qdq(self, x, dtype="uint8", scale=0.05, readers=1, zp=None):
+        xq = self.q(x, dtype, scale, zp)
+        return [self.dq(xq, dtype, scale, zp) for _ in range(readers)]
+
+    def weight(self, shape, dtype="int8", scale=0.02):
+        w = self.const(np.random.default_rng(0).integers(-20, 20, shape).astype(NP[dtype]))
+        return self.dq(w, dtype, scale, zp=0)
+
+    def bias(self, n, dtype="int32", scale=0.001):
+        b = self.const(np.arange(n).astype(NP[dtype]))
+        return self.dq(b, dtype, scale, zp=0)
+
+    def node(self, op, inputs, name, **attrs):
+        out = f"{name}_out"
+        self.nodes.append(helper.make_node(op, inputs, [out], name=name, **attrs))
+        return out
+
+    def output(self, x):
+        vi = onnx.ValueInfoProto(name=x)
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT
+        self.outputs.append(vi)
+
+    def save(self, path):
+        g = helper.make_graph(self.nodes, "g", self.inputs, self.outputs, self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
+        m.ir_version = 8 if self.opset < 21 else 10
+        onnx.save(m, str(path))
+        return path
+
+
+def saved(path, level="extended", tmp=None, **config):
+    """ORT's saved graph for ``path`` at ``level`` (the oracle) and this module's rows for it."""
+    import onnxruntime as ort
+
+    out = path.with_suffix(f".{level}.onnx")
+    so = session_options_for(level, optimized_model_path=out)
+    for k, v in config.items():
+        so.add_session_config_entry(k, v)
+    ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    g = graph_from_path(out)
+    allowed = config.get("session.qdqisint8allowed") == "1" or not X86
+    return g, {r.node: r for r in unfused_nodes(g, level=level, int8_allowed=allowed)}
+
+
+def ops(g) -> set[str]:
+    return {n.op_type for n in g.nodes}
+
+
+def conv_model(tmp_path, name="m", *, in_dtype="uint8", out_dtype="uint8", in_readers=1, out_readers=1,
+               bias_dtype="int32", weight_dtype="int8", with_q=True, output_too=False, opset=17, dq_out=False):
+    """x -> Q -> DQ -> Conv(W, B) -> Q -> DQ (x out_readers) -> outputs."""
+    b = Builder(opset)
+    x = b.input("x", [1, 4, 8, 8])
+    dqs = b.qdq(x, in_dtype, readers=in_readers)
+    if dq_out:
+        b.output(dqs[0])
+    for extra in dqs[1:]:
+        b.output(b.node("Relu", [extra], b.name("other")))
+    inputs = [dqs[0], b.weight([4, 4, 3, 3], weight_dtype)]
+    if bias_dtype:
+        inputs.append(b.bias(4, bias_dtype))
+    y = b.node("Conv", inputs, "conv", pads=[1, 1, 1, 1])
+    if output_too:
+        b.output(y)
+    if with_q:
+        for d in b.qdq(y, out_dtype, readers=out_readers):
+            b.output(b.node("Sigmoid", [d], b.name("tail")))
+    else:
+        b.output(b.node("Sigmoid", [y], "tail"))
+    return b.save(tmp_path / f"{name}.onnx")
+
+
+def test_the_table_has_the_codes_the_issue_names():
+    for code in ("io_dtype_mismatch", "int8_activation_on_x86", "fusion_starts_at_extended", "no_qdq_in_file",
+                 "no_q_on_output", "bias_not_int32", "no_qdq_rule"):
+        assert code in BLOCKERS and BLOCKERS[code].fix
+
+
+def test_uint8_conv_fuses_and_has_no_row(tmp_path):
+    g, rows = saved(conv_model(tmp_path))
+    assert "QLinearConv" in ops(g) and "conv" not in rows
+
+
+def test_no_qdq_in_file(tmp_path):
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    w = b.const(np.ones([4, 4, 3, 3], np.float32))
+    b.output(b.node("Conv", [x, w], "conv", pads=[1, 1, 1, 1]))
+    g, rows = saved(b.save(tmp_path / "f.onnx"))
+    assert "Conv" in ops(g) and rows["conv"].blocker == "no_qdq_in_file"
+
+
+@pytest.mark.parametrize("op, fused", [("Add", True), ("Sub", False)], ids=["Add has a rule", "Sub has none"])
+def test_no_qdq_rule(tmp_path, op, fused):
+    b = Builder()
+    x, y = b.input("x", [1, 4]), b.input("y", [1, 4])
+    z = b.node(op, [b.qdq(x)[0], b.qdq(y)[0]], "bin")
+    b.output(b.qdq(z)[0])
+    g, rows = saved(b.save(tmp_path / f"{op}.onnx"))
+    assert ("QLinearAdd" in ops(g)) == fused
+    assert ("bin" in rows) == (not fused)
+    if not fused:
+        assert rows["bin"].blocker == "no_qdq_rule"
+
+
+@pytest.mark.parametrize("opset", [21, 22], ids=["MaxPool-12", "MaxPool-22"])
+def test_maxpool_qdq_is_dropped_at_every_opset(tmp_path, opset):
+    """The source lists {"MaxPool", {12}}; the wheel drops the pair for MaxPool-22 as well."""
+    b = Builder(opset)
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.node("MaxPool", [b.qdq(x)[0]], "pool", kernel_shape=[2, 2])
+    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / f"mp{opset}.onnx"))
+    pool = next(n for n in g.nodes if n.op_type == "MaxPool")
+    assert g.producer[pool.input[0]].op_type == "QuantizeLinear" and "pool" not in rows
+
+
+@pytest.mark.parametrize("level, fused", [("basic", False), ("extended", True)])
+def test_fusion_starts_at_extended(tmp_path, level, fused):
+    g, rows = saved(conv_model(tmp_path), level)
+    assert ("QLinearConv" in ops(g)) == fused
+    if not fused:
+        assert rows["conv"].blocker == "fusion_starts_at_extended"
+
+
+@pytest.mark.parametrize("both", [True, False], ids=["both inputs DQ", "one float input"])
+def test_input_not_quantized(tmp_path, both):
+    b = Builder()
+    x, y = b.input("x", [1, 4]), b.input("y", [1, 4])
+    z = b.node("Add", [b.qdq(x)[0], b.qdq(y)[0] if both else y], "add")
+    b.output(b.qdq(z)[0])
+    g, rows = saved(b.save(tmp_path / "a.onnx"))
+    assert ("QLinearAdd" in ops(g)) == both
+    if not both:
+        assert rows["add"].blocker == "input_not_quantized"
+
+
+@pytest.mark.parametrize("dq_out", [False, True], ids=["DQ read by the Conv only", "DQ also a graph output"])
+def test_a_shared_dq_is_no_blocker_ensure_unique_dq_copies_it(tmp_path, dq_out):
+    """EnsureUniqueDQForNodeUnit gives the Conv its own DQ even when the DQ is a graph output."""
+    g, rows = saved(conv_model(tmp_path, dq_out=dq_out))
+    assert "QLinearConv" in ops(g) and "conv" not in rows
+
+
+@pytest.mark.parametrize("with_q", [True, False])
+def test_no_q_on_output(tmp_path, with_q):
+    g, rows = saved(conv_model(tmp_path, with_q=with_q))
+    assert ("QLinearConv" in ops(g)) == with_q
+    if not with_q:
+        assert rows["conv"].blocker == "no_q_on_output"
+
+
+@pytest.mark.parametrize("two_q", [False, True], ids=["one QuantizeLinear", "two (other scales: CSE keeps both)"])
+def test_output_quantized_twice(tmp_path, two_q):
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.node("Conv", [b.qdq(x)[0], b.weight([4, 4, 3, 3]), b.bias(4)], "conv", pads=[1, 1, 1, 1])
+    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "t1"))
+    if two_q:
+        b.output(b.node("Sigmoid", [b.qdq(y, scale=0.1)[0]], "t2"))
+    g, rows = saved(b.save(tmp_path / "q2.onnx"))
+    assert ("QLinearConv" in ops(g)) == (not two_q)
+    if two_q:
+        assert rows["conv"].blocker == "output_quantized_twice"
+
+
+@pytest.mark.parametrize("output_too", [False, True])
+def test_output_is_graph_output(tmp_path, output_too):
+    g, rows = saved(conv_model(tmp_path, output_too=output_too))
+    assert ("QLinearConv" in ops(g)) == (not output_too)
+    if output_too:
+        assert rows["conv"].blocker == "output_is_graph_output"
+
+
+@pytest.mark.skipif(not X86, reason="QDQS8ToU8Transformer runs only where QDQIsInt8Allowed() is false")
+@pytest.mark.parametrize("out_readers", [1, 2], ids=["int8 output read once becomes uint8",
+                                                     "int8 output read twice stays int8"])
+def test_io_dtype_mismatch(tmp_path, out_readers):
+    g, rows = saved(conv_model(tmp_path, out_dtype="int8", out_readers=out_readers))
+    assert ("QLinearConv" in ops(g)) == (out_readers == 1)
+    if out_readers == 2:
+        r = rows["conv"]
+        assert r.blocker == "io_dtype_mismatch"
+        assert "input uint8" in r.detail and "output int8 (read by 2 nodes" in r.detail
+
+
+@pytest.mark.skipif(not X86, reason="on ARM QDQIsInt8Allowed() is true")
+@pytest.mark.parametrize("int8_allowed", [False, True], ids=["x86 default", "session.qdqisint8allowed=1"])
+def test_int8_activation_on_x86(tmp_path, int8_allowed):
+    path = conv_model(tmp_path, in_dtype="int8", out_dtype="int8", in_readers=2, out_readers=2)
+    config = {"session.qdqisint8allowed": "1"} if int8_allowed else {}
+    g, rows = saved(path, **config)
+    assert ("QLinearConv" in ops(g)) == int8_allowed
+    if not int8_allowed:
+        assert rows["conv"].blocker == "int8_activation_on_x86"
+
+
+@pytest.mark.parametrize("weight", ["int8", "uint8"])
+def test_weight_dtype_mismatch(tmp_path, weight):
+    path = conv_model(tmp_path, in_dtype="int8", out_dtype="int8", in_readers=2, out_readers=2, weight_dtype=weight)
+    g, rows = saved(path, **{"session.qdqisint8allowed": "1"})
+    assert ("QLinearConv" in ops(g)) == (weight == "int8")
+    if weight == "uint8":
+        assert rows["conv"].blocker == "weight_dtype_mismatch"
+
+
+@pytest.mark.parametrize("bias", ["int32", "int8"])
+def test_bias_not_int32(tmp_path, bias):
+    g, rows = saved(conv_model(tmp_path, bias_dtype=bias))
+    assert ("QLinearConv" in ops(g)) == (bias == "int32")
+    if bias != "int32":
+        assert rows["conv"].blocker == "bias_not_int32"
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16"])
+def test_int16_not_supported(tmp_path, dtype):
+    g, rows = saved(conv_model(tmp_path, in_dtype=dtype, out_dtype=dtype, opset=21))
+    assert ("QLinearConv" in ops(g)) == (dtype == "uint8")
+    if dtype == "uint16":
+        assert rows["conv"].blocker == "int16_not_supported"
+
+
+@pytest.mark.parametrize("out_scale", [0.05, 0.1], ids=["same scale: Q/DQ dropped", "other scale: kept"])
+def test_qdq_params_differ(tmp_path, out_scale):
+    b = Builder()
+    x = b.input("x", [1, 4, 4])
+    y = b.node("Reshape", [b.qdq(x)[0], b.const(np.array([1, 16], np.int64))], "reshape")
+    b.output(b.node("Sigmoid", [b.qdq(y, scale=out_scale)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / "r.onnx"))
+    reshape = next(n for n in g.nodes if n.op_type == "Reshape")
+    on_float = g.producer.get(reshape.input[0]) is not None and \
+        g.producer[reshape.input[0]].op_type == "DequantizeLinear"
+    assert on_float == (out_scale != 0.05)
+    if on_float:
+        assert rows["reshape"].blocker == "qdq_params_differ"
+
+
+@pytest.mark.parametrize("scale", [0.05, -0.05])
+def test_scale_not_positive(tmp_path, scale):
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.node("MaxPool", [b.qdq(x, scale=scale)[0]], "pool", kernel_shape=[2, 2])
+    b.output(b.node("Sigmoid", [b.qdq(y, scale=scale)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / "mpn.onnx"))
+    pool = next(n for n in g.nodes if n.op_type == "MaxPool")
+    on_float = g.producer[pool.input[0]].op_type == "DequantizeLinear" if pool.input[0] in g.producer else False
+    assert on_float == (scale < 0)
+    if on_float:
+        assert rows["pool"].blocker == "scale_not_positive"
+
+
+def test_grouping_counts_nodes_per_op_and_reason(tmp_path):
+    _, rows = saved(conv_model(tmp_path, out_dtype="int8", out_readers=2))
+    groups = grouped_blockers([r for r in rows.values() if r.op_type == "Conv"])
+    assert groups[0][:3] == (1, "Conv", "io_dtype_mismatch")
+    assert "output read by 2 nodes stays int8" in groups[0][3]
+
+
+PINNED = {"output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
+          "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
+          "bias_not_int32", "int16_not_supported", "qdq_params_differ", "scale_not_positive"}
+
+
+def test_every_code_in_the_table_is_pinned_by_a_test_above():
+    assert set(BLOCKERS) - {"unexplained"} == PINNED
+
+
+@pytest.mark.parametrize("level", ["basic", "extended"])
+def test_relu_between_conv_and_q_shares_the_conv_units_fate(tmp_path, level):
+    """PT2E writes Conv -> Relu -> Q: ORT's selector takes the Relu into the Conv's unit."""
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.node("Conv", [b.qdq(x)[0], b.weight([4, 4, 3, 3]), b.bias(4)], "conv", pads=[1, 1, 1, 1])
+    r = b.node("Relu", [y], "relu")
+    b.output(b.node("Sigmoid", [b.qdq(r, zp=0)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / "cr.onnx"), level)
+    fused = "QLinearConv" in ops(g)
+    assert fused == (level == "extended") and ("Relu" in ops(g)) == (not fused)
+    if not fused:
+        assert rows["relu"].blocker == rows["conv"].blocker == "fusion_starts_at_extended"
+        assert "part of conv's unit" in rows["relu"].detail

@@ -1,0 +1,210 @@
+"""Per-tensor error (``layers``): the figures against an independent computation, on the
+built-in examples quantized by the real tools."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from service.pipeline.runtime.layers import layers_from_files
+
+QUANTIZED = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
+
+
+def feeds_for(model_path: Path, n: int = 3, seed: int = 7) -> list[dict[str, np.ndarray]]:
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(seed)
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    feeds = []
+    for _ in range(n):
+        feed = {}
+        for i in session.get_inputs():
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+            feed[i.name] = rng.standard_normal(shape).astype(np.float32)
+        feeds.append(feed)
+    return feeds
+
+
+def exposed_run(path: Path, names: list[str], feeds) -> dict[str, np.ndarray]:
+    """ORT at disable_all with ``names`` as extra graph outputs; every sample concatenated."""
+    import onnxruntime as ort
+
+    model = onnx.load(str(path))
+    have = {o.name for o in model.graph.output}
+    model.graph.output.extend(onnx.ValueInfoProto(name=n) for n in names if n not in have)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 1  # MLAS splits reductions by thread: fixed threads, same float sums
+    session = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    outs = [o.name for o in session.get_outputs()]
+    runs = [dict(zip(outs, session.run(None, f))) for f in feeds]
+    return {n: np.concatenate([r[n].astype(np.float64).ravel() for r in runs]) for n in names}
+
+
+def ort_qdq_oracle(fp32_path: Path, qdq_path: Path, feeds) -> dict[str, dict[str, float]]:
+    """SQNR / cosine / max error of each fp32 tensor whose ORT-QDQ counterpart ORT's own naming gives:
+    ``T_DequantizeLinear_Output`` when T was quantized, else ``T`` when the same op still writes it
+    (or the final DequantizeLinear writes it as a graph output)."""
+    fp32, q = onnx.load(str(fp32_path)), onnx.load(str(qdq_path))
+    fp32_producer = {o: n.op_type for n in fp32.graph.node for o in n.output}
+    q_producer = {o: n.op_type for n in q.graph.node for o in n.output}
+    consts = {i.name for i in fp32.graph.initializer} | {o for n in fp32.graph.node if n.op_type == "Constant" for o in n.output}
+    pairs = {}
+    for t in [i.name for i in fp32.graph.input] + [o for n in fp32.graph.node for o in n.output]:
+        if t in consts or not t:
+            continue
+        if f"{t}_DequantizeLinear_Output" in q_producer:
+            pairs[t] = f"{t}_DequantizeLinear_Output"
+        elif t in q_producer and q_producer[t] in (fp32_producer.get(t), "DequantizeLinear"):
+            pairs[t] = t
+        elif t in [i.name for i in q.graph.input]:
+            pairs[t] = t
+    ref = exposed_run(fp32_path, list(pairs), feeds)
+    got = exposed_run(qdq_path, list(pairs.values()), feeds)
+    out = {}
+    for t, c in pairs.items():
+        r, g = ref[t], got[c]
+        if r.dtype.kind != "f" or r.shape != g.shape:
+            continue
+        noise = float(np.sum((r - g) ** 2))
+        out[t] = {
+            "sqnr_db": None if noise == 0 else 10 * np.log10(float(np.sum(r ** 2)) / noise),
+            "cosine": float(r @ g / (np.linalg.norm(r) * np.linalg.norm(g))),
+            "max_abs_error": float(np.max(np.abs(r - g))),
+        }
+    return out
+
+
+def check_against_oracle(report, oracle) -> None:
+    rows = {r.tensor: r for r in report.rows}
+    covered = [t for t in oracle if t in rows and "ort_qdq" in rows[t].artifacts]
+    assert len(covered) >= 0.8 * len(rows), f"oracle covers {len(covered)} of {len(rows)} rows"
+    for t in covered:
+        cell, want = rows[t].artifacts["ort_qdq"], oracle[t]
+        if want["sqnr_db"] is None:
+            assert cell.sqnr_db is None, t
+        else:
+            assert cell.sqnr_db == pytest.approx(want["sqnr_db"], abs=1e-6), t
+        assert cell.cosine == pytest.approx(want["cosine"], abs=1e-7), t
+        assert cell.max_abs_error == pytest.approx(want["max_abs_error"], rel=1e-6, abs=1e-9), t
+    finite = {t: oracle[t]["sqnr_db"] for t in covered if oracle[t]["sqnr_db"] is not None}
+    assert report.worst["ort_qdq"] == min(finite, key=finite.get)
+
+
+@pytest.fixture(scope="module")
+def zoo(compared):
+    _, workdir = compared("op_zoo_net")
+    art = workdir / "artifacts"
+    feeds = feeds_for(art / "fp32.onnx")
+    report = layers_from_files(fp32_path=art / "fp32.onnx", artifact_paths={a: art / f"{a}.onnx" for a in QUANTIZED},
+                               eval_feeds=feeds)
+    return report, art, feeds
+
+
+def test_ort_qdq_figures_match_an_independent_ort_run_on_op_zoo_net(zoo):
+    report, art, feeds = zoo
+    check_against_oracle(report, ort_qdq_oracle(art / "fp32.onnx", art / "ort_qdq.onnx", feeds))
+
+
+def test_every_float_activation_has_a_row_and_half_are_aligned_across_the_three_tools(zoo):
+    report, art, _ = zoo
+    fp32 = onnx.load(str(art / "fp32.onnx"))
+    activations = {o for n in fp32.graph.node if n.op_type != "Constant" for o in n.output} | {"x"}
+    tensors = {r.tensor for r in report.rows}
+    assert tensors <= activations and len(tensors) >= 15
+    assert report.aligned_all_share >= 0.5
+    # the Relu ORT removed into the QuantizeLinear: the Conv's raw output read raw, the Relu's value after Q/DQ
+    relu = next(r for r in report.rows if r.op_type == "Relu")
+    assert relu.artifacts["ort_qdq"].file_tensor.endswith("_DequantizeLinear_Output")
+    conv = next(r for r in report.rows if relu.node and r.tensor in
+                [i for n in fp32.graph.node if n.name == relu.node for i in n.input])
+    assert conv.artifacts["ort_qdq"].scale is None and "dropped the Relu" in conv.artifacts["ort_qdq"].alignment
+    assert "ort_qoperator" in conv.left_out
+
+
+def test_figures_are_consistent_per_cell(zoo):
+    report, _, _ = zoo
+    for r in report.rows:
+        for a, c in r.artifacts.items():
+            if c.scale is not None:
+                assert c.max_abs_error_lsb == pytest.approx(c.max_abs_error / c.scale)
+                assert 0.0 <= c.clipped_share <= 1.0
+            assert -1.0 - 1e-9 <= c.cosine <= 1.0 + 1e-9
+
+
+def test_origins_are_where_sqnr_drops_not_where_it_is_inherited(zoo):
+    report, _, _ = zoo
+    rows = {r.tensor: r for r in report.rows}
+    assert report.origins
+    for o in report.origins:
+        cell = rows[o.tensor].artifacts[o.artifact]
+        assert o.drop_db == cell.drop_db >= 3.0
+        assert o.tensor in o.summary and "falls" in o.summary
+    # a pure data-movement op (Reshape) never creates error where it is not quantized
+    for r in report.rows:
+        if r.op_type == "Reshape":
+            for a, c in r.artifacts.items():
+                if c.scale is None and c.drop_db is not None:
+                    assert abs(c.drop_db) < 1e-6
+
+
+def test_tools_that_differ_on_a_tensor_are_explained_through_their_steps(zoo):
+    report, _, _ = zoo
+    explained = [r for r in report.rows if r.explanation]
+    assert explained
+    for r in explained:
+        finite = [c.sqnr_db for c in r.artifacts.values() if c.sqnr_db is not None]
+        assert max(finite) - min(finite) >= 3.0
+        assert "dB below" in r.explanation
+
+
+@pytest.mark.parametrize("example", ["tiny_conv_net", "tiny_transformer"])
+def test_at_least_half_of_the_rows_are_aligned_across_all_three_tools(compared, example):
+    _, workdir = compared(example)
+    art = workdir / "artifacts"
+    report = layers_from_files(fp32_path=art / "fp32.onnx", artifact_paths={a: art / f"{a}.onnx" for a in QUANTIZED},
+                               eval_feeds=feeds_for(art / "fp32.onnx", n=2))
+    assert report.rows and report.aligned_all_share >= 0.5, [(r.tensor, r.left_out) for r in report.rows if r.left_out]
+
+
+def test_by_level_reads_the_graph_ort_saved_because_exposing_a_tensor_blocks_the_fusion(compared, tmp_path):
+    """ORT keeps a graph output out of a fusion: the original file run at 'extended' with the
+    QLinearConv's output exposed still runs Conv in float. The saved 'extended' graph, run as
+    written, gives exactly what the original computes at 'extended' (same final output), so
+    by_level reads that file."""
+    import onnxruntime as ort
+
+    from service.pipeline.runtime.ort_sessions import session_for
+
+    _, workdir = compared("op_zoo_net")
+    art = workdir / "artifacts"
+    feeds = feeds_for(art / "fp32.onnx", n=1)
+    at_level = session_for(art / "ort_qdq.onnx", "extended").run(None, feeds[0])[0]
+    saved = session_for(art / "ort_qdq.extended.onnx", "disable_all").run(None, feeds[0])[0]
+    assert np.array_equal(at_level, saved)
+
+    model = onnx.load(str(art / "ort_qdq.onnx"))
+    first_dq = next(n.output[0] for n in model.graph.node
+                    if n.op_type == "DequantizeLinear" and not n.output[0].startswith(("x_", "conv", "fc", "proj")))
+    model.graph.output.append(onnx.ValueInfoProto(name=first_dq))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "exposed.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    exposed_ops = [n.op_type for n in onnx.load(str(tmp_path / "exposed.onnx")).graph.node]
+    saved_ops = [n.op_type for n in onnx.load(str(art / "ort_qdq.extended.onnx")).graph.node]
+    assert "QLinearConv" in saved_ops and exposed_ops.count("QLinearConv") < saved_ops.count("QLinearConv")
+
+    report = layers_from_files(
+        fp32_path=art / "fp32.onnx", artifact_paths={"ort_qdq": art / "ort_qdq.onnx"}, eval_feeds=feeds,
+        optimized_paths={"ort_qdq": {lv: art / f"ort_qdq.{lv}.onnx" for lv in ("basic", "extended", "all")}})
+    cells = [r.artifacts["ort_qdq"] for r in report.rows if "ort_qdq" in r.artifacts]
+    assert any(c.by_level and "extended" in c.by_level for c in cells)
+    # basic does no QDQ fusion on this graph: every tensor there reads as at disable_all
+    for c in cells:
+        if c.by_level and "basic" in c.by_level and c.sqnr_db is not None:
+            assert c.by_level["basic"] == pytest.approx(c.sqnr_db, abs=0.05)

@@ -1,0 +1,119 @@
+"""ORT's quantize_static fails in QOperator format on two traits of real files; the pre-steps fix both.
+
+Each test first shows ORT failing on the raw file (the oracle that the trait is real), then the
+rewritten file quantizing and running with the same outputs as the raw fp32 file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+from service.errors import OrtQuantizerFailed
+from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer, fixed_for_ort_quantizer
+
+RNG = np.random.default_rng(0)
+
+
+class _Reader(CalibrationDataReader):
+    def __init__(self, name, shape):
+        self._d = [{name: RNG.random(shape, dtype=np.float32)} for _ in range(4)]
+
+    def get_next(self):
+        return self._d.pop() if self._d else None
+
+
+def _matmul_read_by_if_body(path: Path) -> None:
+    """MatMul whose output only If branches read, from the outer scope (what torch writes around a data-dependent branch)."""
+    w = nh.from_array(RNG.standard_normal((4, 4)).astype(np.float32), "W")
+    then_g = h.make_graph([h.make_node("Relu", ["/MatMul_output_0"], ["t"])], "then", [],
+                          [h.make_tensor_value_info("t", T.FLOAT, [1, 4])])
+    else_g = h.make_graph([h.make_node("Neg", ["/MatMul_output_0"], ["e"])], "else", [],
+                          [h.make_tensor_value_info("e", T.FLOAT, [1, 4])])
+    nodes = [h.make_node("MatMul", ["x", "W"], ["/MatMul_output_0"], name="/MatMul"),
+             h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             h.make_node("Greater", ["s", "zero"], ["c"]),
+             h.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4])],
+                     [w, nh.from_array(np.array(0, np.float32), "zero")])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
+
+
+def _conv_weights_in_constant_nodes(path: Path) -> None:
+    """Conv whose weight and bias are Constant nodes, as Paddle2ONNX writes them (PP-OCR)."""
+    w = nh.from_array(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w")
+    b = nh.from_array(RNG.standard_normal(4).astype(np.float32) * 0.1, "b")
+    nodes = [h.make_node("Constant", [], ["conv.w"], value=w), h.make_node("Constant", [], ["conv.b"], value=b),
+             h.make_node("Conv", ["x", "conv.w", "conv.b"], ["c"], name="p2o.Conv.0", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 8])])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
+
+
+def _run(path: Path, feed):
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+
+
+CASES = {
+    "matmul_output_read_by_an_if_body": (_matmul_read_by_if_body, (1, 4), RuntimeError,
+                                         "unknown initializers/tensors", "QLinearMatMul", "Identity inserted"),
+    "conv_weight_and_bias_in_constant_nodes": (_conv_weights_in_constant_nodes, (1, 3, 8, 8), AttributeError,
+                                               "data_type", "QLinearConv", "Constant nodes turned into initializers"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_qoperator_fails_on_the_raw_file_and_succeeds_after_the_fixups(tmp_path, case):
+    build, shape, raw_error, raw_text, qop, note_text = CASES[case]
+    raw = tmp_path / "raw.onnx"
+    build(raw)
+    with pytest.raises(raw_error, match=raw_text.replace("/", ".")) as info:
+        quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Reader("x", shape), quant_format=QuantFormat.QOperator)
+    failure = failure_from_ort_quantizer(info.value, "qoperator")
+    assert isinstance(failure, OrtQuantizerFailed) and "onnxruntime.quantization " in failure.message
+    assert "Cause:" in failure.message and failure.hint
+
+    fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert fixed != raw and note_text in note
+    feed = {"x": RNG.random(shape, dtype=np.float32)}
+    np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))  # lossless rewrite
+
+    quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Reader("x", shape), quant_format=QuantFormat.QOperator)
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    assert qop in {n.op_type for n in q.graph.node}
+    got, want = _run(tmp_path / "q.onnx", feed), _run(raw, feed)
+    cos = float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want) + 1e-12))
+    assert cos > 0.98, cos
+
+
+def test_a_file_without_the_traits_is_passed_through(tmp_path):
+    x = h.make_tensor_value_info("x", T.FLOAT, [1, 4])
+    g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [x], [h.make_tensor_value_info("y", T.FLOAT, [1, 4])])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
+    assert fixed_for_ort_quantizer(tmp_path / "m.onnx", tmp_path / "out.onnx") == (tmp_path / "m.onnx", None)
+    assert not (tmp_path / "out.onnx").exists()
+
+
+def test_ort_itself_holds_constant_nodes_as_initializers(tmp_path):
+    """Pins the claim that the rewrite changes nothing ORT runs: ORT's Graph constructor
+    (onnxruntime/core/graph/graph.cc) turns Constant nodes into initializers, so even with every
+    optimization off the graph ORT writes has no Constant node left."""
+    raw = tmp_path / "raw.onnx"
+    _conv_weights_in_constant_nodes(raw)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    ort.InferenceSession(str(raw), so, providers=["CPUExecutionProvider"])
+    written = onnx.load(str(tmp_path / "ort.onnx"))
+    assert "Constant" not in {n.op_type for n in written.graph.node}
+    assert {"conv.w", "conv.b"} <= {t.name for t in written.graph.initializer}

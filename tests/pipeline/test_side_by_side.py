@@ -1,0 +1,47 @@
+"""PT2E and ORT paths side by side on two threads write the very files they write one after the other."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.quantize.side_by_side import cores_idle, side_by_side
+
+
+def _digests(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.onnx"))
+            if p.name.count(".") == 1}
+
+
+@pytest.mark.heavy
+def test_paths_side_by_side_write_the_same_artifacts_as_in_sequence(tmp_path):
+    options = ComparisonOptions(calibration_samples=4, eval_samples=2, latency={"enabled": False},
+                                levels=["disable_all", "all"])
+    reports = {}
+    for parallel in (False, True):
+        out = tmp_path / str(parallel)
+        seen = []
+        reports[parallel] = run_comparison(
+            ComparisonRequest(options=options, example="tiny_conv_net", parallel_paths=parallel), out,
+            progress=lambda stage, done, total: seen.append((stage, done, total)))
+        assert [x for x in seen if x[0] == "quantize"][-1] == ("quantize", 3, 3)
+    seq, par = reports[False], reports[True]
+    assert {a: x.status for a, x in par.artifacts.items()} == {a: x.status for a, x in seq.artifacts.items()}
+    assert all(x.status == "ok" for x in par.artifacts.values())
+    assert _digests(tmp_path / "True" / "artifacts") == _digests(tmp_path / "False" / "artifacts")
+    for name in ("pt2e_qdq", "ort_qdq", "ort_qoperator"):
+        assert par.artifacts[name].optimized["all"].numerics == seq.artifacts[name].optimized["all"].numerics
+
+
+def test_side_by_side_runs_the_second_on_another_thread_only_when_asked():
+    import threading
+
+    main = threading.get_ident()
+    a, b = side_by_side(lambda: threading.get_ident(), lambda: threading.get_ident(), parallel=True)
+    assert a == main and b != main
+    a, b = side_by_side(lambda: threading.get_ident(), lambda: threading.get_ident(), parallel=False)
+    assert a == b == main
+    assert cores_idle(lambda: 2) is False  # another job running: no second core for this one

@@ -1,0 +1,139 @@
+"""Alignment of fp32 tensors to their counterparts in quantized files, pinned on minimal models
+where one quantizer setting changes what the quantizer writes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from service.pipeline.runtime.tensor_alignment import aligned_tensors
+
+
+def _conv_relu_conv(path, *, bn: bool = False):
+    """x -> Conv -> [BatchNormalization] -> Relu -> Conv -> y, every node named."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b1"),
+        numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32) * 0.3, "w2"),
+    ]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["conv_out"], pads=[1, 1, 1, 1], name="conv1")]
+    relu_in = "conv_out"
+    if bn:
+        for n, v in (("s", 1.5), ("bias", 0.2), ("mean", 0.1), ("var", 2.0)):
+            inits.append(numpy_helper.from_array(np.full(4, v, np.float32), f"bn_{n}"))
+        nodes.append(helper.make_node("BatchNormalization", ["conv_out", "bn_s", "bn_bias", "bn_mean", "bn_var"],
+                                      ["bn_out"], name="bn"))
+        relu_in = "bn_out"
+    nodes += [helper.make_node("Relu", [relu_in], ["relu_out"], name="relu"),
+              helper.make_node("Conv", ["relu_out", "w2"], ["y"], name="conv2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return model
+
+
+def _quantized(src, dst, fmt, **extra):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(1)
+            self.feeds = iter([{"x": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(str(src), str(dst), Reader(), quant_format=fmt, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8, extra_options=extra)
+    return onnx.load(str(dst))
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["relu removed into the Q", "relu kept (QDQKeepRemovableActivations)"])
+def test_qdq_relu_removal_moves_the_relu_name_onto_the_conv_output(tmp_path, keep):
+    """ORT's QDQRemovableActivation.quantize removes a Relu after a quantized Conv unless
+    QDQKeepRemovableActivations (or symmetric activations) is set; the Conv's raw output then
+    carries the Relu's name. Alignment compares the right quantity either way."""
+    from onnxruntime.quantization import QuantFormat
+
+    fp32 = _conv_relu_conv(tmp_path / "m.onnx")
+    q = _quantized(tmp_path / "m.onnx", tmp_path / "q.onnx", QuantFormat.QDQ, QDQKeepRemovableActivations=keep)
+    relu_in_file = any(n.op_type == "Relu" for n in q.graph.node)
+    assert relu_in_file == keep  # the one condition changes what ORT writes
+    al = aligned_tensors(fp32, q, names_shared=True)
+    relu, conv = al.located["relu_out"], al.located["conv_out"]
+    assert relu.tensor == "relu_out_DequantizeLinear_Output" and relu.scale is not None
+    if keep:
+        assert conv.tensor == "conv_out_DequantizeLinear_Output" and conv.scale is not None
+    else:
+        # 'relu_out' in the file is the Conv's raw output: the right tensor for fp32 'conv_out', read raw.
+        producer = next(n for n in q.graph.node if "relu_out" in n.output)
+        assert producer.op_type == "Conv"
+        assert conv.tensor == "relu_out" and conv.scale is None and "dropped the Relu" in conv.how
+
+
+def test_qoperator_relu_removal_leaves_the_conv_output_out(tmp_path):
+    from onnxruntime.quantization import QuantFormat
+
+    fp32 = _conv_relu_conv(tmp_path / "m.onnx")
+    q = _quantized(tmp_path / "m.onnx", tmp_path / "q.onnx", QuantFormat.QOperator)
+    assert not any(n.op_type == "Relu" for n in q.graph.node)
+    al = aligned_tensors(fp32, q, names_shared=True)
+    assert "conv_out" in al.left_out and "as integers" in al.left_out["conv_out"]
+    relu = al.located["relu_out"]
+    assert relu.integer and relu.tensor == "conv_out_quantized" and relu.scale is not None
+
+
+def test_folded_batchnorm_leaves_the_pre_bn_value_out(tmp_path):
+    """A file that folded BN into the Conv holds no tensor equal to fp32's pre-BN Conv output."""
+    from onnxruntime.quantization import QuantFormat
+
+    fp32 = _conv_relu_conv(tmp_path / "m.onnx", bn=True)
+    # quantize the BN-free graph ORT's basic level writes (ConvBNFusion), as pre-processing would
+    from service.pipeline.runtime.ort_sessions import session_for
+
+    session_for(tmp_path / "m.onnx", "basic", optimized_model_path=tmp_path / "folded.onnx")
+    folded = onnx.load(str(tmp_path / "folded.onnx"))
+    assert not any(n.op_type == "BatchNormalization" for n in folded.graph.node)
+    q = _quantized(tmp_path / "folded.onnx", tmp_path / "q.onnx", QuantFormat.QDQ)
+    al = aligned_tensors(fp32, q, names_shared=True)
+    assert "conv_out" in al.left_out
+    assert "bn_out" in al.located and "relu_out" in al.located
+
+
+def test_a_rewritten_op_is_found_through_the_module_the_converter_named_after_the_onnx_node():
+    """ONNX uploads reach PT2E through the ONNX->torch converter, which names each module after its
+    ONNX node (onnx2torch: ``inner.GlobalAveragePool@0``); the re-export writes that into
+    ``pkg.torch.onnx.name_scopes``. GlobalAveragePool comes back as ReduceMean: structure alone
+    cannot match it, the module name can, and what follows matches on structure again."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])
+    fp32 = helper.make_model(helper.make_graph([
+        helper.make_node("Relu", ["x"], ["r"], name="Relu@0"),
+        helper.make_node("GlobalAveragePool", ["r"], ["pooled"], name="GlobalAveragePool@0"),
+        helper.make_node("Sigmoid", ["pooled"], ["y"], name="Sigmoid@0"),
+    ], "fp32", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])]))
+
+    def scoped(node, *scopes):
+        entry = node.metadata_props.add()
+        entry.key, entry.value = "pkg.torch.onnx.name_scopes", repr(["", *scopes])
+        return node
+
+    axes = numpy_helper.from_array(np.array([2, 3], np.int64), "axes")
+    exported = helper.make_model(helper.make_graph([
+        scoped(helper.make_node("Relu", ["x"], ["relu"], name="node_relu"), "inner.Relu@0", "relu"),
+        scoped(helper.make_node("ReduceMean", ["relu", "axes"], ["mean"], name="node_mean"),
+               "inner.GlobalAveragePool@0", "mean"),
+        scoped(helper.make_node("Sigmoid", ["mean"], ["sigmoid"], name="node_sigmoid"), "inner.Sigmoid@0", "sigmoid"),
+    ], "pt2e", [x], [helper.make_tensor_value_info("sigmoid", TensorProto.FLOAT, [1, 4, 1, 1])], initializer=[axes]))
+    al = aligned_tensors(fp32, exported, names_shared=False)
+    assert al.located["pooled"].tensor == "mean" and "GlobalAveragePool@0" in al.located["pooled"].how
+    assert al.located["y"].tensor == "sigmoid" and al.located["y"].how.startswith("structure")
+    # without the module names nothing after the rewritten op can be aligned
+    for n in exported.graph.node:
+        del n.metadata_props[:]
+    bare = aligned_tensors(fp32, exported, names_shared=False)
+    assert "pooled" in bare.left_out and "y" in bare.left_out
