@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: venv serve test test-fast bench clean system-deps
+.PHONY: venv serve test test-fast bench mutants clean system-deps
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,10 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
+
+# Not part of `make test`: breaks the product on purpose (bench/mutants.py) and shows the suite fails.
+mutants: $(STAMP)
+	$(BIN)/python bench/mutants.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

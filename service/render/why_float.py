@@ -86,12 +86,10 @@ def why_float_lines(report: Any, *, max_groups: int = 6) -> list[str]:
             lines.append(f"  {grp['count']} {grp['op_type']}: {grp['phrase']} -> {short_fix(grp['fix'])} [{grp['blocker']}]")
         if len(g["groups"]) > max_groups:
             lines.append(f"  ... {len(g['groups']) - max_groups} more groups in the report")
-    for refuted in (False, True):
-        rows = advice_rows(report, refuted=refuted)
-        if not rows:
-            continue
-        title = "advice (re-run and measured)" if not refuted else "measured and refuted (not proposed)"
-        lines += ["", f"{title}:", f"  {'artifact':<14}{'change':<52}{'int8 coverage':<16}{'latency ms':<18}SQNR dB"]
+    rows = advice_rows(report)
+    if rows:
+        lines += ["", "advice (re-run and measured):",
+                  f"  {'artifact':<14}{'change':<52}{'int8 coverage':<16}{'latency ms':<18}SQNR dB"]
         for x in rows:
             b, a = x["before"], x["after"]
             if x["measured"]:
@@ -101,4 +99,10 @@ def why_float_lines(report: Any, *, max_groups: int = 6) -> list[str]:
             else:
                 cov = lat = sq = "not re-run"
             lines.append(f"  {x['artifact']:<14}{x['change'][:50]:<52}{cov:<16}{lat:<18}{sq}")
+    refuted = advice_rows(report, refuted=True)
+    if refuted:
+        # One line on the CLI (the summary fits a screen); the page and report.json hold the figures.
+        lines.append(f"measured and refuted (not proposed): {len(refuted)} change{'s' if len(refuted) != 1 else ''} "
+                     f"({'; '.join(x['artifact'] + ' ' + x['change'] for x in refuted)[:90]}): "
+                     "figures on the page and in report.json 'advice_refuted'")
     return lines

@@ -6,7 +6,6 @@ run on a free port, with its files in a temporary folder.
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import sqlite3
@@ -16,7 +15,8 @@ import time
 from pathlib import Path
 
 import psutil
-import pytest
+
+from tests.missing_tools import skip_or_fail
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
 from live_server import QUANTCOMPARE, LiveServer, free_port  # noqa: E402
@@ -31,9 +31,7 @@ API_SETTINGS = dict(workers=1, job_timeout_s=5, worker_memory_mb=1024, max_uploa
 def require_redis_server() -> str:
     if REDIS_SERVER is None:
         msg = "redis-server is not installed (Debian: apt-get install redis-server; `make system-deps` does it)"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(msg)
-        pytest.skip(msg)
+        skip_or_fail(msg)
     return REDIS_SERVER
 
 

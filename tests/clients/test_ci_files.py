@@ -17,9 +17,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+
+from tests.missing_tools import require_module
 from client_fakes import REPO
 
-ruamel_yaml = pytest.importorskip("ruamel.yaml")
+ruamel_yaml = require_module("ruamel.yaml")
 
 CI = REPO / "clients" / "ci"
 WORKFLOW = CI / "github" / "quantcompare.yml"

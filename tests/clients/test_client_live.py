@@ -18,8 +18,13 @@ from client_fakes import REPO
 
 import quantcompare_client as qc
 
+from tests.cpu import sqnr_floor
+from tests.missing_tools import skip_or_fail
+
 CURL = REPO / "clients" / "curl"
-PASSING = ["ort_qdq.all.sqnr_db>=25", "status_ok", "*.all.int8_coverage>=0.5"]
+# The SQNR gate reads level basic, where ORT still computes in float (no QDQ fusion yet): its figure
+# is the same on every CPU. At level all an AVX2-only CPU's u8s8 QLinearConv saturates (tests/cpu.py).
+PASSING = ["ort_qdq.basic.sqnr_db>=25", "status_ok", "*.all.int8_coverage>=0.5"]
 FAILING = ["ort_qdq.all.sqnr_db>=200"]
 
 
@@ -48,9 +53,10 @@ def test_compare_an_example_returns_a_report_with_every_path(passing_report):
     qdq = r.artifacts["ort_qdq"]
     assert qdq.quantization.format == "qdq" and qdq.quantization.bias_summary == "int32"
     assert r.artifacts["pt2e_qdq"].quantization.bias_summary == "float32"
-    assert r.sqnr_db("ort_qdq") > 25 and r.int8_coverage("ort_qdq") > 0
+    assert r.sqnr_db("ort_qdq", "basic") > 25 and r.sqnr_db("ort_qdq") > sqnr_floor("all", clean=25)
+    assert r.int8_coverage("ort_qdq") > 0
     assert r.level("ort_qdq", "all").op_histogram
-    assert r.verdict.passed and [g.gate for g in r.verdict.gates] == ["ort_qdq.all.sqnr_db>=25", "status_ok",
+    assert r.verdict.passed and [g.gate for g in r.verdict.gates] == ["ort_qdq.basic.sqnr_db>=25", "status_ok",
                                                                        "*.all.int8_coverage>=0.5"]
     assert "verdict: PASSED (3/3 gates)" in r.summary_text()
     assert "<table>" in r._repr_html_()
@@ -118,8 +124,13 @@ def test_check_exits_2_when_the_server_is_unreachable(tmp_path):
 
 # ---- curl recipes -------------------------------------------------------------------------------
 
-needs_curl = pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")),
-                                reason="curl and jq are needed (make system-deps installs them)")
+@pytest.fixture
+def curl_and_jq() -> None:
+    if not (shutil.which("curl") and shutil.which("jq")):
+        skip_or_fail("curl and jq are needed (make system-deps installs them)")
+
+
+needs_curl = pytest.mark.usefixtures("curl_and_jq")
 
 
 def recipe(live_server, name: str, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:

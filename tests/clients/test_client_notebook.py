@@ -5,12 +5,14 @@ against a live server: its outputs hold the report's HTML table, the SVG charts 
 from __future__ import annotations
 
 import pytest
+
+from tests.missing_tools import require_module
 from client_fakes import REPO
 
-nbformat = pytest.importorskip("nbformat")
-nbclient = pytest.importorskip("nbclient")
-pytest.importorskip("ipykernel")
-pytest.importorskip("pandas")
+nbformat = require_module("nbformat")
+nbclient = require_module("nbclient")
+require_module("ipykernel")
+require_module("pandas")
 
 NOTEBOOK = REPO / "clients" / "python" / "examples" / "quantcompare.ipynb"
 

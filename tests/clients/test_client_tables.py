@@ -12,12 +12,14 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pytest
+
+from tests.missing_tools import require_module
 from client_fakes import report_json
 
 import quantcompare_client as qc
 from quantcompare_client._ci import junit_from_report, markdown_from_report
 
-pd = pytest.importorskip("pandas")
+pd = require_module("pandas")
 
 LAYERS = {
     "level": "disable_all", "samples": 8, "method": "each fp32 tensor vs the file's value of it",
@@ -140,7 +142,7 @@ def test_the_base_client_imports_nothing_heavy():
 
 
 def test_a_module_is_exported_to_pt2_bytes_with_its_dynamic_shapes():
-    torch = pytest.importorskip("torch")
+    torch = require_module("torch")
     import io
 
     from quantcompare_client._torch_export import is_torch_module, pt2_from_module

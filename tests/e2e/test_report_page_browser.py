@@ -3,12 +3,13 @@ under tests/_screenshots/ for a person to look at."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tests.missing_tools import skip_or_fail
 
 SHOTS = Path(__file__).resolve().parents[1] / "_screenshots"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -19,9 +20,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
     if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is not installed (make system-deps installs it)")
-        pytest.skip("chromium is not installed (make system-deps installs it)")
+        skip_or_fail("chromium is not installed (make system-deps installs it)")
     return path
 
 

@@ -18,7 +18,7 @@ import pytest
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.decide import decided_from_levels
 from service.render.levels_text import levels_summary_lines
-from tests.cpu import cosine_floor, int8_kernels_exact, sqnr_floor
+from tests.cpu import U8S8_SATURATES, cosine_floor, int8_kernels_exact, sqnr_floor
 from service.pipeline.options import LEVELS, ComparisonOptions
 
 X86 = platform.machine() in ("x86_64", "AMD64")
@@ -164,6 +164,18 @@ def test_qoperator_file_keeps_int8_activations_and_is_linted(conv_relu_levels):
     ol = result.optimized["ort_qoperator"]["disable_all"]
     assert ol.int8_coverage == 1.0 and ol.kernel_activation_dtypes == {"int8": 1}
     assert [lint.code for lint in result.lints if lint.artifact == "ort_qoperator"] == ["qoperator_int8_activations_x86"]
+
+
+def test_the_saturation_lint_follows_this_cpu(conv_relu_levels):
+    """The u8s8 lint is raised exactly on the CPUs /proc/cpuinfo says saturate (tests/cpu.py), and there
+    the fused level really loses accuracy that the unfused level keeps."""
+    result, _, _ = conv_relu_levels
+    linted = {lint.artifact for lint in result.lints if lint.code == "u8s8_saturation_without_vnni"}
+    assert ("ort_qdq" in linted) is U8S8_SATURATES
+    if U8S8_SATURATES:
+        fused = result.optimized["ort_qdq"]["all"].numerics.worst_sqnr_db
+        unfused = result.optimized["ort_qdq"]["basic"].numerics.worst_sqnr_db
+        assert fused < unfused - 6, (fused, unfused)
 
 
 @x86_only

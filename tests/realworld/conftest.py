@@ -22,6 +22,7 @@ def corpus_report(tmp_path_factory, corpus_dir):
     from service.errors import QuantCompareError
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
+    from tests.missing_tools import skip_or_fail
     from tests.realworld.corpus import BY_NAME, MissingCorpusPackage
 
     cache: dict[str, object] = {}
@@ -33,7 +34,7 @@ def corpus_report(tmp_path_factory, corpus_dir):
             try:
                 path = model.locate(corpus_dir)
             except MissingCorpusPackage as e:
-                pytest.skip(str(e))
+                skip_or_fail(str(e))
             request = ComparisonRequest(model_path=path, model_name=name,
                                         options=ComparisonOptions.model_validate(model.options_with(**extra)))
             try:

@@ -1,4 +1,5 @@
-"""Every corpus model comes back with a report: each path ok, or failed/skipped with words a person can act on."""
+"""Every corpus model comes back with a report whose per-path status is the one pinned in outcomes.py;
+each non-ok path has words a person can act on."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import numpy as np
 import pytest
 
 from service.errors import InvalidCalibration, InvalidOptions, QuantCompareError
-from tests.realworld.corpus import BY_NAME, CORPUS
+from tests.cpu import sqnr_floor
+from tests.missing_tools import skip_or_fail
+from tests.realworld.corpus import BY_NAME, CORPUS, MissingCorpusPackage
+from tests.realworld.outcomes import OUTCOMES
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \".*\", line \d+|\x1b\[")
 
@@ -41,6 +45,9 @@ def test_corpus_model_returns_a_report_with_every_path_explained(corpus_report, 
     assert set(report.artifacts) == {"fp32", *requested}
     assert report.artifacts["fp32"].status == "ok"
     assert any(lvl.error is None for lvl in report.artifacts["fp32"].optimized.values()), "ORT ran the model at no level"
+    # pinned: a path that stops (or starts) working fails here until outcomes.py is updated on purpose
+    got = {a: art.status for a, art in report.artifacts.items() if a != "fp32"}
+    assert got == OUTCOMES[name].statuses(), {a: art.error and art.error.message for a, art in report.artifacts.items()}
     for name_, art in report.artifacts.items():
         assert art.status in ("ok", "failed", "skipped")
         if art.status != "ok":
@@ -127,7 +134,7 @@ def test_newest_opset_runs_pt2e(corpus_report):
     assert pt2e.status == "ok", pt2e.error
     # the converted graph keeps the model's input names, so ORT runs it on the shared samples
     assert all(lvl.error is None for lvl in pt2e.optimized.values())
-    assert pt2e.optimized["all"].numerics.worst_sqnr_db > 20
+    assert pt2e.optimized["all"].numerics.worst_sqnr_db > sqnr_floor("all", clean=20)
 
 
 def test_ort_qdq_of_an_opset11_model_loads(corpus_report):
@@ -147,8 +154,8 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     model = BY_NAME["silero_vad_op18_ifless"]
     try:
         path = model.locate(corpus_dir)
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(str(e))
+    except MissingCorpusPackage as e:
+        skip_or_fail(str(e))
     source = source_from_onnx(path, name=model.name)
     options = ComparisonOptions.model_validate(model.options_with())
     shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)

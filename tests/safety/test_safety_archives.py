@@ -64,7 +64,11 @@ def test_model_plus_data_is_extracted_and_loads_with_its_data(tmp_path, kind):
     onnx_path = safe_extract_archive(up, dest)
     assert onnx_path == dest / "model.onnx"
     files = {p.name for p in dest.iterdir()} - {onnx_path.name}
-    onnx_model_from_path(onnx_path, allowed_data_files=files)
+    assert files == {"model.onnx.data"}
+    loaded = onnx_model_from_path(onnx_path, allowed_data_files=files)
+    # the weight that came back is the one that went in (read from the extracted data file)
+    (w,) = [numpy_helper.to_array(t, base_dir=str(dest)) for t in loaded.graph.initializer if t.name == "w"]
+    np.testing.assert_array_equal(w, np.frombuffer(data, dtype=np.float32).reshape(1, 16))
 
 
 def _link(name, target, kind=tarfile.SYMTYPE):
@@ -99,6 +103,17 @@ def test_zip_with_traversal_is_refused(tmp_path):
     with pytest.raises(UnsafeArchive):
         safe_extract_archive(_zip(tmp_path, {"model.onnx": b"x", "../../x.data": b"x"}), dest)
     assert list(dest.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["../model.onnx.data", "./model.onnx.data", "net/../model.onnx.data"])
+def test_a_dot_or_dotdot_component_is_refused_even_one_level_up(tmp_path, name):
+    """One '..' above the folder is within the two-part limit: the '..' check itself must refuse it."""
+    model, data = _model_with_data()
+    dest = _dest(tmp_path)
+    with pytest.raises(UnsafeArchive) as e:
+        safe_extract_archive(_zip(tmp_path, {"model.onnx": model, name: data}), dest)
+    assert "'..'" in e.value.message or "nested" in e.value.message
+    assert list(dest.iterdir()) == [] and not (tmp_path / "job" / "model.onnx.data").exists()
 
 
 def test_zip_bomb_is_refused_while_writing(tmp_path):

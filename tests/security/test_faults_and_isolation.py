@@ -54,6 +54,8 @@ def test_a_job_sees_no_secret_and_runs_isolated(server, client):
     job = server.wait_job(r.json()["id"], 30, headers={"Authorization": f"Bearer {TOKEN}"})
     assert job["status"] == "succeeded", job
     seen = json.loads((server.data_dir / "jobs" / job["id"] / "seen.json").read_text())
+    # the reads really happened: an empty read would pass every "not in" below
+    assert "PATH" in seen["environ"] and "PATH=" in seen["proc_environ"], seen
     for text in (json.dumps(seen["environ"]), seen["proc_environ"]):  # /proc/self/environ: the environment at exec
         assert TOKEN not in text and OTHER_SECRET not in text and "QUANTCOMPARE_" not in text
     assert set(seen["environ"]) <= {"PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "LD_LIBRARY_PATH",

