@@ -2,6 +2,8 @@
 of paths that succeeded.  Usage: .venv/bin/python bench/corpus.py [--full] [name ...]
 
 Small calibration/eval counts, latency off: this measures whether each path works, not speed.
+A pt2e_qdq cell of an ONNX upload also shows its ONNX -> torch conversion seconds (specialize, build,
+parity run, torch.export: tool.conversion.seconds), part of the path's time.
 --full also runs with 16 calibration samples.
 """
 
@@ -57,6 +59,9 @@ def main(argv: list[str]) -> int:
                 ok += art.status == "ok"
                 bad_levels = sum(1 for lvl in art.optimized.values() if lvl.error)
                 cell = f"{art.status} {art.seconds or 0:.1f}s"
+                conv = art.tool.conversion if art.tool else None
+                if conv and conv.get("seconds"):  # ONNX upload: of which ONNX -> torch conversion
+                    cell += f" (convert {sum(conv['seconds'].values()):.1f}s)"
                 if art.status == "ok" and bad_levels:
                     cell += f" ({bad_levels} levels fail)"
                 cells.append(cell)

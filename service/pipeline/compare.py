@@ -248,7 +248,8 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
                 outcome = run_path("pt2e_qdq", "quantize", skip_if_quantized, fp32.file.model)
             else:
                 outcome = run_path("pt2e_qdq", "quantize", qdq_from_pt2e, source, prepared.shapes, samples.calibration,
-                                   run.art_dir / "pt2e_qdq.onnx", per_channel=options.pt2e.per_channel)
+                                   run.art_dir / "pt2e_qdq.onnx", per_channel=options.pt2e.per_channel,
+                                   evaluation=samples.evaluation)
             finished("pt2e_qdq", outcome, t0)
 
         def ort_side() -> None:
@@ -344,8 +345,11 @@ def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32,
         )
         for name, (outcome, secs) in outcomes.items():
             if not outcome.ok:
+                # An ONNX upload's PT2E skip still reports its conversion (parity figure included).
+                conversion = getattr(outcome.value, "to_dict", None)
+                tool = ToolInfo(name=outcome.value.converter, version="", conversion=conversion()) if conversion else None
                 artifacts[name] = Artifact(name=name, status="skipped" if outcome.skipped else "failed",
-                                           error=outcome.error, seconds=secs)
+                                           error=outcome.error, seconds=secs, tool=tool)
                 continue
             inspected = run_path(name, "inspect", _inspect, run.art_dir / f"{name}.onnx", fp32.histogram)
             if not inspected.ok:

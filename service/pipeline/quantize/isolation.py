@@ -78,7 +78,8 @@ def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
     try:
         return PathOutcome(ok=True, value=fn(*args, **kwargs))
     except PathSkipped as e:
-        return PathOutcome(ok=False, skipped=True, error=PathError(stage=e.stage, type="PathSkipped",
+        # value: what the path learnt before it stopped (the ONNX -> torch conversion), or None
+        return PathOutcome(ok=False, skipped=True, value=getattr(e, "conversion", None), error=PathError(stage=e.stage, type="PathSkipped",
                                                                    message=scrub(e.message), hint=e.hint))
     except QuantCompareError as e:
         return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(e.message),

@@ -7,16 +7,22 @@ from pathlib import Path
 
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
-from service.pipeline.quantize.onnx_to_torch import program_from_onnx
+from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_input_names
+from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, first_line, program_from_onnx, static_args
 from service.schemas.report import ToolInfo
 
 
-def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], calibration=None):
-    """The torch.export program PT2E starts from; for ONNX uploads, via onnx2torch."""
-    if source.program is not None:
-        return source.program
+def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], calibration=None, evaluation=None):
+    """(torch.export program PT2E starts from, conversion info or None).
 
-    return program_from_onnx(source, shapes, calibration=calibration)
+    ONNX uploads go through the project's own converter (quantize/onnx_torch), which specializes
+    the graph to the resolved shapes and checks parity with ORT before anything is quantized.
+    onnx2torch is no longer used: on the real-world corpus it converted fewer models (no GRU/LSTM,
+    no opset-18 input forms, untraceable shape arithmetic), see README "ONNX uploads and PT2E".
+    """
+    if source.program is not None:
+        return source.program, None
+    return program_from_onnx(source, shapes, calibration=calibration, evaluation=evaluation)
 
 
 def qdq_from_pt2e(
@@ -26,14 +32,28 @@ def qdq_from_pt2e(
     out_path: Path,
     *,
     per_channel: bool = True,
+    evaluation: list[Feed] | None = None,
     skip_modules: tuple[str, ...] = (),
 ) -> ToolInfo:
+    program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
+    try:
+        return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
+                                  skip_modules)
+    except Exception as e:  # noqa: BLE001
+        if conversion is None:
+            raise
+        # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
+        raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
+                                hint=PT2_HINT, conversion=conversion) from e
+
+
+def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
+                       skip_modules: tuple[str, ...] = ()) -> ToolInfo:
     import onnx
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 
-    program = program_for_pt2e(source, shapes, calibration)
     specs = source.specs
     config = get_symmetric_quantization_config(is_per_channel=per_channel)
     quantizer = XNNPACKQuantizer().set_global(config)
@@ -52,12 +72,23 @@ def qdq_from_pt2e(
                 _observe_weights_once(prepared)
     converted = convert_pt2e(prepared)
     # torch.onnx.export re-exports the converted module, so the dynamic batch is stated again.
+    # A module converted from ONNX was exported with static shapes (every dim resolved).
+    if conversion is None:
+        export_args, dynamic = example_args(specs, shapes), dynamic_shapes_for(specs)
+    else:
+        export_args, dynamic = static_args(specs, shapes, calibration), None
     with torch.no_grad():
         onnx_program = torch.onnx.export(
-            converted, example_args(specs, shapes), dynamo=True, verbose=False,
-            dynamic_shapes=dynamic_shapes_for(specs),
+            converted, export_args, dynamo=True, verbose=False, dynamic_shapes=dynamic,
         )
-    onnx.save(onnx_program.model_proto, out_path)
+    proto = onnx_program.model_proto  # a property that serializes anew on every access
+    if conversion is not None:
+        restore_input_names(proto, [s.name for s in specs])
+
+        named = annotate_onnx(proto, onnx_program.exported_program.graph_module)
+        conversion.notes.append(f"{named} nodes of the PT2E file name the upload node and tensors they compute "
+                                "(metadata_props quantcompare.onnx_node/onnx_op/onnx_outputs)")
+    onnx.save(proto, out_path)
     act = config.input_activation
     weight = config.weight
 
@@ -73,6 +104,7 @@ def qdq_from_pt2e(
             "calibration_samples": len(calibration),
         },
         calibration=f"{_observer_name(act)} (activations), {_observer_name(weight)} (weights)",
+        conversion=conversion.to_dict() if conversion is not None else None,
     )
 
 

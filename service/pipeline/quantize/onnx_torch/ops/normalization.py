@@ -1,0 +1,106 @@
+"""BatchNormalization, LayerNormalization, InstanceNormalization, GroupNormalization, LpNormalization,
+and ORT's com.microsoft SkipLayerNormalization / LayerNormalization forms (C1)."""
+from __future__ import annotations
+
+from ..registry import UnsupportedNode, converter
+
+
+@converter("BatchNormalization")
+def batch_norm(ctx, node, inputs):
+    import torch.nn.functional as F
+
+    x, scale, bias, mean, var = inputs[:5]
+    if node.attr("training_mode", 0):
+        raise UnsupportedNode("BatchNormalization training_mode=1")
+    if ctx.opset < 7 and node.attr("spatial", 1) == 0:
+        raise UnsupportedNode("BatchNormalization spatial=0")
+    return F.batch_norm(x, mean, var, scale, bias, False, 0.0, float(node.attr("epsilon", 1e-5)))
+
+
+def _layer_norm(x, scale, bias, axis: int, eps: float):
+    import torch.nn.functional as F
+
+    axis = axis + x.dim() if axis < 0 else axis
+    normalized = tuple(x.shape[axis:])
+    if scale is not None and tuple(scale.shape) != normalized:
+        scale = scale.expand(normalized) if scale.dim() <= len(normalized) else scale.reshape(normalized)
+    if bias is not None and tuple(bias.shape) != normalized:
+        bias = bias.expand(normalized) if bias.dim() <= len(normalized) else bias.reshape(normalized)
+    return F.layer_norm(x, normalized, scale, bias, eps)
+
+
+@converter("LayerNormalization", since=17)
+def layer_norm(ctx, node, inputs):
+    if len(node.outputs) > 1 and any(node.outputs[1:]):
+        raise UnsupportedNode("LayerNormalization with Mean/InvStdDev outputs used")
+    x, scale = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else None
+    return _layer_norm(x, scale, bias, int(node.attr("axis", -1)), float(node.attr("epsilon", 1e-5)))
+
+
+@converter("LayerNormalization", domain="com.microsoft")
+def layer_norm_ms(ctx, node, inputs):
+    return layer_norm(ctx, node, inputs)
+
+
+@converter("SimplifiedLayerNormalization")
+def rms_norm(ctx, node, inputs):
+    import torch
+
+    x, scale = inputs[0], inputs[1]
+    axis = int(node.attr("axis", -1))
+    axis = axis + x.dim() if axis < 0 else axis
+    dims = tuple(range(axis, x.dim()))
+    y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + float(node.attr("epsilon", 1e-5)))
+    return y * scale
+
+
+@converter("SkipLayerNormalization", domain="com.microsoft")
+def skip_layer_norm_ms(ctx, node, inputs):
+    x, skip, gamma = inputs[0], inputs[1], inputs[2]
+    beta = inputs[3] if len(inputs) > 3 else None
+    bias = inputs[4] if len(inputs) > 4 else None
+    s = x + skip
+    if bias is not None:
+        s = s + bias
+    y = _layer_norm(s, gamma, beta, -1, float(node.attr("epsilon", 1e-12)))
+    outs = [y, None, None, s]
+    return outs[: len(node.outputs)]
+
+
+@converter("InstanceNormalization")
+def instance_norm(ctx, node, inputs):
+    import torch.nn.functional as F
+
+    x, scale, bias = inputs
+    return F.instance_norm(x, weight=scale, bias=bias, eps=float(node.attr("epsilon", 1e-5)))
+
+
+@converter("GroupNormalization", since=18)
+def group_norm(ctx, node, inputs):
+    import torch.nn.functional as F
+
+    x, scale, bias = inputs
+    groups = int(node.attr("num_groups"))
+    channels = x.shape[1]
+    if scale.shape[0] != channels:  # opset 18: one scale per group
+        scale = scale.repeat_interleave(channels // groups)
+        bias = bias.repeat_interleave(channels // groups)
+    return F.group_norm(x, groups, scale, bias, float(node.attr("epsilon", 1e-5)))
+
+
+@converter("LpNormalization")
+def lp_norm(ctx, node, inputs):
+    import torch.nn.functional as F
+
+    p = int(node.attr("p", 2))
+    return F.normalize(inputs[0], p=p, dim=int(node.attr("axis", -1)), eps=0.0)
+
+
+@converter("MeanVarianceNormalization")
+def mvn(ctx, node, inputs):
+    x = inputs[0]
+    axes = tuple(node.attr("axes", [0, 2, 3]))
+    mean = x.mean(axes, keepdim=True)
+    var = ((x - mean) ** 2).mean(axes, keepdim=True)
+    return (x - mean) / (var.sqrt() + 1e-9)

@@ -1,0 +1,149 @@
+"""ONNX upload -> torch.export program for PT2E, with a parity check before quantization.
+
+    specialize (specialize.py)  ->  build the module by one eager run (module.py)
+    ->  parity vs ORT on the fp32 ONNX (parity.py)  ->  torch.export (static shapes)
+
+Every refusal is a PathSkipped naming what blocks it: all missing ops at once with counts, the
+node whose converter failed, the first diverging tensor, or the node torch.export stopped at.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.errors import PathSkipped
+from service.pipeline.quantize.already_quantized import skip_if_quantized
+from service.pipeline.quantize.onnx_cleanup import constant_inputs
+
+from .module import ConversionError, MissingConverters, build_module, contiguous
+from .parity import parity_vs_onnx
+from .specialize import specialized
+
+log = logging.getLogger(__name__)
+
+CONVERTER = "quantcompare onnx_torch (service/pipeline/quantize/onnx_torch)"
+PT2_HINT = "upload the PyTorch model as a torch.export .pt2 to run the PT2E path; the ORT paths are unaffected"
+
+
+@dataclass
+class Conversion:
+    """What ``artifacts.pt2e_qdq.tool.conversion`` reports."""
+
+    converter: str = CONVERTER
+    ops: dict[str, int] = field(default_factory=dict)  # op_type -> nodes kept as torch ops
+    folded: dict[str, int] = field(default_factory=dict)  # op_type -> nodes folded to constants
+    max_abs_error_vs_onnx: float | None = None
+    parity: dict[str, Any] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"converter": self.converter, "ops": self.ops, "folded": self.folded,
+                "max_abs_error_vs_onnx": self.max_abs_error_vs_onnx, "parity": self.parity,
+                "seconds": self.seconds, "notes": self.notes}
+
+
+class ConversionSkipped(PathSkipped):
+    """PathSkipped that carries what the conversion learnt so far (parity figure included)."""
+
+    def __init__(self, message: str, *, stage: str, hint: str | None, conversion: Conversion):
+        super().__init__(message, stage=stage, hint=hint)
+        self.conversion = conversion
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
+
+
+def static_args(specs, shapes, calibration) -> tuple:
+    """Export arguments of exactly the resolved shapes; real calibration values where there are some
+    (token ids stay in their embedding's range)."""
+    import torch
+
+    args = []
+    for s in specs:
+        if calibration:
+            args.append(torch.from_numpy(contiguous(calibration[0][s.name])))
+            continue
+        dtype = getattr(torch, s.dtype)
+        shape = list(shapes[s.name])
+        args.append(torch.randn(shape, dtype=dtype) if dtype.is_floating_point else torch.zeros(shape, dtype=dtype))
+    return tuple(args)
+
+
+def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
+                      calibration: list[dict[str, np.ndarray]] | None = None,
+                      evaluation: list[dict[str, np.ndarray]] | None = None):
+    """(torch.export program, Conversion) for an ONNX upload; ConversionSkipped names what blocks it."""
+    import onnx
+    import torch
+    from torch.export import export
+
+    conv = Conversion()
+    t0 = time.perf_counter()
+    model = onnx.load(str(source.onnx_path), load_external_data=True)
+    skip_if_quantized(model)
+    spec = specialized(model, shapes, constants=constant_inputs(calibration or []))
+    conv.notes.extend(spec.notes)
+    conv.seconds["specialize"] = round(time.perf_counter() - t0, 3)
+
+    names = [s.name for s in source.specs]
+    args = static_args(source.specs, shapes, calibration)
+    example = {n: a.numpy() for n, a in zip(names, args)}
+    t0 = time.perf_counter()
+    try:
+        built = build_module(spec.model, names, example, baked=spec.baked)
+    except MissingConverters as e:
+        opset = next((o.version for o in spec.model.opset_import if o.domain in ("", "ai.onnx")), None)
+        listed = ", ".join(f"{d}.{op} (opset {v}) x{n}" if d != "ai.onnx" else f"{op} (opset {v}) x{n}"
+                           for (d, op, v), n in e.missing.most_common())
+        raise ConversionSkipped(f"no ONNX -> torch converter for {listed} (ai.onnx opset {opset})", stage="convert",
+                                hint=PT2_HINT, conversion=conv) from e
+    except ConversionError as e:
+        raise ConversionSkipped(f"ONNX -> torch conversion failed at {e}", stage="convert", hint=PT2_HINT,
+                                conversion=conv) from e
+    conv.seconds["build"] = round(time.perf_counter() - t0, 3)
+    conv.ops = dict(built.converted.most_common())
+    conv.folded = dict(built.folded.most_common())
+    module = built.module.eval()
+
+    t0 = time.perf_counter()
+    feeds = list(evaluation or []) or list(calibration or [])[:1] or [example]
+    parity = parity_vs_onnx(module, source.onnx_path, names, feeds, specialized_model=spec.model)
+    conv.seconds["parity"] = round(time.perf_counter() - t0, 3)
+    conv.max_abs_error_vs_onnx = parity.max_abs_error
+    conv.parity = parity.to_dict()
+    if not parity.ok:
+        raise ConversionSkipped(f"the converted torch module does not match ORT on the fp32 ONNX: {parity.reason}",
+                                stage="convert", hint="report the model with this message; " + PT2_HINT,
+                                conversion=conv)
+
+    t0 = time.perf_counter()
+    try:
+        # preserve_node_meta: each FX node keeps the ONNX node it came from (names.py)
+        with torch.no_grad(), torch.fx.traceback.preserve_node_meta():
+            program = export(module, args, strict=False)
+    except Exception as e:  # noqa: BLE001
+        where = _node_in_trace(e)
+        raise ConversionSkipped(f"torch.export cannot trace the converted module{where}: {first_line(e)}",
+                                stage="convert", hint=PT2_HINT, conversion=conv) from e
+    conv.seconds["export"] = round(time.perf_counter() - t0, 3)
+    return program, conv
+
+
+def _node_in_trace(e: BaseException) -> str:
+    """' at <op> node <name>' when the failure happened inside a converter call."""
+    node = None
+    for frame, _ in traceback.walk_tb(e.__traceback__):
+        local = frame.f_locals
+        if frame.f_code.co_name == "run_node" and "node" in local:
+            node = local["node"]
+    if node is None:
+        return ""
+    return f" at {node.op_type} node {node.name!r}"

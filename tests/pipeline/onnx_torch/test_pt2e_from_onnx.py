@@ -1,0 +1,73 @@
+"""End to end on a small ONNX upload: the converter's module goes through PT2E to a QDQ file that
+(1) reports the conversion with its parity figure, (2) names the upload's nodes and tensors on its
+own nodes, so a tensor of the upload can be found in the PT2E file and compared with its fp32 value."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+@pytest.fixture(scope="module")
+def pt2e_from_onnx(tmp_path_factory):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from service.pipeline.options import ComparisonOptions
+    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
+    from tests.realworld.corpus import build_opset21_unnamed_batch
+
+    folder = tmp_path_factory.mktemp("pt2e_onnx")
+    path = folder / "m.onnx"
+    build_opset21_unnamed_batch(path)
+    source = source_from_onnx(path, name="m")
+    options = ComparisonOptions.model_validate({"calibration_samples": 4, "eval_samples": 2})
+    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
+    samples = generated_samples(source.specs, shapes, options)
+    tool = qdq_from_pt2e(source, shapes, samples.calibration, folder / "pt2e.onnx", evaluation=samples.evaluation)
+    return path, folder / "pt2e.onnx", tool, samples
+
+
+def test_conversion_is_reported_with_parity(pt2e_from_onnx):
+    _, _, tool, _ = pt2e_from_onnx
+    conv = tool.conversion
+    assert conv["converter"].startswith("quantcompare onnx_torch")
+    assert conv["ops"]["Conv"] == 1 and conv["ops"]["Gemm"] == 1
+    assert conv["parity"]["feeds"] == 2 and conv["parity"]["ok"] is True
+    assert 0 <= conv["max_abs_error_vs_onnx"] < 1e-4
+
+
+def _sqnr_db(ref, got):
+    return 10 * np.log10(np.sum(ref.astype(np.float64) ** 2) / max(np.sum((ref - got).astype(np.float64) ** 2), 1e-30))
+
+
+def test_pt2e_file_names_upload_tensors(pt2e_from_onnx):
+    import onnx
+    import onnxruntime as ort
+    from onnx import helper
+
+    from service.pipeline.quantize.onnx_torch.names import upload_tensor_map
+
+    upload, pt2e_path, _, samples = pt2e_from_onnx
+    model = onnx.load(str(pt2e_path))
+    by_op = {}
+    for n in model.graph.node:
+        props = {p.key: p.value for p in n.metadata_props}
+        if "quantcompare.onnx_op" in props:
+            by_op.setdefault(props["quantcompare.onnx_op"], []).append(props)
+    assert by_op["Conv"][0]["quantcompare.onnx_node"] == "conv"
+    assert by_op["Conv"][0]["quantcompare.onnx_outputs"] == "c"
+    mapping = upload_tensor_map(model)
+    assert {"c", "r", "p", "y"} <= set(mapping)
+    # oracle: the mapped PT2E tensor holds (a quantized approximation of) the upload's fp32 tensor
+    feed = samples.evaluation[0]
+    ref_model = onnx.load(str(upload))
+    ref_model.graph.output.append(helper.make_empty_tensor_value_info("r"))
+    ref = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"]).run(["r"], feed)[0]
+    model.graph.output.append(helper.make_empty_tensor_value_info(mapping["r"]))
+    got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run([mapping["r"]], feed)[0]
+    assert got.shape == ref.shape
+    assert _sqnr_db(ref, got) > 20
