@@ -37,7 +37,8 @@ def test_the_report_page_renders_in_chromium(real_server, conv_relu_job, tmp_pat
                  "pt2e_qdq", "ort_qdq", "ort_qoperator", "QLinearConv", "SQNR vs fp32", "Downloads",
                  "ort_qdq.all.onnx"):
         assert text in dom, text
-    assert dom.count('<svg class="chart"') == 2
+    assert dom.count('<svg class="chart"') == 3  # SQNR and latency per level, SQNR by depth (layers)
+    assert "SQNR vs fp32 by depth" in dom
     assert dom.count('<svg class="rw"') >= 3  # rewrites drawn, not just listed
     assert "http://" not in dom.replace(real_server.base_url, "").replace("http://www.w3.org/2000/svg", "")
 
