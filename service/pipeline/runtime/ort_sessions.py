@@ -51,8 +51,13 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
     return so
 
 
-def session_for(model_path: Path, level: str, **kw):
-    """A CPU EP ``InferenceSession`` for ``model_path`` at ``level`` (see ``session_options_for``)."""
+def session_for(model: Path | str | bytes, level: str, **kw):
+    """A CPU EP ``InferenceSession`` for ``model`` (a path or serialized bytes) at ``level``."""
+    return session_with_options(model, session_options_for(level, **kw))
+
+
+def session_with_options(model: Path | str | bytes, so):
+    """A CPU EP ``InferenceSession`` with options that ``session_options_for`` made (plus entries)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(model_path), session_options_for(level, **kw), providers=PROVIDERS)
+    return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so, providers=PROVIDERS)

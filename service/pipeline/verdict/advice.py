@@ -41,7 +41,7 @@ from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.numerics import concat_runs, sqnr_db
-from service.pipeline.runtime.ort_sessions import session_for, session_options_for
+from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
@@ -148,14 +148,12 @@ def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
 def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray], fp32_compute: int,
                      session_config: dict[str, str], tmp: Path):
     """(session, figures without latency): coverage from ORT's saved graph, SQNR on the eval samples."""
-    import onnxruntime as ort
-
 
     saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}.onnx"
     so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved)
     for k, v in session_config.items():
         so.add_session_config_entry(k, str(v))
-    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    session = session_with_options(path, so)
     hist = op_histogram(graph_from_path(saved))
     int8 = sum(v for k, v in hist.items() if k in INT8_COMPUTE_KERNELS)
     outputs = concat_runs([session.run(None, feed) for feed in ctx.evaluation])

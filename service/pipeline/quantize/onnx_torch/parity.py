@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from service.pipeline.runtime.ort_sessions import session_for
+
 from .module import contiguous, record_values
 
 RTOL = 1e-3
@@ -38,13 +40,8 @@ class Parity:
 
 
 def _session(model_or_path):
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    opts.log_severity_level = 3
-    arg = model_or_path if isinstance(model_or_path, (bytes, str)) else str(model_or_path)
-    return ort.InferenceSession(arg, opts, providers=["CPUExecutionProvider"])
+    # Through ort_sessions: the constant-folding cap holds for every session the service builds.
+    return session_for(model_or_path, "disable_all")
 
 
 def _torch_outputs(module, names, feed) -> list[np.ndarray]:
