@@ -267,3 +267,8 @@ def _propagate_dtypes(graph: GraphIndex) -> dict[str, str]:
             if o and o not in dt and out_dt is not None:
                 dt[o] = out_dt
     return dt
+
+
+# The metadata_props prefix the ONNX->torch converter stamps on every PT2E file node it made
+# (quantize/onnx_torch/names.py): `<prefix>onnx_node`, `onnx_op`, `onnx_outputs` name the upload's node.
+CONVERTER_METADATA_PREFIX = "quantcompare."

@@ -228,7 +228,7 @@ STRUCTURE = {
                                           inputs=[]), UnsupportedModel, "no graph inputs"),
     "an unknown op": (lambda: tiny_onnx(nodes=[helper.make_node("Frobnicate", ["x"], ["y"])]), UnsupportedModel,
                       "Frobnicate"),
-    "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "domains"),
+    "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "operator domain 'evil.corp'"),
     "opset 99": (lambda: tiny_onnx(opset=99), UnsupportedModel, "opset 99"),
     "opset 1": (lambda: tiny_onnx(opset=1), UnsupportedModel, "opset 1"),
     "IR version 99": (lambda: tiny_onnx(ir=99), UnsupportedModel, "IR version 99"),

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.pipeline.vocabulary import (
+    CONVERTER_METADATA_PREFIX,
     DEQUANTIZE,
     MS,
     OUTPUT_ZERO_POINT_INDEX,
@@ -44,6 +45,8 @@ from service.pipeline.vocabulary import (
     graph_from_model,
     op_key,
 )
+
+ONNX_NODE_KEY = CONVERTER_METADATA_PREFIX + "onnx_node"
 
 _COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum", "Mean"}
 # fp32 ops a quantizer may drop into a neighbour: activations into the QuantizeLinear clamp,
@@ -338,6 +341,12 @@ def _scope_index(idx: GraphView) -> dict[str, list]:
     out: dict[str, list] = {}
     for n in idx.nodes:
         if not idx.is_compute(n):
+            continue
+        # The project's converter stamps the upload's node name on every file node it made
+        # (quantize/onnx_torch/names.py): the surest key where it is there.
+        stamped = next((p.value for p in getattr(n, "metadata_props", ()) if p.key == ONNX_NODE_KEY), None)
+        if stamped and _norm(stamped):
+            out.setdefault(_norm(stamped), []).append(n)
             continue
         for module in idx.scope_names(n)[:-1]:  # the last scope is the op's own FX name
             for key in {_norm(module), _norm(module.rsplit(".", 1)[-1])}:

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import re
 
+from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX
+
 from .module import python_names
 
 KEYS = ("onnx_node", "onnx_op", "onnx_outputs")
-PREFIX = "quantcompare."
+PREFIX = CONVERTER_METADATA_PREFIX
 _FX_NAME = re.compile(r"^%([\w.]+)\s*:")
 
 
