@@ -18,13 +18,15 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
+from service.pipeline.runtime.latency import usable_cores
+
 A = TypeVar("A")
 B = TypeVar("B")
 
 
 def cores_idle(concurrent_jobs: Callable[[], int | None] | None = None) -> bool:
     """Two cores for this job: at least two CPUs, no other job running, load average below cores - 1."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     if cores < 2:
         return False
     if concurrent_jobs is not None:

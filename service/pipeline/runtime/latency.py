@@ -11,8 +11,8 @@ The protocol (its text goes into every ``LatencyStats.protocol``):
    ``max_runs`` timed runs, or the graph's share of the job's time budget is spent.
 3. Reported: median, p10/p90, spread ((p90-p10)/median), the runs, whether it became stable,
    and the load while it was measured: the 1-minute load average, the jobs running at once in
-   the service, and the CPU share the timed runs got (process CPU time / (wall time x threads):
-   below 1 when the scheduler gave the cores to someone else).
+   the service, and the CPU share the timed runs got (process CPU time / (wall time x threads), summed
+   over the timed runs: below 1 when the scheduler gave the cores to someone else).
 4. ``noisy`` when the median never became stable, the spread is wide, the timed runs did not
    get their cores, or the machine was oversubscribed (load average or jobs x threads above
    the cores). A noisy figure is shown as such; a latency gate says so instead of calling it a
@@ -96,7 +96,15 @@ def load_snapshot(concurrent_jobs: LoadProbe | None = None) -> LoadSnapshot:
             jobs = concurrent_jobs()
         except Exception:  # noqa: BLE001 - a probe failing must not fail a measurement
             jobs = None
-    return LoadSnapshot(load_avg_1m=load, concurrent_jobs=jobs, cpu_count=os.cpu_count() or 1)
+    return LoadSnapshot(load_avg_1m=load, concurrent_jobs=jobs, cpu_count=usable_cores())
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask), not every CPU the host has."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
 
 def timed_run(run: Callable[[], object], threads: int) -> tuple[object, Timing]:
@@ -155,7 +163,10 @@ def latency_from_samples(samples: Sequence[Timing], protocol: LatencyProtocol, *
     lo, hi = median_ci(ms.tolist())
     spread = (p90 - p10) / med if med > 0 else 0.0
     stable = is_stable(ms.tolist(), min_runs=protocol.min_runs, stable_rel=protocol.stable_rel)
-    share = float(np.median([s.cpu_share for s in samples]))
+    # Over all timed runs, not a median of per-run shares: a run shorter than the scheduler's slice
+    # is rarely preempted, so when the cores are shared the median run still got its whole core;
+    # the time lost shows only in the runs that waited, and the sum counts those.
+    share = float(sum(s.cpu_share * s.ms for s in samples) / max(sum(s.ms for s in samples), 1e-12))
     loads = [x.load_avg_1m for x in (before, after) if x.load_avg_1m is not None]
     load = max(loads) if loads else None
     jobs_seen = [x.concurrent_jobs for x in (before, after) if x.concurrent_jobs is not None]
