@@ -1,6 +1,6 @@
 """Job time, peak RSS and disk against model size (issue 16): five sizes built in code + real models.
 
-    python bench/cost_curve.py [--sizes 1,10,30,100,300] [--real ppocr_v4_det] [--big-gb 1.0]
+    python bench/cost_curve.py [--sizes 1,10,30,100,300] [--real ppocr_v4_det,ppocr_v4_det@960] [--big-gb 1.0]
                                [--json bench/cost_curve.json] [--options JSON]
 
 Each job runs the way a service worker runs it, in a fresh process per model: import the
@@ -67,10 +67,12 @@ def real_model(name: str) -> tuple[Path, dict]:
     sys.path.insert(0, str(ROOT / "tests" / "realworld"))
     from corpus import BY_NAME  # noqa: E402
 
+    name, _, side = name.partition("@")  # ppocr_v4_det@960: the detector at 960x960
     m = BY_NAME[name]
     opts = dict(m.options)
     if name == "ppocr_v4_det":
-        opts["input_shapes"] = {"x": [1, 3, 320, 320]}
+        n = int(side or 320)
+        opts["input_shapes"] = {"x": [1, 3, n, n]}
     return m.locate(Path(tempfile.gettempdir())), opts
 
 

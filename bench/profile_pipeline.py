@@ -5,7 +5,7 @@
 Runs each example ``--repeat`` times in one process (the first run is "cold": it pays imports
 and exporter warm-up, like the CLI; later runs are "warm", like a service worker) and prints, per
 run, the stage timings and the cumulative seconds of the toolchain calls that matter, then the top
-functions by cumulative time. ``--dump DIR`` writes .prof files for snakeviz / pstats.
+functions by cumulative time. ``--dump DIR`` writes each report (.report.json) and .prof files for snakeviz / pstats.
 """
 
 from __future__ import annotations
@@ -130,12 +130,14 @@ def main(argv=None) -> int:
                   f"{'' if args.no_profile else ' (under cProfile)'}; one fp32 inference {fp32_s * 1000:.1f} ms "
                   f"(1 thread, median of 7) -> {wall / fp32_s:.0f} inference-times ===")
             print("stages: " + ", ".join(f"{k} {v:.2f}" for k, v in report.timings.items()))
+            if args.dump:
+                Path(args.dump).mkdir(parents=True, exist_ok=True)
+                (Path(args.dump) / f"{Path(model).name}.{i + 1}.report.json").write_text(report.model_dump_json())
             if stats is None:
                 continue
             print("calls:  " + ", ".join(f"{k} {v:.2f}" for k, v in key_seconds(stats).items() if v >= 0.005))
             if args.dump:
-                Path(args.dump).mkdir(parents=True, exist_ok=True)
-                stats.dump_stats(str(Path(args.dump) / f"{model}.{i + 1}.prof"))
+                stats.dump_stats(str(Path(args.dump) / f"{Path(model).name}.{i + 1}.prof"))
             if args.top:
                 stats.sort_stats("cumulative").print_stats(args.top)
     return 0

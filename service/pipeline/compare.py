@@ -291,7 +291,7 @@ def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspect
             ort_settings=resolved_ort_settings(options), samples=prepared.samples,
             input_names=[s.name for s in prepared.source.specs],
             calibration_cache=run.scratch / "ort_calibration_ranges.json",
-            quantize_seconds={n: s for n, (_, s) in outcomes.items()})
+            quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs)
 
 
 def _symbolic_dim_lints(specs, shapes) -> list[Lint]:

@@ -87,3 +87,16 @@ def test_dedicated_qdq_pairs_are_merged_back_by_cse(tmp_path):
 
     assert q_on_y([]) == 1
     assert q_on_y(["CommonSubexpressionElimination"]) == 2
+
+
+def test_the_before_figures_are_the_report_s_own(compared):
+    """A re-run does not measure the artifact as is again: 'before' is the levels stage's figure at
+    the advice level (and 'after' is taken against the reference those figures used)."""
+    report, _ = compared("op_zoo_net")
+    level = ComparisonOptions().advice.level
+    measured = [a for a in report.advice + report.advice_refuted if a.measured]
+    assert measured
+    for a in measured:
+        ol = report.artifacts[a.artifact].optimized[level]
+        assert a.measured.before.sqnr_db == ol.numerics.worst_sqnr_db
+        assert a.measured.before.int8_coverage == ol.int8_coverage

@@ -8,6 +8,7 @@ from pathlib import Path
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_input_names
+from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, first_line, program_from_onnx, static_args
 from service.schemas.report import ToolInfo
 
@@ -70,6 +71,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
             prepared(*[torch.from_numpy(feed[n]) for n in names])
             if i == 0:
                 _observe_weights_once(prepared)
+    install_conv_bn_fold_guard()  # a standalone BN no longer costs 96 pattern exports
     converted = convert_pt2e(prepared)
     # torch.onnx.export re-exports the converted module, so the dynamic batch is stated again.
     # A module converted from ONNX was exported with static shapes (every dim resolved).

@@ -236,11 +236,15 @@ class _Acc:
         self.loc: Located | None = None
 
     def add(self, ref: _Ref, got: np.ndarray, loc: Located) -> None:
-        g = np.asarray(got, dtype=np.float64).ravel()
-        e = np.subtract(ref.r64, g, out=ref.scratch)
+        g = np.asarray(got).ravel()
+        if g.dtype != np.float32:
+            g = g.astype(np.float32)
+        # The error in float32 is the float64 difference rounded once (both operands are float32);
+        # its sums are taken in float64 (_dot): no float64 copy of either tensor.
+        e = np.subtract(ref.r32, g, out=ref.scratch)
         self.ref2 += ref.ref2
         self.err2 += _dot(e, e)
-        self.dot += _dot(ref.r64, g)
+        self.dot += _dot(ref.r32, g)
         self.act2 += _dot(g, g)
         if e.size:
             self.max_abs = max(self.max_abs, float(e.max()), -float(e.min()))
@@ -264,10 +268,9 @@ class _Ref:
     """One fp32 tensor of one sample, converted once and shared by every artifact's accumulator."""
 
     def __init__(self, value: np.ndarray):
-        self.r32 = value.ravel()
-        self.r64 = self.r32.astype(np.float64)
-        self.scratch = np.empty_like(self.r64)  # one error buffer per tensor, reused by every artifact
-        self.ref2 = _dot(self.r64, self.r64)
+        self.r32 = np.ascontiguousarray(value, dtype=np.float32).ravel()
+        self.scratch = np.empty_like(self.r32)  # one error buffer per tensor, reused by every artifact
+        self.ref2 = _dot(self.r32, self.r32)
         self._clipped: dict[tuple, int] = {}
 
     def clipped(self, loc: Located) -> int:
@@ -281,9 +284,11 @@ class _Ref:
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    # einsum, not BLAS ddot: OpenBLAS threads a long dot product, which only adds contention
-    # next to ORT's own threads on a busy worker.
-    return float(np.einsum("i,i->", a, b))
+    """sum(a * b) of two float32 vectors, accumulated in float64 (einsum casts as it streams: no
+    float64 copy of either tensor, and exact to float64 rounding where a float32 sum drifts by 1e-7,
+    which a cosine of 0.99995 cannot afford). einsum, not BLAS: OpenBLAS threads a long dot
+    product, which only adds contention next to ORT's own threads on a busy worker."""
+    return float(np.einsum("i,i->", a, b, dtype=np.float64))
 
 
 def _sqnr(signal: float, noise: float) -> float | None:

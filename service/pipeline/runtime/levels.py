@@ -94,6 +94,10 @@ class LevelsResult:
     timings: dict[str, float]
     files: dict[str, FileFacts] = field(default_factory=dict)
     levels: list[str] = field(default_factory=list)  # the levels run, in ORT's order
+    # fp32 at its first level run (disable_all, the file as written, unless options.levels leaves
+    # it out), every eval sample concatenated:
+    # the reference of every SQNR in the report, kept for the advice re-runs.
+    reference_outputs: list[np.ndarray] | None = None
 
 
 def _ordered(names) -> list[str]:
@@ -255,7 +259,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     agreement = agreement_rows(results, output_names, steps_of, levels)
     timings["evaluate"] += time.perf_counter() - t2
     return LevelsResult(optimized=optimized, agreement=agreement,
-                        timings={k: round(v, 4) for k, v in timings.items()}, files=files, levels=levels)
+                        timings={k: round(v, 4) for k, v in timings.items()}, files=files, levels=levels,
+                        reference_outputs=reference)
 
 
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],

@@ -84,6 +84,12 @@ class AdviceContext:
     threads: int = 1
     budget_seconds: float = 60.0
     quantize_seconds: dict[str, float] | None = None  # per artifact, for the budget estimate
+    # From the levels stage, so a re-run does not measure again what the job already has: the
+    # fp32 outputs every SQNR in the report is taken against, and each artifact's coverage and
+    # worst SQNR at ``level`` (the "before" figures); its median latency there sizes the budget.
+    reference: list[np.ndarray] | None = None
+    before: dict[str, AdviceFigures] | None = None
+    latency_ms: dict[str, float] | None = None
 
 
 def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtypes: dict[str, dict[str, int]], *,
@@ -145,15 +151,20 @@ def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray], fp32_compute: int,
-                     session_config: dict[str, str], tmp: Path):
-    """(session, figures without latency): coverage from ORT's saved graph, SQNR on the eval samples."""
-
+def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp: Path):
+    """(session at ``ctx.level`` with ``session_config``, the graph ORT saved for it)."""
     saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}.onnx"
     so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved)
     for k, v in session_config.items():
         so.add_session_config_entry(k, str(v))
-    session = session_with_options(path, so)
+    return session_with_options(path, so), saved
+
+
+def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray], fp32_compute: int,
+                     session_config: dict[str, str], tmp: Path):
+    """(session, figures without latency): coverage from ORT's saved graph, SQNR on the eval samples."""
+
+    session, saved = _session(path, ctx, session_config, tmp)
     hist = op_histogram(graph_from_path(saved))
     int8 = sum(v for k, v in hist.items() if k in INT8_COMPUTE_KERNELS)
     outputs = concat_runs([session.run(None, feed) for feed in ctx.evaluation])
@@ -244,18 +255,24 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
     try:
         fp32 = ctx.artifact_paths["fp32"]
         fp32_compute = compute_op_count(graph_from_path(fp32))
-        ref_session = session_for(fp32, ctx.level, intra_op_threads=ctx.threads)
-        reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
-        del ref_session
+        reference = ctx.reference
+        if reference is None:  # the report's reference: fp32 as written, no ORT rewrite
+            ref_session = session_for(fp32, "disable_all", intra_op_threads=ctx.threads)
+            reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
+            del ref_session
         before: dict[str, tuple[object, AdviceFigures]] = {}
         how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
-               f"(worst output vs fp32); latency = median of {ctx.runs} runs of each session, timed alternately "
+               f"(worst output vs the report's fp32 reference; 'before' is the levels "
+               f"stage's figure for the artifact as is); latency = median of {ctx.runs} runs of each session, timed alternately "
                f"with the artifact as is (before) after {ctx.warmup} warm-up runs, {ctx.threads} intra-op thread(s)")
         for c in candidates:
             path = ctx.artifact_paths.get(c.artifact)
             if path is None or ("ort" in c.change and ctx.ort_input is None):
                 continue
             est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
+            # The runs a candidate costs: its eval samples, then both sessions timed alternately.
+            runs = len(ctx.evaluation) + 2 * (ctx.runs + ctx.warmup)
+            est += runs * (ctx.latency_ms or {}).get(c.artifact, 0.0) / 1000.0
             remaining = ctx.budget_seconds - (time.perf_counter() - t_start)
             if remaining <= est + 1.0:
                 if c.change.get("ort", {}).get("activation_type") == "uint8":
@@ -266,7 +283,9 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
             t0 = time.perf_counter()
             try:
                 if c.artifact not in before:
-                    before[c.artifact] = _session_figures(path, ctx, reference, fp32_compute, {}, tmp)
+                    known = (ctx.before or {}).get(c.artifact)
+                    before[c.artifact] = ((_session(path, ctx, {}, tmp)[0], known) if known is not None else
+                                          _session_figures(path, ctx, reference, fp32_compute, {}, tmp))
                 target = path
                 if "ort" in c.change:
                     target = tmp / f"{c.artifact}.advice{next(_SERIAL)}.onnx"
@@ -303,20 +322,25 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
 
 def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,
                    ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
-                   quantize_seconds: dict[str, float]) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
+                   quantize_seconds: dict[str, float], reference: list[np.ndarray] | None = None,
+                   ) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
     """The spine's one call: candidates from the levels stage's blockers at ``options.advice.level``,
     measured within ``options.advice.budget_seconds``."""
     cpu = cpu_info()
     int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
     level = options.advice.level
-    unfused, kernels = {}, {}
+    unfused, kernels, before, latency_ms = {}, {}, {}, {}
     for art, per_level in optimized.items():
         ol = per_level.get(level)
         if art == "fp32" or ol is None or ol.error:
             continue
         unfused[art] = list(ol.unfused)
         kernels[art] = dict(ol.kernel_activation_dtypes)
+        if ol.numerics is not None and reference is not None:
+            before[art] = AdviceFigures(int8_coverage=ol.int8_coverage, sqnr_db=ol.numerics.worst_sqnr_db, level=level)
+        if ol.latency is not None:
+            latency_ms[art] = ol.latency.median_ms
     candidates = candidates_from_blockers(unfused, kernels, ort_settings=ort_settings, int8_allowed=int8_allowed,
                                           vnni=vnni)
     if not candidates:
@@ -326,7 +350,8 @@ def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_inpu
                         calibration=list(samples.calibration), evaluation=list(samples.evaluation),
                         input_names=input_names, calibration_cache=calibration_cache, level=level,
                         runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads,
-                        budget_seconds=options.advice.budget_seconds, quantize_seconds=quantize_seconds)
+                        budget_seconds=options.advice.budget_seconds, quantize_seconds=quantize_seconds,
+                        reference=reference, before=before, latency_ms=latency_ms)
     try:
         return measured_advice(candidates, ctx)
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
