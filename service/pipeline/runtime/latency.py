@@ -4,7 +4,9 @@ The protocol (its text goes into every ``LatencyStats.protocol``):
 
 1. The evaluation runs of a session are its first timing samples: every eval feed has the
    resolved input shapes, and the first run of a session is dropped (it grows the arena and
-   pays first-call allocations), as are ``warmup`` more runs when the eval runs are fewer.
+   pays first-call allocations), as are ``warmup`` more runs when the eval runs are fewer. A graph
+   whose eval runs take under ``SHORT_RUN_MS`` is timed apart: ``SHORT_RUN_WARMUP`` untimed runs
+   of the first feed, then step 2 from no samples.
 2. Then the first eval feed is run again until the median is stable: the distribution-free 95%
    confidence interval of the median (order statistics: ranks n/2 -+ 0.98*sqrt(n)) spans at
    most ``2 * stable_rel`` of the median, after at least ``min_runs`` timed runs; or until
@@ -39,8 +41,17 @@ __all__ = [
     "latency_from_samples", "top_up", "PROTOCOL_TEXT",
 ]
 
+# A run this short is mostly per-call cost (binding, output allocation, caches left cold by the
+# previous feed) that the eval loop over different feeds, right after the session is made, does
+# not warm: such samples read 20-40% above an independent median (bench/results16b, 0.05-0.1 ms
+# graphs). Those graphs are timed apart, on the first feed, after SHORT_RUN_WARMUP untimed runs:
+# at this length that costs at most (3 + max_runs) x 2 ms.
+SHORT_RUN_MS = 2.0
+SHORT_RUN_WARMUP = 3
+
 PROTOCOL_TEXT = (
-    "eval runs double as timing samples (first run of each session dropped); then the first eval feed "
+    "eval runs double as timing samples (first run of each session dropped; a graph whose eval runs "
+    "take under {short_ms:g} ms is timed apart instead, after {short_warmup} untimed runs); then the first eval feed "
     "again until the 95% order-statistic interval of the median is within +-{stable_pct:g}% of it "
     "(at least {min_runs}, at most {max_runs} timed runs, {budget:g} s budget per job shared by the "
     "distinct graphs); identical level graphs timed once; sessions timed alone, {threads} intra-op "
@@ -61,7 +72,7 @@ class LatencyProtocol:
     intra_op_threads: int = 1
 
     def text(self) -> str:
-        return PROTOCOL_TEXT.format(stable_pct=self.stable_rel * 100, min_runs=self.min_runs,
+        return PROTOCOL_TEXT.format(short_ms=SHORT_RUN_MS, short_warmup=SHORT_RUN_WARMUP, stable_pct=self.stable_rel * 100, min_runs=self.min_runs,
                                     max_runs=self.max_runs, budget=self.budget_seconds,
                                     threads=self.intra_op_threads, spread_pct=self.noisy_spread * 100,
                                     share_pct=self.noisy_cpu_share * 100)
@@ -222,6 +233,8 @@ def outputs_and_latency(session, feeds: list[dict], protocol: LatencyProtocol, b
 
     The eval runs are timed as they go: after the first ``protocol.warmup`` of them they are
     timing samples; the first feed is then run again until the protocol stops (``top_up``).
+    A graph whose eval runs take under ``SHORT_RUN_MS`` is timed apart instead (its eval samples
+    are dropped).
     """
     before = load_snapshot(concurrent_jobs)
     runs, samples = [], []
@@ -233,8 +246,13 @@ def outputs_and_latency(session, feeds: list[dict], protocol: LatencyProtocol, b
     outputs = concat_runs(runs)
     if not timing or not feeds:
         return outputs, None
-    from_eval = len(samples)
     warmup = min(len(feeds), protocol.warmup)
+    if samples and float(np.median([s.ms for s in samples])) < SHORT_RUN_MS:
+        samples = []  # too short to time inside the eval loop: timed apart on the first feed
+        for _ in range(SHORT_RUN_WARMUP):
+            session.run(None, feeds[0])
+        warmup = len(feeds) + SHORT_RUN_WARMUP
+    from_eval = len(samples)
     for _ in range(protocol.warmup - warmup):  # fewer eval runs than warm-up runs: top up untimed
         session.run(None, feeds[0])
     warmup = max(warmup, protocol.warmup)
