@@ -15,7 +15,8 @@ from service.pipeline.verdict.gates import gate_from_string, gate_to_string
 PUBLIC = {
     "__version__", "Client", "AsyncClient", "DEFAULT_TIMEOUT",
     "Report", "Layers", "LayerRow", "LayerCell", "LayerOrigin", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
-    "OptimizedLevel", "Numerics", "OutputNumerics", "Latency", "LevelDiff", "Rewrite", "Decision", "Lint",
+    "OptimizedLevel", "UnfusedNode", "Numerics", "OutputNumerics", "Latency", "LevelDiff", "Rewrite", "Decision",
+    "Advice", "AdviceFigures", "Lint",
     "GateResult", "Verdict", "ModelInfo", "Example",
     "parse_gate", "format_gate", "GateSyntaxError",
     "QuantCompareError", "TransportError", "ConnectError", "Timeout", "WaitTimeout", "APIError", "InvalidRequest",
@@ -196,3 +197,32 @@ def test_generated_samples_are_flagged_in_the_summary_and_the_notebook_table():
     data["samples"] = {**data["samples"], "source": "uploaded", "generators": {"x": "uploaded"}}
     real = qc.Report(data)
     assert real.made_up_data is None and "MADE-UP" not in real.summary_text() + real._repr_html_()
+
+
+def test_advice_and_unfused_nodes_are_typed_from_what_the_server_writes():
+    """Built with the server's own schema models, so a renamed field on either side fails here."""
+    from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
+
+    data = report_json()
+    node = UnfusedNode(node="conv1", op_type="Conv", blocker="output_not_quantized", detail="Y is float",
+                       fix="quantize the output")
+    data["artifacts"]["ort_qdq"]["optimized"]["all"]["unfused"] = [node.model_dump(mode="json")]
+    measured = AdviceEntry(artifact="ort_qdq", change={"ort": {"activation_type": "uint8"}}, reason="u8 fuses",
+                           blocked_nodes=1, measured=AdviceMeasured(
+                               before=AdviceFigures(int8_coverage=0.5, latency_ms=2.0, sqnr_db=30.0, level="all"),
+                               after=AdviceFigures(int8_coverage=1.0, latency_ms=1.5, sqnr_db=None, level="all")))
+    unmeasured = AdviceEntry(artifact="pt2e_qdq", change={"session": {"session.qdqisint8allowed": "1"}},
+                             reason="refuted: slower", adopted=False)
+    data["advice"] = [measured.model_dump(mode="json")]
+    data["advice_refuted"] = [unmeasured.model_dump(mode="json")]
+
+    r = qc.Report(data)
+    assert r.level("ort_qdq").unfused == [qc.UnfusedNode("conv1", "Conv", "output_not_quantized", "Y is float",
+                                                          "quantize the output")]
+    assert r.level("ort_qdq", "basic").unfused == []
+    (a,) = r.advice
+    assert (a.artifact, a.change, a.adopted, a.blocked_nodes) == ("ort_qdq", {"ort": {"activation_type": "uint8"}},
+                                                                   True, 1)
+    assert a.before == qc.AdviceFigures(0.5, 2.0, 30.0, "all") and a.after.sqnr_db is None
+    (b,) = r.advice_refuted
+    assert not b.adopted and b.before is None and b.after is None and b.reason == "refuted: slower"

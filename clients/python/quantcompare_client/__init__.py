@@ -30,6 +30,8 @@ from ._exceptions import (
 from ._gates import GateSyntaxError, format_gate, parse_gate
 from ._layers import LayerCell, LayerOrigin, LayerRow, Layers
 from ._report import (
+    Advice,
+    AdviceFigures,
     Artifact,
     ArtifactFile,
     ArtifactLink,
@@ -49,6 +51,7 @@ from ._report import (
     Progress,
     Report,
     Rewrite,
+    UnfusedNode,
     Verdict,
 )
 
@@ -74,12 +77,15 @@ __all__ = [
     "PathError",
     "Inventory",
     "OptimizedLevel",
+    "UnfusedNode",
     "Numerics",
     "OutputNumerics",
     "Latency",
     "LevelDiff",
     "Rewrite",
     "Decision",
+    "Advice",
+    "AdviceFigures",
     "Lint",
     "GateResult",
     "Verdict",

@@ -153,6 +153,22 @@ class LevelDiff:
 
 
 @dataclass(frozen=True)
+class UnfusedNode:
+    """A compute node ORT runs in float at one level, and the first ORT condition it fails."""
+
+    node: str
+    op_type: str
+    blocker: str  # stable code (README "Why a node stayed in float")
+    detail: str
+    fix: str
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "UnfusedNode":
+        d = _d(d)
+        return cls(*(str(d.get(k, "")) for k in ("node", "op_type", "blocker", "detail", "fix")))
+
+
+@dataclass(frozen=True)
 class OptimizedLevel:
     """The graph ORT made of one artifact at one ``GraphOptimizationLevel``."""
 
@@ -163,6 +179,7 @@ class OptimizedLevel:
     latency: Optional[Latency]
     diff: Optional[LevelDiff]
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    unfused: List[UnfusedNode] = field(default_factory=list)  # why each float compute node stayed float
 
     @classmethod
     def from_dict(cls, level: str, d: Mapping[str, Any]) -> "OptimizedLevel":
@@ -175,6 +192,7 @@ class OptimizedLevel:
             latency=Latency.from_dict(d["latency"]) if isinstance(d.get("latency"), dict) else None,
             diff=LevelDiff.from_dict(d["diff"]) if isinstance(d.get("diff"), dict) else None,
             raw=d,
+            unfused=[UnfusedNode.from_dict(u) for u in d.get("unfused") or [] if isinstance(u, dict)],
         )
 
     @property
@@ -189,6 +207,44 @@ class OptimizedLevel:
 
 
 # ---- per-artifact results -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdviceFigures:
+    int8_coverage: Optional[float]
+    latency_ms: Optional[float]  # median of the runs timed alternately with the other session
+    sqnr_db: Optional[float]  # worst output vs fp32; None = identical outputs
+    level: Optional[str]
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AdviceFigures":
+        d = _d(d)
+        return cls(_f(d.get("int8_coverage")), _f(d.get("latency_ms")), _f(d.get("sqnr_db")), d.get("level"))
+
+
+@dataclass(frozen=True)
+class Advice:
+    """A change the blockers point to, re-run in the job: ``before``/``after`` are measured
+    (None when the budget ran out before it was re-run; ``reason`` says so)."""
+
+    artifact: str
+    change: Dict[str, Any]  # the options to set, e.g. {"ort": {"activation_type": "uint8"}}
+    reason: str
+    adopted: bool
+    blocked_nodes: int
+    before: Optional[AdviceFigures]
+    after: Optional[AdviceFigures]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Advice":
+        d = _d(d)
+        m = d.get("measured") if isinstance(d.get("measured"), dict) else None
+        return cls(artifact=str(d.get("artifact", "")), change=_d(d.get("change")), reason=str(d.get("reason", "")),
+                   adopted=bool(d.get("adopted", True)), blocked_nodes=int(d.get("blocked_nodes") or 0),
+                   before=AdviceFigures.from_dict(m["before"]) if m and isinstance(m.get("before"), dict) else None,
+                   after=AdviceFigures.from_dict(m["after"]) if m and isinstance(m.get("after"), dict) else None,
+                   raw=d)
 
 
 @dataclass(frozen=True)
@@ -397,6 +453,11 @@ class Report:
             for r in self.raw.get("lints") or [] if isinstance(r, dict)
         ]
         self.agreement: List[Dict[str, Any]] = list(self.raw.get("agreement") or [])
+        # Measured advice (issue 14): proposed changes, and the ones measurement refuted.
+        self.advice: List[Advice] = [Advice.from_dict(a) for a in self.raw.get("advice") or [] if isinstance(a, dict)]
+        self.advice_refuted: List[Advice] = [
+            Advice.from_dict(a) for a in self.raw.get("advice_refuted") or [] if isinstance(a, dict)
+        ]
         self.verdict = Verdict.from_dict(_d(self.raw.get("verdict")))
         self.timings: Dict[str, float] = {k: float(v) for k, v in _d(self.raw.get("timings")).items() if _f(v) is not None}
         self.options: Dict[str, Any] = _d(self.raw.get("options"))
