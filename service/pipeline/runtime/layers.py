@@ -221,8 +221,9 @@ def _candidate_tensors(ref: GraphView) -> list[str]:
 
 
 def _dequantized(value: np.ndarray, loc: Located) -> np.ndarray:
+    """What DequantizeLinear computes: (q - zero_point) * scale in float32 (ORT's own arithmetic)."""
     if loc.integer and loc.scale is not None:
-        return (value.astype(np.float64) - (loc.zero_point or 0)) * loc.scale
+        return (value.astype(np.float32) - np.float32(loc.zero_point or 0)) * np.float32(loc.scale)
     return value
 
 
