@@ -76,6 +76,47 @@ def real_model(name: str) -> tuple[Path, dict]:
     return m.locate(Path(tempfile.gettempdir())), opts
 
 
+class RssSampler:
+    """Samples the process's RSS every ``period`` s with where the main thread is (the innermost
+    frames under ``service/`` and the toolchain function they called): what the peak was spent on."""
+
+    def __init__(self, period: float = 0.25):
+        import threading
+
+        self.period, self.peak, self.where = period, 0, ""
+        self._stop = threading.Event()
+        self._main = threading.main_thread().ident
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _where(self) -> str:
+        frame = sys._current_frames().get(self._main)
+        names = []
+        while frame is not None:
+            code = frame.f_code
+            if "/service/" in code.co_filename or "site-packages" in code.co_filename:
+                names.append(f"{Path(code.co_filename).stem}.{code.co_name}")
+            frame = frame.f_back
+        return " < ".join(names[:6])
+
+    def _loop(self):
+        import psutil
+
+        proc = psutil.Process()
+        while not self._stop.wait(self.period):
+            rss = proc.memory_info().rss
+            if rss > self.peak:
+                self.peak, self.where = rss, self._where()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+
 def _bytes(folder: Path) -> int:
     from service.jobs.storage.disk import folder_bytes
 
@@ -111,8 +152,9 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
         shutil.copyfile(src, dest)
         input_bytes = dest.stat().st_size
         t0 = time.perf_counter()
-        report = run_comparison(ComparisonRequest(options=options, model_path=dest, model_name=src.stem,
-                                                  keep_level_graphs=False), job_dir)
+        with RssSampler() as sampler:
+            report = run_comparison(ComparisonRequest(options=options, model_path=dest, model_name=src.stem,
+                                                      keep_level_graphs=False), job_dir)
         (job_dir / "report.json").write_text(report.model_dump_json())
         dedupe_job_files(job_dir)
         drop_consumed_archive(job_dir, str(dest.relative_to(job_dir)))  # as service/jobs/runner.py does
@@ -172,6 +214,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
             "noisy_latencies": sum(1 for x in lat if x.noisy),
             "load_avg_1m": os.getloadavg()[0],
             "latency_check": latency_check,
+            "sampled_peak_rss_mb": sampler.peak / 1e6, "sampled_peak_where": sampler.where,
         }
         Path(out_json).write_text(json.dumps(out, indent=1))
     finally:

@@ -100,3 +100,25 @@ def test_the_before_figures_are_the_report_s_own(compared):
         ol = report.artifacts[a.artifact].optimized[level]
         assert a.measured.before.sqnr_db == ol.numerics.worst_sqnr_db
         assert a.measured.before.int8_coverage == ol.int8_coverage
+
+
+def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_before():
+    import time as _time
+
+    from service.pipeline.verdict.advice import GIVE_UP_PAIRS, GIVE_UP_RATIO, _interleaved_ms
+
+    class Sleeps:  # the timing loop's own logic; what a session computes does not matter here
+        def __init__(self, seconds):
+            self.seconds, self.calls = seconds, 0
+
+        def run(self, *_):
+            self.calls += 1
+            _time.sleep(self.seconds)
+
+    before, slow = Sleeps(0.001), Sleeps(0.001 * GIVE_UP_RATIO * 4)
+    (_, fastest_before), (_, fastest_after), pairs = _interleaved_ms(before, slow, {}, runs=20, warmup=1)
+    assert pairs == GIVE_UP_PAIRS and slow.calls == 1 + GIVE_UP_PAIRS
+    assert fastest_after > GIVE_UP_RATIO * fastest_before
+    same_a, same_b = Sleeps(0.001), Sleeps(0.001)
+    *_, pairs = _interleaved_ms(same_a, same_b, {}, runs=8, warmup=1)
+    assert pairs == 8 and same_b.calls == 9

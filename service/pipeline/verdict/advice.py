@@ -173,9 +173,18 @@ def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray]
                                   sqnr_db=min(finite) if finite else None, level=ctx.level)
 
 
-def _interleaved_ms(a, b, feed, *, runs: int, warmup: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Median ms of two sessions timed alternately, run by run: load from other jobs on a shared
-    machine then slows both alike instead of whichever happened to run during it."""
+# A candidate whose every timed run is this much slower than every run of the artifact as is, after
+# this many alternated pairs, fails both the speed (<= MIN_SPEEDUP) and the accuracy (<= MAX_SLOWDOWN)
+# rule whatever the remaining runs give: timing stops there (s8s8 kernels on an x86 without VNNI run
+# 5x slower; 20 more pairs of them were 8-11 s of a resnet18 job).
+GIVE_UP_PAIRS = 3
+GIVE_UP_RATIO = 1.5
+
+
+def _interleaved_ms(a, b, feed, *, runs: int, warmup: int) -> tuple[tuple[float, float], tuple[float, float], int]:
+    """Median and fastest ms of two sessions timed alternately, run by run (load from other jobs on
+    a shared machine then slows both alike instead of whichever happened to run during it), and the
+    pairs timed: fewer than ``runs`` when ``b`` is clearly slower (GIVE_UP_RATIO)."""
     for _ in range(warmup):
         a.run(None, feed)
         b.run(None, feed)
@@ -185,7 +194,9 @@ def _interleaved_ms(a, b, feed, *, runs: int, warmup: int) -> tuple[tuple[float,
             t = time.perf_counter()
             sess.run(None, feed)
             acc.append((time.perf_counter() - t) * 1000.0)
-    return (float(np.median(ta)), float(np.min(ta))), (float(np.median(tb)), float(np.min(tb)))
+        if len(ta) >= GIVE_UP_PAIRS and min(tb) > GIVE_UP_RATIO * max(ta):
+            break
+    return (float(np.median(ta)), float(np.min(ta))), (float(np.median(tb)), float(np.min(tb))), len(ta)
 
 
 def _supported(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
@@ -296,8 +307,8 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
                 session, after = _session_figures(target, ctx, reference, fp32_compute,
                                                   dict(c.change.get("session", {})), tmp)
                 b_session, b = before[c.artifact]
-                ms_before, ms_after = _interleaved_ms(b_session, session, ctx.evaluation[0], runs=ctx.runs,
-                                                      warmup=ctx.warmup)
+                ms_before, ms_after, pairs = _interleaved_ms(b_session, session, ctx.evaluation[0], runs=ctx.runs,
+                                                             warmup=ctx.warmup)
                 del session
             except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
                 refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
@@ -306,7 +317,11 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
                 continue
             b = b.model_copy(update={"latency_ms": ms_before[0], "latency_min_ms": ms_before[1]})
             after = after.model_copy(update={"latency_ms": ms_after[0], "latency_min_ms": ms_after[1]})
-            measured = AdviceMeasured(before=b, after=after, how=how, seconds=round(time.perf_counter() - t0, 3))
+            stopped = ("" if pairs >= ctx.runs else
+                       f"; timing stopped after {pairs} alternated runs: every run was over {GIVE_UP_RATIO:g}x "
+                       "slower than every run of the artifact as is")
+            measured = AdviceMeasured(before=b, after=after, how=how + stopped,
+                                      seconds=round(time.perf_counter() - t0, 3))
             ok = _supported(c, b, after)
             entry = AdviceEntry(artifact=c.artifact, change=c.change, measured=measured,
                                 reason=c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}",
