@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,6 +130,7 @@ def layers_from_files(
         finally:
             for ctx in sessions.values():
                 ctx.__exit__(None, None, None)
+            _ERROR_BUFFER.buf = None  # a worker lives on: do not keep the largest tensor's buffer
     by_level: dict[tuple[str, str], dict[str, float | None]] = {}
     for (name, level, t), a in level_acc.items():
         by_level.setdefault((name, t), {})[level] = a.cell().sqnr_db
@@ -242,7 +244,7 @@ class _Acc:
             g = g.astype(np.float32)
         # The error in float32 is the float64 difference rounded once (both operands are float32);
         # its sums are taken in float64 (_dot): no float64 copy of either tensor.
-        e = np.subtract(ref.r32, g, out=ref.scratch)
+        e = np.subtract(ref.r32, g, out=_error_buffer(g.size))
         self.ref2 += ref.ref2
         self.err2 += _dot(e, e)
         self.dot += _dot(ref.r32, g)
@@ -270,7 +272,6 @@ class _Ref:
 
     def __init__(self, value: np.ndarray):
         self.r32 = np.ascontiguousarray(value, dtype=np.float32).ravel()
-        self.scratch = np.empty_like(self.r32)  # one error buffer per tensor, reused by every artifact
         self.ref2 = _dot(self.r32, self.r32)
         self._clipped: dict[tuple, int] = {}
 
@@ -282,6 +283,19 @@ class _Ref:
             hi = loc.scale * (loc.qmax - (loc.zero_point or 0)) + loc.scale / 2
             self._clipped[key] = int(np.count_nonzero(self.r32 < lo)) + int(np.count_nonzero(self.r32 > hi))
         return self._clipped[key]
+
+
+_ERROR_BUFFER = threading.local()
+
+
+def _error_buffer(n: int) -> np.ndarray:
+    """One float32 buffer per thread, grown to the largest tensor seen, for ``fp32 - file``: every
+    accumulator uses it in turn, so a sample's error costs one tensor of memory, not one per tensor
+    (a buffer per tensor doubled the stage's peak: every activation of a 960x960 detector twice)."""
+    buf = getattr(_ERROR_BUFFER, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _ERROR_BUFFER.buf = np.empty(n, dtype=np.float32)
+    return buf[:n]
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
