@@ -16,7 +16,7 @@ from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_
 from service.pipeline.runtime.ort_sessions import session_for
 
 
-def _conv_bn_matmul(path, *, external: bool):
+def _conv_bn_matmul(path, *, external: bool, threshold: int = 1024):
     """Conv -> BatchNormalization (basic level fuses it) -> Relu -> Reshape -> MatMul, weights > 1 KiB."""
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32), "w"),
@@ -37,20 +37,22 @@ def _conv_bn_matmul(path, *, external: bool):
     model.ir_version = 8
     if external:
         onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location=path.name + ".data", size_threshold=1024)
+                  location=path.name + ".data", size_threshold=threshold)
     else:
         onnx.save(model, str(path))
     return path
 
 
-@pytest.fixture(scope="module")
-def both(tmp_path_factory):
-    """(stock quant_pre_process on the inline file, ours on the same model with external data)."""
+@pytest.fixture(scope="module", params=[1024, 0], ids=["small-inline", "all-external"])
+def both(request, tmp_path_factory):
+    """(stock quant_pre_process on the inline file, ours on the same model with external data).
+    ``all-external``: every initializer in the data file, the Reshape's target shape too (some
+    exporters write them all), which shape inference must still read."""
     inline_dir, ext_dir = tmp_path_factory.mktemp("inline"), tmp_path_factory.mktemp("external")
     for d in (inline_dir, ext_dir):
         (d / "scratch").mkdir()
     inline = _conv_bn_matmul(inline_dir / "fp32.onnx", external=False)
-    ext = _conv_bn_matmul(ext_dir / "fp32.onnx", external=True)
+    ext = _conv_bn_matmul(ext_dir / "fp32.onnx", external=True, threshold=request.param)
     stock, stock_note = preprocessed_for_ort(inline, inline_dir / "scratch" / "pre.onnx")
     ours, our_note = preprocessed_for_ort(ext, ext_dir / "scratch" / "pre.onnx")
     return (stock, stock_note), (ours, our_note)

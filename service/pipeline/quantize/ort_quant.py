@@ -59,14 +59,35 @@ def _weights_on_disk(fp32_path: Path):
     return graph if external and opset is not None and opset > 10 else None
 
 
+def _small_constants_inline(graph, base_dir: Path, max_elements: int = 4096) -> None:
+    """Read integer and small external tensors into the graph: shape inference needs the values of
+    the constants that shapes are computed from (a Reshape's target shape, Slice bounds), and some
+    exporters write every initializer to the data file, however small."""
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    ints = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+            onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
+    for t in graph.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        n = 1
+        for d in t.dims:
+            n *= d
+        if t.data_type in ints or n <= max_elements:
+            load_external_data_for_tensor(t, str(base_dir))
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
+
+
 def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None:
     """quant_pre_process's steps (onnxruntime/quantization/shape_inference.py) without reading the weights.
 
     ``quant_pre_process`` loads every weight into Python, copies the model for symbolic shape
     inference, then has ORT write the optimized model inline: a 1 GB model peaked at 5.5 GB of
     RSS here, and a model over 2 GB cannot be written inline at all. The same steps on the graph
-    alone: symbolic shape inference needs shapes and the values of small constants (those are
-    inline: ONNX writes tensors under 1 KiB into the graph); the graph is saved next to its data
+    alone: symbolic shape inference needs shapes and the values of small constants (read into the
+    graph: ``_small_constants_inline``); the graph is saved next to its data
     so the references resolve; ORT optimizes at basic and writes the weights to a file of its own
     beside ``out_path``; ONNX shape inference runs on the paths.
     """
@@ -75,6 +96,7 @@ def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     fp32_path, out_path = Path(fp32_path).resolve(), Path(out_path).resolve()  # the cwd is the scratch folder
+    _small_constants_inline(graph, fp32_path.parent)
     inferred = SymbolicShapeInference.infer_shapes(graph, 2**31 - 1, False, False, 0)  # quant_pre_process's defaults
     beside_data = fp32_path.with_name(f".{out_path.stem}.symbolic.onnx")
     optimized = out_path.with_name(f"{out_path.stem}.optimized.onnx")

@@ -3,14 +3,14 @@
 ``convert_pt2e`` always calls ``_fold_conv_bn_qat`` when the graph holds any batch norm. That
 pass builds its match and replacement patterns by ``torch.export``-ing 96 small pattern graphs
 (4 conv kinds x 12 variants x match and replacement), 28 s of a 46 s convert on PP-OCRv4's
-detector here, and then only rewrites a BN whose input is a conv. After ``prepare_pt2e`` has folded every
-conv -> BN it could (``_fuse_conv_bn_``), the BNs left in a post-training graph are standalone
+detector here, and then only rewrites a BN whose input is a conv. After ``prepare_pt2e`` has
+folded every conv -> BN it could (``_fuse_conv_bn_``), the BNs left in a post-training graph are standalone
 ones (after an Add, a Concat, on an input: PaddlePaddle and Keras exports have them), so the
 patterns find nothing and the pass only costs time.
 
 The guard calls torchao's pass unchanged whenever some BN takes a conv's output; otherwise it
 returns the graph as is. A test pins that the converted module is the same code either way
-(``tests/pipeline/quantize/test_pt2e_shortcuts.py``). torchao is pinned; if the names move, the
+(``tests/pipeline/test_pt2e_shortcuts.py``). torchao is pinned; if the names move, the
 guard is not installed and convert takes the usual path.
 """
 

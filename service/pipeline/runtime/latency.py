@@ -72,7 +72,8 @@ class LatencyProtocol:
     intra_op_threads: int = 1
 
     def text(self) -> str:
-        return PROTOCOL_TEXT.format(short_ms=SHORT_RUN_MS, short_warmup=SHORT_RUN_WARMUP, stable_pct=self.stable_rel * 100, min_runs=self.min_runs,
+        return PROTOCOL_TEXT.format(short_ms=SHORT_RUN_MS, short_warmup=SHORT_RUN_WARMUP,
+                                    stable_pct=self.stable_rel * 100, min_runs=self.min_runs,
                                     max_runs=self.max_runs, budget=self.budget_seconds,
                                     threads=self.intra_op_threads, spread_pct=self.noisy_spread * 100,
                                     share_pct=self.noisy_cpu_share * 100)

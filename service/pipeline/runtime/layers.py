@@ -177,7 +177,10 @@ class _exposing:
                 self.model.graph.output.append(onnx.ValueInfoProto(name=t))
         self.copy = self.path.with_name(f".{self.path.stem}.layers.{os.getpid()}.onnx")
         onnx.save(self.model, str(self.copy))
-        self.session = session_for(self.copy, "disable_all")
+        # No arena: every intermediate tensor is an output here, and the arena of each file's
+        # session would keep a whole network's activations after its run (4 files alive at once
+        # held 9 GB on a 960x960 detector).
+        self.session = session_for(self.copy, "disable_all", memory_arena=False)
         self.names = [o.name for o in self.session.get_outputs()]
         return self
 

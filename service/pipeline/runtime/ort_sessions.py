@@ -20,7 +20,8 @@ EXTERNAL_MIN_BYTES = 1024
 
 
 def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_model_path: Path | None = None,
-                        disabled_optimizers: list[str] | None = None, external_initializers_file: str | None = None):
+                        disabled_optimizers: list[str] | None = None, external_initializers_file: str | None = None,
+                        memory_arena: bool = True):
     """``SessionOptions`` for one ``GraphOptimizationLevel`` (``disable_all`` ... ``all``).
 
     ``optimized_model_path``: ORT writes the graph it will run there while the session is
@@ -28,6 +29,8 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
     ``disabled_optimizers``: GraphTransformer names to switch off (attribution).
     ``external_initializers_file``: the optimized graph keeps its initializers (>= 1 KiB) in this
     file next to it, so the graph itself parses in milliseconds and the weights can be dropped.
+    ``memory_arena=False``: tensors are freed after each run instead of kept in the session's
+    arena (for sessions that expose every intermediate tensor: an arena holds all of them).
     """
     import onnxruntime as ort
 
@@ -37,6 +40,7 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    so.enable_cpu_mem_arena = memory_arena
     so.add_session_config_entry("optimization.constant_folding_max_output_size_in_bytes",
                                 str(CONSTANT_FOLDING_MAX_BYTES))
     if optimized_model_path is not None:
