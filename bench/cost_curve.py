@@ -76,45 +76,31 @@ def real_model(name: str) -> tuple[Path, dict]:
     return m.locate(Path(tempfile.gettempdir())), opts
 
 
-class RssSampler:
-    """Samples the process's RSS every ``period`` s with where the main thread is (the innermost
-    frames under ``service/`` and the toolchain function they called): what the peak was spent on."""
+def rss_sampler():
+    """``bench/run.py``'s ``PeakRss`` on this process, which also keeps where the main thread was at the
+    peak (the innermost frames of ours and the toolchains'): what the peak was spent on."""
+    import threading
 
-    def __init__(self, period: float = 0.25):
-        import threading
+    from bench.run import PeakRss
 
-        self.period, self.peak, self.where = period, 0, ""
-        self._stop = threading.Event()
-        self._main = threading.main_thread().ident
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    main = threading.main_thread().ident
 
-    def _where(self) -> str:
-        frame = sys._current_frames().get(self._main)
-        names = []
-        while frame is not None:
-            code = frame.f_code
-            if "/service/" in code.co_filename or "site-packages" in code.co_filename:
-                names.append(f"{Path(code.co_filename).stem}.{code.co_name}")
-            frame = frame.f_back
-        return " < ".join(names[:6])
+    class WherePeak(PeakRss):
+        where = ""
 
-    def _loop(self):
-        import psutil
+        def _sample(self) -> None:
+            before = self.peak_mb
+            super()._sample()
+            if self.peak_mb > before:
+                frame, names = sys._current_frames().get(main), []
+                while frame is not None and len(names) < 6:
+                    code = frame.f_code
+                    if "/service/" in code.co_filename or "site-packages" in code.co_filename:
+                        names.append(f"{Path(code.co_filename).stem}.{code.co_name}")
+                    frame = frame.f_back
+                self.where = " < ".join(names)
 
-        proc = psutil.Process()
-        while not self._stop.wait(self.period):
-            rss = proc.memory_info().rss
-            if rss > self.peak:
-                self.peak, self.where = rss, self._where()
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
-        return False
+    return WherePeak(lambda: [os.getpid()], every=0.25)
 
 
 def _bytes(folder: Path) -> int:
@@ -152,7 +138,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
         shutil.copyfile(src, dest)
         input_bytes = dest.stat().st_size
         t0 = time.perf_counter()
-        with RssSampler() as sampler:
+        with rss_sampler() as sampler:
             report = run_comparison(ComparisonRequest(options=options, model_path=dest, model_name=src.stem,
                                                       keep_level_graphs=False), job_dir)
         (job_dir / "report.json").write_text(report.model_dump_json())
@@ -214,7 +200,8 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
             "noisy_latencies": sum(1 for x in lat if x.noisy),
             "load_avg_1m": os.getloadavg()[0],
             "latency_check": latency_check,
-            "sampled_peak_rss_mb": sampler.peak / 1e6, "sampled_peak_where": sampler.where,
+            "sampled_peak_rss_mb": sampler.peak_mb * 1.048576,  # MiB -> MB
+            "sampled_peak_where": sampler.where,
         }
         Path(out_json).write_text(json.dumps(out, indent=1))
     finally:
