@@ -33,10 +33,37 @@ _HINTS: list[tuple[str, str, str, str]] = [
      "Fixing dynamic dims with options.input_shapes, or uploading a torch.export .pt2, usually avoids it"),
     ("*", "*", "shape inference",
      "ONNX shape inference failed; fix dynamic dims with options.input_shapes or simplify the model"),
-    ("*", "MemoryError", "", "the path ran out of memory; use fewer or smaller calibration samples"),
     ("*", "*", "", "this path failed inside the toolchain; the other paths are unaffected. "
      "The message above is the toolchain's; check options (e.g. options.ort, options.pt2e) or report it with the model"),
 ]
+
+
+# What each toolchain says when an allocation fails (numpy and Python raise MemoryError).
+_OUT_OF_MEMORY = ("can't allocate memory", "Cannot allocate memory", "std::bad_alloc", "Failed to allocate memory",
+                  "Unable to allocate", "out of memory")
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """An allocation failed somewhere in this exception's chain (causes and contexts)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MemoryError) or any(m in str(exc) for m in _OUT_OF_MEMORY):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def memory_hint() -> str:
+    """What to do when a path ran out of memory, with this process's own limit when it has one."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+    where = (f"this worker may map {limit // (1024 * 1024)} MiB (its address-space limit: "
+             "QUANTCOMPARE_WORKER_MEMORY_MB on the server); raise it, or " if limit != resource.RLIM_INFINITY
+             else "")
+    return (f"the path ran out of memory, not into a fault of the model: {where}use smaller options.input_shapes "
+            "or fewer samples (calibration_samples, eval_samples); the other paths are unaffected")
 
 
 def scrub(message: str) -> str:
@@ -79,8 +106,12 @@ def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
         return PathOutcome(ok=True, value=fn(*args, **kwargs))
     except PathSkipped as e:
         # value: what the path learnt before it stopped (the ONNX -> torch conversion), or None
-        return PathOutcome(ok=False, skipped=True, value=getattr(e, "conversion", None), error=PathError(stage=e.stage, type="PathSkipped",
-                                                                   message=scrub(e.message), hint=e.hint))
+        conversion = getattr(e, "conversion", None)
+        if out_of_memory(e):  # not a skip: the same model would convert with more memory
+            return PathOutcome(ok=False, value=conversion, error=PathError(
+                stage=e.stage, type="MemoryError", message=scrub(f"out of memory: {e.message}"), hint=memory_hint()))
+        return PathOutcome(ok=False, skipped=True, value=conversion, error=PathError(stage=e.stage, type="PathSkipped",
+                                                                                     message=scrub(e.message), hint=e.hint))
     except QuantCompareError as e:
         return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(e.message),
                                                      hint=e.hint))
@@ -89,5 +120,8 @@ def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
         first = _summary(str(e).strip()) or repr(e)
         if len(first) > 600:
             first = first[:600] + " ..."
+        if out_of_memory(e):
+            return PathOutcome(ok=False, error=PathError(stage=stage, type="MemoryError",
+                                                         message=scrub(f"out of memory: {first}"), hint=memory_hint()))
         return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(first),
                                                      hint=hint_for(artifact, e)))
