@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+import resource
 import traceback
 from dataclasses import dataclass
 
@@ -56,8 +57,6 @@ def out_of_memory(exc: BaseException) -> bool:
 
 def memory_hint() -> str:
     """What to do when a path ran out of memory, with this process's own limit when it has one."""
-    import resource
-
     limit = resource.getrlimit(resource.RLIMIT_AS)[0]
     where = (f"this worker may map {limit // (1024 * 1024)} MiB (its address-space limit: "
              "QUANTCOMPARE_WORKER_MEMORY_MB on the server); raise it, or " if limit != resource.RLIM_INFINITY
