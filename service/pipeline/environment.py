@@ -67,6 +67,14 @@ def cpu_info() -> CpuInfo:
     return CpuInfo(arch=arch, model_name=model_name, logical_cores=os.cpu_count(), isa=isa)
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity mask), not every CPU the host has."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
+
+
 def environment() -> Environment:
     return Environment(
         versions=toolchain_versions(),

@@ -25,11 +25,9 @@ _installed = False
 
 def bn_after_conv(m) -> bool:
     """Some batch norm of ``m`` takes a conv's (or conv transpose's) output: torchao's QAT
-    patterns can match only there. ``None`` checks that torchao still has the helpers."""
+    patterns can match only there."""
     from torchao.quantization.pt2e.utils import _is_bn_node, _is_conv_or_conv_transpose_node
 
-    if m is None:
-        return False
     return any(_is_bn_node(n) and n.args and _is_conv_or_conv_transpose_node(n.args[0]) for n in m.graph.nodes)
 
 
@@ -40,9 +38,9 @@ def install_conv_bn_fold_guard() -> bool:
         return True
     try:
         from torchao.quantization.pt2e import quantize_pt2e
+        from torchao.quantization.pt2e.utils import _is_bn_node, _is_conv_or_conv_transpose_node  # noqa: F401
 
         original = quantize_pt2e._fold_conv_bn_qat
-        bn_after_conv(None)
     except (ImportError, AttributeError) as e:
         log.info("conv-bn fold guard not installed: %s", e)
         return False

@@ -18,7 +18,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
-from service.pipeline.runtime.latency import usable_cores
+from service.pipeline.environment import usable_cores
 
 A = TypeVar("A")
 B = TypeVar("B")

@@ -33,6 +33,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from service.pipeline.environment import usable_cores
+
 from service.pipeline.runtime.numerics import concat_runs
 from service.schemas.levels import LatencyStats
 
@@ -110,13 +112,6 @@ def load_snapshot(concurrent_jobs: LoadProbe | None = None) -> LoadSnapshot:
             jobs = None
     return LoadSnapshot(load_avg_1m=load, concurrent_jobs=jobs, cpu_count=usable_cores())
 
-
-def usable_cores() -> int:
-    """The CPUs this process may run on (its affinity mask), not every CPU the host has."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # pragma: no cover - not on Linux
-        return os.cpu_count() or 1
 
 
 def timed_run(run: Callable[[], object], threads: int) -> tuple[object, Timing]:
