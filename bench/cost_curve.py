@@ -121,6 +121,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
     import psutil
 
     from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive
+    from service.jobs.storage.report_file import write_report
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
     from service.jobs.warmup import warm_up
@@ -141,8 +142,8 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
         with rss_sampler() as sampler:
             report = run_comparison(ComparisonRequest(options=options, model_path=dest, model_name=src.stem,
                                                       keep_level_graphs=False), job_dir)
-        (job_dir / "report.json").write_text(report.model_dump_json())
         dedupe_job_files(job_dir)
+        write_report(job_dir, report.model_dump_json())  # stored as the service stores it (compressed)
         drop_consumed_archive(job_dir, str(dest.relative_to(job_dir)))  # as service/jobs/runner.py does
         job_s = time.perf_counter() - t0
         peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

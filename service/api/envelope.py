@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from service.jobs.spec import REPORT_FILE
 from service.jobs.store import JobRecord
+from service.jobs.storage.report_file import read_report_bytes, stored_report
 from service.schemas.api import Job, JobLinks, Problem, Progress
 from service.schemas.report import Report
 
@@ -36,8 +36,10 @@ class ReportCache:
         self._lock = threading.Lock()
 
     def load(self, job_dir: Path) -> Report | None:
-        path = job_dir / REPORT_FILE
+        path = stored_report(job_dir)
         try:
+            if path is None:
+                return None
             key = (str(path), path.stat().st_mtime_ns)
         except OSError:
             return None
@@ -46,7 +48,7 @@ class ReportCache:
                 self._items.move_to_end(key)
                 return self._items[key]
         try:
-            report = Report.model_validate_json(path.read_bytes())
+            report = Report.model_validate_json(read_report_bytes(job_dir))
         except (OSError, ValidationError, ValueError):
             # A report written by an older schema: treat as absent rather than fail the request.
             log.warning("report of %s does not load with this version's schema", job_dir.name, exc_info=True)

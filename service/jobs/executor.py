@@ -20,9 +20,10 @@ from service.config import Settings
 from service.errors import Busy, DataDirFull
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import WorkerPool, prepare_data_dir
-from service.jobs.spec import REPORT_FILE, JobSpec
+from service.jobs.spec import JobSpec
 from service.jobs.store import JobRecord, JobStore
 from service.jobs.storage.disk import folder_bytes, jobs_on_disk, plan_for_new_job, reservation_for
+from service.jobs.storage.report_file import has_report
 
 log = logging.getLogger("quantcompare.jobs")
 
@@ -153,7 +154,7 @@ class JobFolders:
 
     def cached(self, key: str) -> list[JobRecord]:
         """Succeeded jobs with this key whose report is still on disk, newest first."""
-        return [r for r in self.store.find_succeeded(key) if (self.job_dir(r.id) / REPORT_FILE).is_file()]
+        return [r for r in self.store.find_succeeded(key) if has_report(self.job_dir(r.id))]
 
 
 class LocalExecutor(JobFolders):

@@ -34,8 +34,9 @@ import psutil
 from service.config import Settings
 from service.errors import Interrupted, JobFolderMissing, JobTimeout, WorkerDied, WorkerMemoryLimit
 from service.jobs.metrics import JobMetrics
-from service.jobs.spec import ARTIFACTS_DIR, REPORT_FILE
+from service.jobs.spec import ARTIFACTS_DIR
 from service.jobs.store import JobRecord, JobStore
+from service.jobs.storage.report_file import remove_report
 from service.jobs.worker import clean_env_launcher, worker_main
 from service.schemas.api import problem_from_error
 
@@ -186,7 +187,7 @@ class WorkerPool:
                 continue
             if rec.attempts > 1:  # a re-run after a restart starts from its inputs only
                 shutil.rmtree(job_dir / ARTIFACTS_DIR, ignore_errors=True)
-                (job_dir / REPORT_FILE).unlink(missing_ok=True)
+                remove_report(job_dir)
             try:
                 w.conn.send({"job": rec.spec.to_json(), "job_dir": str(job_dir.resolve())})
             except (OSError, ValueError):

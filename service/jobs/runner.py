@@ -1,17 +1,18 @@
-"""What a worker runs for a comparison job: the core, then ``report.json`` written atomically.
+"""What a worker runs for a comparison job: the core, then the report written atomically.
 
 This is the whole job contract for any executor: ``run_comparison_job(spec, job_dir, progress)``
-with the job folder as the current directory. The presence of ``report.json`` means success.
+with the job folder as the current directory. The presence of the report (``report.json.gz``,
+``jobs/storage/report_file.py``) means success.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Callable
 
 from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive, running_jobs_probe, running_marker
-from service.jobs.spec import REPORT_FILE, JobSpec
+from service.jobs.spec import JobSpec
+from service.jobs.storage.report_file import write_report
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.inputs.safety import Budgets
 from service.pipeline.options import ComparisonOptions
@@ -34,8 +35,6 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
     with running_marker(job_dir):
         report = run_comparison(request, job_dir, progress=progress, report_id=spec.id)
         dedupe_job_files(job_dir)
-    tmp = job_dir / (REPORT_FILE + ".tmp")
-    tmp.write_text(report.model_dump_json(), encoding="utf-8")
-    os.replace(tmp, job_dir / REPORT_FILE)
+    write_report(job_dir, report.model_dump_json())
     # Only once the result is complete: a job interrupted before this line runs again from its input.
     drop_consumed_archive(job_dir, spec.model_file)

@@ -2,7 +2,7 @@
 
 Whatever executes a job (the local process pool today, a distributed queue later) gets a
 ``JobSpec`` (JSON-safe, no paths outside the job folder) and the job's folder, and must leave
-``report.json`` and ``artifacts/`` in that folder. Every path in the spec is relative to the
+``report.json.gz`` and ``artifacts/`` in that folder. Every path in the spec is relative to the
 job folder, so the folder can move between machines (a shared volume) unchanged.
 
 Job folder layout::
@@ -11,7 +11,7 @@ Job folder layout::
         job.json            this spec
         input/model.onnx    the upload (or model.pt2), input/calibration.npz
         artifacts/          <artifact>.onnx, <artifact>.<level>.onnx  (written by the core)
-        report.json         written last, atomically: its presence means "succeeded"
+        report.json.gz      the report (gzip JSON), written last, atomically: its presence means "succeeded"
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 SPEC_FILE = "job.json"
-REPORT_FILE = "report.json"
+REPORT_FILE = "report.json.gz"  # see jobs/storage/report_file.py
+LEGACY_REPORT_FILE = "report.json"  # folders written before the report was compressed
 ARTIFACTS_DIR = "artifacts"
 INPUT_DIR = "input"
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
+from onnx.external_data_helper import load_external_data_for_tensor
 
 from service.pipeline.vocabulary import GraphIndex, graph_from_model
 
@@ -19,6 +20,24 @@ def file_sha256(path: Path | str) -> str:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def inline_small_external_tensors(graph, base_dir: Path, max_elements: int = 4096) -> None:
+    """Read integer and small external tensors into the graph: shape inference needs the values of
+    the constants that shapes are computed from (a Reshape's target shape, Slice bounds), and some
+    exporters write every initializer to the data file, however small."""
+    ints = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
+            onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
+    for t in graph.graph.initializer:
+        if t.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        n = 1
+        for d in t.dims:
+            n *= d
+        if t.data_type in ints or n <= max_elements:
+            load_external_data_for_tensor(t, str(base_dir))
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
 
 
 @dataclass

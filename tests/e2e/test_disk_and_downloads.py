@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import tempfile
 from collections import Counter
@@ -82,9 +83,12 @@ def test_an_upload_is_stored_once_and_the_job_stays_within_1_5x_its_files(real_s
     job_dir = real_server.data_dir / "jobs" / job["id"]
     upload, stored_fp32 = job_dir / "input" / "model.onnx", job_dir / "artifacts" / "fp32.onnx"
     assert os.path.samefile(upload, stored_fp32)  # identical files: one copy
+    # The report is stored compressed, and it is the report the API serves.
+    stored = json.loads(gzip.decompress((job_dir / "report.json.gz").read_bytes()))
+    assert stored == job["report"] and not (job_dir / "report.json").exists()
     seen, total = set(), 0
     for p in job_dir.rglob("*"):
-        if p.name in ("report.json", "job.json"):
+        if p.name in ("report.json.gz", "job.json"):
             continue  # metadata: kilobytes, whatever the model's size (bench/RESULTS.md counts them on real sizes)
         st = p.lstat()
         if p.is_file() and (st.st_dev, st.st_ino) not in seen:

@@ -122,3 +122,44 @@ def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_be
     same_a, same_b = Sleeps(0.001), Sleeps(0.001)
     *_, pairs = _interleaved_ms(same_a, same_b, {}, runs=8, warmup=1)
     assert pairs == 8 and same_b.calls == 9
+
+
+def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
+    import time as _time
+
+    from service.pipeline.verdict.advice import (
+        MIN_PAIRS,
+        MIN_SPEEDUP,
+        AdviceFigures,
+        Candidate,
+        _interleaved_ms,
+        _latency_settled,
+    )
+
+    speed = Candidate("ort_qdq", {"ort": {"activation_type": "uint8"}}, "r", blocked_nodes=3)
+    before = AdviceFigures(int8_coverage=0.2, sqnr_db=30.0, level="all")
+    fused = AdviceFigures(int8_coverage=1.0, sqnr_db=30.0, level="all")
+    settled = _latency_settled(speed, before, fused)
+    # Twice as fast in every pair: adopted whatever more pairs give. Slower in every pair: refuted.
+    assert settled([10.0] * MIN_PAIRS, [5.0] * MIN_PAIRS)
+    assert settled([10.0] * MIN_PAIRS, [12.0] * MIN_PAIRS)
+    # Pairs on both sides of the 0.9x threshold: more pairs can still move the verdict.
+    assert not settled([10.0] * MIN_PAIRS, [8.5, 9.5, 8.6, 9.4, 9.0])
+    # No blocked node fused (coverage unchanged): refuted by coverage, so latency cannot decide.
+    assert _latency_settled(speed, before, before)([10.0], [5.0])
+    # The same for a speed candidate losing more than the allowed SQNR.
+    lossy = AdviceFigures(int8_coverage=1.0, sqnr_db=20.0, level="all")
+    assert _latency_settled(speed, before, lossy)([10.0], [5.0])
+
+    class Sleeps:
+        def __init__(self, seconds):
+            self.seconds, self.calls = seconds, 0
+
+        def run(self, *_):
+            self.calls += 1
+            _time.sleep(self.seconds)
+
+    slow, fast = Sleeps(0.004), Sleeps(0.004 * MIN_SPEEDUP / 3)
+    (med_b, _), (med_a, _), pairs = _interleaved_ms(slow, fast, {}, runs=20, warmup=1, settled=settled)
+    assert pairs == MIN_PAIRS and fast.calls == 1 + MIN_PAIRS
+    assert med_a < MIN_SPEEDUP * med_b

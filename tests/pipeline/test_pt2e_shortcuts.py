@@ -72,3 +72,71 @@ def test_a_bn_that_follows_no_conv_skips_the_fold_and_the_module_is_the_same():
     assert calls == [1]  # torchao's own pass ran for the reference conversion
     assert with_fold.code == without_fold.code
     assert torch.equal(with_fold(x), without_fold(x))
+
+
+def _observer(samples):
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    obs = HistogramObserver(dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine)
+    for x in samples:
+        obs(x)
+    return obs
+
+
+def _histograms():
+    g = torch.Generator().manual_seed(0)
+    shape = (1, 8, 32, 32)
+    yield "normal", [torch.randn(shape, generator=g) for _ in range(3)]
+    yield "relu with an outlier", [torch.relu(torch.randn(shape, generator=g)).index_put_((torch.tensor(0),) * 4,
+                                                                                          torch.tensor(40.0))]
+    yield "heavy tails", [torch.randn(shape, generator=g) / torch.rand(shape, generator=g).clamp_min(1e-3)]
+    yield "growing range", [torch.randn(shape, generator=g) * (1 + 3 * i) for i in range(4)]
+    yield "sigmoid", [torch.sigmoid(3 * torch.randn(shape, generator=g))]
+    yield "few values", [torch.randint(0, 4, shape, generator=g).float()]
+    yield "one value", [torch.full(shape, 0.5)]
+    yield "tiny", [torch.randn(2, generator=g)]
+
+
+@pytest.mark.parametrize("name", [n for n, _ in _histograms()])
+def test_the_histogram_search_picks_torchao_s_min_and_max_bit_for_bit(name):
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    from service.pipeline.quantize.pt2e_shortcuts import _non_linear_param_search, install_histogram_search
+
+    obs = _observer(dict(_histograms())[name])
+    assert install_histogram_search()
+    original = _non_linear_param_search.original
+    want = original(obs)
+    got = HistogramObserver._non_linear_param_search(obs)
+    assert HistogramObserver._non_linear_param_search is _non_linear_param_search
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_a_converted_model_is_the_same_with_the_fast_histogram_search():
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    from service.pipeline.quantize.pt2e_shortcuts import _non_linear_param_search, install_histogram_search
+
+    prepared, x = _prepared()
+    for scale in (0.5, 3.0, 9.0):  # more calibration: the histograms widen and re-bin
+        prepared(x * scale)
+    assert install_histogram_search()
+    HistogramObserver._non_linear_param_search = _non_linear_param_search.original
+    try:
+        reference = convert_pt2e(copy.deepcopy(prepared))
+    finally:
+        HistogramObserver._non_linear_param_search = _non_linear_param_search
+    fast = convert_pt2e(copy.deepcopy(prepared))
+    assert fast.code == reference.code
+    consts = lambda m: {k: v for k, v in m.state_dict().items()}  # noqa: E731
+    ref_c, fast_c = consts(reference), consts(fast)
+    assert ref_c.keys() == fast_c.keys()
+    assert all(torch.equal(ref_c[k], fast_c[k]) for k in ref_c)
+    assert torch.equal(fast(x), reference(x))
+
+
+def test_torch_compares_a_float32_tensor_with_a_python_float_in_float32():
+    """What the float walk relies on: the Python threshold is rounded to float32 before comparing."""
+    one = torch.ones(1, dtype=torch.float32).cumsum(0)[0]
+    assert not bool(one < 1.0 + 2**-30)  # in float64 it would be True
+    assert not bool(one > 1.0 - 2**-30)

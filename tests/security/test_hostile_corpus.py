@@ -21,7 +21,7 @@ from live_server import REPO, LiveServer
 
 PROBLEM = "application/problem+json"
 FAST = {"calibration_samples": 4, "eval_samples": 2, "latency": {"enabled": False}}
-JOB_ENTRIES = {"job.json", "input", "artifacts", "report.json", "model"}
+JOB_ENTRIES = {"job.json", "input", "artifacts", "report.json.gz", "model"}
 
 
 @pytest.fixture(scope="module")

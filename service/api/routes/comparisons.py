@@ -23,7 +23,7 @@ from service.api.errors import problem_responses
 from service.api.uploads import display_name, receive_form, receive_json
 from service.errors import Busy, InvalidOptions, InvalidRequest, NotFound, validation_detail, validation_errors
 from service.examples import get_example
-from service.jobs.spec import REPORT_FILE
+from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.submission import submit_or_reuse
 from service.pipeline.environment import toolchain_versions
 from service.pipeline.options import ComparisonOptions
@@ -93,7 +93,7 @@ def respond(request: Request, executor, rec, *, cached: bool, created: bool) -> 
 
 
 def _job_json(job: Job, job_dir) -> bytes:
-    """The envelope with the stored report.json spliced in as written.
+    """The envelope with the stored report spliced in as written.
 
     ``envelope`` has already validated the report against this schema (once per file, cached);
     re-serializing a large report through pydantic on every poll or repeat submission cost
@@ -102,7 +102,7 @@ def _job_json(job: Job, job_dir) -> bytes:
     if job.report is None:
         return job.model_dump_json().encode()
     try:
-        raw = (job_dir / REPORT_FILE).read_bytes()
+        raw = read_report_bytes(job_dir)
     except OSError:
         return job.model_dump_json().encode()
     head = job.model_dump_json(exclude={"report"}).encode()

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.errors import LevelGraphChanged
-from service.jobs.spec import ARTIFACTS_DIR, REPORT_FILE
+from service.jobs.spec import ARTIFACTS_DIR
+from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.worker import worker_environment
 
 REGENERATE_TIMEOUT_S = 900.0
@@ -36,10 +37,10 @@ class LevelGraphEntry:
 
 def level_graph_entries(job_dir: Path) -> dict[str, LevelGraphEntry]:
     """Level graphs of a succeeded job that were not kept as files, by download name."""
-    path = Path(job_dir) / REPORT_FILE
-    if not path.is_file():
+    try:
+        report = json.loads(read_report_bytes(Path(job_dir)))
+    except FileNotFoundError:
         return {}
-    report = json.loads(path.read_text(encoding="utf-8"))
     threads = int(((report.get("options") or {}).get("latency") or {}).get("intra_op_threads", 1))
     out = {}
     for artifact, art in (report.get("artifacts") or {}).items():

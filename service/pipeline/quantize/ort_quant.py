@@ -9,7 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from service.pipeline.files import inline_small_external_tensors
 from service.pipeline.inputs.samples import Feed
+from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.pipeline.runtime.ort_sessions import session_options_for, session_with_options
 from service.schemas.report import ToolInfo
@@ -59,27 +61,6 @@ def _weights_on_disk(fp32_path: Path):
     return graph if external and opset is not None and opset > 10 else None
 
 
-def _small_constants_inline(graph, base_dir: Path, max_elements: int = 4096) -> None:
-    """Read integer and small external tensors into the graph: shape inference needs the values of
-    the constants that shapes are computed from (a Reshape's target shape, Slice bounds), and some
-    exporters write every initializer to the data file, however small."""
-    import onnx
-    from onnx.external_data_helper import load_external_data_for_tensor
-
-    ints = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8,
-            onnx.TensorProto.UINT8, onnx.TensorProto.BOOL}
-    for t in graph.graph.initializer:
-        if t.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        n = 1
-        for d in t.dims:
-            n *= d
-        if t.data_type in ints or n <= max_elements:
-            load_external_data_for_tensor(t, str(base_dir))
-            t.data_location = onnx.TensorProto.DEFAULT
-            del t.external_data[:]
-
-
 def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None:
     """quant_pre_process's steps (onnxruntime/quantization/shape_inference.py) without reading the weights.
 
@@ -87,7 +68,7 @@ def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None
     inference, then has ORT write the optimized model inline: a 1 GB model peaked at 5.5 GB of
     RSS here, and a model over 2 GB cannot be written inline at all. The same steps on the graph
     alone: symbolic shape inference needs shapes and the values of small constants (read into the
-    graph: ``_small_constants_inline``); the graph is saved next to its data
+    graph: ``files.inline_small_external_tensors``); the graph is saved next to its data
     so the references resolve; ORT optimizes at basic and writes the weights to a file of its own
     beside ``out_path``; ONNX shape inference runs on the paths.
     """
@@ -96,7 +77,7 @@ def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 
     fp32_path, out_path = Path(fp32_path).resolve(), Path(out_path).resolve()  # the cwd is the scratch folder
-    _small_constants_inline(graph, fp32_path.parent)
+    inline_small_external_tensors(graph, fp32_path.parent)
     inferred = SymbolicShapeInference.infer_shapes(graph, 2**31 - 1, False, False, 0)  # quant_pre_process's defaults
     beside_data = fp32_path.with_name(f".{out_path.stem}.symbolic.onnx")
     optimized = out_path.with_name(f"{out_path.stem}.optimized.onnx")
@@ -177,15 +158,21 @@ def quantized_by_ort(
         kwargs["op_types_to_quantize"] = settings["op_types_to_quantize"]
     if settings.get("nodes_to_exclude"):
         kwargs["nodes_to_exclude"] = settings["nodes_to_exclude"]
+    notes = [pre_process_note] if pre_process_note else []
     if calibration_cache is not None:
         kwargs["calibration_cache_path"] = str(calibration_cache)
     try:
+        if calibration_cache is not None and not calibration_cache.is_file() and calibrated_with_weights_on_disk(
+                Path(model_path), reader, calibration_cache, calibrate_method=kwargs["calibrate_method"],
+                activation_type=kwargs["activation_type"], weight_type=kwargs["weight_type"],
+                op_types=kwargs.get("op_types_to_quantize"), extra_options=kwargs["extra_options"]):
+            notes.append("calibrated by ORT's own calibrator with the weights left in external data (its ranges "
+                         "go to quantize_static's calibration cache; quantize_static then calibrates nothing)")
         quantize_static(str(model_path), str(out_path), reader, **kwargs)
     except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
         raise failure_from_ort_quantizer(e, quant_format) from e
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
-    notes = [pre_process_note] if pre_process_note else []
     return ToolInfo(
         name=f"onnxruntime.quantization.quantize_static ({shown['quant_format']})",
         version=f"onnxruntime {onnxruntime.__version__}",

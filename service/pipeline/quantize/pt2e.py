@@ -9,7 +9,7 @@ from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_input_names
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, first_line, program_from_onnx, static_args
-from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard
+from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard, install_histogram_search
 from service.schemas.report import ToolInfo
 
 
@@ -72,6 +72,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
             if i == 0:
                 _observe_weights_once(prepared)
     install_conv_bn_fold_guard()  # a standalone BN no longer costs 96 pattern exports
+    install_histogram_search()  # the observers' min/max search, same steps, without a tensor op per step
     converted = convert_pt2e(prepared)
     # torch.onnx.export re-exports the converted module, so the dynamic batch is stated again.
     # A module converted from ONNX was exported with static shapes (every dim resolved).

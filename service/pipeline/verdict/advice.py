@@ -33,13 +33,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
 from service.pipeline.quantize.ort_quant import quantized_by_ort
+from service.pipeline.runtime.latency import median_ci
 from service.pipeline.runtime.numerics import concat_runs, sqnr_db
 from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
@@ -179,12 +180,20 @@ def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray]
 # 5x slower; 20 more pairs of them were 8-11 s of a resnet18 job).
 GIVE_UP_PAIRS = 3
 GIVE_UP_RATIO = 1.5
+# Fewest alternated pairs behind any advice latency. From there on, timing stops as soon as more pairs
+# cannot change the verdict (``_latency_settled``): most candidates on x86 are 1.3-5x apart, which
+# five pairs show as clearly as twenty (those twenty were most of the advice stage on resnet18).
+MIN_PAIRS = 5
+
+Settled = Callable[[list[float], list[float]], bool]
 
 
-def _interleaved_ms(a, b, feed, *, runs: int, warmup: int) -> tuple[tuple[float, float], tuple[float, float], int]:
+def _interleaved_ms(a, b, feed, *, runs: int, warmup: int,
+                    settled: Settled | None = None) -> tuple[tuple[float, float], tuple[float, float], int]:
     """Median and fastest ms of two sessions timed alternately, run by run (load from other jobs on
     a shared machine then slows both alike instead of whichever happened to run during it), and the
-    pairs timed: fewer than ``runs`` when ``b`` is clearly slower (GIVE_UP_RATIO)."""
+    pairs timed: fewer than ``runs`` when ``b`` is clearly slower (GIVE_UP_RATIO), or once
+    ``settled(before_ms, after_ms)`` says more pairs cannot change the verdict (after MIN_PAIRS)."""
     for _ in range(warmup):
         a.run(None, feed)
         b.run(None, feed)
@@ -196,23 +205,55 @@ def _interleaved_ms(a, b, feed, *, runs: int, warmup: int) -> tuple[tuple[float,
             acc.append((time.perf_counter() - t) * 1000.0)
         if len(ta) >= GIVE_UP_PAIRS and min(tb) > GIVE_UP_RATIO * max(ta):
             break
+        if settled is not None and len(ta) >= MIN_PAIRS and settled(ta, tb):
+            break
     return (float(np.median(ta)), float(np.min(ta))), (float(np.median(tb)), float(np.min(tb))), len(ta)
 
 
-def _supported(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
-    def sq(f):
-        return float("inf") if f.sqnr_db is None else f.sqnr_db
+def _latency_ratio(ta: list[float], tb: list[float]) -> float:
+    """The after/before ratio the verdict reads: by the median and by the fastest run, the worse of the two."""
+    ratio = float(np.median(tb)) / float(np.median(ta))
+    return max(ratio, min(tb) / min(ta)) if min(ta) > 0 else ratio
 
+
+def _latency_settled(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> Settled:
+    """When timing ``c`` may stop: at once when the verdict does not depend on latency (no blocked node
+    fused, or the SQNR rule already fails: the figure is then shown from MIN_PAIRS pairs); otherwise when
+    the distribution-free 95% interval of the per-pair after/before ratio lies wholly on the side of the
+    threshold (MIN_SPEEDUP or MAX_SLOWDOWN) where the verdict's own ratio already is."""
+    threshold = MAX_SLOWDOWN if c.kind == "accuracy" else MIN_SPEEDUP
+    if not _sqnr_and_coverage_allow(c, before, after):
+        return lambda ta, tb: True
+
+    def settled(ta: list[float], tb: list[float]) -> bool:
+        lo, hi = median_ci([b / a for a, b in zip(ta, tb) if a > 0] or [1.0])
+        verdict_ratio = _latency_ratio(ta, tb)
+        return (hi <= threshold and verdict_ratio <= threshold) or (lo > threshold and verdict_ratio > threshold)
+
+    return settled
+
+
+def _sq(f: AdviceFigures) -> float:
+    return float("inf") if f.sqnr_db is None else f.sqnr_db
+
+
+def _sqnr_and_coverage_allow(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
+    """The verdict's rules that need no latency: False when ``c`` is refuted whatever the timing gives."""
+    if c.kind == "accuracy":
+        return _sq(after) >= _sq(before) + MIN_SQNR_GAIN_DB
+    if c.blocked_nodes and (after.int8_coverage or 0) <= (before.int8_coverage or 0):
+        return False  # it was proposed to fuse blocked nodes; a faster run without that is noise
+    return _sq(after) >= _sq(before) - MAX_SQNR_LOSS_DB
+
+
+def _supported(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
     if before.latency_ms is None or after.latency_ms is None:
         return False
     ratio = after.latency_ms / before.latency_ms
     if before.latency_min_ms and after.latency_min_ms:
         ratio = max(ratio, after.latency_min_ms / before.latency_min_ms)
-    if c.kind == "accuracy":
-        return sq(after) >= sq(before) + MIN_SQNR_GAIN_DB and ratio <= MAX_SLOWDOWN
-    if c.blocked_nodes and (after.int8_coverage or 0) <= (before.int8_coverage or 0):
-        return False  # it was proposed to fuse blocked nodes; a faster run without that is noise
-    return ratio <= MIN_SPEEDUP and sq(after) >= sq(before) - MAX_SQNR_LOSS_DB
+    threshold = MAX_SLOWDOWN if c.kind == "accuracy" else MIN_SPEEDUP
+    return _sqnr_and_coverage_allow(c, before, after) and ratio <= threshold
 
 
 def _why_not(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> str:
@@ -274,8 +315,11 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
         before: dict[str, tuple[object, AdviceFigures]] = {}
         how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
                f"(worst output vs the report's fp32 reference; 'before' is the levels "
-               f"stage's figure for the artifact as is); latency = median of {ctx.runs} runs of each session, timed alternately "
-               f"with the artifact as is (before) after {ctx.warmup} warm-up runs, {ctx.threads} intra-op thread(s)")
+               f"stage's figure for the artifact as is); latency = median and fastest of {MIN_PAIRS} to {ctx.runs} runs of "
+               f"each session, timed alternately with the artifact as is (before) after {ctx.warmup} warm-up runs, "
+               f"{ctx.threads} intra-op thread(s), until the 95% interval of the per-pair after/before ratio is clear "
+               f"of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x for accuracy; "
+               f"{MIN_PAIRS} pairs when SQNR or int8 coverage decides alone)")
         for c in candidates:
             path = ctx.artifact_paths.get(c.artifact)
             if path is None or ("ort" in c.change and ctx.ort_input is None):
@@ -308,7 +352,7 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
                                                   dict(c.change.get("session", {})), tmp)
                 b_session, b = before[c.artifact]
                 ms_before, ms_after, pairs = _interleaved_ms(b_session, session, ctx.evaluation[0], runs=ctx.runs,
-                                                             warmup=ctx.warmup)
+                                                             warmup=ctx.warmup, settled=_latency_settled(c, b, after))
                 del session
             except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
                 refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
@@ -317,9 +361,10 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
                 continue
             b = b.model_copy(update={"latency_ms": ms_before[0], "latency_min_ms": ms_before[1]})
             after = after.model_copy(update={"latency_ms": ms_after[0], "latency_min_ms": ms_after[1]})
-            stopped = ("" if pairs >= ctx.runs else
-                       f"; timing stopped after {pairs} alternated runs: every run was over {GIVE_UP_RATIO:g}x "
-                       "slower than every run of the artifact as is")
+            stopped = f"; {pairs} alternated pairs timed"
+            if pairs < MIN_PAIRS:
+                stopped += (f": timing stopped there, every run was over {GIVE_UP_RATIO:g}x slower than every run "
+                            "of the artifact as is")
             measured = AdviceMeasured(before=b, after=after, how=how + stopped,
                                       seconds=round(time.perf_counter() - t0, 3))
             ok = _supported(c, b, after)

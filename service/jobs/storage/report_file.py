@@ -1,0 +1,56 @@
+"""A finished job's report on disk: gzip-compressed JSON, written last and atomically.
+
+The report is the largest file of a small model's job: per level and artifact it lists every node
+ORT runs, and per artifact every scale and zero point (7 MB for PP-OCRv4's 4.7 MB detector, 1.7x
+the input plus its quantized files on disk). It compresses about 9x, so it is stored as
+``report.json.gz``; its presence still means "succeeded". A folder written before that (a plain
+``report.json``) is read as it is.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+from service.jobs.spec import LEGACY_REPORT_FILE, REPORT_FILE
+
+__all__ = ["write_report", "stored_report", "read_report_bytes", "has_report", "remove_report"]
+
+
+def write_report(job_dir: Path, report_json: str) -> Path:
+    """``report_json`` compressed into the job folder, atomically (a reader never sees half of it)."""
+    path = Path(job_dir) / REPORT_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    # mtime=0: the same report gives the same bytes (the digest of a stored result is stable).
+    tmp.write_bytes(gzip.compress(report_json.encode("utf-8"), compresslevel=6, mtime=0))
+    os.replace(tmp, path)
+    (Path(job_dir) / LEGACY_REPORT_FILE).unlink(missing_ok=True)
+    return path
+
+
+def stored_report(job_dir: Path) -> Path | None:
+    """The report file of a succeeded job (compressed, or a plain one from before), else None."""
+    for name in (REPORT_FILE, LEGACY_REPORT_FILE):
+        path = Path(job_dir) / name
+        if path.is_file():
+            return path
+    return None
+
+
+def read_report_bytes(job_dir: Path) -> bytes:
+    """The report's JSON bytes. ``FileNotFoundError`` when the job has none."""
+    path = stored_report(job_dir)
+    if path is None:
+        raise FileNotFoundError(Path(job_dir) / REPORT_FILE)
+    raw = path.read_bytes()
+    return gzip.decompress(raw) if path.name == REPORT_FILE else raw
+
+
+def has_report(job_dir: Path) -> bool:
+    return stored_report(job_dir) is not None
+
+
+def remove_report(job_dir: Path) -> None:
+    for name in (REPORT_FILE, LEGACY_REPORT_FILE):
+        (Path(job_dir) / name).unlink(missing_ok=True)
