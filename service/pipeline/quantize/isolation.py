@@ -13,6 +13,13 @@ from service.schemas.report import PathError
 
 log = logging.getLogger(__name__)
 
+
+def first_line(e: BaseException) -> str:
+    """``Type: first line of the message`` (a toolchain's message can run to pages)."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
+
+
 _ABS_PATH = re.compile(r"(/[\w.\-+@]+){2,}")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

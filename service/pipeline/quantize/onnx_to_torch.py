@@ -21,6 +21,7 @@ import numpy as np
 
 from service.errors import PathSkipped
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
+from service.pipeline.quantize.isolation import first_line
 
 log = logging.getLogger(__name__)
 
@@ -159,11 +160,6 @@ def _blocker_message(missing: Counter, model) -> tuple[str, str]:
     return message, hint
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
-
-
 def program_from_onnx(source: ModelSource, shapes: dict[str, tuple[int, ...]], *,
                       calibration: list[dict[str, np.ndarray]] | None = None):
     """The torch.export program for ``source`` (an ONNX upload); PathSkipped names what blocks it.
@@ -181,7 +177,7 @@ def program_from_onnx(source: ModelSource, shapes: dict[str, tuple[int, ...]], *
     try:
         convert = _import_onnx2torch()
     except Exception as e:  # pragma: no cover - installed with the service
-        raise PathSkipped(f"onnx2torch cannot be imported ({_first_line(e)})", stage="convert",
+        raise PathSkipped(f"onnx2torch cannot be imported ({first_line(e)})", stage="convert",
                           hint=_PT2_HINT) from e
 
     model = onnx.load(str(source.onnx_path), load_external_data=True)
@@ -203,7 +199,7 @@ def program_from_onnx(source: ModelSource, shapes: dict[str, tuple[int, ...]], *
     try:
         inner = convert(cleaned.model)
     except Exception as e:  # noqa: BLE001
-        raise PathSkipped(f"onnx2torch cannot convert this model: {_first_line(e)}", stage="convert",
+        raise PathSkipped(f"onnx2torch cannot convert this model: {first_line(e)}", stage="convert",
                           hint=_PT2_HINT) from e
     module = _AllInputs(inner.eval(), [s.name for s in source.specs], set(cleaned.baked_inputs))
     args = example_args(source.specs, shapes)
@@ -218,7 +214,7 @@ def program_from_onnx(source: ModelSource, shapes: dict[str, tuple[int, ...]], *
                 return export(module, static)
         except Exception as e:  # noqa: BLE001
             raise PathSkipped(
-                f"torch.export cannot trace the module onnx2torch made: {_first_line(e)}",
+                f"torch.export cannot trace the module onnx2torch made: {first_line(e)}",
                 stage="convert", hint=_PT2_HINT,
             ) from e
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from service.pipeline.files import inline_small_external_tensors
 from service.pipeline.inputs.samples import Feed
+from service.pipeline.quantize.isolation import first_line
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.pipeline.runtime.ort_sessions import session_options_for, session_with_options
@@ -46,8 +47,7 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
         return out_path, how
     except Exception as e:  # noqa: BLE001 - any failure here is survivable by design
         log.info("quant_pre_process failed: %r", e)
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        return fp32_path, f"quant_pre_process failed ({type(e).__name__}: {first}); quantized the fp32 file as is"
+        return fp32_path, f"quant_pre_process failed ({first_line(e)}); quantized the fp32 file as is"
 
 
 def _weights_on_disk(fp32_path: Path):
@@ -131,6 +131,27 @@ class _FeedReader:
         self._i = 0
 
 
+def _calibrated_with_weights_on_disk(model_path: Path, reader, cache: Path, kwargs: dict[str, Any]) -> str | None:
+    """ORT's calibrator with the weights left on disk (``ort_calibration``), its ranges in ``cache``: the
+    report's note, or None when the model does not qualify. If it fails, quantize_static calibrates as usual."""
+    try:
+        done = calibrated_with_weights_on_disk(
+            Path(model_path), reader, cache, calibrate_method=kwargs["calibrate_method"],
+            activation_type=kwargs["activation_type"], weight_type=kwargs["weight_type"],
+            op_types=kwargs.get("op_types_to_quantize"), extra_options=kwargs["extra_options"])
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - ORT's own calibration inside quantize_static is the fallback
+        log.info("calibration with the weights on disk failed, quantize_static calibrates: %r", e)
+        cache.unlink(missing_ok=True)
+        return (f"calibration with the weights left on disk failed ({first_line(e)}); "
+                "quantize_static calibrated with the model in memory")
+    if not done:
+        return None
+    return ("calibrated by ORT's own calibrator with the weights left in external data (its ranges go to "
+            "quantize_static's calibration cache; quantize_static then calibrates nothing)")
+
+
 def quantized_by_ort(
     model_path: Path, out_path: Path, calibration: list[Feed], input_names: list[str], *,
     quant_format: str, settings: dict[str, Any], pre_process_note: str | None = None,
@@ -161,13 +182,12 @@ def quantized_by_ort(
     notes = [pre_process_note] if pre_process_note else []
     if calibration_cache is not None:
         kwargs["calibration_cache_path"] = str(calibration_cache)
+    if calibration_cache is not None and not calibration_cache.is_file():
+        note = _calibrated_with_weights_on_disk(model_path, reader, calibration_cache, kwargs)
+        if note:
+            notes.append(note)
+        reader.rewind()
     try:
-        if calibration_cache is not None and not calibration_cache.is_file() and calibrated_with_weights_on_disk(
-                Path(model_path), reader, calibration_cache, calibrate_method=kwargs["calibrate_method"],
-                activation_type=kwargs["activation_type"], weight_type=kwargs["weight_type"],
-                op_types=kwargs.get("op_types_to_quantize"), extra_options=kwargs["extra_options"]):
-            notes.append("calibrated by ORT's own calibrator with the weights left in external data (its ranges "
-                         "go to quantize_static's calibration cache; quantize_static then calibrates nothing)")
         quantize_static(str(model_path), str(out_path), reader, **kwargs)
     except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
         raise failure_from_ort_quantizer(e, quant_format) from e

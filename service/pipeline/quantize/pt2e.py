@@ -8,7 +8,8 @@ from pathlib import Path
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_input_names
-from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, first_line, program_from_onnx, static_args
+from service.pipeline.quantize.isolation import first_line
+from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
 from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard, install_histogram_search
 from service.schemas.report import ToolInfo
 

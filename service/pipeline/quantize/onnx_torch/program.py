@@ -18,6 +18,7 @@ import numpy as np
 
 from service.errors import PathSkipped
 from service.pipeline.quantize.already_quantized import skip_if_quantized
+from service.pipeline.quantize.isolation import first_line
 from service.pipeline.quantize.onnx_cleanup import constant_inputs
 
 from .module import ConversionError, MissingConverters, build_module, contiguous
@@ -60,11 +61,6 @@ class ConversionSkipped(PathSkipped):
     def __init__(self, message: str, *, stage: str, hint: str | None, conversion: Conversion):
         super().__init__(message, stage=stage, hint=hint)
         self.conversion = conversion
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
 
 
 def static_args(specs, shapes, calibration) -> tuple:
