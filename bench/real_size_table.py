@@ -36,11 +36,12 @@ def _slope(rows):
 
 def cost_rows(rows) -> list[str]:
     out = ["| model | input MB | job s | s / MB | fp32 inference ms | job in fp32 inference-times | peak RSS MB (warm base) | "
-           "RSS growth / model | disk MB | disk / (input + quantized) | timed graphs / runs (noisy) | quantize s | evaluate s | paths ok |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "RSS growth / model | disk MB | disk / (input + quantized) | timed graphs / runs (noisy) | quantize s | evaluate s | "
+           "layers s | advice s | paths ok |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r.get('size', r['model'])} | error: {r['error'].strip().splitlines()[-1][:120]} |" + " |" * 12)
+            out.append(f"| {r.get('size', r['model'])} | error: {r['error'].strip().splitlines()[-1][:120]} |" + " |" * 14)
             continue
         st = r["stages"]
         ok = sum(1 for v in r["paths"].values() if v == "ok")
@@ -50,7 +51,7 @@ def cost_rows(rows) -> list[str]:
             f"{r['fp32_ms']:.2f} | {r['inference_times']:.0f} | {r['peak_rss_mb']:.0f} ({r['base_rss_mb']:.0f}) | "
             f"{_f(growth, '.2f')}x | {r['disk_mb']:.1f} | {r['disk_ratio']:.2f}x | "
             f"{r['graphs_timed']} / {r['timed_runs']} ({r['noisy_latencies']}) | {st.get('quantize', 0):.1f} | "
-            f"{st.get('evaluate', 0):.1f} | {ok}/{len(r['paths'])} |")
+            f"{st.get('evaluate', 0):.1f} | {st.get('layers', 0):.1f} | {st.get('advice', 0):.1f} | {ok}/{len(r['paths'])} |")
     return out
 
 

@@ -28,13 +28,31 @@ equal, bit for bit, to torchao's on many histograms and a whole converted model.
 from __future__ import annotations
 
 import logging
+from typing import Callable
 
 import numpy as np
 
 log = logging.getLogger("quantcompare.pt2e_shortcuts")
 
-_installed = False
-_search_installed = False
+_installed: set[str] = set()
+
+
+def _replace_once(what: str, locate: Callable[[], tuple[object, str]], replacement: Callable[[Callable], Callable]) -> bool:
+    """Set ``owner.attr`` (``locate()``) to ``replacement(original)`` once per process, keeping the
+    original as ``.original``. False, and torchao left as it is, when the names have moved."""
+    if what in _installed:
+        return True
+    try:
+        owner, attr = locate()
+        original = getattr(owner, attr)
+    except (ImportError, AttributeError) as e:
+        log.info("%s not installed: %s", what, e)
+        return False
+    new = replacement(original)
+    new.original = original  # type: ignore[attr-defined]
+    setattr(owner, attr, new)
+    _installed.add(what)
+    return True
 
 
 def bn_after_conv(m) -> bool:
@@ -47,25 +65,20 @@ def bn_after_conv(m) -> bool:
 
 def install_conv_bn_fold_guard() -> bool:
     """Wrap ``quantize_pt2e._fold_conv_bn_qat`` once per process. True when the guard is on."""
-    global _installed
-    if _installed:
-        return True
-    try:
+
+    def locate():
         from torchao.quantization.pt2e import quantize_pt2e
         from torchao.quantization.pt2e.utils import _is_bn_node, _is_conv_or_conv_transpose_node  # noqa: F401
 
-        original = quantize_pt2e._fold_conv_bn_qat
-    except (ImportError, AttributeError) as e:
-        log.info("conv-bn fold guard not installed: %s", e)
-        return False
+        return quantize_pt2e, "_fold_conv_bn_qat"
 
-    def fold_conv_bn_qat_when_a_conv_feeds_a_bn(m):
-        return original(m) if bn_after_conv(m) else m
+    def guard(original):
+        def fold_conv_bn_qat_when_a_conv_feeds_a_bn(m):
+            return original(m) if bn_after_conv(m) else m
 
-    fold_conv_bn_qat_when_a_conv_feeds_a_bn.original = original  # type: ignore[attr-defined]
-    quantize_pt2e._fold_conv_bn_qat = fold_conv_bn_qat_when_a_conv_feeds_a_bn
-    _installed = True
-    return True
+        return fold_conv_bn_qat_when_a_conv_feeds_a_bn
+
+    return _replace_once("conv-bn fold guard", locate, guard)
 
 
 def _non_linear_param_search(self):
@@ -121,17 +134,10 @@ def _non_linear_param_search(self):
 
 def install_histogram_search() -> bool:
     """Put the float walk in place of torchao's, once per process. True when installed."""
-    global _search_installed
-    if _search_installed:
-        return True
-    try:
+
+    def locate():
         from torchao.quantization.pt2e.observer import HistogramObserver
 
-        original = HistogramObserver._non_linear_param_search
-    except (ImportError, AttributeError) as e:
-        log.info("histogram search not installed: %s", e)
-        return False
-    _non_linear_param_search.original = original  # type: ignore[attr-defined]
-    HistogramObserver._non_linear_param_search = _non_linear_param_search
-    _search_installed = True
-    return True
+        return HistogramObserver, "_non_linear_param_search"
+
+    return _replace_once("histogram search", locate, lambda original: _non_linear_param_search)

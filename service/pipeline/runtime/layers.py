@@ -83,6 +83,7 @@ def layers_from_files(
                                          GraphView(onnx.load(str(opt_path), load_external_data=False)))
             if at_level:
                 runs[(name, level)] = (Path(opt_path), at_level)
+    model = written = None  # an inline file's weights: not held while the sessions run
 
     feeds = eval_feeds[: max(1, budget.max_samples)]
     acc: dict[tuple[str, str], _Acc] = {}
@@ -94,8 +95,8 @@ def layers_from_files(
         sessions = {}
         try:
             for key, (path, located) in runs.items():
-                model = onnx.load(str(path), load_external_data=False)
-                sessions[key] = _exposing(path, model, sorted({loc.tensor for loc in located.values()}))
+                sessions[key] = _exposing(path, onnx.load(str(path), load_external_data=False),
+                                          sorted({loc.tensor for loc in located.values()}))
                 sessions[key].__enter__()
             for feed in feeds:
                 if samples and time.perf_counter() - t0 > budget.max_seconds:
@@ -177,6 +178,7 @@ class _exposing:
                 self.model.graph.output.append(onnx.ValueInfoProto(name=t))
         self.copy = self.path.with_name(f".{self.path.stem}.layers.{os.getpid()}.onnx")
         onnx.save(self.model, str(self.copy))
+        self.model = None  # a file's inline weights: its session has them now, this copy is not needed
         # No arena: every intermediate tensor is an output here, and the arena of each file's
         # session would keep a whole network's activations after its run (4 files alive at once
         # held 9 GB on a 960x960 detector).
