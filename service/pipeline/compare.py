@@ -28,7 +28,7 @@ from typing import Callable
 import onnx
 
 from service.errors import InvalidOptions
-from service.pipeline.environment import environment
+from service.pipeline.environment import cores_idle, environment
 from service.pipeline.files import OnnxFile
 from service.pipeline.inputs import sources
 from service.pipeline.inputs.data_shapes import array_shapes_in_npz
@@ -47,7 +47,7 @@ from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
-from service.pipeline.quantize.side_by_side import LockedProgress, cores_idle, side_by_side
+from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.advice import advice_for_job

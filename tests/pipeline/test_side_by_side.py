@@ -8,7 +8,8 @@ import pytest
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.options import ComparisonOptions
-from service.pipeline.quantize.side_by_side import cores_idle, side_by_side
+from service.pipeline.environment import cores_idle
+from service.pipeline.quantize.side_by_side import side_by_side
 
 
 def _digests(folder):

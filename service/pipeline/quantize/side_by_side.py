@@ -13,34 +13,13 @@ Latency is never measured here: the levels stage runs after both paths are done.
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, TypeVar
 
-from service.pipeline.environment import usable_cores
 
 A = TypeVar("A")
 B = TypeVar("B")
-
-
-def cores_idle(concurrent_jobs: Callable[[], int | None] | None = None) -> bool:
-    """Two cores for this job: at least two CPUs, no other job running, load average below cores - 1."""
-    cores = usable_cores()
-    if cores < 2:
-        return False
-    if concurrent_jobs is not None:
-        try:
-            jobs = concurrent_jobs()
-        except Exception:  # noqa: BLE001 - no probe, no parallelism
-            return False
-        if jobs is not None and jobs > 1:
-            return False
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # pragma: no cover - not on Linux
-        return False
-    return load < cores - 1 + 0.5  # this job's own core is in the load average
 
 
 def side_by_side(first: Callable[[], A], second: Callable[[], B], *, parallel: bool) -> tuple[A, B]:

@@ -15,15 +15,17 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from service.pipeline.environment import cpu_info
+from service.pipeline.environment import cores_idle, cpu_info
 from service.pipeline.inspect.blockers import reasons_by_op, rows_index, unfused_nodes
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
@@ -105,11 +107,56 @@ def _ordered(names) -> list[str]:
     return [n for n in known if n in names] + sorted(n for n in names if n not in known)
 
 
+@dataclass
+class _Shared:
+    """What every artifact's levels read, and what they add up, when artifacts run on two threads."""
+
+    levels: list[str]
+    options: ComparisonOptions
+    eval_feeds: list[dict[str, np.ndarray]]
+    out_dir: Path
+    graphs_dir: Path
+    protocol: object
+    budget: LatencyBudget
+    int8_allowed: bool
+    keep_level_graphs: bool
+    concurrent_jobs: LoadProbe | None
+    progress: Callable[[str, int, int], None] | None
+    total: int
+    fp32_compute: int = 0  # the int8_coverage denominator; fp32 runs first
+    reference: list[np.ndarray] | None = None  # fp32 at its first level: every SQNR is against it
+    reference_names: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=lambda: {"optimize": 0.0, "evaluate": 0.0})
+    done: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def step(self, stage: str, timing: str, seconds: float, *, count: bool) -> None:
+        with self.lock:
+            self.timings[timing] += seconds
+            if count:
+                self.done += 1
+            if self.progress:
+                self.progress(stage, self.done, self.total)
+
+    def graph_done(self) -> None:
+        with self.lock:
+            self.budget.graph_done()
+
+
+@dataclass
+class _ArtifactLevels:
+    per_level: dict[str, OptimizedLevel]
+    facts: FileFacts
+    outputs: dict[str, list[np.ndarray]]  # level -> outputs, every eval sample concatenated
+    output_names: list[str]
+    steps: list[float | None]
+
+
 def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
                    out_dir: Path, options: ComparisonOptions,
                    progress: Callable[[str, int, int], None] | None = None,
                    loaded: dict[str, GraphIndex] | None = None, concurrent_jobs: LoadProbe | None = None,
-                   keep_level_graphs: bool = True) -> LevelsResult:
+                   keep_level_graphs: bool = True, parallel: bool | None = None) -> LevelsResult:
     """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
 
     Writes ``out_dir/<artifact>.<level>.onnx`` when ``keep_level_graphs``; otherwise only the
@@ -117,150 +164,162 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     A session that fails at one level is recorded in that level's ``error`` and the other levels go on.
     ``loaded``: the graph index of a file as written, when the caller already has it (it is not loaded
     again; taken out as it is used). ``concurrent_jobs``: how many jobs the service runs right now
-    (recorded with each latency).
+    (recorded with each latency). ``parallel``: the quantized artifacts on two threads, after fp32
+    (their reference); only without latency, which is always timed alone. None: when two cores are idle.
     """
     loaded = loaded if loaded is not None else {}
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     levels = [lv for lv in LEVELS if lv in options.levels]
     names = _ordered(artifact_paths)
-    total = len(names) * len(levels)
-    timings = {"optimize": 0.0, "evaluate": 0.0}
     lat = options.latency
-    threads = lat.intra_op_threads
     protocol = latency_protocol_from_options(lat)
-    budget = LatencyBudget(protocol.budget_seconds, total)
-    graphs_dir = out_dir / "_level_graphs"
+    shared = _Shared(levels=levels, options=options, eval_feeds=eval_feeds, out_dir=out_dir,
+                     graphs_dir=out_dir / "_level_graphs", protocol=protocol,
+                     budget=LatencyBudget(protocol.budget_seconds, len(names) * len(levels)),
+                     # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
+                     int8_allowed=cpu_info().arch in ("aarch64", "arm64", "ARM64"),
+                     keep_level_graphs=keep_level_graphs, concurrent_jobs=concurrent_jobs, progress=progress,
+                     total=len(names) * len(levels))
 
-    # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
-    int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
-    fp32_compute = 0  # the int8_coverage denominator; fp32 comes first (_ordered)
-
-    optimized: dict[str, dict[str, OptimizedLevel]] = {}
-    files: dict[str, FileFacts] = {}
-    results: dict[str, dict[str, list[np.ndarray]]] = {}  # artifact -> level -> outputs
-    output_names: dict[str, list[str]] = {}
-    steps_of: dict[str, list[float | None]] = {}
-    reference: list[np.ndarray] | None = None
-    reference_names: list[str] = []
-    done = 0
-
-    for name in names:
-        path = Path(artifact_paths[name])
+    def levels_of(name: str) -> _ArtifactLevels:
         # Lazily: a file's external weights stay on disk until a summary reads one tensor.
-        file_graph = loaded.pop(name, None) or graph_from_path(path, lazy=True)
-        if name == "fp32":
-            fp32_compute = compute_op_count(file_graph)
-        facts = file_facts_from_graph(file_graph)
-        files[name] = facts
-        steps = output_steps(file_graph)
-        steps_of[name] = steps
-        prev_graph, prev_level = file_graph, "file"
-        prev_outputs: list[np.ndarray] | None = None
-        seen: dict[str, str] = {}  # level graph digest -> the first level of this artifact that had it
-        per_level: dict[str, OptimizedLevel] = {}
-        extended_rows = None  # blockers at extended: the layout levels keep them (no QDQ fusion runs there)
-        results[name] = {}
-        for level in levels:
-            t0 = time.perf_counter()
-            out_file = out_dir / f"{name}.{level}.onnx"
-            try:
-                session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}",
-                                                         intra_op_threads=threads)
-                graph = graph_from_path(lg.graph, lazy=True)  # weights stay on disk until a summary reads one
-            except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
-                budget.graph_done()
-                per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
-                                                  error=scrub(f"session creation failed: {type(e).__name__}: {e}")[:2000])
-                done += 1
-                timings["optimize"] += time.perf_counter() - t0
-                if progress:
-                    progress("optimize", done, total)
-                continue
-            session_seconds = time.perf_counter() - t0
-            diff = diff_graphs(prev_graph, graph, previous=prev_level)
-            if options.attribution and diff.rewrites and level != "disable_all":
-                diff = _attribute(diff, path, level, prev_graph, threads)
-            hist = op_histogram(graph)
-            kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
-            nodes = node_summaries(graph)
-            act = Counter(n.activation_dtype or "unknown" for n in nodes
-                          if op_key(n) in INT8_KERNELS)
-            int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
-            float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
-            coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
-            unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows)
-            if level == "extended":
-                extended_rows = rows_index(unfused, graph)
-            ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
-            timings["optimize"] += time.perf_counter() - t0
-            done += 1
-            if progress:
-                progress("optimize", done, total)
+        path = Path(artifact_paths[name])
+        return _artifact_levels(name, path, loaded.pop(name, None) or graph_from_path(path, lazy=True), shared)
 
-            t1 = time.perf_counter()
-            numerics = latency = None
-            error = None
-            # ORT often writes the very same graph at another level (``all`` == ``layout`` here for
-            # every example): the same graph gives the same outputs and the same speed, so it is
-            # neither run nor timed again (the level says which level it equals).
-            same_as = seen.get(lg.digest)
-            if same_as is not None and same_as not in results[name]:
-                same_as = None  # that level failed to run: measure this one
-            try:
-                onames = [o.name for o in session.get_outputs()]
-                output_names[name] = onames
-                if same_as:
-                    outputs = results[name][same_as]
-                    if per_level[same_as].latency is not None:
-                        latency = per_level[same_as].latency.model_copy(update={"timed_with": same_as})
-                else:
-                    outputs, latency = outputs_and_latency(session, eval_feeds, protocol, budget,
-                                                        timing=lat.enabled, concurrent_jobs=concurrent_jobs)
-                results[name][level] = outputs
-                if name == "fp32" and reference is None:
-                    reference, reference_names = outputs, onames
-                if reference is not None:
-                    numerics = level_numerics(reference, reference_names, outputs, onames, steps=steps,
-                                              previous=prev_outputs, samples=len(eval_feeds))
-                prev_outputs = outputs
-            except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
-                error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
-            del session
-            budget.graph_done()
-            seen.setdefault(lg.digest, level)
-            if keep_level_graphs:
-                self_contained_from_level_graph(lg, out_file)
-            shutil.rmtree(lg.folder, ignore_errors=True)  # the weights: a download makes them again
-            timings["evaluate"] += time.perf_counter() - t1
-            if progress:
-                progress("evaluate", done, total)
+    t_wall = time.perf_counter()
+    by_name: dict[str, _ArtifactLevels] = {}
+    rest = list(names)
+    if rest and rest[0] == "fp32":  # the reference of every other artifact's numerics comes first
+        by_name["fp32"] = levels_of("fp32")
+        rest = rest[1:]
+    # Never with latency on: the eval runs are its timing samples, and a latency is always timed alone.
+    two_threads = not lat.enabled and len(rest) > 1 and (parallel if parallel is not None else cores_idle(concurrent_jobs))
+    if two_threads:
+        # Numerics of independent files on both cores: ORT's sessions release the GIL while they run.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="quantcompare-levels") as pool:
+            futures = {n: pool.submit(levels_of, n) for n in rest}
+            by_name.update({n: f.result() for n, f in futures.items()})
+    else:
+        for n in rest:
+            by_name[n] = levels_of(n)
+    shutil.rmtree(shared.graphs_dir, ignore_errors=True)
+    timings = dict(shared.timings)
+    if two_threads:
+        timings["levels_wall"] = time.perf_counter() - t_wall  # optimize + evaluate are summed over two threads
 
-            per_level[level] = OptimizedLevel(
-                level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error,
-                op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
-                quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
-                int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
-                compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
-                ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
-                unfused=[] if name == "fp32" else unfused,
-                bias=bias_state(graph),
-                layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
-                session_seconds=session_seconds, same_graph_as=same_as,
-                graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
-                weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder), file_stored=keep_level_graphs,
-            )
-            prev_graph, prev_level = graph, level
-        optimized[name] = per_level
-
-    shutil.rmtree(graphs_dir, ignore_errors=True)
+    results = {n: a.outputs for n, a in by_name.items()}
+    output_names = {n: a.output_names for n, a in by_name.items() if a.output_names}
+    steps_of = {n: a.steps for n, a in by_name.items()}
     t2 = time.perf_counter()
     agreement = agreement_rows(results, output_names, steps_of, levels)
     timings["evaluate"] += time.perf_counter() - t2
-    return LevelsResult(optimized=optimized, agreement=agreement,
-                        timings={k: round(v, 4) for k, v in timings.items()}, files=files, levels=levels,
-                        reference_outputs=reference)
+    return LevelsResult(optimized={n: by_name[n].per_level for n in names},
+                        agreement=agreement, timings={k: round(v, 4) for k, v in timings.items()},
+                        files={n: by_name[n].facts for n in names}, levels=levels,
+                        reference_outputs=shared.reference)
+
+
+def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Shared) -> _ArtifactLevels:
+    """One artifact at every level: session, saved graph, summary, diff vs the previous level, numerics, latency."""
+    options, levels = shared.options, shared.levels
+    lat = options.latency
+    threads = lat.intra_op_threads
+    if name == "fp32":
+        shared.fp32_compute = compute_op_count(file_graph)
+    fp32_compute = shared.fp32_compute
+    facts = file_facts_from_graph(file_graph)
+    steps = output_steps(file_graph)
+    prev_graph, prev_level = file_graph, "file"
+    prev_outputs: list[np.ndarray] | None = None
+    seen: dict[str, str] = {}  # level graph digest -> the first level of this artifact that had it
+    per_level: dict[str, OptimizedLevel] = {}
+    extended_rows = None  # blockers at extended: the layout levels keep them (no QDQ fusion runs there)
+    outputs_at: dict[str, list[np.ndarray]] = {}
+    onames: list[str] = []
+    for level in levels:
+        t0 = time.perf_counter()
+        out_file = shared.out_dir / f"{name}.{level}.onnx"
+        try:
+            session, lg = session_and_level_graph(path, level, shared.graphs_dir / f"{name}.{level}",
+                                                     intra_op_threads=threads)
+            graph = graph_from_path(lg.graph, lazy=True)  # weights stay on disk until a summary reads one
+        except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
+            shared.graph_done()
+            per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
+                                              error=scrub(f"session creation failed: {type(e).__name__}: {e}")[:2000])
+            shared.step("optimize", "optimize", time.perf_counter() - t0, count=True)
+            continue
+        session_seconds = time.perf_counter() - t0
+        diff = diff_graphs(prev_graph, graph, previous=prev_level)
+        if options.attribution and diff.rewrites and level != "disable_all":
+            diff = _attribute(diff, path, level, prev_graph, threads)
+        hist = op_histogram(graph)
+        kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
+        nodes = node_summaries(graph)
+        act = Counter(n.activation_dtype or "unknown" for n in nodes
+                      if op_key(n) in INT8_KERNELS)
+        int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
+        float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
+        coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
+        unfused = unfused_nodes(graph, level=level, int8_allowed=shared.int8_allowed, previous=extended_rows)
+        if level == "extended":
+            extended_rows = rows_index(unfused, graph)
+        ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
+        shared.step("optimize", "optimize", time.perf_counter() - t0, count=True)
+
+        t1 = time.perf_counter()
+        numerics = latency = None
+        error = None
+        # ORT often writes the very same graph at another level (``all`` == ``layout`` here for
+        # every example): the same graph gives the same outputs and the same speed, so it is
+        # neither run nor timed again (the level says which level it equals).
+        same_as = seen.get(lg.digest)
+        if same_as is not None and same_as not in outputs_at:
+            same_as = None  # that level failed to run: measure this one
+        try:
+            onames = [o.name for o in session.get_outputs()]
+            if same_as:
+                outputs = outputs_at[same_as]
+                if per_level[same_as].latency is not None:
+                    latency = per_level[same_as].latency.model_copy(update={"timed_with": same_as})
+            else:
+                outputs, latency = outputs_and_latency(session, shared.eval_feeds, shared.protocol, shared.budget,
+                                                    timing=lat.enabled, concurrent_jobs=shared.concurrent_jobs)
+            outputs_at[level] = outputs
+            if name == "fp32" and shared.reference is None:
+                shared.reference, shared.reference_names = outputs, onames
+            if shared.reference is not None:
+                numerics = level_numerics(shared.reference, shared.reference_names, outputs, onames, steps=steps,
+                                          previous=prev_outputs, samples=len(shared.eval_feeds))
+            prev_outputs = outputs
+        except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
+            error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
+        del session
+        shared.graph_done()
+        seen.setdefault(lg.digest, level)
+        if shared.keep_level_graphs:
+            self_contained_from_level_graph(lg, out_file)
+        shutil.rmtree(lg.folder, ignore_errors=True)  # the weights: a download makes them again
+        shared.step("evaluate", "evaluate", time.perf_counter() - t1, count=False)
+
+        per_level[level] = OptimizedLevel(
+            level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error,
+            op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
+            quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
+            int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
+            compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
+            ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
+            unfused=[] if name == "fp32" else unfused,
+            bias=bias_state(graph),
+            layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
+            session_seconds=session_seconds, same_graph_as=same_as,
+            graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
+            weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
+            file_stored=shared.keep_level_graphs,
+        )
+        prev_graph, prev_level = graph, level
+    return _ArtifactLevels(per_level=per_level, facts=facts, outputs=outputs_at, output_names=onames, steps=steps)
 
 
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],

@@ -1,0 +1,51 @@
+"""Without latency, the quantized artifacts' levels run on two threads and report what one thread reports."""
+
+from __future__ import annotations
+
+import threading
+
+from service.pipeline.options import ComparisonOptions
+from service.pipeline.runtime.levels import analyze_levels
+
+VOLATILE = {"session_seconds"}  # wall time of each session's creation: differs run to run
+
+
+def _feeds(report):
+    import numpy as np
+
+    shape = report.model.resolved_input_shapes["x"]
+    rng = np.random.default_rng(3)
+    return [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(3)]
+
+
+def _levels(workdir, report, tmp_path, *, parallel, latency):
+    options = ComparisonOptions(levels=["disable_all", "basic", "all"], latency={"enabled": latency, "runs": 5})
+    art = workdir / "artifacts"
+    paths = {a: art / f"{a}.onnx" for a in ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator")}
+    threads = set()
+    result = analyze_levels(artifact_paths=paths, eval_feeds=_feeds(report), out_dir=tmp_path / f"p{parallel}{latency}",
+                            options=options, parallel=parallel, keep_level_graphs=False,
+                            progress=lambda *_: threads.add(threading.current_thread().name))
+    return result, threads
+
+
+def test_two_threads_report_what_one_thread_reports(compared, tmp_path):
+    report, workdir = compared("op_zoo_net")
+    one, one_threads = _levels(workdir, report, tmp_path, parallel=False, latency=False)
+    two, two_threads = _levels(workdir, report, tmp_path, parallel=True, latency=False)
+    assert len({t for t in two_threads if t.startswith("quantcompare-levels")}) == 2  # both cores were used
+    assert not any(t.startswith("quantcompare-levels") for t in one_threads)
+    assert "levels_wall" in two.timings and "levels_wall" not in one.timings
+    assert list(two.optimized) == list(one.optimized)  # fp32 first, then the artifacts in order
+    for art, per_level in one.optimized.items():
+        for level, ol in per_level.items():
+            assert two.optimized[art][level].model_dump(exclude=VOLATILE) == ol.model_dump(exclude=VOLATILE), (art, level)
+    assert [a.model_dump() for a in two.agreement] == [a.model_dump() for a in one.agreement]
+
+
+def test_with_latency_the_levels_stay_on_one_thread(compared, tmp_path):
+    report, workdir = compared("conv_relu")
+    result, threads = _levels(workdir, report, tmp_path, parallel=True, latency=True)
+    assert not any(t.startswith("quantcompare-levels") for t in threads)  # a latency is always timed alone
+    assert "levels_wall" not in result.timings
+    assert result.optimized["ort_qdq"]["all"].latency is not None
