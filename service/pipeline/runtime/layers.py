@@ -91,7 +91,8 @@ def layers_from_files(
     left_out: dict[tuple[str, str], str] = {}
     float_tensors: list[str] | None = None
     samples = 0
-    with _exposing(fp32_path, fp32_model, candidates) as fp32_session:
+    # Its own parse of the file: the copy's save moves inline weights out of the proto it is given.
+    with _exposing(fp32_path, onnx.load(str(fp32_path), load_external_data=False), candidates) as fp32_session:
         sessions = {}
         try:
             for key, (path, located) in runs.items():
@@ -158,8 +159,13 @@ def layers_from_files(
 # running a file with its intermediate tensors exposed
 
 
+_INLINE_LIMIT = 1 << 20  # initializers from this size on are written to the copy's data file
+
+
 class _exposing:
     """A ``disable_all`` session of ``path`` whose graph outputs also list ``tensors``.
+
+    ``model`` (the file's proto) becomes this object's: writing the copy moves its inline weights out.
 
     The copy is written next to the original so that external data (``location`` is relative
     to the model file) resolves; it is removed when the context ends.
@@ -177,8 +183,11 @@ class _exposing:
             if t not in present:
                 self.model.graph.output.append(onnx.ValueInfoProto(name=t))
         self.copy = self.path.with_name(f".{self.path.stem}.layers.{os.getpid()}.onnx")
-        onnx.save(self.model, str(self.copy))
-        self.model = None  # a file's inline weights: its session has them now, this copy is not needed
+        # Inline weights go to a data file beside the copy: serializing them with the graph would hold
+        # them twice more while the fp32 session holds its own (a 1 GB archive's peak was that copy).
+        onnx.save(self.model, str(self.copy), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location=self.copy.name + ".data", size_threshold=_INLINE_LIMIT)
+        self.model = None  # its weights are in the session now
         # No arena: every intermediate tensor is an output here, and the arena of each file's
         # session would keep a whole network's activations after its run (4 files alive at once
         # held 9 GB on a 960x960 detector).
@@ -193,6 +202,7 @@ class _exposing:
     def __exit__(self, *exc):
         if self.copy is not None:
             self.copy.unlink(missing_ok=True)
+            self.copy.with_name(self.copy.name + ".data").unlink(missing_ok=True)
         self.session = None
         return False
 
