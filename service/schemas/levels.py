@@ -142,7 +142,8 @@ class OptimizedLevel(_Model):
     latency: LatencyStats | None = None
     session_seconds: float | None = None
     # The graph ORT wrote at this level (service/pipeline/runtime/level_graphs.py): its SHA-256 with
-    # the initializers in "model.data", theirs, and both sizes. ``file_stored`` false: the job kept only
+    # the initializers in "model.data" (in canonical form: node names cleared, nodes sorted, since ORT
+    # names and orders some generated nodes differently per session), theirs, and both sizes. ``file_stored`` false: the job kept only
     # these digests, and a download creates the session again and checks them before serving the file.
     graph_sha256: str | None = None
     weights_sha256: str | None = None

@@ -32,3 +32,11 @@ def test_a_folder_written_before_compression_is_read_as_it_is(tmp_path):
     assert not has_report(tmp_path)
     with pytest.raises(FileNotFoundError):
         read_report_bytes(tmp_path)
+
+
+def test_a_damaged_report_reads_as_an_os_error_which_the_api_treats_as_absent(tmp_path):
+    good = write_report(tmp_path, '{"id": "x"}').read_bytes()
+    for damaged in (good[: len(good) // 2], b"not gzip at all"):
+        (tmp_path / "report.json.gz").write_bytes(damaged)
+        with pytest.raises(OSError):
+            read_report_bytes(tmp_path)

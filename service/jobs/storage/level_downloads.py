@@ -39,7 +39,7 @@ def level_graph_entries(job_dir: Path) -> dict[str, LevelGraphEntry]:
     """Level graphs of a succeeded job that were not kept as files, by download name."""
     try:
         report = json.loads(read_report_bytes(Path(job_dir)))
-    except FileNotFoundError:
+    except OSError:  # no report (the job did not succeed) or a damaged one: nothing to offer
         return {}
     threads = int(((report.get("options") or {}).get("latency") or {}).get("intra_op_threads", 1))
     out = {}

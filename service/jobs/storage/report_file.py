@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import zlib
 from pathlib import Path
 
 from service.jobs.spec import LEGACY_REPORT_FILE, REPORT_FILE
@@ -39,12 +40,17 @@ def stored_report(job_dir: Path) -> Path | None:
 
 
 def read_report_bytes(job_dir: Path) -> bytes:
-    """The report's JSON bytes. ``FileNotFoundError`` when the job has none."""
+    """The report's JSON bytes. ``FileNotFoundError`` when the job has none, ``OSError`` when it is damaged."""
     path = stored_report(job_dir)
     if path is None:
         raise FileNotFoundError(Path(job_dir) / REPORT_FILE)
     raw = path.read_bytes()
-    return gzip.decompress(raw) if path.name == REPORT_FILE else raw
+    if path.name != REPORT_FILE:
+        return raw
+    try:
+        return gzip.decompress(raw)
+    except (EOFError, zlib.error) as e:  # truncated or damaged: callers treat an OSError as "no report"
+        raise OSError(f"the stored report {path} is damaged: {e}") from e
 
 
 def has_report(job_dir: Path) -> bool:

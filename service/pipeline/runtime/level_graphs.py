@@ -6,11 +6,17 @@ writes it as ``model.onnx`` plus its initializers in ``model.data`` (session con
 artifact and level. Fixed names make two levels' files byte-comparable (the graph names its data
 file), and the graph alone parses in milliseconds.
 
-A level graph is a pure function of (artifact file, level, ORT version, session options): ORT is
-deterministic for these (pinned by tests/pipeline/runtime/test_level_graphs.py). So a finished
-job need not keep the level graphs' weights: it records the two SHA-256s, and a download creates
-the session again, checks both digests against the job's, and only then hands out the file. What
-a user downloads is then provably the graph the job measured.
+A level graph is a function of (artifact file, level, ORT version, session options), up to two
+things ORT does not keep the same from one session to the next: the order in which it writes
+nodes that do not depend on each other, and the names it generates for some (x86's
+NchwcTransformer writes ``ReorderOutput`` in one session and ``ReorderOutput_token_11`` in the next,
+in a fresh process or the same one). The weights file is the same. So ``graph_sha256`` is taken
+over the graph in canonical form: node names cleared, nodes, value_info and initializers sorted
+(``canonical_graph_sha256``); every tensor name, op, attribute, input and output still counts. A
+finished job need not keep the level graphs' weights: it records the two SHA-256s, and a download
+creates the session again, checks both digests against the job's, and only then hands out the
+file. What a user downloads is then provably the graph the job measured, node for node; only
+those generated node names and the order of independent nodes may differ.
 
     python -m service.pipeline.runtime.level_graphs MODEL LEVEL THREADS GRAPH_SHA DATA_SHA OUT
 
@@ -20,6 +26,7 @@ regenerates one level graph into OUT (a self-contained .onnx, or a .zip of graph
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -58,7 +65,7 @@ class LevelGraphFiles:
 
     @property
     def digest(self) -> str:
-        """Equal digests: ORT wrote the very same graph and weights."""
+        """Equal digests: ORT wrote the same graph (node for node) and the very same weights."""
         return f"{self.graph_sha256}:{self.data_sha256}"
 
     def drop_weights(self) -> None:
@@ -67,9 +74,28 @@ class LevelGraphFiles:
 
 
 
+def canonical_graph_sha256(graph_path: Path) -> str:
+    """SHA-256 of the graph (its weights stay in their file) with node names cleared and nodes,
+    value_info and initializers in sorted order: what ORT writes the same for a file and level."""
+    import onnx
+
+    model = onnx.load(str(graph_path), load_external_data=False)
+    g = model.graph
+    nodes = sorted((n for n in g.node), key=lambda n: (list(n.output), n.op_type, n.domain, list(n.input)))
+    for n in nodes:
+        n.name = ""
+    g.ClearField("node")
+    g.node.extend(nodes)
+    for field, key in (("value_info", lambda v: v.name), ("initializer", lambda t: t.name)):
+        items = sorted(getattr(g, field), key=key)
+        g.ClearField(field)
+        getattr(g, field).extend(items)
+    return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+
+
 def fingerprint(folder: Path) -> LevelGraphFiles:
     graph, data = folder / GRAPH_FILE, folder / DATA_FILE
-    return LevelGraphFiles(folder=folder, graph_sha256=file_sha256(graph),
+    return LevelGraphFiles(folder=folder, graph_sha256=canonical_graph_sha256(graph),
                            data_sha256=file_sha256(data) if data.exists() else None,
                            graph_bytes=graph.stat().st_size, data_bytes=data.stat().st_size if data.exists() else 0)
 
@@ -171,5 +197,5 @@ if __name__ == "__main__":  # pragma: no cover - exercised through the download 
     raise SystemExit(main())
 
 
-__all__ = ["GRAPH_FILE", "DATA_FILE", "LevelGraphFiles", "LevelGraphMismatch", "fingerprint",
+__all__ = ["GRAPH_FILE", "DATA_FILE", "LevelGraphFiles", "LevelGraphMismatch", "canonical_graph_sha256", "fingerprint",
            "session_and_level_graph", "self_contained_from_level_graph", "regenerate_level_graph"]

@@ -43,6 +43,7 @@ from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, Comparison
 from service.pipeline.quantize.isolation import scrub
 from service.pipeline.runtime.latency import (
     LatencyBudget,
+    LatencyProtocol,
     LoadProbe,
     latency_protocol_from_options,
     outputs_and_latency,
@@ -116,7 +117,7 @@ class _Shared:
     eval_feeds: list[dict[str, np.ndarray]]
     out_dir: Path
     graphs_dir: Path
-    protocol: object
+    protocol: LatencyProtocol
     budget: LatencyBudget
     int8_allowed: bool
     keep_level_graphs: bool
@@ -166,6 +167,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     again; taken out as it is used). ``concurrent_jobs``: how many jobs the service runs right now
     (recorded with each latency). ``parallel``: the quantized artifacts on two threads, after fp32
     (their reference); only without latency, which is always timed alone. None: when two cores are idle.
+    Then ``timings`` split the stage's wall time between optimize and evaluate as the threads spent it.
     """
     loaded = loaded if loaded is not None else {}
     out_dir = Path(out_dir)
@@ -206,7 +208,10 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     shutil.rmtree(shared.graphs_dir, ignore_errors=True)
     timings = dict(shared.timings)
     if two_threads:
-        timings["levels_wall"] = time.perf_counter() - t_wall  # optimize + evaluate are summed over two threads
+        # Each thread's seconds add up to more than the stage took: the wall time is split between
+        # optimize and evaluate in the proportion the threads spent, so the timings still add up.
+        wall, summed = time.perf_counter() - t_wall, sum(timings.values())
+        timings = {k: v * wall / summed for k, v in timings.items()} if summed > 0 else timings
 
     results = {n: a.outputs for n, a in by_name.items()}
     output_names = {n: a.output_names for n, a in by_name.items() if a.output_names}

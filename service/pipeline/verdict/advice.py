@@ -210,10 +210,11 @@ def _interleaved_ms(a, b, feed, *, runs: int, warmup: int,
     return (float(np.median(ta)), float(np.min(ta))), (float(np.median(tb)), float(np.min(tb))), len(ta)
 
 
-def _latency_ratio(ta: list[float], tb: list[float]) -> float:
+def _latency_ratio(median_before: float, fastest_before: float | None, median_after: float,
+                   fastest_after: float | None) -> float:
     """The after/before ratio the verdict reads: by the median and by the fastest run, the worse of the two."""
-    ratio = float(np.median(tb)) / float(np.median(ta))
-    return max(ratio, min(tb) / min(ta)) if min(ta) > 0 else ratio
+    ratio = median_after / median_before
+    return max(ratio, fastest_after / fastest_before) if fastest_before and fastest_after else ratio
 
 
 def _latency_settled(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> Settled:
@@ -227,7 +228,7 @@ def _latency_settled(c: Candidate, before: AdviceFigures, after: AdviceFigures) 
 
     def settled(ta: list[float], tb: list[float]) -> bool:
         lo, hi = median_ci([b / a for a, b in zip(ta, tb) if a > 0] or [1.0])
-        verdict_ratio = _latency_ratio(ta, tb)
+        verdict_ratio = _latency_ratio(float(np.median(ta)), min(ta), float(np.median(tb)), min(tb))
         return (hi <= threshold and verdict_ratio <= threshold) or (lo > threshold and verdict_ratio > threshold)
 
     return settled
@@ -249,9 +250,7 @@ def _sqnr_and_coverage_allow(c: Candidate, before: AdviceFigures, after: AdviceF
 def _supported(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
     if before.latency_ms is None or after.latency_ms is None:
         return False
-    ratio = after.latency_ms / before.latency_ms
-    if before.latency_min_ms and after.latency_min_ms:
-        ratio = max(ratio, after.latency_min_ms / before.latency_min_ms)
+    ratio = _latency_ratio(before.latency_ms, before.latency_min_ms, after.latency_ms, after.latency_min_ms)
     threshold = MAX_SLOWDOWN if c.kind == "accuracy" else MIN_SPEEDUP
     return _sqnr_and_coverage_allow(c, before, after) and ratio <= threshold
 
@@ -262,10 +261,8 @@ def _why_not(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> str:
 
     if c.blocked_nodes and (after.int8_coverage or 0) <= (before.int8_coverage or 0):
         return f"int8 coverage stays {f(after.int8_coverage, '')}: no blocked node fused"
-    if before.latency_ms and after.latency_ms and c.kind == "speed" and (
-            after.latency_ms / before.latency_ms > MIN_SPEEDUP
-            or (before.latency_min_ms and after.latency_min_ms
-                and after.latency_min_ms / before.latency_min_ms > MIN_SPEEDUP)):
+    if before.latency_ms and after.latency_ms and c.kind == "speed" and _latency_ratio(
+            before.latency_ms, before.latency_min_ms, after.latency_ms, after.latency_min_ms) > MIN_SPEEDUP:
         return (f"not {1 / MIN_SPEEDUP - 1:.0%} faster (median {after.latency_ms:.2f} vs {before.latency_ms:.2f} ms, "
                 f"fastest {after.latency_min_ms or 0:.2f} vs {before.latency_min_ms or 0:.2f} ms)")
     return f"SQNR {f(after.sqnr_db, ' dB')} vs {f(before.sqnr_db, ' dB')} before"

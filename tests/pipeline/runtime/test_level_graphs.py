@@ -66,3 +66,25 @@ def test_a_lazy_graph_reads_one_external_tensor_on_demand(conv_model, tmp_path):
     full = graph_from_path(lg.graph)
     assert lazy.initializers["w"].data_location == TensorProto.EXTERNAL
     np.testing.assert_array_equal(lazy.init_array("w"), full.init_array("w"))
+
+
+def test_a_layout_graph_ort_writes_in_another_node_order_or_names_has_one_digest(compared, tmp_path):
+    """x86's NchwcTransformer writes its ReorderOutput nodes in an order and under names that change
+    from one session to the next (``ReorderOutput`` / ``ReorderOutput_token_11``: op_zoo_net's fp32 at
+    layout, measured); the graph is the same, and so is its digest, or a download of it would be
+    refused as another ORT's."""
+    from service.pipeline.runtime.level_graphs import canonical_graph_sha256
+
+    _, workdir = compared("op_zoo_net")
+    path = workdir / "artifacts" / "fp32.onnx"
+    digests, orders = set(), set()
+    for i in range(8):
+        _, files = session_and_level_graph(path, "layout", tmp_path / f"s{i}", intra_op_threads=1)
+        digests.add(files.digest)
+        written = onnx.load(str(files.graph), load_external_data=False)
+        orders.add(tuple((n.op_type, n.name, tuple(n.output)) for n in written.graph.node))
+        assert canonical_graph_sha256(files.graph) == files.graph_sha256
+    assert len(digests) == 1, (len(orders), digests)
+    # What the digest still tells apart: another level's graph.
+    _, basic = session_and_level_graph(path, "basic", tmp_path / "basic", intra_op_threads=1)
+    assert basic.digest not in digests
