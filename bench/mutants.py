@@ -94,6 +94,21 @@ MUTANTS: list[Mutant] = [
            "service/pipeline/quantize/already_quantized.py", "    if not ops:\n        return None",
            '    if not ops or "DequantizeLinear" in ops:\n        return None',
            ("tests/realworld/test_corpus.py::test_corpus_model_returns_a_report_with_every_path_explained[already_quantized_qdq]",)),
+    Mutant("histogram_search_float64", "the histogram search compares in float64, not torch's float32",
+           "service/pipeline/quantize/pt2e_shortcuts.py", "            low = float(f32(next_alpha * total))",
+           "            low = next_alpha * total",
+           ("tests/pipeline/test_pt2e_shortcuts.py",)),
+    Mutant("level_digest_names", "the level graph digest keeps node names (ORT varies them per session)",
+           "service/pipeline/runtime/level_graphs.py", '        n.name = ""\n', "        pass\n",
+           ("tests/pipeline/runtime/test_level_graphs.py",)),
+    Mutant("advice_never_settles", "advice timing stops after the fewest pairs whatever they show",
+           "service/pipeline/verdict/advice.py",
+           "        return (hi <= threshold and verdict_ratio <= threshold) or (lo > threshold and verdict_ratio > threshold)",
+           "        return True", ("tests/pipeline/test_advice.py",)),
+    Mutant("calibration_all_ops", "calibration with the weights on disk calibrates every op type",
+           "service/pipeline/quantize/ort_calibration.py",
+           "    op_types = op_types or sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default",
+           "    op_types = op_types or []", ("tests/pipeline/test_ort_calibration.py",)),
 ]
 
 
