@@ -135,6 +135,28 @@ def test_a_converted_model_is_the_same_with_the_fast_histogram_search():
     assert torch.equal(fast(x), reference(x))
 
 
+def test_a_threshold_that_float32_rounds_onto_a_bin_walks_as_torchao_walks():
+    """Bin 0 holds exactly float32(1e-5 x total) while 1e-5 x total is a little more: torch's float32
+    comparison keeps the walk at bin 0 (min 0, max 0.9995), a float64 one would move it (0.9995, 1)."""
+    from torchao.quantization.pt2e.observer import HistogramObserver
+
+    from service.pipeline.quantize.pt2e_shortcuts import _non_linear_param_search, install_histogram_search
+
+    obs = _observer([])
+    total, first = 54687.5546875, 0.546875536441803  # float32 values; float32(1e-5 * total) == first
+    hist = torch.zeros(obs.bins)
+    hist[0], hist[-1] = first, total - first
+    assert torch.sum(hist).item() == total and first < 1e-5 * total
+    obs.histogram.copy_(hist)
+    obs.min_val.copy_(torch.tensor(0.0))
+    obs.max_val.copy_(torch.tensor(1.0))
+    assert install_histogram_search()
+    want = _non_linear_param_search.original(obs)
+    got = HistogramObserver._non_linear_param_search(obs)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert float(want[1]) < 1.0  # the case where the comparison's precision decides
+
+
 def test_torch_compares_a_float32_tensor_with_a_python_float_in_float32():
     """What the float walk relies on: the Python threshold is rounded to float32 before comparing."""
     one = torch.ones(1, dtype=torch.float32).cumsum(0)[0]
