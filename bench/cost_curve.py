@@ -11,7 +11,7 @@ measured. Per job:
 - ``job_s``: wall time of ``run_comparison`` (+ the job-folder dedupe);
 - ``fp32_ms``: one fp32 inference of the resolved shapes (1 thread, median of 7, same process,
   after the job) and ``inference_times`` = job_s / fp32 inference;
-- ``peak_rss_mb``: the process's peak RSS during the job (``ru_maxrss``; the warm baseline before
+- ``peak_rss_mb``: the process's peak RSS during the job (``VmHWM``; the warm baseline before
   the job is ``base_rss_mb``: torch + ORT imported and warmed);
 - ``disk_mb`` (job folder, hard links once) against ``input_mb`` + ``quantized_mb``.
 
@@ -103,6 +103,21 @@ def rss_sampler():
     return WherePeak(lambda: [os.getpid()], every=0.25)
 
 
+def _peak_rss_bytes() -> int:
+    """This process's peak RSS: ``VmHWM``, the high-water mark of its own address space.
+
+    Not ``ru_maxrss``: a child started with vfork/posix_spawn (Python's subprocess does) inherits the
+    parent's high-water mark at exec, so a job run from a parent that had just built a 1 GB model read
+    3.1 GB whatever the job itself did (2.3 GB by VmHWM and by the RSS sampler's own peak)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def _bytes(folder: Path) -> int:
     from service.jobs.storage.disk import folder_bytes
 
@@ -146,7 +161,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
         write_report(job_dir, report.model_dump_json())  # stored as the service stores it (compressed)
         drop_consumed_archive(job_dir, str(dest.relative_to(job_dir)))  # as service/jobs/runner.py does
         job_s = time.perf_counter() - t0
-        peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        peak_rss = _peak_rss_bytes()
         arts = job_dir / "artifacts"
         quantized = sum((arts / f"{a}.onnx").stat().st_size for a, art in report.artifacts.items()
                         if a != "fp32" and art.status == "ok" and (arts / f"{a}.onnx").exists())
