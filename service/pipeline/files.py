@@ -22,6 +22,11 @@ def file_sha256(path: Path | str) -> str:
     return h.hexdigest()
 
 
+def has_external_initializers(model) -> bool:
+    """Some initializer of ``model`` (loaded with or without its data) lives in an external data file."""
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
 def inline_small_external_tensors(graph, base_dir: Path, max_elements: int = 4096) -> None:
     """Read integer and small external tensors into the graph: shape inference needs the values of
     the constants that shapes are computed from (a Reshape's target shape, Slice bounds), and some

@@ -18,13 +18,15 @@ no strided calibration. Anything else is left to ``quantize_static`` as usual.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.pipeline.files import inline_small_external_tensors
+from service.pipeline.files import has_external_initializers, inline_small_external_tensors
+from service.pipeline.quantize.isolation import first_line
 
 __all__ = ["calibrated_with_weights_on_disk"]
 
@@ -38,13 +40,34 @@ _CALIBRATOR_OPTIONS = {
     "CalibPercentile": "percentile",
 }
 _LOADER_LOCK = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def calibrated_with_weights_on_disk(model_path: Path, reader, cache_path: Path, *, calibrate_method,
                                     activation_type, weight_type, op_types: list[str] | None,
-                                    extra_options: dict[str, Any]) -> bool:
+                                    extra_options: dict[str, Any]) -> str | None:
     """Write ORT's calibration ranges for ``model_path`` to ``cache_path`` with the weights left on
-    disk. False (nothing written) when the model or the settings are outside what this covers."""
+    disk; the tool note that says so. None (nothing written) when the model or the settings are outside
+    what this covers. If it fails, nothing is written either and the note says quantize_static calibrates."""
+    try:
+        done = _ranges_to_cache(model_path, reader, cache_path, calibrate_method=calibrate_method,
+                                activation_type=activation_type, weight_type=weight_type, op_types=op_types,
+                                extra_options=extra_options)
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - ORT's own calibration inside quantize_static is the fallback
+        log.info("calibration with the weights on disk failed, quantize_static calibrates: %r", e)
+        cache_path.unlink(missing_ok=True)
+        return (f"calibration with the weights left on disk failed ({first_line(e)}); "
+                "quantize_static calibrated with the model in memory")
+    if not done:
+        return None
+    return ("calibrated by ORT's own calibrator with the weights left in external data (its ranges go to "
+            "quantize_static's calibration cache; quantize_static then calibrates nothing)")
+
+
+def _ranges_to_cache(model_path: Path, reader, cache_path: Path, *, calibrate_method, activation_type, weight_type,
+                     op_types: list[str] | None, extra_options: dict[str, Any]) -> bool:
     import onnx
     from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, save_tensors_data
     from onnxruntime.quantization.quant_utils import update_opset_version
@@ -53,7 +76,7 @@ def calibrated_with_weights_on_disk(model_path: Path, reader, cache_path: Path, 
     if extra_options.get("SmoothQuant") or extra_options.get("CalibStridedMinMax"):
         return False
     graph = onnx.load(str(model_path), load_external_data=False)
-    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.graph.initializer):
+    if not has_external_initializers(graph):
         return False
     if update_opset_version(graph, weight_type, activation_type,
                             tensor_quant_overrides=extra_options.get("TensorQuantOverrides"),

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.pipeline.files import inline_small_external_tensors
+from service.pipeline.files import has_external_initializers, inline_small_external_tensors
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.quantize.isolation import first_line
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
@@ -56,7 +56,7 @@ def _weights_on_disk(fp32_path: Path):
     import onnx
 
     graph = onnx.load(str(fp32_path), load_external_data=False)
-    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.graph.initializer)
+    external = has_external_initializers(graph)
     opset = next((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), None)
     return graph if external and opset is not None and opset > 10 else None
 
@@ -131,27 +131,6 @@ class _FeedReader:
         self._i = 0
 
 
-def _calibrated_with_weights_on_disk(model_path: Path, reader, cache: Path, kwargs: dict[str, Any]) -> str | None:
-    """ORT's calibrator with the weights left on disk (``ort_calibration``), its ranges in ``cache``: the
-    report's note, or None when the model does not qualify. If it fails, quantize_static calibrates as usual."""
-    try:
-        done = calibrated_with_weights_on_disk(
-            Path(model_path), reader, cache, calibrate_method=kwargs["calibrate_method"],
-            activation_type=kwargs["activation_type"], weight_type=kwargs["weight_type"],
-            op_types=kwargs.get("op_types_to_quantize"), extra_options=kwargs["extra_options"])
-    except MemoryError:
-        raise
-    except Exception as e:  # noqa: BLE001 - ORT's own calibration inside quantize_static is the fallback
-        log.info("calibration with the weights on disk failed, quantize_static calibrates: %r", e)
-        cache.unlink(missing_ok=True)
-        return (f"calibration with the weights left on disk failed ({first_line(e)}); "
-                "quantize_static calibrated with the model in memory")
-    if not done:
-        return None
-    return ("calibrated by ORT's own calibrator with the weights left in external data (its ranges go to "
-            "quantize_static's calibration cache; quantize_static then calibrates nothing)")
-
-
 def quantized_by_ort(
     model_path: Path, out_path: Path, calibration: list[Feed], input_names: list[str], *,
     quant_format: str, settings: dict[str, Any], pre_process_note: str | None = None,
@@ -183,7 +162,10 @@ def quantized_by_ort(
     if calibration_cache is not None:
         kwargs["calibration_cache_path"] = str(calibration_cache)
     if calibration_cache is not None and not calibration_cache.is_file():
-        note = _calibrated_with_weights_on_disk(model_path, reader, calibration_cache, kwargs)
+        note = calibrated_with_weights_on_disk(
+            Path(model_path), reader, calibration_cache, calibrate_method=kwargs["calibrate_method"],
+            activation_type=kwargs["activation_type"], weight_type=kwargs["weight_type"],
+            op_types=kwargs.get("op_types_to_quantize"), extra_options=kwargs["extra_options"])
         if note:
             notes.append(note)
         reader.rewind()

@@ -34,7 +34,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from service.pipeline.environment import usable_cores
-
 from service.pipeline.runtime.numerics import concat_runs
 from service.schemas.levels import LatencyStats
 
