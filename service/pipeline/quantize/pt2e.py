@@ -7,7 +7,7 @@ from pathlib import Path
 
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
-from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_input_names
+from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.isolation import first_line
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
 from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard, install_histogram_search
@@ -87,7 +87,8 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         )
     proto = onnx_program.model_proto  # a property that serializes anew on every access
     if conversion is not None:
-        restore_input_names(proto, [s.name for s in specs])
+        restore_io_names(proto, [s.name for s in specs],
+                         [o.name for o in source.onnx_model.graph.output] if source.onnx_model is not None else None)
 
         named = annotate_onnx(proto, onnx_program.exported_program.graph_module)
         conversion.notes.append(f"{named} nodes of the PT2E file name the upload node and tensors they compute "

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+import onnx
+
 from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX
 
 from .module import python_names
@@ -68,23 +70,68 @@ def upload_tensor_map(model_proto) -> dict[str, str]:
     return out
 
 
-def restore_input_names(model_proto, input_names: list[str]) -> int:
-    """Rename the PT2E file's graph inputs back to the upload's input names ("input.1"), which the
-    torch module had to spell as Python identifiers ("input_1"); returns how many were renamed."""
-    renames = {py: orig for py, orig in zip(python_names(input_names), input_names) if py != orig}
+def restore_io_names(model_proto, input_names: list[str], output_names: list[str] | None = None) -> int:
+    """Give the PT2E file's graph inputs and outputs the upload's names, by position; returns how many
+    names changed.
+
+    torch.onnx names them after the module: inputs as Python identifiers ("input.1" -> "input_1"),
+    outputs after FX nodes ("permute_3"). Where the upload passes an input straight through to an
+    output, torch names the output after the input and the input "<name>_orig", so ORT refused the
+    upload's own feed ("Required inputs (['src_mask_orig']) are missing"). Any other tensor of the
+    file that already bears one of the upload's names is renamed out of the way first.
+    """
     graph = model_proto.graph
-    present = {i.name for i in graph.input}
-    renames = {a: b for a, b in renames.items() if a in present}
-    if not renames:
+    inputs = [vi.name for vi in graph.input]
+    if len(inputs) == len(input_names):
+        renames = {old: new for old, new in zip(inputs, input_names) if old != new}
+    else:  # initializers listed as inputs, or an input dropped: only the identifier spelling is known
+        renames = {py: orig for py, orig in zip(python_names(input_names), input_names)
+                   if py != orig and py in inputs}
+    copies: dict[int, str] = {}  # output index -> upload name, where the value needs a second name
+    outputs = [vi.name for vi in graph.output]
+    # An upload output that bears an input's name is that input, passed through: torch's names stay.
+    if output_names is not None and len(outputs) == len(output_names) and not set(output_names) & set(input_names):
+        for k, (old, new) in enumerate(zip(outputs, output_names)):
+            if old == new:
+                continue
+            if old in inputs or outputs.index(old) != k or renames.get(old, new) != new:
+                copies[k] = new  # a graph input, or one value that is two outputs: an Identity names it
+            else:
+                renames[old] = new
+    if not renames and not copies:
         return 0
-    for vi in graph.input:
-        if vi.name in renames:
-            vi.name = renames[vi.name]
+    taken = set(renames.values()) | set(copies.values())
+    existing = _all_names(graph)
+    for name in sorted((existing & taken) - set(renames)):  # a file tensor bearing an upload name
+        k = 1
+        while f"{name}__{k}" in existing or f"{name}__{k}" in taken:
+            k += 1
+        renames[name] = f"{name}__{k}"
+    for vi in (*graph.input, *graph.value_info):
+        vi.name = renames.get(vi.name, vi.name)
+    for init in graph.initializer:
+        init.name = renames.get(init.name, init.name)
     _rename_uses(graph, renames)
-    for vi in graph.output:
-        if vi.name in renames:  # an input passed straight through
-            vi.name = renames[vi.name]
-    return len(renames)
+    for node in graph.node:
+        for k, name in enumerate(node.output):
+            if name in renames:
+                node.output[k] = renames[name]
+    for k, vi in enumerate(graph.output):
+        value = renames.get(vi.name, vi.name)
+        if k in copies:
+            graph.node.append(onnx.helper.make_node("Identity", [value], [copies[k]], name=f"quantcompare_output_{k}"))
+            vi.name = copies[k]
+        else:
+            vi.name = value
+    return len(renames) + len(copies)
+
+
+def _all_names(graph) -> set[str]:
+    names = {vi.name for vi in (*graph.input, *graph.output, *graph.value_info)}
+    names.update(i.name for i in graph.initializer)
+    for node in graph.node:
+        names.update(t for t in (*node.input, *node.output) if t)
+    return names
 
 
 def _rename_uses(graph, renames: dict[str, str]) -> None:

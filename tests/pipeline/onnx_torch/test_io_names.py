@@ -1,0 +1,115 @@
+"""The PT2E file of an ONNX upload is fed and read with the upload's own names.
+
+torch.onnx names graph inputs and outputs after the torch module. Where the upload passes an input
+straight through to an output (arabic-name-romanizer's encoder returns its bool mask), torch names
+that output after the input and the input "<name>_orig": ORT then refused the upload's feed at every
+level ("Required inputs (['src_mask_orig']) are missing from input feed").
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from service.pipeline.quantize.onnx_torch.names import restore_io_names
+
+
+def _passthrough_upload(path):
+    """x (float) -> Gemm -> Relu -> 'logits'; mask (bool) -> Identity -> 'mask_out', and Not(mask) -> 'inverted'."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w", "b"], ["g"], transB=1, name="gemm"),
+         helper.make_node("Relu", ["g"], ["logits"], name="relu"),
+         helper.make_node("Identity", ["mask"], ["mask_out"], name="mask_identity"),
+         helper.make_node("Not", ["mask"], ["inverted"], name="not")],
+        "passthrough",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 4])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 8]),
+         helper.make_tensor_value_info("mask_out", TensorProto.BOOL, [1, 4]),
+         helper.make_tensor_value_info("inverted", TensorProto.BOOL, [1, 4])],
+        [w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+@pytest.fixture(scope="module")
+def passthrough_pt2e(tmp_path_factory):
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
+    from service.pipeline.options import ComparisonOptions
+    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+
+    folder = tmp_path_factory.mktemp("io_names")
+    upload = folder / "m.onnx"
+    _passthrough_upload(upload)
+    source = source_from_onnx(upload, name="m")
+    options = ComparisonOptions.model_validate({"calibration_samples": 4, "eval_samples": 2})
+    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
+    samples = generated_samples(source.specs, shapes, options)
+    qdq_from_pt2e(source, shapes, samples.calibration, folder / "pt2e.onnx", evaluation=samples.evaluation)
+    return upload, folder / "pt2e.onnx", samples.evaluation[0]
+
+
+@pytest.mark.parametrize("level", [ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL])
+def test_pt2e_file_runs_on_the_upload_feed_and_names_its_outputs_like_the_upload(passthrough_pt2e, level):
+    upload, pt2e_path, feed = passthrough_pt2e
+    model = onnx.load(str(pt2e_path))
+    assert [i.name for i in model.graph.input] == ["x", "mask"]
+    assert [o.name for o in model.graph.output] == ["logits", "mask_out", "inverted"]
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    got = dict(zip(["logits", "mask_out", "inverted"],
+                   ort.InferenceSession(str(pt2e_path), so, providers=["CPUExecutionProvider"]).run(None, feed)))
+    ref = dict(zip(["logits", "mask_out", "inverted"],
+                   ort.InferenceSession(str(upload), providers=["CPUExecutionProvider"]).run(None, feed)))
+    np.testing.assert_array_equal(got["mask_out"], ref["mask_out"])
+    np.testing.assert_array_equal(got["inverted"], ref["inverted"])
+    assert np.abs(got["logits"] - ref["logits"]).max() < 0.1 * np.abs(ref["logits"]).max() + 1e-6
+
+
+def _graph(nodes, inputs, outputs):
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in inputs],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in outputs]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    return model
+
+
+def _run(model, feed):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def test_a_file_tensor_bearing_an_upload_name_is_moved_out_of_the_way():
+    # torch's graph: input_1 -> Neg -> 'out' (an inner tensor) -> Relu -> 'relu_1' (the output).
+    # The upload calls its input 'input.1' and its output 'out': the inner 'out' must not be confused with it.
+    model = _graph([helper.make_node("Neg", ["input_1"], ["out"]), helper.make_node("Relu", ["out"], ["relu_1"])],
+                   ["input_1"], ["relu_1"])
+    x = np.array([-1.0, 2.0], dtype=np.float32)
+    before = _run(model, {"input_1": x})
+    assert restore_io_names(model, ["input.1"], ["out"]) == 3
+    onnx.checker.check_model(model)
+    assert [i.name for i in model.graph.input] == ["input.1"] and [o.name for o in model.graph.output] == ["out"]
+    np.testing.assert_array_equal(_run(model, {"input.1": x})[0], before[0])
+
+
+def test_one_value_that_is_two_outputs_gets_a_second_name():
+    model = _graph([helper.make_node("Neg", ["a"], ["n"])], ["a"], ["n", "n"])
+    x = np.array([1.0, -3.0], dtype=np.float32)
+    restore_io_names(model, ["a"], ["first", "second"])
+    onnx.checker.check_model(model)
+    assert [o.name for o in model.graph.output] == ["first", "second"]
+    first, second = _run(model, {"a": x})
+    np.testing.assert_array_equal(first, -x)
+    np.testing.assert_array_equal(second, -x)
+
+
+def test_names_already_right_change_nothing():
+    model = _graph([helper.make_node("Neg", ["a"], ["b"])], ["a"], ["b"])
+    assert restore_io_names(model, ["a"], ["b"]) == 0
