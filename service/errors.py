@@ -25,6 +25,7 @@ so the chain stays in the log while the user sees only our words.
     ├── LevelGraphChanged   level_graph_mismatch 409  a level graph made again for a download differs
     ├── PathSkipped         path_skipped         (inside a report, per artifact; never an HTTP error)
     ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
+    ├── Pt2eFileRejected    pt2e_file_rejected   (inside a report: ORT cannot load the file PT2E wrote)
     └── JobFailed                                (the ``error`` of a failed job; never an HTTP error)
         ├── WorkerDied          worker_died          the worker process died (signal, stage)
         ├── JobTimeout          job_timeout          ran past QUANTCOMPARE_JOB_TIMEOUT_S
@@ -145,6 +146,12 @@ class OrtQuantizerFailed(QuantCompareError):
     """ORT's quantize_static failed on this model: names ORT's function, the trait, what to do."""
 
     code, status, title = "ort_quantizer_failed", 500, "ORT's quantizer failed on this model"
+
+
+class Pt2eFileRejected(QuantCompareError):
+    """torch.onnx.export wrote the PT2E file, but ORT refuses to load it: no level could run it."""
+
+    code, status, title = "pt2e_file_rejected", 500, "ORT cannot load the PT2E file"
 
 
 class JobFailed(QuantCompareError):

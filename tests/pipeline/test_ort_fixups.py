@@ -117,3 +117,37 @@ def test_ort_itself_holds_constant_nodes_as_initializers(tmp_path):
     written = onnx.load(str(tmp_path / "ort.onnx"))
     assert "Constant" not in {n.op_type for n in written.graph.node}
     assert {"conv.w", "conv.b"} <= {t.name for t in written.graph.initializer}
+
+
+def _input_passed_out(path: Path, *, own_name: bool) -> None:
+    """x -> MatMul -> y, and x itself a graph output: under its own name, or through an Identity."""
+    w = nh.from_array(RNG.standard_normal((4, 3)).astype(np.float32), "W")
+    nodes = [h.make_node("MatMul", ["x", "W"], ["y"], name="mm")]
+    outputs = [h.make_tensor_value_info("y", T.FLOAT, [1, 3])]
+    if own_name:
+        nodes.append(h.make_node("Identity", ["x"], ["x_out"], name="passthrough"))
+        outputs.append(h.make_tensor_value_info("x_out", T.FLOAT, [1, 4]))
+    else:
+        outputs.append(h.make_tensor_value_info("x", T.FLOAT, [1, 4]))
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])], outputs, [w])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
+
+
+def test_qdq_fails_on_a_graph_input_that_is_also_an_output_and_the_failure_names_it(tmp_path):
+    """ORT's QDQ quantizer renames the producer of a quantized graph output; a graph input has none
+    (qdq_quantizer.py _add_qdq_pair_for_activation). The same model with the output behind an
+    Identity quantizes: the one condition flips ORT's outcome."""
+    raw, named = tmp_path / "raw.onnx", tmp_path / "named.onnx"
+    _input_passed_out(raw, own_name=False)
+    _input_passed_out(named, own_name=True)
+    with pytest.raises(AssertionError, match="Graph is not a DAG") as info:
+        quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Reader("x", (1, 4)), quant_format=QuantFormat.QDQ)
+    quantize_static(str(named), str(tmp_path / "named.q.onnx"), _Reader("x", (1, 4)), quant_format=QuantFormat.QDQ)
+    assert "QuantizeLinear" in {n.op_type for n in onnx.load(str(tmp_path / "named.q.onnx")).graph.node}
+
+    failure = failure_from_ort_quantizer(info.value, "qdq", raw)
+    assert "graph input 'x' is also a graph output" in failure.message
+    assert "onnx_model.py:topological_sort" in failure.message and "Identity" in failure.hint
+    # without the model, or on a model without the trait, no cause is claimed
+    assert "Cause:" not in failure_from_ort_quantizer(info.value, "qdq").message
+    assert "Cause:" not in failure_from_ort_quantizer(info.value, "qdq", named).message

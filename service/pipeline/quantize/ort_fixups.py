@@ -225,11 +225,39 @@ _TRIGGERS = (
 )
 
 
-def failure_from_ort_quantizer(exc: BaseException, quant_format: str):
-    """An OrtQuantizerFailed naming ORT's failing function, the model trait behind it, and what to do."""
+def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
+    """Graph inputs the graph also lists as outputs, under the same name (a pass-through without a node)."""
+    if model_path is None:
+        return []
+    import onnx
+
+    try:
+        g = onnx.load(str(model_path), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - a diagnosis must not raise over the failure it explains
+        return []
+    inputs = {i.name for i in g.input}
+    return [o.name for o in g.output if o.name in inputs]
+
+
+def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path: Path | None = None):
+    """An OrtQuantizerFailed naming ORT's failing function, the model trait behind it, and what to do.
+    ``model_path``: the file quantize_static read, for the traits only the model shows."""
     where = ort_function_of(exc) or "onnxruntime.quantization.quantize_static"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     fmt = "QDQ" if quant_format == "qdq" else "QOperator"
+    passed = inputs_that_are_outputs(model_path) if "Graph is not a DAG" in text else []
+    if passed:
+        # qdq_quantizer.py QDQQuantizer._add_qdq_pair_for_activation: a quantized tensor that is a graph
+        # output keeps its name on the DequantizeLinear, and its producer's output is renamed
+        # '<name>_QuantizeLinear_Input' (replace_output_of_all_nodes). A graph input has no producer, so
+        # the QuantizeLinear reads a tensor nothing writes and onnx_model.py topological_sort asserts.
+        shown = ", ".join(repr(n) for n in passed[:3])
+        return OrtQuantizerFailed(
+            f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. Cause: graph input "
+            f"{shown} is also a graph output under the same name; ORT's QDQ quantizer renames the producer of a "
+            "graph output it quantizes, and a graph input has none.",
+            hint="give that output a name of its own (an Identity node, as torch.onnx.export writes a returned input) "
+                 "and upload again, or compare the QOperator format (ort_qoperator)")
     for needle, trigger, todo in _TRIGGERS:
         if needle in text:
             return OrtQuantizerFailed(f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.metadata import version
 from pathlib import Path
 
+from service.errors import Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
@@ -41,6 +42,8 @@ def qdq_from_pt2e(
     try:
         return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
                                   skip_modules)
+    except Pt2eFileRejected:
+        raise  # the file exists: a failure of the path, not a module PT2E refused
     except Exception as e:  # noqa: BLE001
         if conversion is None:
             raise
@@ -94,6 +97,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         conversion.notes.append(f"{named} nodes of the PT2E file name the upload node and tensors they compute "
                                 "(metadata_props quantcompare.onnx_node/onnx_op/onnx_outputs)")
     onnx.save(proto, out_path)
+    _ort_loads(out_path, specs)
     act = config.input_activation
     weight = config.weight
 
@@ -111,6 +115,25 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         calibration=f"{_observer_name(act)} (activations), {_observer_name(weight)} (weights)",
         conversion=conversion.to_dict() if conversion is not None else None,
     )
+
+
+def _ort_loads(path: Path, specs) -> None:
+    """The path is ok only when ORT loads its file: otherwise every level would fail alike, under an
+    "ok" path (a float16 upload's file quantizes float16 tensors with float32 scales, which ORT's
+    type check refuses: QuantizeLinear's T1 bound to tensor(float16) and tensor(float))."""
+    from service.pipeline.quantize.isolation import scrub
+    from service.pipeline.runtime.ort_sessions import session_for
+
+    try:
+        session_for(path, "disable_all")
+    except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
+        half = [s.name for s in specs if s.dtype in ("float16", "bfloat16")]
+        hint = (f"the upload computes in {'/'.join(sorted({s.dtype for s in specs if s.name in half}))} "
+                f"(input {', '.join(half)}): PT2E's XNNPACK config quantizes float32 models; upload the "
+                "float32 model" if half else
+                "ORT's message names the node it refuses; the ORT paths are unaffected")
+        raise Pt2eFileRejected(f"ORT cannot load the file torch.onnx.export wrote: {scrub(first_line(e))[:500]}",
+                               hint=hint) from e
 
 
 _MINMAX_OBSERVERS = ("MinMaxObserver", "PerChannelMinMaxObserver")

@@ -113,3 +113,31 @@ def test_one_value_that_is_two_outputs_gets_a_second_name():
 def test_names_already_right_change_nothing():
     model = _graph([helper.make_node("Neg", ["a"], ["b"])], ["a"], ["b"])
     assert restore_io_names(model, ["a"], ["b"]) == 0
+
+
+def test_an_input_that_is_itself_a_graph_output_converts_and_runs_on_the_upload_feed(tmp_path):
+    """onnxscript's optimizer (specialization's constant folding) renamed such an input "x_orig",
+    and the module build then looked for a feed of that name (KeyError: 'x_orig')."""
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
+    from service.pipeline.options import ComparisonOptions
+    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+
+    w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+                               helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])], [w])
+    upload = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(upload))
+    source = source_from_onnx(upload, name="m")
+    options = ComparisonOptions.model_validate({"calibration_samples": 2, "eval_samples": 2})
+    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
+    samples = generated_samples(source.specs, shapes, options)
+    tool = qdq_from_pt2e(source, shapes, samples.calibration, tmp_path / "pt2e.onnx", evaluation=samples.evaluation)
+    assert tool.conversion["parity"]["ok"]
+    feed = samples.evaluation[0]
+    y, x = ort.InferenceSession(str(tmp_path / "pt2e.onnx"), providers=["CPUExecutionProvider"]).run(None, feed)
+    np.testing.assert_array_equal(x, feed["x"])
+    assert [i.name for i in onnx.load(str(tmp_path / "pt2e.onnx")).graph.input] == ["x"]

@@ -71,3 +71,45 @@ def test_pt2e_file_names_upload_tensors(pt2e_from_onnx):
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run([mapping["r"]], feed)[0]
     assert got.shape == ref.shape
     assert _sqnr_db(ref, got) > 20
+
+
+def _conv_relu(path, dtype):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((4, 3, 3, 3)) * 0.2).astype(dtype), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        "conv_relu", [helper.make_tensor_value_info("x", elem, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", elem, [1, 4, 6, 6])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_pt2e_file_ort_cannot_load_fails_the_path_with_ort_s_reason(tmp_path, dtype):
+    """torch writes a float16 upload's QDQ file with float16 tensors and float32 scales, which ORT's
+    type check refuses; the path then fails with ORT's words instead of reporting "ok" with five
+    failed levels. The float32 twin is the control: the same graph loads."""
+    from service.errors import Pt2eFileRejected
+    from service.pipeline.inputs.samples import generated_samples
+    from service.pipeline.inputs.sources import source_from_onnx
+    from service.pipeline.inputs.specs import resolved_input_shapes
+    from service.pipeline.options import ComparisonOptions
+    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+
+    upload = tmp_path / "m.onnx"
+    _conv_relu(upload, dtype)
+    source = source_from_onnx(upload, name="m")
+    options = ComparisonOptions.model_validate({"calibration_samples": 2, "eval_samples": 2})
+    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
+    samples = generated_samples(source.specs, shapes, options)
+    run = lambda: qdq_from_pt2e(source, shapes, samples.calibration, tmp_path / "pt2e.onnx",  # noqa: E731
+                                evaluation=samples.evaluation)
+    if dtype == "float32":
+        assert run().conversion["parity"]["ok"]
+        return
+    with pytest.raises(Pt2eFileRejected) as info:
+        run()
+    assert "QuantizeLinear" in info.value.message and "tensor(float16)" in info.value.message
+    assert "float16" in info.value.hint and "float32 model" in info.value.hint

@@ -20,6 +20,8 @@ import numpy as np
 
 from service.pipeline.quantize.onnx_cleanup import _bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants
 
+from .names import restore_io_names
+
 log = logging.getLogger(__name__)
 
 
@@ -41,7 +43,11 @@ def specialized(model, shapes: dict[str, tuple[int, ...]], *,
     baked_names = _bake_inputs(work, constants or {}, notes)
     _fix_input_shapes(work, shapes, notes, {})
     if fold:
+        inputs, outputs = [i.name for i in work.graph.input], [o.name for o in work.graph.output]
         work = _fold_constants(work, notes)
+        # onnxscript's IR renames an input that is also a graph output ("x" -> "x_orig"); the module
+        # is built and fed by the upload's input names.
+        restore_io_names(work, inputs, outputs)
     try:
         work = onnx.shape_inference.infer_shapes(work, data_prop=True)
     except Exception as e:  # noqa: BLE001 - the eager build run knows the shapes anyway
