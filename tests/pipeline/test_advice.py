@@ -159,7 +159,8 @@ def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
             self.calls += 1
             _time.sleep(self.seconds)
 
-    slow, fast = Sleeps(0.004), Sleeps(0.004 * MIN_SPEEDUP / 3)
+    # 30 ms against 3 ms: a wake-up delay of a loaded machine (a few ms) cannot bring a pair near 0.9x.
+    slow, fast = Sleeps(0.030), Sleeps(0.003)
     (med_b, _), (med_a, _), pairs = _interleaved_ms(slow, fast, {}, runs=20, warmup=1, settled=settled)
     assert pairs == MIN_PAIRS and fast.calls == 1 + MIN_PAIRS
     assert med_a < MIN_SPEEDUP * med_b

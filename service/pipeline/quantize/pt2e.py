@@ -9,9 +9,10 @@ from service.errors import Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
 from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard, install_histogram_search
+from service.pipeline.runtime.ort_sessions import session_for
 from service.schemas.report import ToolInfo
 
 
@@ -121,9 +122,6 @@ def _ort_loads(path: Path, specs) -> None:
     """The path is ok only when ORT loads its file: otherwise every level would fail alike, under an
     "ok" path (a float16 upload's file quantizes float16 tensors with float32 scales, which ORT's
     type check refuses: QuantizeLinear's T1 bound to tensor(float16) and tensor(float))."""
-    from service.pipeline.quantize.isolation import scrub
-    from service.pipeline.runtime.ort_sessions import session_for
-
     try:
         session_for(path, "disable_all")
     except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
