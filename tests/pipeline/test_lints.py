@@ -63,3 +63,56 @@ def test_qoperator_int8_only_on_x86():
 def test_no_int8_kernels_is_reported():
     levels = {"all": OptimizedLevel(level="all", node_count=5, compute_ops_fp32=2, int8_coverage=0.0)}
     assert "no_int8_kernels" in _codes("pt2e_qdq", _facts(), levels, VNNI)
+
+
+def _bn_model(path, *, cancelled: bool) -> None:
+    """Conv -> BatchNormalization, then either Relu, or minus the same Conv with the BN folded in by
+    hand: y is then a difference of two nearly equal tensors, pure float rounding (~1e-6)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 3, 3, 3)).astype(np.float32)
+    g, b = (rng.random(8) + 0.5).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    m, v = rng.standard_normal(8).astype(np.float32), (rng.random(8) + 0.5).astype(np.float32)
+    k = g / np.sqrt(v + 1e-5)
+    inits = {"w": w, "g": g, "b": b, "m": m, "v": v}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["bn"], name="bn")]
+    if cancelled:
+        inits.update(w2=(w * k[:, None, None, None]).astype(np.float32), b2=(b - m * k).astype(np.float32))
+        nodes += [helper.make_node("Conv", ["x", "w2", "b2"], ["c2"], name="folded"),
+                  helper.make_node("Sub", ["bn", "c2"], ["y"], name="sub")]
+    else:
+        nodes.append(helper.make_node("Relu", ["bn"], ["y"], name="relu"))
+    graph = helper.make_graph(nodes, "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 6, 6])],
+                              [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.mark.parametrize("cancelled", [True, False], ids=["rounding-noise output warns", "a real output does not"])
+def test_an_output_that_ort_s_float_rewrites_move_like_quantization_is_flagged(tmp_path, cancelled):
+    """ORT's ConvBNFusion (basic) changes the float rounding of BN(Conv(x)); on an output that is only
+    rounding (a difference of two equal tensors), fp32 at basic is then ~0 dB from fp32 as written, and
+    the quantized SQNR of that output would compare noise. The lint quotes the measured fp32 figure."""
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.verdict.reference_noise import CODE
+
+    (tmp_path / "input").mkdir()
+    model = tmp_path / "input" / "model.onnx"
+    _bn_model(model, cancelled=cancelled)
+    options = ComparisonOptions(artifacts=["ort_qdq"], levels=["disable_all", "basic"], calibration_samples=2,
+                                eval_samples=2, latency={"enabled": False}, advice={"enabled": False},
+                                layers={"enabled": False})
+    report = run_comparison(ComparisonRequest(options=options, model_path=model, model_name="bn"), tmp_path)
+    fp32_basic = report.artifacts["fp32"].optimized["basic"].numerics.worst_sqnr_db
+    lints = [lint for lint in report.lints if lint.code == CODE]
+    if cancelled:
+        assert fp32_basic is not None and fp32_basic < 10
+        assert len(lints) == 1 and "fp32 at level basic" in lints[0].message and "'y'" in lints[0].message
+        assert "largest |value|" in lints[0].message
+    else:
+        assert fp32_basic is None or fp32_basic > 100
+        assert lints == []
