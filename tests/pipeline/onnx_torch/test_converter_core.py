@@ -173,3 +173,49 @@ def test_report_of_an_upload_with_missing_ops_names_them_all_and_keeps_the_conve
     assert "Det (opset 13) x2" in pt2e.error.message and "no ONNX -> torch converter" in pt2e.error.message
     assert pt2e.tool is not None and pt2e.tool.conversion["converter"].startswith("quantcompare onnx_torch")
     assert report.artifacts["ort_qdq"].status == "ok"
+
+
+def test_eager_runs_hold_the_live_tensors_not_every_tensor_of_the_network():
+    """The build run and forward drop a value once its last reader ran (If bodies' outer reads count),
+    so an eager run of a deep network holds a few activations, not all of them."""
+    import torch
+
+    from service.pipeline.quantize.onnx_torch import module as module_core
+
+    depth = 24
+    nodes = [helper.make_node("Relu" if k % 2 else "Neg", [f"t{k}"], [f"t{k + 1}"], name=f"n{k}") for k in range(depth)]
+    # t1 is read again at the end through an If body's outer scope: it must stay alive until then.
+    then_g = helper.make_graph([helper.make_node("Add", [f"t{depth}", "t1"], ["z"])], "then", [],
+                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])])
+    else_g = helper.make_graph([helper.make_node("Sub", [f"t{depth}", "t1"], ["w"])], "else", [],
+                               [helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 3])])
+    nodes.append(helper.make_node("If", ["flag"], ["y"], then_branch=then_g, else_branch=else_g, name="if"))
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["t0"], name="in")] + nodes, "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    live: list[int] = []
+    real_run_node = module_core.GraphRunner.run_node
+
+    def counting(self, node, scope, *, main):
+        if main:
+            live.append(len(scope.values))
+        return real_run_node(self, node, scope, main=main)
+
+    x = np.random.default_rng(0).standard_normal((2, 3)).astype(np.float32)
+    feed = {"x": x, "flag": np.array(True)}
+    module_core.GraphRunner.run_node = counting
+    try:
+        built = module_core.build_module(model, ["x", "flag"], feed)
+        build_peak = max(live)
+        live.clear()
+        with torch.no_grad():
+            got = built.module(torch.from_numpy(x), torch.tensor(True))
+        forward_peak = max(live)
+    finally:
+        module_core.GraphRunner.run_node = real_run_node
+    np.testing.assert_allclose(got.numpy(), ort_outputs(model, feed)[0], rtol=1e-6)
+    assert build_peak <= 4 and forward_peak <= 4, (build_peak, forward_peak)  # x, flag, t1 and one more

@@ -14,6 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.quantize.onnx_torch.names import restore_io_names
+from pt2e_upload import pt2e_of_upload
 
 
 def _passthrough_upload(path):
@@ -40,20 +41,10 @@ def _passthrough_upload(path):
 
 @pytest.fixture(scope="module")
 def passthrough_pt2e(tmp_path_factory):
-    from service.pipeline.inputs.samples import generated_samples
-    from service.pipeline.inputs.sources import source_from_onnx
-    from service.pipeline.inputs.specs import resolved_input_shapes
-    from service.pipeline.options import ComparisonOptions
-    from service.pipeline.quantize.pt2e import qdq_from_pt2e
-
     folder = tmp_path_factory.mktemp("io_names")
     upload = folder / "m.onnx"
     _passthrough_upload(upload)
-    source = source_from_onnx(upload, name="m")
-    options = ComparisonOptions.model_validate({"calibration_samples": 4, "eval_samples": 2})
-    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
-    samples = generated_samples(source.specs, shapes, options)
-    qdq_from_pt2e(source, shapes, samples.calibration, folder / "pt2e.onnx", evaluation=samples.evaluation)
+    _, samples = pt2e_of_upload(upload, folder / "pt2e.onnx")
     return upload, folder / "pt2e.onnx", samples.evaluation[0]
 
 
@@ -118,12 +109,6 @@ def test_names_already_right_change_nothing():
 def test_an_input_that_is_itself_a_graph_output_converts_and_runs_on_the_upload_feed(tmp_path):
     """onnxscript's optimizer (specialization's constant folding) renamed such an input "x_orig",
     and the module build then looked for a feed of that name (KeyError: 'x_orig')."""
-    from service.pipeline.inputs.samples import generated_samples
-    from service.pipeline.inputs.sources import source_from_onnx
-    from service.pipeline.inputs.specs import resolved_input_shapes
-    from service.pipeline.options import ComparisonOptions
-    from service.pipeline.quantize.pt2e import qdq_from_pt2e
-
     w = numpy_helper.from_array(np.random.default_rng(1).standard_normal((8, 4)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
@@ -131,11 +116,7 @@ def test_an_input_that_is_itself_a_graph_output_converts_and_runs_on_the_upload_
                                helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])], [w])
     upload = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(upload))
-    source = source_from_onnx(upload, name="m")
-    options = ComparisonOptions.model_validate({"calibration_samples": 2, "eval_samples": 2})
-    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
-    samples = generated_samples(source.specs, shapes, options)
-    tool = qdq_from_pt2e(source, shapes, samples.calibration, tmp_path / "pt2e.onnx", evaluation=samples.evaluation)
+    tool, samples = pt2e_of_upload(upload, tmp_path / "pt2e.onnx", calibration_samples=2)
     assert tool.conversion["parity"]["ok"]
     feed = samples.evaluation[0]
     y, x = ort.InferenceSession(str(tmp_path / "pt2e.onnx"), providers=["CPUExecutionProvider"]).run(None, feed)

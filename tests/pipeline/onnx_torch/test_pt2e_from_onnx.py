@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from pt2e_upload import pt2e_of_upload
+
 
 @pytest.fixture(scope="module")
 def pt2e_from_onnx(tmp_path_factory):
@@ -13,21 +15,12 @@ def pt2e_from_onnx(tmp_path_factory):
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    from service.pipeline.options import ComparisonOptions
-    from service.pipeline.quantize.pt2e import qdq_from_pt2e
-    from service.pipeline.inputs.samples import generated_samples
-    from service.pipeline.inputs.sources import source_from_onnx
-    from service.pipeline.inputs.specs import resolved_input_shapes
     from tests.realworld.corpus import build_opset21_unnamed_batch
 
     folder = tmp_path_factory.mktemp("pt2e_onnx")
     path = folder / "m.onnx"
     build_opset21_unnamed_batch(path)
-    source = source_from_onnx(path, name="m")
-    options = ComparisonOptions.model_validate({"calibration_samples": 4, "eval_samples": 2})
-    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
-    samples = generated_samples(source.specs, shapes, options)
-    tool = qdq_from_pt2e(source, shapes, samples.calibration, folder / "pt2e.onnx", evaluation=samples.evaluation)
+    tool, samples = pt2e_of_upload(path, folder / "pt2e.onnx")
     return path, folder / "pt2e.onnx", tool, samples
 
 
@@ -92,24 +85,14 @@ def test_a_pt2e_file_ort_cannot_load_fails_the_path_with_ort_s_reason(tmp_path, 
     type check refuses; the path then fails with ORT's words instead of reporting "ok" with five
     failed levels. The float32 twin is the control: the same graph loads."""
     from service.errors import Pt2eFileRejected
-    from service.pipeline.inputs.samples import generated_samples
-    from service.pipeline.inputs.sources import source_from_onnx
-    from service.pipeline.inputs.specs import resolved_input_shapes
-    from service.pipeline.options import ComparisonOptions
-    from service.pipeline.quantize.pt2e import qdq_from_pt2e
 
     upload = tmp_path / "m.onnx"
     _conv_relu(upload, dtype)
-    source = source_from_onnx(upload, name="m")
-    options = ComparisonOptions.model_validate({"calibration_samples": 2, "eval_samples": 2})
-    shapes, _ = resolved_input_shapes(source.specs, options.input_shapes)
-    samples = generated_samples(source.specs, shapes, options)
-    run = lambda: qdq_from_pt2e(source, shapes, samples.calibration, tmp_path / "pt2e.onnx",  # noqa: E731
-                                evaluation=samples.evaluation)
     if dtype == "float32":
-        assert run().conversion["parity"]["ok"]
+        tool, _ = pt2e_of_upload(upload, tmp_path / "pt2e.onnx", calibration_samples=2)
+        assert tool.conversion["parity"]["ok"]
         return
     with pytest.raises(Pt2eFileRejected) as info:
-        run()
+        pt2e_of_upload(upload, tmp_path / "pt2e.onnx", calibration_samples=2)
     assert "QuantizeLinear" in info.value.message and "tensor(float16)" in info.value.message
     assert "float16" in info.value.hint and "float32 model" in info.value.hint

@@ -452,18 +452,21 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
     for name in graph_inputs:
         scope.values[name] = to_torch(example[name])
     nodes = list(model.graph.node)
+    parsed = [onnx_node(raw) for raw in nodes]
+    outputs = [o.name for o in model.graph.output]
+    frees = _frees_after(parsed, set(outputs))
     with torch.no_grad():
-        for k, raw in enumerate(nodes):
+        for k, node in enumerate(parsed):
             try:
-                runner.run_node(onnx_node(raw), scope, main=True)
+                runner.run_node(node, scope, main=True)
             except _StopBuild:
                 # the rest of the graph cannot run: list its missing ops from the registry alone
                 for rest in nodes[k + 1:]:
                     _count_missing(rest, opset, runner.missing)
                 break
+            _free(scope, frees[k])
     if runner.missing:
         raise MissingConverters(runner.missing)
-    outputs = [o.name for o in model.graph.output]
     module = _module_class(input_names)(runner, scope.consts, input_names, graph_inputs, outputs)
     return BuildResult(module=module, converted=runner.converted, folded=runner.folded_ops,
                        record={})
@@ -531,6 +534,7 @@ class OnnxModule:
             self._consts[name] = value
         runner.building = False
         runner.record = None
+        self._frees = _frees_after(self._plan, set(outputs))
 
     def forward(self, *args):
         runner = self._runner
@@ -541,8 +545,9 @@ class OnnxModule:
         for name, value in zip(self._input_names, args):
             if name in self._graph_inputs:
                 scope.values[name] = value
-        for node in self._plan:
+        for node, frees in zip(self._plan, self._frees):
             runner.run_node(node, scope, main=True)
+            _free(scope, frees)
         outs = []
         for name in self._outputs:
             if name in scope.consts:
@@ -550,6 +555,27 @@ class OnnxModule:
             else:
                 outs.append(scope.get(name))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _frees_after(nodes: list[OnnxNode], keep: set[str]) -> list[list[str]]:
+    """Per node, the values it is the last to read (subgraph reads from the enclosing scope count),
+    outside ``keep``: dropped once it has run, so an eager run holds its live tensors, not every
+    tensor of the network (a 960x960 detector's parity run held all 1.5 GB of its activations)."""
+    last: dict[str, int] = {}
+    for k, node in enumerate(nodes):
+        for name in (*node.inputs, *_subgraph_outer_reads(node)):
+            if name:
+                last[name] = k
+    out: list[list[str]] = [[] for _ in nodes]
+    for name, k in last.items():
+        if name not in keep:
+            out[k].append(name)
+    return out
+
+
+def _free(scope: _Scope, names: list[str]) -> None:
+    for name in names:
+        scope.values.pop(name, None)  # constants stay: the module's plan is built from scope.consts
 
 
 def record_values(module, feed: dict[str, np.ndarray]) -> dict[str, Any]:
