@@ -115,6 +115,12 @@ MUTANTS: list[Mutant] = [
     Mutant("pt2e_outputs_torch_named", "the PT2E file of an ONNX upload keeps torch's output names",
            "service/pipeline/quantize/pt2e.py", "[o.name for o in source.onnx_model.graph.output] if source.onnx_model is not None else None",
            "None", ("tests/pipeline/onnx_torch/test_io_names.py",)),
+    Mutant("converter_keeps_every_value", "the converted module's forward keeps every value to the end",
+           "service/pipeline/quantize/onnx_torch/module.py", "            runner.run_node(node, scope, main=True)\n            _free(scope, frees)",
+           "            runner.run_node(node, scope, main=True)", ("tests/pipeline/onnx_torch/test_converter_core.py",)),
+    Mutant("unstable_fp32_unflagged", "an fp32 output that ORT's float rewrites move below 40 dB is not flagged",
+           "service/pipeline/verdict/reference_noise.py", "UNSTABLE_DB = 40.0", "UNSTABLE_DB = -100.0",
+           ("tests/pipeline/test_lints.py",)),
 ]
 
 
