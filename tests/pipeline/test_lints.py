@@ -111,6 +111,21 @@ def test_an_output_that_ort_s_float_rewrites_move_like_quantization_is_flagged(t
     lints = [lint for lint in report.lints if lint.code == CODE]
     if cancelled:
         assert fp32_basic is not None and fp32_basic < 10
+        # and it is ConvBNFusion (README names it): with that one rewrite off, basic equals disable_all
+        import numpy as np
+        import onnxruntime as ort
+
+        x = {"x": np.random.default_rng(1).random((1, 3, 8, 8), dtype=np.float32)}
+
+        def run(level, disabled=()):
+            so = ort.SessionOptions()
+            so.graph_optimization_level = level
+            return ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"],
+                                        disabled_optimizers=list(disabled)).run(None, x)[0]
+
+        plain = run(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
+        assert not np.array_equal(run(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC), plain)
+        assert np.array_equal(run(ort.GraphOptimizationLevel.ORT_ENABLE_BASIC, ["ConvBNFusion"]), plain)
         assert len(lints) == 1 and "fp32 at level basic" in lints[0].message and "'y'" in lints[0].message
         assert "largest |value|" in lints[0].message
     else:
