@@ -106,7 +106,7 @@ def layers_from_files(
                     break
                 # The previous sample's tensors are dropped before this run, and each file's before the
                 # next file runs: a name still bound while a run allocates keeps a whole network's
-                # activations twice (a 960x960 detector's layers stage peaked at 5.1 GB instead of 3.1).
+                # activations twice (a 960x960 detector's layers stage peaked at 5.1 GB instead of 3.7).
                 ref_values = None
                 ref_values = fp32_session.run(feed)
                 if float_tensors is None:
