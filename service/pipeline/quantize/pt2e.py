@@ -125,8 +125,8 @@ def _ort_loads(path: Path, specs) -> None:
     try:
         session_for(path, "disable_all")
     except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
-        half = [s.name for s in specs if s.dtype in ("float16", "bfloat16")]
-        hint = (f"the upload computes in {'/'.join(sorted({s.dtype for s in specs if s.name in half}))} "
+        half = {s.name: s.dtype for s in specs if s.dtype in ("float16", "bfloat16")}
+        hint = (f"the upload computes in {'/'.join(sorted(set(half.values())))} "
                 f"(input {', '.join(half)}): PT2E's XNNPACK config quantizes float32 models; upload the "
                 "float32 model" if half else
                 "ORT's message names the node it refuses; the ORT paths are unaffected")

@@ -21,7 +21,7 @@ import re
 
 import onnx
 
-from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX
+from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX, all_nodes
 
 from .module import python_names
 
@@ -94,7 +94,7 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
         for k, (old, new) in enumerate(zip(outputs, output_names)):
             if old == new:
                 continue
-            if old in inputs or outputs.index(old) != k or renames.get(old, new) != new:
+            if old in inputs or outputs.index(old) != k:
                 copies[k] = new  # a graph input, or one value that is two outputs: an Identity names it
             else:
                 renames[old] = new
@@ -127,9 +127,10 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
 
 
 def _all_names(graph) -> set[str]:
+    """Every tensor name, subgraphs' included, so that a fresh name never shadows a body's own."""
     names = {vi.name for vi in (*graph.input, *graph.output, *graph.value_info)}
     names.update(i.name for i in graph.initializer)
-    for node in graph.node:
+    for node in all_nodes(graph):
         names.update(t for t in (*node.input, *node.output) if t)
     return names
 
