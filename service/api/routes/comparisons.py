@@ -81,15 +81,24 @@ async def wait_for(executor, rec, wait: float, max_wait: float):
     return rec
 
 
-def respond(request: Request, executor, rec, *, cached: bool, created: bool) -> Response:
+def answer_status(*, created: bool, cached: bool, waited: bool, finished: bool) -> int:
+    """200 for a cached result, a poll, or a new job that finished within ``?wait``; else 202.
+
+    A new job submitted without ``?wait`` always answers 202, even when a worker refused it before
+    the handler got here: the status must not depend on that race (a client branching on 200/202
+    would otherwise see either for the same upload).
+    """
+    return 202 if created and not cached and not (waited and finished) else 200
+
+
+def respond(request: Request, executor, rec, *, cached: bool, created: bool, waited: bool = False) -> Response:
     job_dir = executor.job_dir(rec.id)
     job = envelope(rec, job_dir, request.app.state.reports, cached=cached)
+    status = answer_status(created=created, cached=cached, waited=waited, finished=rec.finished)
+    headers = {"Location": job.links.self} if status == 202 else None
     if rec.finished:
-        return Response(_job_json(job, job_dir), status_code=200, media_type="application/json")
-    body = job.model_dump(mode="json")
-    if not created:
-        return JSONResponse(body, status_code=200)
-    return JSONResponse(body, status_code=202, headers={"Location": job.links.self})
+        return Response(_job_json(job, job_dir), status_code=status, media_type="application/json", headers=headers)
+    return JSONResponse(job.model_dump(mode="json"), status_code=status, headers=headers)
 
 
 def _job_json(job: Job, job_dir) -> bytes:
@@ -179,7 +188,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             shutil.rmtree(staged, ignore_errors=True)
     if wait:
         rec = await wait_for(executor, rec, wait, settings.max_wait_s)
-    return respond(request, executor, rec, cached=False, created=True)
+    return respond(request, executor, rec, cached=False, created=True, waited=bool(wait))
 
 
 @router.get("/{job_id}", response_model=Job, summary="A job: status, progress, and the report when done",
