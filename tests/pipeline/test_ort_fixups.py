@@ -151,3 +151,62 @@ def test_qdq_fails_on_a_graph_input_that_is_also_an_output_and_the_failure_names
     # without the model, or on a model without the trait, no cause is claimed
     assert "Cause:" not in failure_from_ort_quantizer(info.value, "qdq").message
     assert "Cause:" not in failure_from_ort_quantizer(info.value, "qdq", named).message
+
+
+
+def _ir3_weights_from_equal_shapes(path: Path, *, ir_version: int = 3) -> None:
+    """What onnx's "light" zoo files are: IR 3 (every initializer also a graph input), weights made
+    by ConstantOfShape from int64 shape initializers, two of them equal (ConstantSharing's case)."""
+    shapes = [nh.from_array(np.array([1, 4], np.int64), f"w{k}__SHAPE") for k in range(2)]
+    nodes = [h.make_node("ConstantOfShape", [f"w{k}__SHAPE"], [f"w{k}"], value=nh.from_array(np.array([0.5 + k], np.float32)))
+             for k in range(2)]
+    nodes += [h.make_node("Mul", ["x", "w0"], ["m"]), h.make_node("Add", ["m", "w1"], ["y"])]
+    listed = [h.make_tensor_value_info(t.name, T.INT64, [2]) for t in shapes] if ir_version < 4 else []
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4]), *listed],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4])], shapes)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = ir_version
+    onnx.save(m, str(path))
+
+
+def _saved_at_basic(src: Path, out: Path, disabled=()) -> list[str]:
+    """The inputs ORT asks for in the file it writes at level basic."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(out)
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled))
+    return [i.name for i in ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).get_inputs()]
+
+
+def test_ort_constant_sharing_leaves_a_removed_ir3_initializer_as_a_required_input(tmp_path):
+    """Pins the claim in ort_fixups: in an IR 3 file ConstantSharing removes one of two equal
+    initializers and the file ORT writes asks for it as an input; without that rule, or without
+    the input list (IR 7), it asks for x alone."""
+    ir3, ir7 = tmp_path / "ir3.onnx", tmp_path / "ir7.onnx"
+    _ir3_weights_from_equal_shapes(ir3)
+    _ir3_weights_from_equal_shapes(ir7, ir_version=7)
+    asked = _saved_at_basic(ir3, tmp_path / "ir3.basic.onnx")
+    assert asked[0] == "x" and len(asked) == 2 and asked[1].endswith("__SHAPE"), asked
+    assert _saved_at_basic(ir3, tmp_path / "ir3.nosharing.onnx", disabled=["ConstantSharing"]) == ["x"]
+    assert _saved_at_basic(ir7, tmp_path / "ir7.basic.onnx") == ["x"]
+
+
+def test_an_ir3_file_calibrates_after_its_initializers_leave_the_input_list(tmp_path):
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    raw = tmp_path / "raw.onnx"
+    _ir3_weights_from_equal_shapes(raw)
+    quant_pre_process(str(raw), str(tmp_path / "raw.pre.onnx"))
+    with pytest.raises(Exception, match="Required inputs"):
+        quantize_static(str(tmp_path / "raw.pre.onnx"), str(tmp_path / "raw.q.onnx"), _Reader("x", (1, 4)),
+                        quant_format=QuantFormat.QDQ)
+
+    fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert fixed != raw and "2 initializers taken off the input list of an IR 3 file, IR set to 7" in note
+    assert onnx.load(str(fixed)).ir_version == 7
+    feed = {"x": RNG.random((1, 4), dtype=np.float32)}
+    np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))  # lossless rewrite
+    quant_pre_process(str(fixed), str(tmp_path / "fixed.pre.onnx"))
+    quantize_static(str(tmp_path / "fixed.pre.onnx"), str(tmp_path / "q.onnx"), _Reader("x", (1, 4)),
+                    quant_format=QuantFormat.QDQ)
+    assert "QuantizeLinear" in {n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node}

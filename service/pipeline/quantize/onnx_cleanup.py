@@ -28,13 +28,19 @@ class CleanedModel:
     baked_inputs: list[str] = field(default_factory=list)  # inputs folded in as constants
 
 
-def _drop_initializer_inputs(model, notes: list[str]) -> None:
-    inits = {i.name for i in model.graph.initializer}
-    kept = [i for i in model.graph.input if i.name not in inits]
-    dropped = len(model.graph.input) - len(kept)
+def drop_initializer_inputs(graph) -> int:
+    """Take the initializers off ``graph``'s input list (legal from IR 4 on); how many were listed."""
+    inits = {i.name for i in graph.initializer}
+    kept = [i for i in graph.input if i.name not in inits]
+    dropped = len(graph.input) - len(kept)
     if dropped:
-        del model.graph.input[:]
-        model.graph.input.extend(kept)
+        del graph.input[:]
+        graph.input.extend(kept)
+    return dropped
+
+
+def _drop_initializer_inputs(model, notes: list[str]) -> None:
+    if dropped := drop_initializer_inputs(model.graph):
         notes.append(f"dropped {dropped} initializers that were also listed as graph inputs")
 
 

@@ -22,6 +22,16 @@ Why each step, in ORT's own code:
   collects the names subgraphs request). An ``Identity`` in the outer graph (not in ORT's
   QLinearOps registry, so it stays float and gets the DequantizeLinear) with the body reading its
   output fixes it; ORT's optimizer removes the Identity again at level ``basic``.
+* **An IR < 4 file's initializers come off its input list.** Before IR 4 every initializer was
+  also listed as a graph input, and ORT does not let a feed override one
+  (``Graph::CanOverrideInitializer`` is ``ir_version >= 4``, ``core/graph/graph.h``): they are
+  constants. ``ConstantSharing`` (``core/optimizer/constant_sharing.cc``, level ``basic``, run by
+  ``quant_pre_process``) points the readers of equal single-value initializers at one of them and
+  removes the others (``RemoveInitializedTensor``), but the graph keeps their names as inputs: the
+  file it saves asks for inputs nothing reads, and ORT's calibrator fails on "Required inputs ...
+  are missing" (the "light" zoo models in onnx's own wheel: ConstantOfShape weights of equal
+  shapes). Without the list the names are constants just the same; the IR goes to what the
+  opsets need (at least 4, where an initializer needs no input entry).
 """
 
 from __future__ import annotations
@@ -41,10 +51,12 @@ OUTER_SUFFIX = "__outer_scope"
 class OrtFixups:
     constants_to_initializers: int = 0
     outer_scope_reads: list[str] = field(default_factory=list)
+    initializer_inputs: int = 0
+    ir_version: tuple[int, int] | None = None  # (before, after) when initializer_inputs
 
     @property
     def changed(self) -> bool:
-        return bool(self.constants_to_initializers or self.outer_scope_reads)
+        return bool(self.constants_to_initializers or self.outer_scope_reads or self.initializer_inputs)
 
     def note(self) -> str | None:
         parts = []
@@ -55,6 +67,10 @@ class OrtFixups:
             shown = ", ".join(self.outer_scope_reads[:3]) + (" ..." if len(self.outer_scope_reads) > 3 else "")
             parts.append(f"an Identity inserted for {len(self.outer_scope_reads)} tensors that If/Loop/Scan bodies "
                          f"read from the outer graph ({shown}); ORT's QOperator writer would drop them")
+        if self.initializer_inputs:
+            before, after = self.ir_version
+            parts.append(f"{self.initializer_inputs} initializers taken off the input list of an IR {before} file, "
+                         f"IR set to {after} (ORT's ConstantSharing would leave removed ones as required inputs)")
         return ("before quantize_static: " + "; ".join(parts)) if parts else None
 
 
@@ -163,10 +179,34 @@ def outer_scope_reads_through_identity(model) -> list[str]:
     return sorted(wanted)
 
 
+def _listed_initializers(model) -> bool:
+    """An IR < 4 file whose input list names initializers (what every exporter of that time wrote)."""
+    if model.ir_version >= 4:
+        return False
+    inits = {t.name for t in model.graph.initializer}
+    return any(vi.name in inits for vi in model.graph.input)
+
+
+def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
+    """IR < 4: drop initializers from the graph's input list and raise the IR; (count, (old, new) IR)."""
+    from onnx import helper
+
+    from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
+
+    if not _listed_initializers(model):
+        return 0, None
+    before = model.ir_version
+    dropped = drop_initializer_inputs(model.graph)
+    model.ir_version = max(4, helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True))
+    return dropped, (before, model.ir_version)
+
+
 def fixups_for_ort_quantizer(model) -> OrtFixups:
     """Apply every rewrite in place; what was done."""
+    dropped, ir = initializer_inputs_unlisted(model)
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
-                     outer_scope_reads=outer_scope_reads_through_identity(model))
+                     outer_scope_reads=outer_scope_reads_through_identity(model),
+                     initializer_inputs=dropped, ir_version=ir)
 
 
 def needs_fixups(model) -> bool:
@@ -174,7 +214,7 @@ def needs_fixups(model) -> bool:
     g = model.graph
     if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
-    return any(True for n in g.node for _ in _subgraphs(n))
+    return _listed_initializers(model) or any(True for n in g.node for _ in _subgraphs(n))
 
 
 def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None) -> tuple[Path, str | None]:

@@ -89,6 +89,9 @@ CASES = {
     "GroupNormalization 21": one("GroupNormalization", {"A": rand(RNG, 2, 4, 3, 3)},
                                  {"s": rand(RNG, 4), "b": rand(RNG, 4)}, opset=21, num_groups=2),
     "LpNormalization": one("LpNormalization", {"A": X}, axis=1),
+    # GoogLeNet / AlexNet (Caffe-era zoo files); ORT's kernel takes rank 4 and odd sizes only (lrn.h)
+    "LRN size 5": one("LRN", {"A": rand(RNG, 2, 7, 4, 5)}, size=5, alpha=1e-2, beta=0.75, bias=1.0),
+    "LRN size 3": one("LRN", {"A": rand(RNG, 1, 6, 5, 3)}, size=3, alpha=0.5, beta=0.6, bias=2.0),
     # shape & data movement --------------------------------------------------------------------
     "Reshape 0 and -1": one("Reshape", {"A": X4}, {"s": _i(0, -1, 5)}),
     "Reshape allowzero": one("Reshape", {"A": X}, {"s": _i(4, 3, 2)}, opset=14, allowzero=1),

@@ -104,3 +104,24 @@ def mvn(ctx, node, inputs):
     mean = x.mean(axes, keepdim=True)
     var = ((x - mean) ** 2).mean(axes, keepdim=True)
     return (x - mean) / (var.sqrt() + 1e-9)
+
+
+@converter("LRN")
+def lrn(ctx, node, inputs):
+    """ONNX LRN: ``x / (bias + alpha / size * sum(x^2 over a channel window)) ** beta``.
+
+    The window is ``[c - floor((size-1)/2), c + ceil((size-1)/2)]`` (ONNX's definition). torch's
+    ``F.local_response_norm`` pads the other way round for an even ``size``, so the sum is
+    written out here: channel padding, then ``avg_pool`` over the channel axis times ``size``.
+    """
+    import torch.nn.functional as F
+
+    x = inputs[0]
+    size = int(node.attr("size"))
+    alpha, beta, bias = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75)), float(node.attr("bias", 1.0))
+    if x.dim() < 3:
+        raise UnsupportedNode(f"LRN on a rank-{x.dim()} input")
+    sq = (x * x).reshape(x.shape[0], 1, x.shape[1], -1)  # (N, 1, C, rest): the window runs along C
+    before, after = (size - 1) // 2, size // 2
+    window_sum = F.avg_pool2d(F.pad(sq, (0, 0, before, after)), (size, 1), stride=1) * size
+    return x / (bias + alpha / size * window_sum.reshape(x.shape)) ** beta
