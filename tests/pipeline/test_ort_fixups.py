@@ -202,7 +202,7 @@ def test_an_ir3_file_calibrates_after_its_initializers_leave_the_input_list(tmp_
                         quant_format=QuantFormat.QDQ)
 
     fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
-    assert fixed != raw and "2 initializers taken off the input list of an IR 3 file, IR set to 7" in note
+    assert fixed != raw and "IR 3 raised to IR 7, 2 initializers taken off its input list" in note
     assert onnx.load(str(fixed)).ir_version == 7
     feed = {"x": RNG.random((1, 4), dtype=np.float32)}
     np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))  # lossless rewrite
@@ -210,3 +210,38 @@ def test_an_ir3_file_calibrates_after_its_initializers_leave_the_input_list(tmp_
     quantize_static(str(tmp_path / "fixed.pre.onnx"), str(tmp_path / "q.onnx"), _Reader("x", (1, 4)),
                     quant_format=QuantFormat.QDQ)
     assert "QuantizeLinear" in {n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node}
+
+
+def test_ort_refuses_an_ir3_file_with_an_unread_unlisted_initializer_which_its_calibrator_adds(tmp_path):
+    """Pins the other IR < 4 rule: ORT will not load an IR 3 file with an initializer no node reads
+    and no input names (what MinMaxCalibrater.augment_graph appends); at IR 4 it loads. A model with
+    nothing to calibrate (Tile alone) so fails in quantize_static until the fixup raises its IR."""
+    def tile(path: Path, ir: int, unread: bool = False):
+        inits = [nh.from_array(np.array([1, 2], np.int64), "reps")]
+        if unread:
+            inits.append(nh.from_array(np.array([-1], np.int64), "unread"))
+        g = h.make_graph([h.make_node("Tile", ["x", "reps"], ["y"])], "g",
+                         [h.make_tensor_value_info("x", T.FLOAT, [1, 4]), h.make_tensor_value_info("reps", T.INT64, [2])],
+                         [h.make_tensor_value_info("y", T.FLOAT, [1, 8])], inits)
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+        m.ir_version = ir
+        onnx.save(m, str(path))
+
+    for ir, loads in ((3, False), (4, True)):
+        tile(tmp_path / f"unread{ir}.onnx", ir, unread=True)
+        try:
+            ort.InferenceSession(str(tmp_path / f"unread{ir}.onnx"), providers=["CPUExecutionProvider"])
+            loaded = True
+        except Exception as e:  # noqa: BLE001
+            assert "should have created NodeArg for initializer" in str(e)
+            loaded = False
+        assert loaded is loads, ir
+    raw = tmp_path / "tile3.onnx"
+    tile(raw, 3)
+    with pytest.raises(Exception, match="augmented_model.onnx failed"):
+        quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Reader("x", (1, 4)), quant_format=QuantFormat.QDQ)
+    fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert "IR 3 raised to IR 7, 1 initializers taken off its input list" in note
+    quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Reader("x", (1, 4)), quant_format=QuantFormat.QDQ)
+    feed = {"x": RNG.random((1, 4), dtype=np.float32)}
+    np.testing.assert_array_equal(_run(tmp_path / "q.onnx", feed), _run(raw, feed))

@@ -22,16 +22,21 @@ Why each step, in ORT's own code:
   collects the names subgraphs request). An ``Identity`` in the outer graph (not in ORT's
   QLinearOps registry, so it stays float and gets the DequantizeLinear) with the body reading its
   output fixes it; ORT's optimizer removes the Identity again at level ``basic``.
-* **An IR < 4 file's initializers come off its input list.** Before IR 4 every initializer was
-  also listed as a graph input, and ORT does not let a feed override one
-  (``Graph::CanOverrideInitializer`` is ``ir_version >= 4``, ``core/graph/graph.h``): they are
-  constants. ``ConstantSharing`` (``core/optimizer/constant_sharing.cc``, level ``basic``, run by
-  ``quant_pre_process``) points the readers of equal single-value initializers at one of them and
-  removes the others (``RemoveInitializedTensor``), but the graph keeps their names as inputs: the
-  file it saves asks for inputs nothing reads, and ORT's calibrator fails on "Required inputs ...
-  are missing" (the "light" zoo models in onnx's own wheel: ConstantOfShape weights of equal
-  shapes). Without the list the names are constants just the same; the IR goes to what the
-  opsets need (at least 4, where an initializer needs no input entry).
+* **An IR < 4 file becomes IR >= 4, its initializers off the input list.** Two ORT rules break
+  ORT's own tools on such a file (onnx's "light" zoo models, PyTorch 0.3 exports):
+  - ORT refuses to load an IR < 4 file holding an initializer that no node reads and the input
+    list does not name (``Graph::InitializeStateFromModelFileGraphProto``, ``core/graph/graph.cc``:
+    "Graph ctor should have created NodeArg for initializer"). ``MinMaxCalibrater.augment_graph``
+    (``calibrate.py``) always appends such a Reshape-shape initializer, so calibration fails on
+    "augmented_model.onnx failed" whenever it has nothing to reshape.
+  - Before IR 4 every initializer was also listed as a graph input, and ORT does not let a feed
+    override one (``Graph::CanOverrideInitializer`` is ``ir_version >= 4``, ``graph.h``): they are
+    constants. ``ConstantSharing`` (``core/optimizer/constant_sharing.cc``, level ``basic``, run by
+    ``quant_pre_process``) points the readers of equal single-value initializers at one of them
+    and removes the others, but the graph keeps their names as inputs: the file it saves asks for
+    inputs nothing reads, and calibration fails on "Required inputs ... are missing".
+  Unlisted, the initializers are constants just the same, so ORT runs the same graph; the IR goes
+  to what the opsets need (at least 4).
 """
 
 from __future__ import annotations
@@ -51,12 +56,12 @@ OUTER_SUFFIX = "__outer_scope"
 class OrtFixups:
     constants_to_initializers: int = 0
     outer_scope_reads: list[str] = field(default_factory=list)
-    initializer_inputs: int = 0
-    ir_version: tuple[int, int] | None = None  # (before, after) when initializer_inputs
+    ir_version: tuple[int, int] | None = None  # (before, after) when an IR < 4 file was raised
+    initializer_inputs: int = 0  # initializers that file listed as graph inputs
 
     @property
     def changed(self) -> bool:
-        return bool(self.constants_to_initializers or self.outer_scope_reads or self.initializer_inputs)
+        return bool(self.constants_to_initializers or self.outer_scope_reads or self.ir_version)
 
     def note(self) -> str | None:
         parts = []
@@ -67,10 +72,12 @@ class OrtFixups:
             shown = ", ".join(self.outer_scope_reads[:3]) + (" ..." if len(self.outer_scope_reads) > 3 else "")
             parts.append(f"an Identity inserted for {len(self.outer_scope_reads)} tensors that If/Loop/Scan bodies "
                          f"read from the outer graph ({shown}); ORT's QOperator writer would drop them")
-        if self.initializer_inputs:
+        if self.ir_version:
             before, after = self.ir_version
-            parts.append(f"{self.initializer_inputs} initializers taken off the input list of an IR {before} file, "
-                         f"IR set to {after} (ORT's ConstantSharing would leave removed ones as required inputs)")
+            unlisted = (f", {self.initializer_inputs} initializers taken off its input list"
+                        if self.initializer_inputs else "")
+            parts.append(f"IR {before} raised to IR {after}{unlisted} (ORT's calibrator and optimizer break "
+                         "IR < 4 files; ORT runs the same graph)")
         return ("before quantize_static: " + "; ".join(parts)) if parts else None
 
 
@@ -179,12 +186,8 @@ def outer_scope_reads_through_identity(model) -> list[str]:
     return sorted(wanted)
 
 
-def _listed_initializers(model) -> bool:
-    """An IR < 4 file whose input list names initializers (what every exporter of that time wrote)."""
-    if model.ir_version >= 4:
-        return False
-    inits = {t.name for t in model.graph.initializer}
-    return any(vi.name in inits for vi in model.graph.input)
+def _before_ir4(model) -> bool:
+    return 0 < model.ir_version < 4
 
 
 def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
@@ -193,7 +196,7 @@ def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
 
     from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 
-    if not _listed_initializers(model):
+    if not _before_ir4(model):
         return 0, None
     before = model.ir_version
     dropped = drop_initializer_inputs(model.graph)
@@ -206,7 +209,7 @@ def fixups_for_ort_quantizer(model) -> OrtFixups:
     dropped, ir = initializer_inputs_unlisted(model)
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
                      outer_scope_reads=outer_scope_reads_through_identity(model),
-                     initializer_inputs=dropped, ir_version=ir)
+                     ir_version=ir, initializer_inputs=dropped)
 
 
 def needs_fixups(model) -> bool:
@@ -214,7 +217,7 @@ def needs_fixups(model) -> bool:
     g = model.graph
     if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
-    return _listed_initializers(model) or any(True for n in g.node for _ in _subgraphs(n))
+    return _before_ir4(model) or any(True for n in g.node for _ in _subgraphs(n))
 
 
 def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None) -> tuple[Path, str | None]:

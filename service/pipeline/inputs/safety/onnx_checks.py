@@ -177,7 +177,8 @@ def _check_opsets(model) -> set[str]:
             hi = onnx.defs.onnx_opset_version()
             if not (MIN_AI_ONNX_OPSET <= imp.version <= hi):
                 raise UnsupportedModel(
-                    f"The model imports ai.onnx opset {imp.version}; this toolchain takes {MIN_AI_ONNX_OPSET}..{hi}.",
+                    f"The model imports ai.onnx opset {imp.version}; this toolchain takes {MIN_AI_ONNX_OPSET}..{hi} "
+                    f"(ONNX Runtime runs opset {MIN_AI_ONNX_OPSET} and newer: older ops such as Gemm-6 have no kernel).",
                     hint="Convert the model with onnx.version_converter.convert_version(model, 17) and upload it again.",
                     opset=imp.version,
                 )
