@@ -102,6 +102,42 @@ def test_every_missing_op_is_named_at_once_with_counts():
     assert dict(e.value.missing) == {("ai.onnx", "NonMaxSuppression", 13): 1, ("ai.onnx", "Det", 13): 2}
 
 
+def test_sequence_ops_without_converters_are_named_not_a_numpy_error():
+    """A Sequence value (no converter; the ONNX reference returns a list) cannot be carried as a
+    tensor: the build stops there and names the missing ops, constant ones (SequenceEmpty) too."""
+    from service.pipeline.quantize.onnx_torch.module import MissingConverters, build_module
+
+    shapes = {"x": [2, 3], "y": [1, 3]}
+    nodes = [helper.make_node("SequenceEmpty", [], ["s0"], name="empty"),
+             helper.make_node("SequenceInsert", ["s0", "x"], ["s1"], name="ins1"),
+             helper.make_node("SequenceInsert", ["s1", "y"], ["s2"], name="ins2"),
+             helper.make_node("SequenceAt", ["s2", "pos"], ["out"], name="at")]
+    model = _model(nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in shapes.items()],
+                   [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                   [numpy_helper.from_array(np.array(1, np.int64), "pos")], opset=12)
+    feed = {n: RNG.random(s).astype(np.float32) for n, s in shapes.items()}
+    with pytest.raises(MissingConverters) as e:
+        build_module(model, list(feed), feed)
+    assert dict(e.value.missing) == {("ai.onnx", "SequenceEmpty", 12): 1, ("ai.onnx", "SequenceInsert", 12): 2,
+                                     ("ai.onnx", "SequenceAt", 12): 1}
+
+
+def test_concat_from_sequence_at_opset_12_converts_after_onnxscript_folding(tmp_path):
+    """onnxscript's optimizer rewrites SequenceConstruct + ConcatFromSequence into Unsqueeze(x, axes)
+    + Concat even at opset 12, where Unsqueeze takes axes as an attribute: the PT2E path still runs."""
+    import onnx
+    from pt2e_upload import pt2e_of_upload
+
+    names = ("x", "y", "z")
+    nodes = [helper.make_node("SequenceConstruct", list(names), ["seq"], name="construct"),
+             helper.make_node("ConcatFromSequence", ["seq"], ["out"], axis=-1, new_axis=1, name="concat")]
+    model = _model(nodes, [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 4]) for n in names],
+                   [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3, 4, 3])], opset=12)
+    onnx.save(model, tmp_path / "m.onnx")
+    tool, _ = pt2e_of_upload(tmp_path / "m.onnx", tmp_path / "pt2e.onnx", calibration_samples=2, eval_samples=1)
+    assert tool.conversion["parity"]["ok"], tool.conversion["parity"]
+
+
 def test_constant_node_without_converter_folds_with_the_reference():
     from service.pipeline.quantize.onnx_torch.module import build_module
 

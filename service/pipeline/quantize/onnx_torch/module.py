@@ -263,6 +263,9 @@ class GraphRunner:
             return _reference_eval(node, [scope.const(n) if n else None for n in node.inputs], self.opset)
         return [None if o is None else _as_numpy(o) for o in out]
 
+    def _missing_key(self, node: OnnxNode) -> tuple[str, str, int]:
+        return node.domain or "ai.onnx", node.op_type, self.opset if node.domain == "" else 1
+
     def run_node(self, node: OnnxNode, scope: _Scope, *, main: bool) -> None:
         import torch
 
@@ -272,7 +275,13 @@ class GraphRunner:
             if node.op_type in _SHAPE_OPS:
                 outs = [self._shape_op(node, scope)]
             else:
-                outs = self._fold(node, scope)
+                try:
+                    outs = self._fold(node, scope)
+                except ConversionError:  # no converter and no tensor from the reference (a Sequence)
+                    if not self.building:
+                        raise
+                    self.missing[self._missing_key(node)] += 1
+                    raise _StopBuild(node) from None
             for name, v in zip(node.outputs, outs):
                 if name and v is not None:
                     scope.consts[name] = np.asarray(v)
@@ -297,7 +306,7 @@ class GraphRunner:
         if out is None:
             if not self.building:
                 raise ConversionError(f"no converter for {node.op_type}", node)
-            self.missing[(node.domain or "ai.onnx", node.op_type, self.opset if node.domain == "" else 1)] += 1
+            self.missing[self._missing_key(node)] += 1
             # keep going with the ONNX reference's numbers so that every missing op is found in one run
             arrays = [None if v is None else _as_numpy(v) for v in inputs]
             try:
@@ -393,6 +402,9 @@ def _reference_eval(node: OnnxNode, arrays: list[np.ndarray | None], opset: int)
     except Exception as e:  # noqa: BLE001
         raise ConversionError(f"no converter for {node.domain + '.' if node.domain else ''}{node.op_type} "
                               f"and the ONNX reference cannot evaluate it ({type(e).__name__})", node) from e
+    if any(isinstance(r, (list, tuple)) for r in res):  # a Sequence value: no tensor to carry on with
+        raise ConversionError(f"no converter for {node.domain + '.' if node.domain else ''}{node.op_type}, "
+                              "and its value is a sequence, which a torch graph does not hold", node)
     it = iter(res)
     return [np.asarray(next(it)) if o else None for o in outs]
 

@@ -103,7 +103,10 @@ def flatten(ctx, node, inputs):
 
 
 def _axes(ctx, node, opset_input: int):
-    if ctx.opset >= opset_input:
+    # The input form below its opset too: onnxscript 0.7.2's optimizer (which folds the converter's
+    # copy) rewrites ConcatFromSequence into Unsqueeze(x, axes) + Concat whatever the file's opset.
+    given_as_input = node.attr("axes") is None and len(node.inputs) > 1 and bool(node.inputs[1])
+    if ctx.opset >= opset_input or given_as_input:
         return const_ints(ctx, node, 1, "axes")
     a = node.attr("axes")
     return list(a) if a is not None else None
