@@ -52,6 +52,10 @@ def wheel_file(dist: str, suffix: str) -> Callable[[Path], Path]:
     return locate
 
 
+def _onnx_light(name: str) -> Callable[[Path], Path]:
+    return wheel_file("onnx", f"backend/test/data/light/{name}.onnx")
+
+
 def built(builder: Callable[[Path], None], filename: str) -> Callable[[Path], Path]:
     def locate(folder: Path) -> Path:
         path = Path(folder) / filename
@@ -291,7 +295,8 @@ CORPUS: list[CorpusModel] = [
                 wheel_file("magika", "standard_v3_3/model.onnx"), {"input_values": {"bytes": {"low": 0, "high": 257}}}),
     CorpusModel("ppocr_v4_det", "rapidocr 1.4.4: PaddlePaddle export, opset 12, 'p2o.DynamicDimension.*' dims",
                 wheel_file("rapidocr-onnxruntime", "ch_PP-OCRv4_det_infer.onnx"),
-                {"input_shapes": {"x": [1, 3, 64, 64]}}, heavy=True),
+                # bench only since 2026-12-01 (67 s in the suite); test_corpus's QOperator case still runs it
+                {"input_shapes": {"x": [1, 3, 64, 64]}}, in_suite=False),
     CorpusModel("ppocr_v4_rec", "rapidocr 1.4.4: PaddlePaddle export, opset 12, '?' dims, 10 MB",
                 wheel_file("rapidocr-onnxruntime", "ch_PP-OCRv4_rec_infer.onnx"),
                 {"input_shapes": {"x": [1, 3, 48, 64]}}, in_suite=False),
@@ -330,6 +335,18 @@ CORPUS: list[CorpusModel] = [
                 in_suite=False),
     CorpusModel("ddddocr_det", "ddddocr 1.6.1: YOLOX-style detector, opset 11, static 416x416 input, 20 MB",
                 wheel_file("ddddocr", "ddddocr/common_det.onnx"), {}, in_suite=False),
+    # onnx's own wheel (backend/test/data/light): Caffe2-era model zoo files, IR 3, opset 9, every
+    # weight made at run time by a ConstantOfShape from an int64 shape initializer listed as an input
+    CorpusModel("light_squeezenet", "onnx 1.23.2 backend data: SqueezeNet 1.0, IR 3, opset 9, 39 ConstantOfShape "
+                "weights from shape initializers listed as graph inputs, Dropout", _onnx_light("light_squeezenet")),
+    CorpusModel("light_inception_v1", "onnx 1.23.2 backend data: GoogLeNet, IR 3, opset 9, LRN x2",
+                _onnx_light("light_inception_v1"), in_suite=False),
+    CorpusModel("light_resnet50", "onnx 1.23.2 backend data: ResNet-50 (Caffe2), IR 3, opset 9",
+                _onnx_light("light_resnet50"), in_suite=False),
+    CorpusModel("light_densenet121", "onnx 1.23.2 backend data: DenseNet-121, IR 3, opset 9, 848 initializers",
+                _onnx_light("light_densenet121"), in_suite=False),
+    CorpusModel("light_shufflenet", "onnx 1.23.2 backend data: ShuffleNet v1, IR 3, opset 9, channel shuffles",
+                _onnx_light("light_shufflenet"), in_suite=False),
     # built in code -----------------------------------------------------------------------
     CorpusModel("opset11_ir6_initializers_as_inputs", "opset 11, IR 6, every initializer also a graph input",
                 built(build_opset11_ir6_initializers_as_inputs, "opset11_ir6.onnx")),

@@ -53,6 +53,13 @@ OUTCOMES: dict[str, Outcome] = {
                                         "QOperator: ORT's quantizer raises RuntimeError (Invalid model) (QDQ works)"),
     "ddddocr_ocr": Outcome("ddddocr_ocr (ddddocr 1.6.1, CNN + LSTM)", "ok", "ok", "ok"),
     "ddddocr_det": Outcome("ddddocr_det (ddddocr 1.6.1, detector)", "ok", "ok", "ok"),
+    # Both ORT paths failed before 2026-12-01: quant_pre_process's ConstantSharing left shared shape
+    # initializers as required inputs of an IR 3 file (quantize/ort_fixups.py raises the IR first).
+    "light_squeezenet": Outcome("light_squeezenet (onnx 1.23.2 backend data, IR 3)", "ok", "ok", "ok"),
+    "light_inception_v1": Outcome("light_inception_v1 (GoogLeNet, LRN)", "ok", "ok", "ok"),
+    "light_resnet50": Outcome("light_resnet50", "ok", "ok", "ok"),
+    "light_densenet121": Outcome("light_densenet121", "ok", "ok", "ok"),
+    "light_shufflenet": Outcome("light_shufflenet", "ok", "ok", "ok"),
     "opset11_ir6_initializers_as_inputs": Outcome("opset11_ir6_initializers_as_inputs", "ok", "ok", "ok"),
     "opset21_unnamed_batch": Outcome("opset21_unnamed_batch", "ok", "ok", "ok"),
     "control_flow_int_bool_inputs": Outcome("control_flow_int_bool_inputs", "ok", "ok", "failed",

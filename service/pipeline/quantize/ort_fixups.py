@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.errors import OrtQuantizerFailed
+from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -193,8 +194,6 @@ def _before_ir4(model) -> bool:
 def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
     """IR < 4: drop initializers from the graph's input list and raise the IR; (count, (old, new) IR)."""
     from onnx import helper
-
-    from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 
     if not _before_ir4(model):
         return 0, None
