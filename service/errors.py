@@ -26,6 +26,7 @@ so the chain stays in the log while the user sees only our words.
     ├── PathSkipped         path_skipped         (inside a report, per artifact; never an HTTP error)
     ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
     ├── Pt2eFileRejected    pt2e_file_rejected   (inside a report: ORT cannot load the file PT2E wrote)
+    ├── OrtFileRejected     ort_file_rejected    (inside a report: ORT cannot load the file quantize_static wrote)
     └── JobFailed                                (the ``error`` of a failed job; never an HTTP error)
         ├── WorkerDied          worker_died          the worker process died (signal, stage)
         ├── JobTimeout          job_timeout          ran past QUANTCOMPARE_JOB_TIMEOUT_S
@@ -152,6 +153,12 @@ class Pt2eFileRejected(QuantCompareError):
     """torch.onnx.export wrote the PT2E file, but ORT refuses to load it: no level could run it."""
 
     code, status, title = "pt2e_file_rejected", 500, "ORT cannot load the PT2E file"
+
+
+class OrtFileRejected(QuantCompareError):
+    """ORT's quantize_static wrote a file, but ORT refuses to load it: no level could run it."""
+
+    code, status, title = "ort_file_rejected", 500, "ORT cannot load the file its quantizer wrote"
 
 
 class JobFailed(QuantCompareError):

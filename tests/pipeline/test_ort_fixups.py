@@ -245,3 +245,62 @@ def test_ort_refuses_an_ir3_file_with_an_unread_unlisted_initializer_which_its_c
     quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Reader("x", (1, 4)), quant_format=QuantFormat.QDQ)
     feed = {"x": RNG.random((1, 4), dtype=np.float32)}
     np.testing.assert_array_equal(_run(tmp_path / "q.onnx", feed), _run(raw, feed))
+
+
+def _convs_sharing_a_bias(path: Path, first_output: str) -> None:
+    """Two Convs read one bias initializer 'conv_b'; the first Conv's output is ``first_output``."""
+    rng = np.random.default_rng(0)
+    inits = [nh.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1"),
+             nh.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.3, "w2"),
+             nh.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "conv_b")]
+    nodes = [h.make_node("Conv", ["x", "w1", "conv_b"], [first_output], pads=[1, 1, 1, 1], name="c1"),
+             h.make_node("Sigmoid", [first_output], ["s"], name="act"),
+             h.make_node("Conv", ["s", "w2", "conv_b"], ["y"], pads=[1, 1, 1, 1], name="c2")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4, 8, 8])], inits)
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
+
+
+def test_qdq_names_a_shared_bias_copy_after_another_tensor_and_the_rename_prevents_it(tmp_path):
+    """Pins the claim in ort_fixups: QDQQuantizer._dup_initializer names the second reader's bias
+    copy 'conv_b0' whatever else is called that. When the first Conv's output is 'conv_b0', the
+    quantized file wires the Sigmoid to the bias's DequantizeLinear and ORT refuses it; with any
+    other name (the control) it loads. The fixup renames the bias, and the file loads and agrees."""
+    feed = {"x": RNG.random((1, 3, 8, 8), dtype=np.float32)}
+    for first_output, collides in (("conv_out", False), ("conv_b0", True)):
+        raw = tmp_path / f"{first_output}.onnx"
+        _convs_sharing_a_bias(raw, first_output)
+        quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Reader("x", (1, 3, 8, 8)), quant_format=QuantFormat.QDQ)
+        if collides:
+            with pytest.raises(Exception, match="Input tensor must have at least 3 dimensions"):
+                _run(tmp_path / "raw.q.onnx", feed)
+        else:
+            _run(tmp_path / "raw.q.onnx", feed)
+            assert fixed_for_ort_quantizer(raw, tmp_path / "unchanged.onnx") == (raw, None)
+
+    fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert "shared bias 'conv_b' renamed 'conv_b_bias'" in note
+    np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))  # lossless rewrite
+    quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Reader("x", (1, 3, 8, 8)), quant_format=QuantFormat.QDQ)
+    got, want = _run(tmp_path / "q.onnx", feed), _run(raw, feed)
+    cos = float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want) + 1e-12))
+    assert cos > 0.99, cos
+
+
+def test_a_file_ort_cannot_load_fails_the_ort_path_naming_the_node(tmp_path):
+    """The guard behind the fixups: quantize_static on the colliding file (no fixup) writes a file
+    ORT refuses; the path fails with ORT's words instead of "ok" with every level failed."""
+    from service.errors import OrtFileRejected
+    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.pipeline.quantize.ort_quant import quantized_by_ort
+
+    raw = tmp_path / "raw.onnx"
+    _convs_sharing_a_bias(raw, "conv_b0")
+    feeds = [{"x": RNG.random((1, 3, 8, 8), dtype=np.float32)} for _ in range(2)]
+    settings = resolved_ort_settings(ComparisonOptions())
+    with pytest.raises(OrtFileRejected) as info:
+        quantized_by_ort(raw, tmp_path / "q.onnx", feeds, ["x"], quant_format="qdq", settings=settings)
+    assert "quantize_static (QDQ)" in info.value.message and "Node (c2)" in info.value.message
+    assert info.value.code == "ort_file_rejected" and "nodes_to_exclude" in info.value.hint
+    fixed, _ = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    quantized_by_ort(fixed, tmp_path / "q.onnx", feeds, ["x"], quant_format="qdq", settings=settings)

@@ -37,16 +37,27 @@ Why each step, in ORT's own code:
     inputs nothing reads, and calibration fails on "Required inputs ... are missing".
   Unlisted, the initializers are constants just the same, so ORT runs the same graph; the IR goes
   to what the opsets need (at least 4).
+* **A bias that several nodes share gets a name no other tensor extends.** In QDQ format each
+  reader of a shared bias needs its own copy (its scale is input scale x weight scale), and
+  ``QDQQuantizer._dup_initializer`` (``qdq_quantizer.py``) names copy k ``f"{bias}{k}"``, unique
+  among *initializers* only (``ONNXModel.get_largest_initializer_name_suffix``). tf2onnx names
+  tensors ``.../conv1d_25`` and ``.../conv1d_252``: the copy then takes an activation's name, and
+  that activation's readers are wired to the bias's DequantizeLinear (basic-pitch's ``nmp.onnx``:
+  a Transpose of a [36] tensor, so ORT refuses the file; with a Relu reader the file loads and
+  computes wrong numbers). Renaming an initializer changes nothing ORT computes.
 """
 
 from __future__ import annotations
 
+import re
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.errors import OrtQuantizerFailed
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
+from service.pipeline.vocabulary import all_nodes
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -59,10 +70,12 @@ class OrtFixups:
     outer_scope_reads: list[str] = field(default_factory=list)
     ir_version: tuple[int, int] | None = None  # (before, after) when an IR < 4 file was raised
     initializer_inputs: int = 0  # initializers that file listed as graph inputs
+    shared_biases: dict[str, str] = field(default_factory=dict)  # old name -> new name
 
     @property
     def changed(self) -> bool:
-        return bool(self.constants_to_initializers or self.outer_scope_reads or self.ir_version)
+        return bool(self.constants_to_initializers or self.outer_scope_reads or self.ir_version
+                    or self.shared_biases)
 
     def note(self) -> str | None:
         parts = []
@@ -79,6 +92,11 @@ class OrtFixups:
                         if self.initializer_inputs else "")
             parts.append(f"IR {before} raised to IR {after}{unlisted} (ORT's calibrator and optimizer break "
                          "IR < 4 files; ORT runs the same graph)")
+        if self.shared_biases:
+            old, new = next(iter(self.shared_biases.items()))
+            more = f" and {len(self.shared_biases) - 1} more" if len(self.shared_biases) > 1 else ""
+            parts.append(f"shared bias '{old}' renamed '{new}'{more} (ORT's QDQ quantizer names the bias copies "
+                         "it makes '<bias>0', '<bias>1', ..., which here were other tensors' names)")
         return ("before quantize_static: " + "; ".join(parts)) if parts else None
 
 
@@ -203,12 +221,66 @@ def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
     return dropped, (before, model.ir_version)
 
 
+_BIAS_INPUT = 2  # Conv/ConvTranspose/Gemm bias, a normalization's B: what quantize_bias_tensor reads
+
+
+def _tensor_names(model) -> set[str]:
+    g = model.graph
+    names = {v.name for v in (*g.input, *g.output)} | {t.name for t in g.initializer}
+    for node in all_nodes(g):
+        names.update(n for n in (*node.input, *node.output) if n)
+    return names
+
+
+def _shared_biases(model) -> list[str]:
+    g = model.graph
+    readers = Counter(n.input[_BIAS_INPUT] for n in g.node if len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT])
+    inits = {t.name for t in g.initializer}
+    interface = {v.name for v in (*g.input, *g.output)}  # an overridable initializer or an output keeps its name
+    return [b for b, k in readers.items() if k > 1 and b in inits and b not in interface]
+
+
+def _extended(name: str, names: set[str]) -> bool:
+    """Some tensor is ``name`` followed by digits: the name ORT would give a copy of ``name``."""
+    pattern = re.compile(re.escape(name) + r"\d+")
+    return any(pattern.fullmatch(n) for n in names)
+
+
+def shared_biases_renamed(model) -> dict[str, str]:
+    """Rename shared biases whose ORT copy names would collide; {old: new}."""
+    shared = _shared_biases(model)
+    if not shared:
+        return {}
+    names = _tensor_names(model)
+    renames: dict[str, str] = {}
+    for bias in shared:
+        if not _extended(bias, names):
+            continue
+        new, k = f"{bias}_bias", 0
+        while new in names or _extended(new, names):
+            k += 1
+            new = f"{bias}_bias_{k}"
+        renames[bias] = new
+        names.add(new)
+    if renames:
+        g = model.graph
+        for t in g.initializer:
+            t.name = renames.get(t.name, t.name)
+        for node in g.node:
+            for i, name in enumerate(node.input):
+                if name in renames:
+                    node.input[i] = renames[name]
+            for sub in _subgraphs(node):
+                _rename_reads(sub, renames)
+    return renames
+
+
 def fixups_for_ort_quantizer(model) -> OrtFixups:
     """Apply every rewrite in place; what was done."""
     dropped, ir = initializer_inputs_unlisted(model)
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
                      outer_scope_reads=outer_scope_reads_through_identity(model),
-                     ir_version=ir, initializer_inputs=dropped)
+                     ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_renamed(model))
 
 
 def needs_fixups(model) -> bool:
@@ -216,7 +288,10 @@ def needs_fixups(model) -> bool:
     g = model.graph
     if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
-    return _before_ir4(model) or any(True for n in g.node for _ in _subgraphs(n))
+    if _before_ir4(model) or any(True for n in g.node for _ in _subgraphs(n)):
+        return True
+    shared = _shared_biases(model)
+    return bool(shared) and any(_extended(b, _tensor_names(model)) for b in shared)
 
 
 def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None) -> tuple[Path, str | None]:

@@ -9,12 +9,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from service.errors import OrtFileRejected
 from service.pipeline.files import has_external_initializers, inline_small_external_tensors
 from service.pipeline.inputs.samples import Feed
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
-from service.pipeline.runtime.ort_sessions import session_options_for, session_with_options
+from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,7 @@ def quantized_by_ort(
         quantize_static(str(model_path), str(out_path), reader, **kwargs)
     except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
         raise failure_from_ort_quantizer(e, quant_format, Path(model_path)) from e
+    _ort_loads(out_path, quant_format)
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
     return ToolInfo(
@@ -182,3 +184,18 @@ def quantized_by_ort(
         calibration=f"{_CALIBRATION_NAMES[settings['calibrate_method']]} calibrator over {len(calibration)} samples",
         notes=notes,
     )
+
+
+def _ort_loads(path: Path, quant_format: str) -> None:
+    """The path is ok only when ORT loads the file its own quantizer wrote: otherwise every level
+    would fail alike under an "ok" path (ort_fixups.py names the quantizer defects found so far;
+    this catches the next one, with ORT's words naming the node)."""
+    try:
+        session_for(path, "disable_all")
+    except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
+        fmt = "QDQ" if quant_format == "qdq" else "QOperator"
+        raise OrtFileRejected(
+            f"ORT cannot load the file quantize_static ({fmt}) wrote: {scrub(first_line(e))[:500]}",
+            hint="the quantizer wrote this node wrong for this graph (a defect of onnxruntime.quantization); "
+                 "options.ort.nodes_to_exclude can keep the node ORT names in float; the other paths are unaffected",
+        ) from e
