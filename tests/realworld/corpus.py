@@ -108,6 +108,33 @@ def build_opset11_ir6_initializers_as_inputs(path: Path) -> None:
     onnx.save(model, path)
 
 
+def build_tf2onnx_shared_bias_names(path: Path) -> None:
+    """tf2onnx's naming (basic-pitch 0.4.0's nmp.onnx, whose wheel needs TensorFlow): three Convs
+    share one bias initializer 'm/conv1d_25;m/conv1d_25', and another tensor is that name plus a
+    digit, which is the name ORT's QDQ quantizer gives its copy of the bias."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    bias = "m/conv1d_25;m/conv1d_25"
+    inits = [numpy_helper.from_array(rng.standard_normal(8).astype(np.float32) * 0.1, bias)]
+    nodes, prev = [], "serving_default_input:0"
+    for k in range(3):
+        w = f"m/conv1d_{k}/kernel"
+        inits.append(numpy_helper.from_array(rng.standard_normal((8, 3 if k == 0 else 8, 1, 3)).astype(np.float32) * 0.3, w))
+        out = f"{bias}{k}"  # m/conv1d_25;m/conv1d_250, ...: the copies' names
+        nodes += [helper.make_node("Conv", [prev, w, bias], [out], pads=[0, 1, 0, 1], name=f"m/conv1d_{k}"),
+                  helper.make_node("Sigmoid", [out], [f"m/act_{k}:0"], name=f"m/act_{k}")]
+        prev = f"m/act_{k}:0"
+    graph = helper.make_graph(nodes, "tf2onnx", [helper.make_tensor_value_info("serving_default_input:0", TensorProto.FLOAT,
+                                                                                ["unk__7", 3, 1, 64])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, ["unk__8", 8, 1, 64])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)], producer_name="tf2onnx",
+                              producer_version="1.15.1")
+    onnx.checker.check_model(model)
+    onnx.save(model, path)
+
+
 def build_opset21_unnamed_batch(path: Path) -> None:
     """The newest opset this toolchain knows, IR 10, and a batch dim with no name at all."""
     import onnx
@@ -352,6 +379,8 @@ CORPUS: list[CorpusModel] = [
                 built(build_opset11_ir6_initializers_as_inputs, "opset11_ir6.onnx")),
     CorpusModel("opset21_unnamed_batch", "opset 21, IR 10, unnamed batch dim",
                 built(build_opset21_unnamed_batch, "opset21.onnx")),
+    CorpusModel("tf2onnx_shared_bias_names", "tf2onnx naming: a bias shared by 3 Convs, tensors named bias + digit",
+                built(build_tf2onnx_shared_bias_names, "tf2onnx_shared_bias.onnx")),
     CorpusModel("control_flow_int_bool_inputs", "If + Loop + Scan subgraphs; float, int64 ids, bool flag inputs",
                 built(build_control_flow_int_bool_inputs, "control_flow.onnx"),
                 {"input_shapes": {"ids": [1, 4]}, "input_values": {"ids": {"low": 0, "high": 32}}}),
