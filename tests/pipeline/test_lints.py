@@ -15,10 +15,11 @@ VNNI = CpuInfo(arch="x86_64", isa={"avx2": True, "avx512_vnni": True})
 ARM = CpuInfo(arch="aarch64", isa={"neon": True, "dotprod": True})
 
 
-def _facts(*, opset=17, per_channel=True, zp_equal=True, acts=("int8",), kernels=None):
+def _facts(*, opset=17, per_channel=True, zp_equal=True, acts=("int8",), kernels=None, hist=None):
     w = {"name": "w", "dtype": "int8", "consumer": "Conv", "per_channel": per_channel, "symmetric": zp_equal,
          "zero_points_equal": zp_equal}
-    return FileFacts(opset=opset, op_histogram={}, bias_summary="int32", weights=[w], activation_dtypes=list(acts),
+    hist = {"QuantizeLinear": 2, "DequantizeLinear": 3, "Conv": 1} if hist is None else hist
+    return FileFacts(opset=opset, op_histogram=hist, bias_summary="int32", weights=[w], activation_dtypes=list(acts),
                      int8_kernels=kernels or {}, transposes=0)
 
 
@@ -63,6 +64,17 @@ def test_qoperator_int8_only_on_x86():
 def test_no_int8_kernels_is_reported():
     levels = {"all": OptimizedLevel(level="all", node_count=5, compute_ops_fp32=2, int8_coverage=0.0)}
     assert "no_int8_kernels" in _codes("pt2e_qdq", _facts(), levels, VNNI)
+
+
+def test_a_file_the_tool_quantized_nothing_in_is_flagged():
+    """A tree ensemble (atspm-detector's LightGBM files): quantize_static writes the model back as is."""
+    tree = _facts(hist={"ai.onnx.ml.TreeEnsemble": 1}, acts=(), kernels={})
+    lint = next(x for x in lints_for(names=["fp32", "ort_qdq"], files={"ort_qdq": tree}, optimized={"ort_qdq": {}},
+                                     options=ComparisonOptions(), cpu=VNNI) if x.code == "nothing_quantized")
+    assert "TreeEnsemble x1" in lint.message and lint.artifact == "ort_qdq"
+    assert "nothing_quantized" not in _codes("ort_qdq", _facts(), _levels(), VNNI)
+    assert "nothing_quantized" not in _codes("ort_qoperator", _facts(hist={"QLinearConv": 1}, kernels={"QLinearConv": 1}),
+                                             _levels(), VNNI)
 
 
 def _bn_model(path, *, cancelled: bool) -> None:

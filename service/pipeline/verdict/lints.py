@@ -41,6 +41,19 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                 source="onnxruntime/python/tools/quantization/quantize.py (check_static_quant_arguments)",
             ))
 
+        hist = f.op_histogram
+        qdq = any(k.rsplit(".", 1)[-1] in ("QuantizeLinear", "DequantizeLinear") for k in hist)  # com.microsoft too
+        if not f.int8_kernels and not qdq:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(hist.items(), key=lambda kv: -kv[1])[:4])
+            out.append(Lint(
+                code="nothing_quantized", severity="warning", artifact=a,
+                message=f"the file holds no QuantizeLinear, DequantizeLinear or int8 kernel: the tool quantized "
+                        f"none of the model's ops ({ops}), so this artifact is the float model and its figures "
+                        "say nothing about int8.",
+                hint="int8 pays off for Conv, MatMul, Gemm and similar; a model without them (a tree ensemble, "
+                     "pure elementwise math) gains nothing from these tools",
+            ))
+
         per_channel = [w for w in f.weights if w["per_channel"]]
         if per_channel and f.opset < 13:
             out.append(Lint(

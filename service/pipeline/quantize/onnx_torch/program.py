@@ -102,8 +102,10 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     try:
         built = build_module(spec.model, names, example, baked=spec.baked)
     except MissingConverters as e:
-        opset = next((o.version for o in spec.model.opset_import if o.domain in ("", "ai.onnx")), None)
-        listed = ", ".join(f"{d}.{op} (opset {v}) x{n}" if d != "ai.onnx" else f"{op} (opset {v}) x{n}"
+        opsets = {("ai.onnx" if o.domain in ("", "ai.onnx") else o.domain): o.version for o in spec.model.opset_import}
+        opset = opsets.get("ai.onnx")
+        # the registry keys other domains at version 1; the file's own import is the version to show
+        listed = ", ".join(f"{d}.{op} (opset {opsets.get(d, v)}) x{n}" if d != "ai.onnx" else f"{op} (opset {v}) x{n}"
                            for (d, op, v), n in e.missing.most_common())
         raise ConversionSkipped(f"no ONNX -> torch converter for {listed} (ai.onnx opset {opset})", stage="convert",
                                 hint=PT2_HINT, conversion=conv) from e
