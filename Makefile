@@ -32,8 +32,12 @@ system-deps:
 serve: $(STAMP)
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)
 
+# Both cores by default (the suite took ~14.5 min in one process, ~9 in two); a file's tests stay in
+# one worker so its fixtures (live servers, cached comparisons) are built once. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP) system-deps
-	$(BIN)/pytest
+	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not heavy and not browser"
