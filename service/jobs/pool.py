@@ -67,6 +67,15 @@ def _stage_words(stage: str | None) -> str:
     return f"during {stage}" if stage else "before its first stage"
 
 
+def _timeout_hint(stage: str | None) -> str:
+    hint = "try a smaller model or fewer samples, or raise QUANTCOMPARE_JOB_TIMEOUT_S"
+    if stage == "quantize":  # the PT2E path is the long one there (bench/NOTES.md, "fifth pass")
+        hint = ("the PT2E path can take tens of minutes on recurrent graphs it unrolls (LSTM/GRU over long "
+                "sequences: torch.onnx.export of the unrolled program); a shorter sequence in options.input_shapes, "
+                "or options.artifacts without pt2e_qdq, gets the ORT results; or " + hint)
+    return hint
+
+
 class WorkerPool:
     def __init__(self, settings: Settings, store: JobStore, metrics: JobMetrics | None = None):
         self.settings = settings
@@ -323,8 +332,7 @@ class WorkerPool:
                 if now - w.job_started > limit_s:
                     self._kill(w, problem_from_error(JobTimeout(
                         f"the job ran past its time limit of {limit_s:g} s {_stage_words(w.stage)}; its worker was killed",
-                        hint="try a smaller model or fewer samples, or raise QUANTCOMPARE_JOB_TIMEOUT_S",
-                        stage=w.stage)))
+                        hint=_timeout_hint(w.stage), stage=w.stage)))
                 elif check_memory:
                     rss_mb = _tree_rss_mb(w.process.pid)
                     w.peak_rss_mb = max(w.peak_rss_mb, rss_mb)

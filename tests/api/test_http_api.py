@@ -131,6 +131,10 @@ def test_a_job_past_the_time_limit_is_killed(client):
     job = upload(client, "sleep 60", wait=30).json()
     assert job["status"] == "failed" and job["error"]["code"] == "job_timeout"
     assert "time limit of 5 s during prepare" in job["error"]["detail"]
+    assert "pt2e_qdq" not in job["error"]["hint"]
+    quantizing = upload(client, "sleep 60 quantize", wait=30).json()
+    assert "during quantize" in quantizing["error"]["detail"]
+    assert "options.artifacts without pt2e_qdq" in quantizing["error"]["hint"]
 
 
 def test_user_errors_and_internal_errors_in_a_job(client):

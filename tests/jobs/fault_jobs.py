@@ -27,10 +27,11 @@ def run(spec, job_dir: Path, progress) -> None:
         for name in ("fp32.onnx", "ort_qdq.onnx", "ort_qdq.all.onnx"):
             Path("artifacts", name).write_bytes(b"not really onnx: " + name.encode())
         Path("report.json").write_text(minimal_report(spec).model_dump_json())
-    elif command == "sleep":
-        progress("prepare", 0, 1)
+    elif command == "sleep":  # "sleep 60 quantize": sleeps in that stage (default prepare)
+        stage = args[1] if len(args) > 1 else "prepare"
+        progress(stage, 0, 1)
         time.sleep(float(args[0]))
-        progress("prepare", 1, 1)
+        progress(stage, 1, 1)
     elif command == "segv":
         progress("optimize", 2, 5)
         os.kill(os.getpid(), signal.SIGSEGV)
