@@ -189,3 +189,56 @@ def test_a_sequence_longer_than_the_unroll_limit_is_refused_by_name():
     model = make_model(node, {"X": x}, ["Y"], initializers=inits)
     with pytest.raises(ConversionError, match=f"rnn_long.*{MAX_STEPS + 1} steps"):
         torch_module(model, {"X": x})
+
+
+def _targets(model, feeds) -> list[str]:
+    import torch
+
+    program = torch.export.export(torch_module(model, feeds), (torch.from_numpy(feeds["X"]),))
+    return [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.parametrize("layout", [0, 1], ids=["layout=0", "layout=1"])
+@pytest.mark.parametrize("direction", DIRECTIONS)
+@pytest.mark.parametrize("op", ["GRU", "LSTM"])
+def test_past_the_unroll_limit_an_lstm_or_gru_is_one_torch_op_that_matches_ort(monkeypatch, op, direction, layout):
+    """Kept whole (torch.lstm / torch.gru: what torch.export writes for nn.LSTM / nn.GRU) the node
+    computes what ORT does, every direction and layout; the limit is lowered to reach it at SEQ."""
+    from service.pipeline.quantize.onnx_torch.ops import rnn
+
+    monkeypatch.setattr(rnn, "UNROLL_UP_TO_STEPS", 0)
+    attrs = {"linear_before_reset": 1} if op == "GRU" else {}
+    model, feeds = _rnn_model(op, direction=direction, layout=layout, initial=True, **attrs)
+    _check(model, feeds)
+    targets = _targets(model, feeds)
+    assert f"aten.{op.lower()}.input" in targets and "aten.linear.default" not in targets, targets
+
+
+@pytest.mark.parametrize("case", ["GRU linear_before_reset=0", "LSTM peepholes", "LSTM clip", "LSTM input_forget"])
+def test_variants_torch_has_no_op_for_still_unroll_past_the_limit(monkeypatch, case):
+    from service.pipeline.quantize.onnx_torch.ops import rnn
+
+    monkeypatch.setattr(rnn, "UNROLL_UP_TO_STEPS", 0)
+    op = case.split()[0]
+    kw = {"LSTM peepholes": {"peepholes": True}, "LSTM clip": {"clip": 0.5},
+          "LSTM input_forget": {"input_forget": 1}}.get(case, {})
+    model, feeds = _rnn_model(op, **kw)
+    assert_matches_ort(model, feeds, atol=1e-5)
+    assert "aten.linear.default" in _targets(model, feeds)
+
+
+def test_a_300_step_two_layer_lstm_converts_whole_and_matches_ort():
+    """The brainmaze seizure model's shape of problem (2 stacked LSTMs over 300 steps): unrolled,
+    its PT2E path was still exporting after 14 minutes; whole, it converts at once."""
+    seq, hid = 300, 16
+    x = rand(RNG, seq, 1, IN)
+    inits = {"W1": rand(RNG, 1, 4 * hid, IN) * 0.5, "R1": rand(RNG, 1, 4 * hid, hid) * 0.5,
+             "B1": rand(RNG, 1, 8 * hid) * 0.5, "W2": rand(RNG, 1, 4 * hid, hid) * 0.5,
+             "R2": rand(RNG, 1, 4 * hid, hid) * 0.5}
+    nodes = [helper.make_node("LSTM", ["X", "W1", "R1", "B1"], ["Y1"], name="lstm1", hidden_size=hid),
+             helper.make_node("Squeeze", ["Y1", "one"], ["S1"], name="squeeze"),
+             helper.make_node("LSTM", ["S1", "W2", "R2"], ["Y2"], name="lstm2", hidden_size=hid)]
+    inits["one"] = np.array([1], np.int64)
+    model = make_model(nodes, {"X": x}, ["Y2"], initializers=inits, opset=14)
+    assert_matches_ort(model, {"X": x}, atol=1e-4, export=True)
+    assert _targets(model, {"X": x}).count("aten.lstm.input") == 2

@@ -7,7 +7,15 @@ projection (X·Wᵀ + Wb) plus one ``F.linear`` per step for the recurrence (H·
 matrix product of the cell is a quantizable linear, the weights stay the model's parameters (sliced
 per direction), and nothing depends on data: the sequence length is the static input shape.
 The cost is a graph that grows with the sequence length (a few ops per step), acceptable for the
-short fixed sequences of exported models; bodies longer than ``MAX_STEPS`` are refused.
+short fixed sequences of exported models.
+
+Past ``UNROLL_UP_TO_STEPS`` steps (sequence x directions) an LSTM or GRU whose variant torch has
+(default activations, no clip, no input_forget, no peepholes, every sequence full length, GRU
+``linear_before_reset=1`` as torch.nn.GRU computes it) is kept whole as ``torch.lstm`` /
+``torch.gru``: what torch.export writes for an ``nn.LSTM`` model, which PT2E leaves in float and
+torch.onnx.export writes as one ONNX LSTM/GRU. Unrolled, a 2-layer LSTM over 300 steps was still
+in torch.onnx.export after 14 minutes (bench/NOTES.md, "fifth pass"); whole, the same network
+quantizes in ~15 s. Other variants unroll up to ``MAX_STEPS`` and are refused past it.
 
 Semantics follow the ONNX spec and ORT's CPU kernels (deep_cpu_lstm / deep_cpu_gru / rnn):
 gate orders (LSTM i,o,f,c; GRU z,r,h), peepholes P = [Pi, Po, Pf], ``clip`` applied to every gate's
@@ -30,6 +38,7 @@ from ._spatial import text
 # torch.export time grows with the unrolled graph: a bidirectional LSTM (hidden 32) took 43 s to
 # export at 64 steps and 149 s at 256 (2 shared cores, 2026-12-01), so 512 steps is ~5 minutes.
 MAX_STEPS = 512
+UNROLL_UP_TO_STEPS = 128  # a 64-step bidirectional LSTM: 43 s of torch.export, about the most a job should pay
 
 # name -> (function(x, alpha, beta), default alpha, default beta); None: takes no alpha/beta.
 # The list and the defaults are ORT's (rnn_helpers.cc).
@@ -127,17 +136,20 @@ def _run(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
         h0 = h0.transpose(0, 1) if h0 is not None else None
         c0 = c0.transpose(0, 1) if c0 is not None else None
     seq, batch = int(x.shape[0]), int(x.shape[1])
-    if seq > MAX_STEPS:
-        raise UnsupportedNode(f"{kind} {node.name!r}: {seq} steps to unroll (limit {MAX_STEPS})")
     hidden = int(node.attrs.get("hidden_size", r.shape[-1]))
     direction = text(node.attrs.get("direction"), "forward")
     if direction not in ("forward", "reverse", "bidirectional"):
         raise UnsupportedNode(f"{kind} {node.name!r}: direction={direction!r}")
     dirs = 2 if direction == "bidirectional" else 1
+    steps = _Steps(ctx, node, seq, batch)
+    if seq * dirs > UNROLL_UP_TO_STEPS and _torch_has_it(ctx, node, steps):
+        y, y_h, y_c = _whole(kind, x, w, r, b, h0, c0, hidden, direction)
+        return _batch_major([y, y_h, y_c], layout, kind)
+    if seq > MAX_STEPS:
+        raise UnsupportedNode(f"{kind} {node.name!r}: {seq} steps to unroll (limit {MAX_STEPS})")
     acts = _activations(node, dirs)
     clip = node.attrs.get("clip")
     clamp = (lambda v: v.clamp(-float(clip), float(clip))) if clip is not None else (lambda v: v)
-    steps = _Steps(ctx, node, seq, batch)
     gates = _GATES[kind] * hidden
     ys, hs, cs = [], [], []
     for d in range(dirs):
@@ -176,11 +188,65 @@ def _run(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
     y = torch.stack(ys, 1)  # [seq, dirs, batch, hidden]
     y_h = torch.stack(hs, 0)  # [dirs, batch, hidden]
     y_c = torch.stack(cs, 0) if kind == "LSTM" else None
+    return _batch_major([y, y_h, y_c], layout, kind)
+
+
+def _batch_major(outs, layout: int, kind: str):
+    """Y [seq, dirs, batch, hidden], Y_h / Y_c [dirs, batch, hidden] in the node's layout."""
+    y, y_h, y_c = outs
     if layout:
         y = y.permute(2, 0, 1, 3)  # [batch, seq, dirs, hidden]
         y_h = y_h.transpose(0, 1)
         y_c = y_c.transpose(0, 1) if y_c is not None else None
     return [y, y_h, y_c] if kind == "LSTM" else [y, y_h]
+
+
+def _torch_has_it(ctx: ConvertContext, node: OnnxNode, steps: _Steps) -> bool:
+    """torch.lstm / torch.gru compute this node: ONNX's defaults, full sequences, no peepholes.
+    Decided from static values only (``ctx.const``): forward runs again under torch.export."""
+    kind = node.op_type
+    if kind == "RNN" or steps.lengths is not None or node.attrs.get("clip") is not None:
+        return False
+    default = [a.lower() for a in _DEFAULT_ACTIVATIONS[kind]]
+    names = [text(n).lower() for n in node.attrs.get("activations", [])]
+    if names and names not in (default, default * 2):
+        return False
+    if kind == "LSTM":
+        peepholes = node.inputs[7] if len(node.inputs) > 7 else ""
+        p = ctx.const(peepholes) if peepholes else None
+        no_peepholes = not peepholes or (p is not None and not np.asarray(p).any())
+        return not int(node.attrs.get("input_forget", 0)) and no_peepholes
+    return bool(int(node.attrs.get("linear_before_reset", 0)))  # torch.nn.GRU's formula
+
+
+# ONNX gate blocks -> torch's: LSTM i,o,f,c -> i,f,g,o; GRU z,r,h -> r,z,n
+_TORCH_GATE_ORDER = {"LSTM": (0, 2, 3, 1), "GRU": (1, 0, 2)}
+
+
+def _whole(kind, x, w, r, b, h0, c0, hidden, direction):
+    """The node as one torch.lstm / torch.gru call (seq-major x); (Y, Y_h, Y_c) in ONNX's layout 0."""
+    seq, batch = int(x.shape[0]), int(x.shape[1])
+    dirs = 2 if direction == "bidirectional" else 1
+    gates = _GATES[kind] * hidden
+
+    def torch_order(t):
+        return torch.cat([t[k * hidden:(k + 1) * hidden] for k in _TORCH_GATE_ORDER[kind]], 0)
+
+    params = []
+    for d in range(dirs):
+        params += [torch_order(w[d]), torch_order(r[d])]
+        if b is not None:
+            params += [torch_order(b[d, :gates]), torch_order(b[d, gates:])]
+    h = h0 if h0 is not None else torch.zeros(dirs, batch, hidden, dtype=x.dtype)
+    xs = x.flip(0) if direction == "reverse" else x  # torch has no reverse-only RNN
+    if kind == "LSTM":
+        c = c0 if c0 is not None else torch.zeros(dirs, batch, hidden, dtype=x.dtype)
+        y, y_h, y_c = torch.lstm(xs, (h, c), params, b is not None, 1, 0.0, False, dirs == 2, False)
+    else:
+        (y, y_h), y_c = torch.gru(xs, h, params, b is not None, 1, 0.0, False, dirs == 2, False), None
+    if direction == "reverse":
+        y = y.flip(0)
+    return y.reshape(seq, batch, dirs, hidden).transpose(1, 2), y_h, y_c
 
 
 def _gru_cell(node, xp, h, r, rb, hidden, acts, clamp):
