@@ -322,6 +322,10 @@ def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str
         ort_input, pre_note = preprocessed_for_ort(ort_input, run.scratch / "fp32.preprocessed.onnx")
         run.timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
         notes.append(pre_note)
+        # Again on what quant_pre_process wrote: its level-basic pass removes the Identity nodes
+        # the first pass inserted (outer-scope and Where reads), which quantize_static still needs.
+        ort_input, post_note = fixed_for_ort_quantizer(ort_input, run.scratch / "fp32.preprocessed.ort_fixups.onnx")
+        notes.append(post_note and post_note.replace("before quantize_static:", "after quant_pre_process:", 1))
     else:
         notes.append("quant_pre_process: off (options.ort.pre_process=false)")
     return ort_input, "; ".join(n for n in notes if n) or None

@@ -60,6 +60,21 @@ def _conv_weights_in_constant_nodes(path: Path) -> None:
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
 
 
+def _where_reads_a_quantized_add(path: Path) -> None:
+    """Add -> Where(mask, add, -1e4): an attention mask as transformer exports write it."""
+    nodes = [h.make_node("MatMul", ["x", "W"], ["/MatMul_output_0"], name="/MatMul"),
+             h.make_node("Add", ["/MatMul_output_0", "bias"], ["/Add_output_0"], name="/Add"),
+             h.make_node("Greater", ["x", "zero"], ["mask"], name="/Greater"),
+             h.make_node("Where", ["mask", "/Add_output_0", "neg"], ["y"], name="/Where")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4])],
+                     [nh.from_array(RNG.standard_normal((4, 4)).astype(np.float32), "W"),
+                      nh.from_array(RNG.standard_normal(4).astype(np.float32), "bias"),
+                      nh.from_array(np.zeros((1, 4), np.float32), "zero"),
+                      nh.from_array(np.full((1, 4), -1e4, np.float32), "neg")])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
+
+
 def _run(path: Path, feed):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
 
@@ -69,6 +84,8 @@ CASES = {
                                          "unknown initializers/tensors", "QLinearMatMul", "Identity inserted"),
     "conv_weight_and_bias_in_constant_nodes": (_conv_weights_in_constant_nodes, (1, 3, 8, 8), AttributeError,
                                                "data_type", "QLinearConv", "Constant nodes turned into initializers"),
+    "where_reads_a_quantized_add": (_where_reads_a_quantized_add, (1, 4), RuntimeError,
+                                    "unknown initializers/tensors", "QLinearAdd", "Identity inserted before 1 Where"),
 }
 
 
@@ -304,3 +321,24 @@ def test_a_file_ort_cannot_load_fails_the_ort_path_naming_the_node(tmp_path):
     assert info.value.code == "ort_file_rejected" and "nodes_to_exclude" in info.value.hint
     fixed, _ = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
     quantized_by_ort(fixed, tmp_path / "q.onnx", feeds, ["x"], quant_format="qdq", settings=settings)
+
+
+@pytest.mark.parametrize("build", [_where_reads_a_quantized_add, _matmul_read_by_if_body], ids=["where", "if body"])
+def test_quant_pre_process_removes_the_identities_so_the_fixups_run_again_after_it(tmp_path, build):
+    """Pins why compare._input_for_ort applies the fixups a second time: quant_pre_process's ORT
+    level-basic pass removes the inserted Identity nodes, and QOperator fails again without them."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    raw = tmp_path / "raw.onnx"
+    build(raw)
+    fixed, _ = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert "Identity" in {n.op_type for n in onnx.load(str(fixed)).graph.node}
+    quant_pre_process(str(fixed), str(tmp_path / "pre.onnx"))
+    assert "Identity" not in {n.op_type for n in onnx.load(str(tmp_path / "pre.onnx")).graph.node}
+    shape = (1, 4)
+    with pytest.raises(RuntimeError, match="unknown initializers/tensors"):
+        quantize_static(str(tmp_path / "pre.onnx"), str(tmp_path / "pre.q.onnx"), _Reader("x", shape),
+                        quant_format=QuantFormat.QOperator)
+    again, note = fixed_for_ort_quantizer(tmp_path / "pre.onnx", tmp_path / "again.onnx")
+    assert note and "Identity inserted" in note
+    quantize_static(str(again), str(tmp_path / "q.onnx"), _Reader("x", shape), quant_format=QuantFormat.QOperator)

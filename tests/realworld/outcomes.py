@@ -49,8 +49,9 @@ OUTCOMES: dict[str, Outcome] = {
     # failed with RuntimeError "Invalid model" in an earlier session on an AMD EPYC): cause not isolated.
     "captcha_crnn": Outcome("captcha_crnn (captcha-whisperer 0.1.0, unrolled LSTM)", "ok", "ok", "ok"),
     "arabic_romanizer_encoder": Outcome("arabic_romanizer_encoder (GRU x2, int64 ids, bool mask)", "ok", "ok", "ok"),
-    "arabic_romanizer_decoder": Outcome("arabic_romanizer_decoder (attention step)", "ok", "ok", "failed",
-                                        "QOperator: ORT's quantizer raises RuntimeError (Invalid model) (QDQ works)"),
+    # QOperator ok since 2026-12-01: an Identity before each Where read of a quantized tensor (ORT's
+    # QLinearWhere adds no DequantizeLinear), applied again after quant_pre_process (quantize/ort_fixups.py)
+    "arabic_romanizer_decoder": Outcome("arabic_romanizer_decoder (attention step)", "ok", "ok", "ok"),
     "ddddocr_ocr": Outcome("ddddocr_ocr (ddddocr 1.6.1, CNN + LSTM)", "ok", "ok", "ok"),
     "ddddocr_det": Outcome("ddddocr_det (ddddocr 1.6.1, detector)", "ok", "ok", "ok"),
     # Both ORT paths failed before 2026-12-01: quant_pre_process's ConstantSharing left shared shape
@@ -64,8 +65,9 @@ OUTCOMES: dict[str, Outcome] = {
     "opset21_unnamed_batch": Outcome("opset21_unnamed_batch", "ok", "ok", "ok"),
     # ORT QDQ's file was refused at every level before 2026-12-01 (bias copies named after activations)
     "tf2onnx_shared_bias_names": Outcome("tf2onnx_shared_bias_names (basic-pitch's trait)", "ok", "ok", "ok"),
-    "control_flow_int_bool_inputs": Outcome("control_flow_int_bool_inputs", "ok", "ok", "failed",
-                                            "QOperator: ORT refuses outer-scope names in subgraphs"),
+    # QOperator ok since 2026-12-01: the outer-scope Identity fixup existed, but quant_pre_process
+    # removed it again before quantize_static; the fixups now also run after it
+    "control_flow_int_bool_inputs": Outcome("control_flow_int_bool_inputs", "ok", "ok", "ok"),
     "already_quantized_qdq": Outcome("already_quantized_qdq", "skipped", "skipped", "skipped",
                                      "model is already quantized (QDQ: DequantizeLinear x9, QuantizeLinear x5)"),
     "already_quantized_qoperator": Outcome("already_quantized_qoperator", "skipped", "skipped", "skipped",

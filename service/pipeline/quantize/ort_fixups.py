@@ -45,6 +45,13 @@ Why each step, in ORT's own code:
   that activation's readers are wired to the bias's DequantizeLinear (basic-pitch's ``nmp.onnx``:
   a Transpose of a [36] tensor, so ORT refuses the file; with a Relu reader the file loads and
   computes wrong numbers). Renaming an initializer changes nothing ORT computes.
+* **A Where reads quantized tensors through an Identity.** In QOperator format
+  ``QLinearWhere.quantize`` (``operators/where.py``) keeps the Where as it is unless
+  ``ForceQuantizeNoInputCheck`` is set, and unlike ``QuantOperatorBase.quantize`` it adds no
+  DequantizeLinear for inputs that are already quantized: a Where reading a QLinearAdd's output
+  reads a name that no longer exists (``Invalid model with unknown initializers/tensors``; an
+  attention mask ``Where(mask, -inf, scores)`` is the usual case). An Identity between them is a
+  float op that gets the DequantizeLinear; ORT's optimizer removes it at level ``basic``.
 """
 
 from __future__ import annotations
@@ -72,10 +79,12 @@ class OrtFixups:
     initializer_inputs: int = 0  # initializers that file listed as graph inputs
     shared_biases: dict[str, str] = field(default_factory=dict)  # old name -> new name
 
+    where_reads: list[str] = field(default_factory=list)  # tensors a Where now reads through an Identity
+
     @property
     def changed(self) -> bool:
         return bool(self.constants_to_initializers or self.outer_scope_reads or self.ir_version
-                    or self.shared_biases)
+                    or self.shared_biases or self.where_reads)
 
     def note(self) -> str | None:
         parts = []
@@ -97,6 +106,10 @@ class OrtFixups:
             more = f" and {len(self.shared_biases) - 1} more" if len(self.shared_biases) > 1 else ""
             parts.append(f"shared bias '{old}' renamed '{new}'{more} (ORT's QDQ quantizer names the bias copies "
                          "it makes '<bias>0', '<bias>1', ..., which here were other tensors' names)")
+        if self.where_reads:
+            shown = ", ".join(self.where_reads[:3]) + (" ..." if len(self.where_reads) > 3 else "")
+            parts.append(f"an Identity inserted before {len(self.where_reads)} Where inputs ({shown}); ORT's "
+                         "QOperator Where adds no DequantizeLinear for a quantized input")
         return ("before quantize_static: " + "; ".join(parts)) if parts else None
 
 
@@ -275,12 +288,49 @@ def shared_biases_renamed(model) -> dict[str, str]:
     return renames
 
 
+WHERE_SUFFIX = "__where_read"
+
+
+def _where_reads(model) -> list[tuple[int, int, str]]:
+    """(node index, input index, tensor) of Where data inputs that an op ORT's QOperator format
+    quantizes writes: the reads QLinearWhere leaves pointing at a renamed tensor."""
+    from onnxruntime.quantization.registry import QLinearOpsRegistry
+
+    g = model.graph
+    producer = {o: n.op_type for n in g.node if (n.domain or "") in _DEFAULT_DOMAINS for o in n.output if o}
+    return [(k, i, n.input[i]) for k, n in enumerate(g.node)
+            if n.op_type == "Where" and (n.domain or "") in _DEFAULT_DOMAINS
+            for i in (1, 2) if i < len(n.input) and producer.get(n.input[i]) in QLinearOpsRegistry]
+
+
+def where_inputs_through_identity(model) -> list[str]:
+    """Route the Where reads of ``_where_reads`` through one Identity per tensor."""
+    from onnx import helper
+
+    reads = _where_reads(model)
+    if not reads:
+        return []
+    g = model.graph
+    for k, i, tensor in reads:
+        g.node[k].input[i] = tensor + WHERE_SUFFIX
+    wanted = sorted({t for _, _, t in reads})
+    new_nodes = []
+    for node in g.node:
+        new_nodes.append(node)
+        new_nodes += [helper.make_node("Identity", [o], [o + WHERE_SUFFIX], name=o + WHERE_SUFFIX)
+                      for o in node.output if o in wanted]
+    del g.node[:]
+    g.node.extend(new_nodes)
+    return wanted
+
+
 def fixups_for_ort_quantizer(model) -> OrtFixups:
     """Apply every rewrite in place; what was done."""
     dropped, ir = initializer_inputs_unlisted(model)
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
                      outer_scope_reads=outer_scope_reads_through_identity(model),
-                     ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_renamed(model))
+                     ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_renamed(model),
+                     where_reads=where_inputs_through_identity(model))
 
 
 def needs_fixups(model) -> bool:
@@ -289,6 +339,8 @@ def needs_fixups(model) -> bool:
     if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
     if _before_ir4(model) or any(True for n in g.node for _ in _subgraphs(n)):
+        return True
+    if _where_reads(model):
         return True
     shared = _shared_biases(model)
     return bool(shared) and any(_extended(b, _tensor_names(model)) for b in shared)
