@@ -181,15 +181,20 @@ def _rename_reads(graph, renames: dict[str, str]) -> None:
     active = {k: v for k, v in renames.items() if k not in local}
     if not active:
         return
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            if name in active:
-                node.input[i] = active[name]
-        for sub in _subgraphs(node):
-            _rename_reads(sub, active)
+    _rewire_reads(graph, active)
     for o in graph.output:  # a body may return an outer value as is
         if o.name in active:
             o.name = active[o.name]
+
+
+def _rewire_reads(graph, renames: dict[str, str]) -> None:
+    """Node inputs of ``graph`` renamed; its subgraphs' reads of names they do not define too."""
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in renames:
+                node.input[i] = renames[name]
+        for sub in _subgraphs(node):
+            _rename_reads(sub, renames)
 
 
 def outer_scope_reads_through_identity(model) -> list[str]:
@@ -276,15 +281,9 @@ def shared_biases_renamed(model) -> dict[str, str]:
         renames[bias] = new
         names.add(new)
     if renames:
-        g = model.graph
-        for t in g.initializer:
+        for t in model.graph.initializer:
             t.name = renames.get(t.name, t.name)
-        for node in g.node:
-            for i, name in enumerate(node.input):
-                if name in renames:
-                    node.input[i] = renames[name]
-            for sub in _subgraphs(node):
-                _rename_reads(sub, renames)
+        _rewire_reads(model.graph, renames)
     return renames
 
 
