@@ -315,15 +315,15 @@ def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str
     ort_input, opset_note = opset_for_ort(fp32.file.path, run.scratch / "fp32.opset13.onnx", opset=ai_onnx)
     ort_input, fix_note = fixed_for_ort_quantizer(
         ort_input, run.scratch / "fp32.ort_fixups.onnx",
-        model=fp32.file.model if ort_input == fp32.file.path else None)
+        model=fp32.file.model if ort_input == fp32.file.path else None, identities=not ort_settings["pre_process"])
     notes = [opset_note, fix_note]
     if ort_settings["pre_process"]:
         t0 = time.perf_counter()
         ort_input, pre_note = preprocessed_for_ort(ort_input, run.scratch / "fp32.preprocessed.onnx")
         run.timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
         notes.append(pre_note)
-        # Again on what quant_pre_process wrote: its level-basic pass removes the Identity nodes
-        # the first pass inserted (outer-scope and Where reads), which quantize_static still needs.
+        # The Identity reroutes (outer-scope and Where reads) go on what quant_pre_process wrote:
+        # its level-basic pass would remove them, and quantize_static still needs them.
         ort_input, post_note = fixed_for_ort_quantizer(ort_input, run.scratch / "fp32.preprocessed.ort_fixups.onnx")
         notes.append(post_note and post_note.replace("before quantize_static:", "after quant_pre_process:", 1))
     else:

@@ -342,3 +342,14 @@ def test_quant_pre_process_removes_the_identities_so_the_fixups_run_again_after_
     again, note = fixed_for_ort_quantizer(tmp_path / "pre.onnx", tmp_path / "again.onnx")
     assert note and "Identity inserted" in note
     quantize_static(str(again), str(tmp_path / "q.onnx"), _Reader("x", shape), quant_format=QuantFormat.QOperator)
+
+
+def test_before_quant_pre_process_the_identity_reroutes_wait_and_a_failing_rewrite_is_a_note(tmp_path):
+    raw = tmp_path / "where.onnx"
+    _where_reads_a_quantized_add(raw)
+    assert fixed_for_ort_quantizer(raw, tmp_path / "early.onnx", identities=False) == (raw, None)
+    assert not (tmp_path / "early.onnx").exists()
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"\x08\x07" + b"\xff" * 64)  # no ONNX model: the rewrite cannot even parse it
+    path, note = fixed_for_ort_quantizer(broken, tmp_path / "out.onnx")
+    assert path == broken and "could not be applied" in note and "quantized the file as is" in note

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.errors import OrtQuantizerFailed
+from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 from service.pipeline.vocabulary import all_nodes
 
@@ -199,8 +200,6 @@ def _rewire_reads(graph, renames: dict[str, str]) -> None:
 
 def outer_scope_reads_through_identity(model) -> list[str]:
     """Route every tensor a top-level node produces and a subgraph reads through an Identity."""
-    from onnx import helper
-
     g = model.graph
     produced = {o for n in g.node for o in n.output if o}
     wanted: set[str] = set()
@@ -210,17 +209,24 @@ def outer_scope_reads_through_identity(model) -> list[str]:
     if not wanted:
         return []
     renames = {name: f"{name}{OUTER_SUFFIX}" for name in sorted(wanted)}
-    new_nodes = []
     for node in g.node:
         for sub in _subgraphs(node):
             _rename_reads(sub, renames)
-        new_nodes.append(node)
-        for o in node.output:
-            if o in renames:  # right after its producer: the node list stays topologically sorted
-                new_nodes.append(helper.make_node("Identity", [o], [renames[o]], name=f"{o}{OUTER_SUFFIX}"))
-    del g.node[:]
-    g.node.extend(new_nodes)
+    _identities_after_producers(g, renames)
     return sorted(wanted)
+
+
+def _identities_after_producers(graph, renames: dict[str, str]) -> None:
+    """``Identity(name) -> renames[name]`` right after each name's producer (the node list stays
+    topologically sorted); the readers were already pointed at the new names."""
+    from onnx import helper
+
+    new_nodes = []
+    for node in graph.node:
+        new_nodes.append(node)
+        new_nodes += [helper.make_node("Identity", [o], [renames[o]], name=renames[o]) for o in node.output if o in renames]
+    del graph.node[:]
+    graph.node.extend(new_nodes)
 
 
 def _before_ir4(model) -> bool:
@@ -304,8 +310,6 @@ def _where_reads(model) -> list[tuple[int, int, str]]:
 
 def where_inputs_through_identity(model) -> list[str]:
     """Route the Where reads of ``_where_reads`` through one Identity per tensor."""
-    from onnx import helper
-
     reads = _where_reads(model)
     if not reads:
         return []
@@ -313,57 +317,58 @@ def where_inputs_through_identity(model) -> list[str]:
     for k, i, tensor in reads:
         g.node[k].input[i] = tensor + WHERE_SUFFIX
     wanted = sorted({t for _, _, t in reads})
-    new_nodes = []
-    for node in g.node:
-        new_nodes.append(node)
-        new_nodes += [helper.make_node("Identity", [o], [o + WHERE_SUFFIX], name=o + WHERE_SUFFIX)
-                      for o in node.output if o in wanted]
-    del g.node[:]
-    g.node.extend(new_nodes)
+    _identities_after_producers(g, {t: t + WHERE_SUFFIX for t in wanted})
     return wanted
 
 
-def fixups_for_ort_quantizer(model) -> OrtFixups:
-    """Apply every rewrite in place; what was done."""
+def fixups_for_ort_quantizer(model, *, identities: bool = True) -> OrtFixups:
+    """Apply every rewrite in place; what was done. ``identities=False`` leaves out the Identity
+    reroutes (outer-scope and Where reads): ORT's level-basic pass in quant_pre_process removes
+    them, so before it they are work thrown away (the caller applies them after it)."""
     dropped, ir = initializer_inputs_unlisted(model)
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
-                     outer_scope_reads=outer_scope_reads_through_identity(model),
+                     outer_scope_reads=outer_scope_reads_through_identity(model) if identities else [],
                      ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_renamed(model),
-                     where_reads=where_inputs_through_identity(model))
+                     where_reads=where_inputs_through_identity(model) if identities else [])
 
 
-def needs_fixups(model) -> bool:
+def needs_fixups(model, *, identities: bool = True) -> bool:
     """Cheap check on a model parsed without its external data."""
     g = model.graph
-    if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
+    if _before_ir4(model) or any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
-    if _before_ir4(model) or any(True for n in g.node for _ in _subgraphs(n)):
-        return True
-    if _where_reads(model):
+    if identities and (any(True for n in g.node for _ in _subgraphs(n)) or _where_reads(model)):
         return True
     shared = _shared_biases(model)
     return bool(shared) and any(_extended(b, _tensor_names(model)) for b in shared)
 
 
-def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None) -> tuple[Path, str | None]:
+def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None,
+                            identities: bool = True) -> tuple[Path, str | None]:
     """The file ORT's quantizer should read: ``fp32_path`` itself when no rewrite applies, else a
     rewritten copy at ``out_path``; with the note for the report (``None`` when nothing changed).
 
     ``model``: the file already parsed without external data, to decide without reading it again.
+    ``identities``: see ``fixups_for_ort_quantizer``. A rewrite that fails leaves the file as it is
+    and says so: the ORT paths then report what ORT's tools do with it.
     """
     import onnx
 
-    if model is None:
-        model = onnx.load(str(fp32_path), load_external_data=False)
-    if not needs_fixups(model):
-        return fp32_path, None
-    full = onnx.load(str(fp32_path))  # with its weights: the copy must stand alone
-    fixups = fixups_for_ort_quantizer(full)
-    if not fixups.changed:
-        return fp32_path, None
-    large = sum(len(t.raw_data) for t in full.graph.initializer) > (3 << 29)  # protobuf stops at 2 GB
-    onnx.save(full, str(out_path), save_as_external_data=large,
-              location=out_path.name + ".data" if large else None)
+    try:
+        if model is None:
+            model = onnx.load(str(fp32_path), load_external_data=False)
+        if not needs_fixups(model, identities=identities):
+            return fp32_path, None
+        full = onnx.load(str(fp32_path))  # with its weights: the copy must stand alone
+        fixups = fixups_for_ort_quantizer(full, identities=identities)
+        if not fixups.changed:
+            return fp32_path, None
+        large = sum(len(t.raw_data) for t in full.graph.initializer) > (3 << 29)  # protobuf stops at 2 GB
+        onnx.save(full, str(out_path), save_as_external_data=large,
+                  location=out_path.name + ".data" if large else None)
+    except Exception as e:  # noqa: BLE001 - quantize the file as it is, and say so
+        return fp32_path, (f"the lossless rewrites before quantize_static could not be applied "
+                           f"({scrub(first_line(e))}); quantized the file as is")
     return out_path, fixups.note()
 
 

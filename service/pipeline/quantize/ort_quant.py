@@ -15,7 +15,7 @@ from service.pipeline.inputs.samples import Feed
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
-from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
+from service.pipeline.runtime.ort_sessions import ort_refusal, session_options_for, session_with_options
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -187,15 +187,14 @@ def quantized_by_ort(
 
 
 def _ort_loads(path: Path, quant_format: str) -> None:
-    """The path is ok only when ORT loads the file its own quantizer wrote: otherwise every level
-    would fail alike under an "ok" path (ort_fixups.py names the quantizer defects found so far;
-    this catches the next one, with ORT's words naming the node)."""
-    try:
-        session_for(path, "disable_all")
-    except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
-        fmt = "QDQ" if quant_format == "qdq" else "QOperator"
-        raise OrtFileRejected(
-            f"ORT cannot load the file quantize_static ({fmt}) wrote: {scrub(first_line(e))[:500]}",
-            hint="the quantizer wrote this node wrong for this graph (a defect of onnxruntime.quantization); "
-                 "options.ort.nodes_to_exclude can keep the node ORT names in float; the other paths are unaffected",
-        ) from e
+    """The path is ok only when ORT loads the file its own quantizer wrote (ort_fixups.py names the
+    quantizer defects found so far; this catches the next one, with ORT's words naming the node)."""
+    e = ort_refusal(path)
+    if e is None:
+        return
+    fmt = "QDQ" if quant_format == "qdq" else "QOperator"
+    raise OrtFileRejected(
+        f"ORT cannot load the file quantize_static ({fmt}) wrote: {scrub(first_line(e))[:500]}",
+        hint="the quantizer wrote this node wrong for this graph (a defect of onnxruntime.quantization); "
+             "options.ort.nodes_to_exclude can keep the node ORT names in float; the other paths are unaffected",
+    ) from e

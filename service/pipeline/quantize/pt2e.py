@@ -12,7 +12,7 @@ from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
 from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard, install_histogram_search
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.runtime.ort_sessions import ort_refusal
 from service.schemas.report import ToolInfo
 
 
@@ -119,19 +119,19 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
 
 
 def _ort_loads(path: Path, specs) -> None:
-    """The path is ok only when ORT loads its file: otherwise every level would fail alike, under an
-    "ok" path (a float16 upload's file quantizes float16 tensors with float32 scales, which ORT's
-    type check refuses: QuantizeLinear's T1 bound to tensor(float16) and tensor(float))."""
-    try:
-        session_for(path, "disable_all")
-    except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
-        half = {s.name: s.dtype for s in specs if s.dtype in ("float16", "bfloat16")}
-        hint = (f"the upload computes in {'/'.join(sorted(set(half.values())))} "
-                f"(input {', '.join(half)}): PT2E's XNNPACK config quantizes float32 models; upload the "
-                "float32 model" if half else
-                "ORT's message names the node it refuses; the ORT paths are unaffected")
-        raise Pt2eFileRejected(f"ORT cannot load the file torch.onnx.export wrote: {scrub(first_line(e))[:500]}",
-                               hint=hint) from e
+    """The path is ok only when ORT loads its file (a float16 upload's file quantizes float16
+    tensors with float32 scales, which ORT's type check refuses: QuantizeLinear's T1 bound to
+    tensor(float16) and tensor(float))."""
+    e = ort_refusal(path)
+    if e is None:
+        return
+    half = {s.name: s.dtype for s in specs if s.dtype in ("float16", "bfloat16")}
+    hint = (f"the upload computes in {'/'.join(sorted(set(half.values())))} "
+            f"(input {', '.join(half)}): PT2E's XNNPACK config quantizes float32 models; upload the "
+            "float32 model" if half else
+            "ORT's message names the node it refuses; the ORT paths are unaffected")
+    raise Pt2eFileRejected(f"ORT cannot load the file torch.onnx.export wrote: {scrub(first_line(e))[:500]}",
+                           hint=hint) from e
 
 
 _MINMAX_OBSERVERS = ("MinMaxObserver", "PerChannelMinMaxObserver")

@@ -65,3 +65,13 @@ def session_with_options(model: Path | str | bytes, so):
     import onnxruntime as ort
 
     return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so, providers=PROVIDERS)
+
+
+def ort_refusal(model: Path | str) -> Exception | None:
+    """ORT's refusal to load ``model`` at ``disable_all`` (the least it asks of a file), or None.
+    A path whose file ORT refuses would fail alike at every level under an "ok" path."""
+    try:
+        session_for(model, "disable_all")
+    except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
+        return e
+    return None

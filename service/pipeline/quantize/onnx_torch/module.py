@@ -263,9 +263,6 @@ class GraphRunner:
             return _reference_eval(node, [scope.const(n) if n else None for n in node.inputs], self.opset)
         return [None if o is None else _as_numpy(o) for o in out]
 
-    def _missing_key(self, node: OnnxNode) -> tuple[str, str, int]:
-        return node.domain or "ai.onnx", node.op_type, self.opset if node.domain == "" else 1
-
     def run_node(self, node: OnnxNode, scope: _Scope, *, main: bool) -> None:
         import torch
 
@@ -280,7 +277,7 @@ class GraphRunner:
                 except ConversionError:  # no converter and no tensor from the reference (a Sequence)
                     if not self.building:
                         raise
-                    self.missing[self._missing_key(node)] += 1
+                    self.missing[_missing_key(node.domain, node.op_type, self.opset)] += 1
                     raise _StopBuild(node) from None
             for name, v in zip(node.outputs, outs):
                 if name and v is not None:
@@ -306,7 +303,7 @@ class GraphRunner:
         if out is None:
             if not self.building:
                 raise ConversionError(f"no converter for {node.op_type}", node)
-            self.missing[self._missing_key(node)] += 1
+            self.missing[_missing_key(node.domain, node.op_type, self.opset)] += 1
             # keep going with the ONNX reference's numbers so that every missing op is found in one run
             arrays = [None if v is None else _as_numpy(v) for v in inputs]
             try:
@@ -369,11 +366,17 @@ class GraphRunner:
         self._sub_calls = 0
 
 
+def _missing_key(domain: str, op_type: str, opset: int) -> tuple[str, str, int]:
+    """(domain, op, version) of a node without converter; the registry keys other domains at 1."""
+    domain = "" if domain == "ai.onnx" else domain
+    return domain or "ai.onnx", op_type, opset if domain == "" else 1
+
+
 def _count_missing(raw, opset: int, missing: Counter) -> None:
     """Count ``raw`` and the nodes of its subgraphs that have no converter."""
-    domain = raw.domain if raw.domain != "ai.onnx" else ""
-    if find_converter(domain, raw.op_type, opset if domain == "" else 1) is None:
-        missing[(domain or "ai.onnx", raw.op_type, opset if domain == "" else 1)] += 1
+    key = _missing_key(raw.domain, raw.op_type, opset)
+    if find_converter(raw.domain, raw.op_type, key[2]) is None:
+        missing[key] += 1
     for a in raw.attribute:
         if a.HasField("g"):
             for n in a.g.node:
