@@ -57,6 +57,19 @@ def test_compare_an_uploaded_onnx_file(tiny_onnx_models, tmp_path):
     assert report["artifacts"]["ort_qdq"]["status"] == "ok"
 
 
+def test_a_second_run_into_the_same_out_folder_works_and_leaves_the_model_alone(tiny_onnx_models, tmp_path):
+    """artifacts/fp32.onnx is a hard link to the model: a rerun found it there and stopped with
+    'internal_error: SameFileError'."""
+    model = tiny_onnx_models["tiny_conv_net"]
+    before = model.read_bytes()
+    for _ in range(2):
+        proc = _run("compare", str(model), "--options", '{"latency": {"enabled": false}, "advice": {"enabled": false}, '
+                    '"layers": {"enabled": false}}', "--out", str(tmp_path / "o"), "-q")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert model.read_bytes() == before
+    assert (tmp_path / "o" / "artifacts" / "fp32.onnx").read_bytes() == before
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--example", "nope"], "unknown example"),
     (["--example", "conv_relu", "--options", "{not json"], "not valid JSON"),

@@ -19,7 +19,10 @@ class LayerCell(_Model):
 
     sqnr_db: float | None  # None: identical to fp32 (infinite SQNR)
     cosine: float
-    max_abs_error: float
+    max_abs_error: float  # over the positions where both are finite
+    # values that are inf or NaN in the file where fp32 has a number (or another non-finite value);
+    # when nonzero, sqnr_db is the floor (-200) and cosine 0
+    nonfinite: int = 0
     # max_abs_error / scale: how many quantization steps the worst element is off.
     max_abs_error_lsb: float | None = None
     # Share of the fp32 values beyond [scale*(qmin-zp), scale*(qmax-zp)] by more than half a

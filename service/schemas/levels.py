@@ -76,7 +76,10 @@ class OutputNumerics(_Model):
     reference: str  # fp32 output name
     sqnr_db: float | None  # None when the error is exactly zero (infinite SQNR)
     cosine: float
-    max_abs_error: float
+    max_abs_error: float  # over the positions where both are finite
+    # Values that are inf or NaN here where fp32 has a number (or another non-finite value); when
+    # nonzero, sqnr_db is the floor (-200) and cosine 0.
+    nonfinite: int = 0
     # Quantization step of this output (scale of the DQ that produces it), when quantized.
     output_step: float | None = None
     # vs the previous level of the same artifact

@@ -143,3 +143,58 @@ def test_an_output_that_ort_s_float_rewrites_move_like_quantization_is_flagged(t
     else:
         assert fp32_basic is None or fp32_basic > 100
         assert lints == []
+
+
+def _conv_model(path, *, in_if: bool) -> None:
+    """One Conv, in the main graph or as both branches of an If on the input's mean."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(0, np.float32), "zero")]
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
+    if in_if:
+        branch = [helper.make_graph([helper.make_node("Conv", ["x", "w"], [o], pads=[1, 1, 1, 1])], o, [],
+                                    [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, 4, 8, 8])]) for o in ("t", "e")]
+        nodes = [helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0), helper.make_node("Greater", ["m", "zero"], ["c"]),
+                 helper.make_node("If", ["c"], ["y"], then_branch=branch[0], else_branch=branch[1])]
+    else:
+        nodes = [conv]
+    onnx.save(helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                                opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+@pytest.mark.parametrize("fmt", ["QDQ", "QOperator"])
+def test_quantize_static_leaves_if_bodies_alone_and_the_lint_says_so(tmp_path, fmt):
+    """In the installed ORT: the same Conv is quantized in the main graph and left float inside an If
+    body (EnableSubgraph off, as quantize_static defaults it); the lint names the body's Conv and why."""
+    import numpy as np
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from service.pipeline.runtime.levels import file_facts_from_graph
+    from service.pipeline.vocabulary import graph_from_path
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": np.random.default_rng(k).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+                               for k in range(2)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    facts = {}
+    for in_if in (False, True):
+        src, out = tmp_path / f"m{in_if}.onnx", tmp_path / f"q{in_if}.onnx"
+        _conv_model(src, in_if=in_if)
+        quantize_static(str(src), str(out), Reader(), quant_format=getattr(QuantFormat, fmt))
+        facts[in_if] = file_facts_from_graph(graph_from_path(out))
+    art = "ort_qdq" if fmt == "QDQ" else "ort_qoperator"
+    assert "nothing_quantized" not in _codes(art, facts[False], _levels(), VNNI)
+    assert facts[True].subgraph_compute_ops == {"Conv": 2} and facts[False].subgraph_compute_ops == {}
+    lint = next(x for x in lints_for(names=["fp32", art], files={art: facts[True]}, optimized={art: {}},
+                                     options=ComparisonOptions(), cpu=VNNI) if x.code == "nothing_quantized")
+    assert "Conv x2 sit inside If/Loop/Scan bodies" in lint.message and "EnableSubgraph" in lint.source

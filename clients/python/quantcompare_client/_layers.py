@@ -41,6 +41,8 @@ class LayerCell:
     alignment: str = field(repr=False)
     # SQNR at the other levels where the tensor still exists (options.layers.by_level); inf = exact.
     by_level: Dict[str, float] = field(default_factory=dict, repr=False)
+    # values that are inf or NaN in the file where fp32 has a number (sqnr_db is then the floor, -200)
+    nonfinite: int = 0
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LayerCell":
@@ -50,7 +52,8 @@ class LayerCell:
                    _f(d.get("clipped_share")), _f(d.get("scale")), int(zp) if isinstance(zp, int) else None,
                    _f(d.get("drop_db")), str(d.get("file_tensor", "")), str(d.get("alignment", "")),
                    {str(k): (math.inf if v is None else float(v)) for k, v in (d.get("by_level") or {}).items()
-                    if v is None or _f(v) is not None})
+                    if v is None or _f(v) is not None},
+                   nonfinite=int(d.get("nonfinite") or 0))
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,8 @@ class Layers:
                 out.append({"tensor": r.tensor, "op_type": r.op_type, "depth": r.depth, "artifact": a,
                             "sqnr_db": c.sqnr_db, "drop_db": c.drop_db, "cosine": c.cosine,
                             "max_abs_error": c.max_abs_error, "max_abs_error_lsb": c.max_abs_error_lsb,
-                            "clipped_share": c.clipped_share, "scale": c.scale, "zero_point": c.zero_point})
+                            "clipped_share": c.clipped_share, "scale": c.scale, "zero_point": c.zero_point,
+                            "nonfinite": c.nonfinite})
         return out
 
     def __repr__(self) -> str:

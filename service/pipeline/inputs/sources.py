@@ -148,6 +148,10 @@ def example_args(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]):
 
 def copy_upload(src: Path, dest: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        if dest.samefile(src):  # a CLI run again into the same --out: the link is already there
+            return dest
+        dest.unlink()  # an earlier run's file of another model
     try:
         dest.hardlink_to(src)  # same folder tree: no second copy of a large model
     except OSError:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from service.pipeline.runtime.numerics import SQNR_FLOOR, finite_pairs, sqnr_from_sums
 from service.pipeline.runtime.ort_sessions import session_for
 from service.pipeline.runtime.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
 from service.schemas.layers import LayerCell, LayerOrigin, LayerRow, LayersReport
@@ -33,7 +34,6 @@ CLEAN_DB = 100.0
 ORIGIN_DROP_DB = 3.0  # a drop below this is inherited error, not an origin
 DISAGREE_DB = 3.0  # tools whose SQNR on one tensor differs by this much get an explanation
 _FLOAT_KINDS = ("float32", "float16", "float64", "bfloat16")
-_SQNR_FLOOR = -200.0
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ class _Acc:
     def __init__(self):
         self.ref2 = self.err2 = self.dot = self.act2 = 0.0
         self.max_abs = 0.0
-        self.n = self.clipped = 0
+        self.n = self.clipped = self.nonfinite = 0
         self.loc: Located | None = None
 
     def add(self, ref: _Ref, got: np.ndarray, loc: Located) -> None:
@@ -267,10 +267,17 @@ class _Acc:
         # The error in float32 is the float64 difference rounded once (both operands are float32);
         # its sums are taken in float64 (_dot): no float64 copy of either tensor.
         e = np.subtract(ref.r32, g, out=_error_buffer(g.size))
-        self.ref2 += ref.ref2
-        self.err2 += _dot(e, e)
-        self.dot += _dot(ref.r32, g)
-        self.act2 += _dot(g, g)
+        sums = (ref.ref2, _dot(e, e), _dot(ref.r32, g), _dot(g, g))
+        if not all(map(math.isfinite, sums)):
+            # inf or NaN in either: sums over the positions where both are finite, the rest counted
+            r, a, mismatched = finite_pairs(ref.r32, g)
+            self.nonfinite += mismatched
+            e = r - a
+            sums = (_dot(r, r), _dot(e, e), _dot(r, a), _dot(a, a))
+        self.ref2 += sums[0]
+        self.err2 += sums[1]
+        self.dot += sums[2]
+        self.act2 += sums[3]
         if e.size:
             self.max_abs = max(self.max_abs, float(e.max()), -float(e.min()))
         self.n += e.size
@@ -281,8 +288,9 @@ class _Acc:
     def cell(self, drop_db: float | None = None) -> LayerCell:
         loc = self.loc
         return LayerCell(
-            sqnr_db=_sqnr(self.ref2, self.err2), cosine=_cos(self.dot, self.ref2, self.act2),
-            max_abs_error=self.max_abs,
+            sqnr_db=SQNR_FLOOR if self.nonfinite else sqnr_from_sums(self.ref2, self.err2),
+            cosine=0.0 if self.nonfinite else _cos(self.dot, self.ref2, self.act2),
+            max_abs_error=self.max_abs, nonfinite=self.nonfinite,
             max_abs_error_lsb=self.max_abs / loc.scale if loc.scale else None,
             clipped_share=(self.clipped / self.n if self.n else 0.0) if loc.scale is not None else None,
             scale=loc.scale, zero_point=loc.zero_point, file_tensor=loc.tensor, alignment=loc.how, drop_db=drop_db,
@@ -326,14 +334,6 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     which a cosine of 0.99995 cannot afford). einsum, not BLAS: OpenBLAS threads a long dot
     product, which only adds contention next to ORT's own threads on a busy worker."""
     return float(np.einsum("i,i->", a, b, dtype=np.float64))
-
-
-def _sqnr(signal: float, noise: float) -> float | None:
-    if noise == 0.0:
-        return None
-    if signal == 0.0:
-        return _SQNR_FLOOR
-    return max(_SQNR_FLOOR, 10.0 * math.log10(signal / noise))
 
 
 def _cos(dot: float, a2: float, b2: float) -> float:

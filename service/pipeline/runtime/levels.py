@@ -60,6 +60,7 @@ from service.pipeline.vocabulary import (
     INT8_COMPUTE_KERNELS,
     INT8_KERNELS,
     GraphIndex,
+    all_nodes,
     graph_from_path,
     op_key,
 )
@@ -79,15 +80,19 @@ class FileFacts:
     activation_dtypes: list[str]
     int8_kernels: dict[str, int]
     transposes: int
+    # Conv/MatMul/Gemm/... inside If/Loop/Scan bodies (op_histogram counts the main graph only)
+    subgraph_compute_ops: dict[str, int] = field(default_factory=dict)
 
 
 def file_facts_from_graph(g: GraphIndex) -> FileFacts:
     hist = op_histogram(g)
     kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
     acts = quantized_activation_dtypes(g)
+    in_bodies = Counter(op_key(n) for n in all_nodes(g.model.graph)) - Counter(hist)
     return FileFacts(opset=g.opset, op_histogram=hist, bias_summary=bias_state(g).summary,
                      weights=weight_quant_params(g), activation_dtypes=acts, int8_kernels=kernels,
-                     transposes=hist.get("Transpose", 0))
+                     transposes=hist.get("Transpose", 0),
+                     subgraph_compute_ops={k: v for k, v in sorted(in_bodies.items()) if k in COMPUTE_OPS})
 
 
 @dataclass(frozen=True)

@@ -13,27 +13,64 @@ import numpy as np
 
 from service.schemas.levels import LatencyStats, LevelNumerics, OutputNumerics
 
-# An SQNR for a zero reference with nonzero error has no meaning; report it as very low.
-_SQNR_FLOOR = -200.0
+# An SQNR for a zero reference with nonzero error has no meaning; report it as very low. The same
+# floor stands for an output that is inf or NaN where fp32 has a number (a quantized energy of 0
+# before a Log): a figure that fails every SQNR gate.
+SQNR_FLOOR = -200.0
+
+
+def finite_pairs(reference: np.ndarray, actual: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Both flattened, without the positions where they hold the same non-finite value (both -inf,
+    both NaN: they agree), and how many positions hold a non-finite value the other does not match.
+    Only called once a sum came out non-finite: finite outputs pay for no mask."""
+    r, a = np.ravel(reference), np.ravel(actual)
+    both = np.isfinite(r) & np.isfinite(a)
+    same = (r == a) | (np.isnan(r) & np.isnan(a))
+    return r[both], a[both], int(np.count_nonzero(~both & ~same))
+
+
+def nonfinite_mismatches(reference: np.ndarray, actual: np.ndarray) -> int:
+    """Positions where ``actual`` is inf or NaN and ``reference`` does not hold the same value (or the
+    other way round); 0 for integer outputs."""
+    if reference.dtype.kind != "f" or (np.isfinite(reference).all() and np.isfinite(actual).all()):
+        return 0
+    return finite_pairs(reference, actual)[2]
+
+
+def sqnr_from_sums(signal: float, noise: float) -> float | None:
+    """10*log10(signal / noise) from the two power sums; ``None`` when the noise is exactly zero."""
+    if noise == 0.0:
+        return None
+    if signal == 0.0 or signal / noise == 0.0:  # the ratio underflows: no logarithm, far below any gate
+        return SQNR_FLOOR
+    return max(SQNR_FLOOR, 10.0 * math.log10(signal / noise))
 
 
 def sqnr_db(reference: np.ndarray, actual: np.ndarray) -> float | None:
     """10*log10(signal power / noise power); ``None`` when the two are identical (infinite)."""
     ref = reference.astype(np.float64, copy=False).ravel()
-    noise = ref - actual.astype(np.float64, copy=False).ravel()
+    act = actual.astype(np.float64, copy=False).ravel()
+    noise = ref - act
     n = float(np.dot(noise, noise))
     s = float(np.dot(ref, ref))
-    if n == 0.0:
-        return None
-    if s == 0.0:
-        return _SQNR_FLOOR
-    return max(_SQNR_FLOOR, 10.0 * math.log10(s / n))
+    if not (math.isfinite(n) and math.isfinite(s)):
+        ref, act, mismatched = finite_pairs(ref, act)
+        if mismatched:
+            return SQNR_FLOOR
+        noise = ref - act
+        n, s = float(np.dot(noise, noise)), float(np.dot(ref, ref))
+    return sqnr_from_sums(s, n)
 
 
 def cosine(reference: np.ndarray, actual: np.ndarray) -> float:
     a = reference.astype(np.float64, copy=False).ravel()
     b = actual.astype(np.float64, copy=False).ravel()
     na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+    if not (math.isfinite(na) and math.isfinite(nb)):
+        a, b, mismatched = finite_pairs(a, b)
+        if mismatched:
+            return 0.0
+        na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
     if na == 0.0 and nb == 0.0:
         return 1.0
     if na == 0.0 or nb == 0.0:
@@ -42,9 +79,15 @@ def cosine(reference: np.ndarray, actual: np.ndarray) -> float:
 
 
 def max_abs_error(reference: np.ndarray, actual: np.ndarray) -> float:
+    """Over the positions where both are finite (a report holds no inf): ``nonfinite_mismatches``
+    counts the others."""
     if reference.size == 0:
         return 0.0
-    return float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
+    diff = float(np.max(np.abs(reference.astype(np.float64) - actual.astype(np.float64))))
+    if math.isfinite(diff):
+        return diff
+    r, a, _ = finite_pairs(reference, actual)
+    return float(np.max(np.abs(r.astype(np.float64) - a.astype(np.float64)))) if r.size else 0.0
 
 
 def concat_runs(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
@@ -74,8 +117,8 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
                 drift_steps = drift / steps[k]
         outs.append(OutputNumerics(
             name=names[k], reference=reference_names[k], sqnr_db=sqnr_db(ref, got), cosine=cosine(ref, got),
-            max_abs_error=max_abs_error(ref, got), output_step=steps[k], drift_max_abs=drift,
-            drift_steps=drift_steps,
+            max_abs_error=max_abs_error(ref, got), nonfinite=nonfinite_mismatches(ref, got), output_step=steps[k],
+            drift_max_abs=drift, drift_steps=drift_steps,
         ))
     finite = [o.sqnr_db for o in outs if o.sqnr_db is not None]
     return LevelNumerics(

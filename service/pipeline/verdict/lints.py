@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.pipeline.runtime.numerics import SQNR_FLOOR
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo
 
@@ -45,14 +46,28 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
         qdq = any(k.rsplit(".", 1)[-1] in ("QuantizeLinear", "DequantizeLinear") for k in hist)  # com.microsoft too
         if not f.int8_kernels and not qdq:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(hist.items(), key=lambda kv: -kv[1])[:4])
-            out.append(Lint(
-                code="nothing_quantized", severity="warning", artifact=a,
-                message=f"the file holds no QuantizeLinear, DequantizeLinear or int8 kernel: the tool quantized "
-                        f"none of the model's ops ({ops}), so this artifact is the float model and its figures "
-                        "say nothing about int8.",
-                hint="int8 pays off for Conv, MatMul, Gemm and similar; a model without them (a tree ensemble, "
-                     "pure elementwise math) gains nothing from these tools",
-            ))
+            message = (f"the file holds no QuantizeLinear, DequantizeLinear or int8 kernel: the tool quantized "
+                       f"none of the model's ops ({ops}), so this artifact is the float model and its figures "
+                       "say nothing about int8.")
+            hint = ("int8 pays off for Conv, MatMul, Gemm and similar; a model without them (a tree ensemble, "
+                    "pure elementwise math) gains nothing from these tools")
+            source = None
+            inside = ", ".join(f"{op} x{n}" for op, n in f.subgraph_compute_ops.items())
+            if inside and a in ("ort_qdq", "ort_qoperator"):
+                message += (f" Its {inside} sit inside If/Loop/Scan bodies, which quantize_static leaves alone: "
+                            "its EnableSubgraph option is off by default and documented for dynamic "
+                            "quantization only, and the QDQ quantizer has no subgraph path.")
+                hint = ("export the model with the control flow resolved around them (a fixed condition or trip "
+                        "count folds the If/Loop); the pt2e_qdq path of an ONNX upload can quantize them (its converter runs "
+                        "both branches of a data-dependent If and selects with torch.where, and unrolls a Loop of known trip "
+                        "count)")
+                source = "onnxruntime/python/tools/quantization/quantize.py (extra_options EnableSubgraph), qdq_quantizer.py"
+            elif inside:
+                message += f" Its {inside} sit inside If/Loop/Scan bodies."
+            out.append(Lint(code="nothing_quantized", severity="warning", artifact=a, message=message, hint=hint,
+                            source=source))
+
+        out.extend(_nonfinite_lints(a, per_level))
 
         per_channel = [w for w in f.weights if w["per_channel"]]
         if per_channel and f.opset < 13:
@@ -107,3 +122,23 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                 hint="open the file at the last level that worked and compare; report the failing level upstream",
             ))
     return out
+
+
+def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
+    """One lint per output that holds inf or NaN where fp32 has numbers, at any level."""
+    worst: dict[str, tuple[int, list[str]]] = {}  # output -> (most values at one level, the levels)
+    for level, opt in per_level.items():
+        for o in (opt.numerics.outputs if opt.numerics else []):
+            if o.nonfinite:
+                count, levels = worst.get(o.name, (0, []))
+                worst[o.name] = (max(count, o.nonfinite), [*levels, level])
+    return [Lint(
+        code="nonfinite_outputs", severity="error", artifact=artifact,
+        message=f"output {name!r} holds {count} inf or NaN values where the fp32 model has numbers (at "
+                f"{', '.join(levels)}): its SQNR is the floor ({SQNR_FLOOR:.0f} dB) and cosine 0, so every "
+                "accuracy gate on it fails; the max abs error counts only the finite positions.",
+        hint="a quantized value reached an op outside its domain, typically a Log or Div of a value that "
+             "quantized to 0 (a small energy in a log-mel front end) or a Sqrt of a negative one: keep that op "
+             "and its input in float (ort.nodes_to_exclude for the ORT paths), or clamp before it in the model; "
+             "the per-tensor table (layers, 'nonfinite') shows the first tensor that holds them",
+    ) for name, (count, levels) in worst.items()]

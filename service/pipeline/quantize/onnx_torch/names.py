@@ -88,17 +88,23 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
         renames = {py: orig for py, orig in zip(python_names(input_names), input_names)
                    if py != orig and py in inputs}
     copies: dict[int, str] = {}  # output index -> upload name, where the value needs a second name
+    same_as: dict[int, int] = {}  # output index -> the earlier output index whose value it lists again
     outputs = [vi.name for vi in graph.output]
     # An upload output that bears an input's name is that input, passed through: torch's names stay.
     if output_names is not None and len(outputs) == len(output_names) and not set(output_names) & set(input_names):
         for k, (old, new) in enumerate(zip(outputs, output_names)):
+            if output_names.index(new) != k:
+                # the upload lists one tensor twice (valid ONNX); torch wrote the second as an Identity
+                # alias: both outputs name the first's value, or 'new' would be defined twice
+                same_as[k] = output_names.index(new)
+                continue
             if old == new:
                 continue
             if old in inputs or outputs.index(old) != k:
                 copies[k] = new  # a graph input, or one value that is two outputs: an Identity names it
             else:
                 renames[old] = new
-    if not renames and not copies:
+    if not renames and not copies and not same_as:
         return 0
     taken = set(renames.values()) | set(copies.values())
     existing = _all_names(graph)
@@ -123,7 +129,20 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
             vi.name = copies[k]
         else:
             vi.name = value
-    return len(renames) + len(copies)
+    for k, first in same_as.items():
+        graph.output[k].name = graph.output[first].name
+    _drop_dead_aliases(graph, {renames.get(outputs[k], outputs[k]) for k in same_as})
+    return len(renames) + len(copies) + len(same_as)
+
+
+def _drop_dead_aliases(graph, names: set[str]) -> None:
+    """Remove the Identity nodes that wrote ``names`` once no node reads them and no output lists them:
+    left in place, the alias is one more reader of the output value, and on x86 the Conv before it
+    stayed float at every level (``io_dtype_mismatch``: its output Q/DQ was not converted to uint8)."""
+    read = {t for node in all_nodes(graph) for t in node.input} | {vi.name for vi in graph.output}
+    dead = [n for n in graph.node if n.op_type == "Identity" and n.output[0] in names and n.output[0] not in read]
+    for node in dead:
+        graph.node.remove(node)
 
 
 def _all_names(graph) -> set[str]:

@@ -7,7 +7,9 @@ are never touched):
    become initializers, so the ``If``/``Shape`` arithmetic on them folds;
 3. every input gets its resolved, concrete shape;
 4. onnxscript's optimizer folds constants (``If`` on a constant, ``Shape`` of a static tensor);
-5. ONNX shape inference runs on the result (for the report and for converters' ctx.shape).
+5. every Conv reads its own weight and bias initializer (``own_weights.py``: torchao quantizes only
+   the first of several convs that share one); after folding, which can make a weight an initializer;
+6. ONNX shape inference runs on the result (for the report and for converters' ctx.shape).
 What is still shape arithmetic after this is folded by ``module.build_module``'s eager run, which
 knows every tensor's concrete shape.
 """
@@ -21,6 +23,7 @@ import numpy as np
 from service.pipeline.quantize.onnx_cleanup import _bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants
 
 from .names import restore_io_names
+from .own_weights import own_weight_copies
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ def specialized(model, shapes: dict[str, tuple[int, ...]], *,
         # onnxscript's IR renames an input that is also a graph output ("x" -> "x_orig"); the module
         # is built and fed by the upload's input names.
         restore_io_names(work, inputs, outputs)
+    own_weight_copies(work, notes)
     try:
         work = onnx.shape_inference.infer_shapes(work, data_prop=True)
     except Exception as e:  # noqa: BLE001 - the eager build run knows the shapes anyway

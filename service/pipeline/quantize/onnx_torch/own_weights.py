@@ -1,0 +1,84 @@
+"""Each Conv gets its own weight and bias initializer, so torchao's XNNPACK quantizer can quantize it.
+
+torchao annotates a conv together with its weight and bias nodes, and skips a conv when any node of
+that group is already annotated (``_xnnpack_quantizer_utils._annotate_conv`` and its relu/bn/transpose
+variants: ``partition = [conv_node, conv_node.args[1], bias]``, ``if _is_annotated(partition): continue``).
+The converter registers one parameter per initializer, so an initializer read by several Convs becomes
+one ``get_attr`` node that every conv shares, and only the first conv would be quantized: a siamese
+network's second branch (CapSpot's ``sim_model.onnx``: 13 of 26 Convs) or the Convs whose identical
+weights or biases an exporter merged into one initializer (basic-pitch's ``nmp.onnx``: one weight read by
+9 Convs, one bias by 18). The ONNX file cannot say whether the model shared the tensor or the exporter
+merged equal ones, and ORT's quantizer quantizes every reader, so the PT2E path does too: every Conv
+after the first reads a copy. Linear layers need no copy: the converters' ``Gemm``/``MatMul`` weights
+reach ``aten.linear`` through their own transpose or constant (measured: both of two Gemms sharing a
+weight are quantized).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import onnx
+
+from .names import _all_names
+
+__all__ = ["OWN_WEIGHT_OPS", "COPY_LIMIT_BYTES", "own_weight_copies"]
+
+OWN_WEIGHT_OPS = {"Conv", "ConvTranspose"}
+_SLOTS = (1, 2)  # weight, bias
+# past this many bytes of copies the readers keep sharing (an ALBERT-like model that reuses its
+# layers would copy every layer's weights once per use), and the note says which convs stay float
+COPY_LIMIT_BYTES = 256 << 20
+
+
+def _shared_conv_inputs(graph) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+    """Initializer -> the (Conv, slot) pairs that read it as weight or bias, for those read by several."""
+    inits = {t.name for t in graph.initializer}
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
+    for node in graph.node:
+        if node.op_type in OWN_WEIGHT_OPS and node.domain in ("", "ai.onnx"):
+            for slot in _SLOTS:
+                if slot < len(node.input) and node.input[slot] in inits:
+                    readers[node.input[slot]].append((node, slot))
+    return {name: r for name, r in readers.items() if len(r) > 1}
+
+
+def own_weight_copies(model, notes: list[str], *, limit_bytes: int = COPY_LIMIT_BYTES) -> int:
+    """Give every Conv after the first reader of a shared weight/bias initializer its own copy, in
+    place; returns the number of copies and says what it did in ``notes``."""
+    graph = model.graph
+    shared = _shared_conv_inputs(graph)
+    if not shared:
+        return 0
+    tensors = {t.name: t for t in graph.initializer}
+    names = _all_names(graph)
+    copies = copied_bytes = 0
+    copied: set[str] = set()
+    left: dict[str, int] = {}  # initializer -> Convs past the limit that still share it
+    for name, readers in shared.items():
+        size = len(tensors[name].SerializeToString())
+        for node, slot in readers[1:]:
+            if copied_bytes + size > limit_bytes:
+                left[name] = left.get(name, 0) + 1
+                continue
+            k = 1
+            while f"{name}__{node.op_type.lower()}{k}" in names:
+                k += 1
+            new = f"{name}__{node.op_type.lower()}{k}"
+            names.add(new)
+            copy = graph.initializer.add()
+            copy.CopyFrom(tensors[name])
+            copy.name = new
+            node.input[slot] = new
+            copies += 1
+            copied_bytes += size
+            copied.add(name)
+    if copies:
+        notes.append(f"{len(copied)} initializers are read by several "
+                     f"Convs as weight or bias; each Conv after the first reads its own copy ({copies} copies, "
+                     f"{copied_bytes / 2**20:.1f} MiB), because torchao's XNNPACK quantizer skips a conv whose "
+                     "weight or bias another conv already annotated")
+    if left:
+        notes.append(f"{sum(left.values())} Convs share a weight or bias with another Conv and were not given a "
+                     f"copy (more than {limit_bytes >> 20} MiB of copies): torchao's XNNPACK quantizer leaves them "
+                     f"in float ({', '.join(sorted(left)[:3])}{', ...' if len(left) > 3 else ''})")
+    return copies
