@@ -277,6 +277,11 @@ def build_already_quantized_unused_domains(path: Path) -> None:
     _with_unused_domains(path)
 
 
+# one second at 16 kHz, its length in the int64 input (generated lengths would be arbitrary)
+_ASR_OPTIONS = {"input_shapes": {"waveforms": [1, 16000], "waveforms_lens": [1]},
+                "input_values": {"waveforms_lens": {"low": 16000, "high": 16001}}}
+
+
 def build_large_100mb(path: Path) -> None:
     """Four 2560x2560 fp32 MatMuls: a 105 MB file, the size of a small real model."""
     import onnx
@@ -362,6 +367,13 @@ CORPUS: list[CorpusModel] = [
                 in_suite=False),
     CorpusModel("ddddocr_det", "ddddocr 1.6.1: YOLOX-style detector, opset 11, static 416x416 input, 20 MB",
                 wheel_file("ddddocr", "ddddocr/common_det.onnx"), {}, in_suite=False),
+    # onnx-asr's preprocessors: a waveform and its int64 length in, log-mel features out
+    CorpusModel("asr_kaldi_fbank", "onnx-asr 0.12.0: Kaldi fbank, STFT (opset 17), Log of mel energies, int64 lengths",
+                wheel_file("onnx-asr", "onnx_asr/preprocessors/data/kaldi.onnx"), _ASR_OPTIONS),
+    CorpusModel("asr_wespeaker_fbank", "onnx-asr 0.12.0: WeSpeaker fbank, frames by Scan, DFT (opset 17)",
+                wheel_file("onnx-asr", "onnx_asr/preprocessors/data/wespeaker.onnx"), _ASR_OPTIONS),
+    CorpusModel("asr_whisper80_logmel", "onnx-asr 0.12.0: Whisper log-mel, reflect Pad, STFT with a Hann window",
+                wheel_file("onnx-asr", "onnx_asr/preprocessors/data/whisper80.onnx"), _ASR_OPTIONS, in_suite=False),
     # onnx's own wheel (backend/test/data/light): Caffe2-era model zoo files, IR 3, opset 9, every
     # weight made at run time by a ConstantOfShape from an int64 shape initializer listed as an input
     CorpusModel("light_squeezenet", "onnx 1.23.2 backend data: SqueezeNet 1.0, IR 3, opset 9, 39 ConstantOfShape "

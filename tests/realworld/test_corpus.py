@@ -239,3 +239,15 @@ def test_onnx_upload_reports_conversion_parity_and_pt2e_outcome(corpus_report, n
     assert conversion is not None and conversion["parity"]["ok"]
     assert 0 <= conversion["max_abs_error_vs_onnx"] < 1e-3
     assert any(lvl.error is None for lvl in pt2e.optimized.values()), "ORT cannot run the PT2E file"
+
+
+def test_an_audio_front_end_converts_its_stft_and_says_where_quantization_gives_inf(corpus_report):
+    """onnx-asr's Kaldi fbank: PT2E converts the STFT (a linear by the DFT basis); the ORT paths' mel
+    energies quantize to 0 before the Log, and the report counts the -inf values instead of failing."""
+    report = corpus_report("asr_kaldi_fbank")
+    assert report.artifacts["pt2e_qdq"].tool.conversion["ops"].get("STFT") == 1
+    flagged = {lint.artifact for lint in report.lints if lint.code == "nonfinite_outputs"}
+    assert flagged & {"ort_qdq", "ort_qoperator"}
+    for a in flagged:
+        out = report.artifacts[a].optimized["all"].numerics.outputs[0]
+        assert out.nonfinite > 0 and out.sqnr_db == -200.0
