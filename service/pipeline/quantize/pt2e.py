@@ -70,6 +70,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     for module_name in skip_modules:
         quantizer.module_name_config[module_name] = None
     prepared = prepare_pt2e(program.module(), quantizer)
+    notes = _shared_weight_notes(prepared)
     names = [s.name for s in specs]
     with torch.no_grad():
         for i, feed in enumerate(calibration):
@@ -114,6 +115,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
             "calibration_samples": len(calibration),
         },
         calibration=f"{_observer_name(act)} (activations), {_observer_name(weight)} (weights)",
+        notes=notes,
         conversion=conversion.to_dict() if conversion is not None else None,
     )
 
@@ -135,6 +137,29 @@ def _ort_loads(path: Path, specs) -> None:
 
 
 _MINMAX_OBSERVERS = ("MinMaxObserver", "PerChannelMinMaxObserver")
+_WEIGHTED_OPS = ("conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "linear")
+
+
+def _shared_weight_notes(prepared) -> list[str]:
+    """Convs/linears that torchao left in float because another one reads the same weight (a module
+    called twice: a siamese branch, a cell applied at every step). The XNNPACK quantizer annotates a
+    conv or linear together with its weight and bias nodes and skips it when one of them is already
+    annotated (``_xnnpack_quantizer_utils``: ``if _is_annotated(partition): continue``). ONNX uploads
+    give each Conv its own copy first (``onnx_torch/own_weights.py``); a .pt2 is the user's program."""
+    skipped = []
+    for node in prepared.graph.nodes:
+        if node.op != "call_function" or getattr(node.target, "__name__", "").split(".")[0] not in _WEIGHTED_OPS:
+            continue
+        ann = node.meta.get("quantization_annotation")
+        weight = node.args[1] if len(node.args) > 1 else None
+        if (ann is None or not ann._annotated) and getattr(weight, "op", None) == "get_attr" and len(weight.users) > 1:
+            skipped.append(node.name)
+    if not skipped:
+        return []
+    return [f"{len(skipped)} conv/linear nodes read a weight another one reads too ({', '.join(skipped[:4])}"
+            f"{', ...' if len(skipped) > 4 else ''}): torchao's XNNPACK quantizer annotates a weight with the first "
+            "op that reads it and skips the others, so they stay float in this file; give each use its own "
+            "module (copy.deepcopy) to quantize them"]
 
 
 def _observe_weights_once(prepared) -> int:

@@ -44,7 +44,8 @@ def _siamese(path) -> None:
 @pytest.mark.parametrize("shared", [True, False])
 def test_torchao_quantizes_only_the_first_conv_of_a_shared_weight(shared):
     """The rule the note cites, in the installed torchao: one Conv2d module called twice leaves the
-    second call in float; two modules with equal weights are both quantized (the control)."""
+    second call in float, and the PT2E notes name it; two modules with equal weights are both
+    quantized (the control)."""
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
@@ -64,6 +65,11 @@ def test_torchao_quantizes_only_the_first_conv_of_a_shared_weight(shared):
     program = torch.export.export(Siamese().eval(), args)
     quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
     prepared = prepare_pt2e(program.module(), quantizer)
+    # what a .pt2 upload's PT2E notes say (the program is the user's: no copy is made there)
+    from service.pipeline.quantize.pt2e import _shared_weight_notes
+
+    notes = _shared_weight_notes(prepared)
+    assert (len(notes), "(conv2d_1)" in "".join(notes)) == ((1, True) if shared else (0, False))
     prepared(*args)
     gm = convert_pt2e(prepared)
     convs = [n for n in gm.graph.nodes if n.op == "call_function" and "conv2d" in str(n.target)]
