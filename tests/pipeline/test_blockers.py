@@ -314,7 +314,55 @@ def test_grouping_counts_nodes_per_op_and_reason(tmp_path):
     assert "output read by 2 nodes stays int8" in groups[0][3]
 
 
-PINNED = {"output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
+def test_xnnpack_static_ops_are_the_ones_the_blocker_names():
+    """The title of not_in_xnnpack_config lists these patterns: the installed torchao's list."""
+    from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer
+
+    assert XNNPACKQuantizer.STATIC_OPS == ["linear_relu", "linear", "conv_relu", "conv", "conv_transpose_relu",
+                                           "adaptive_avg_pool2d", "gru_io_only", "add_relu", "add", "mul_relu",
+                                           "mul", "cat"]
+    assert "not_in_xnnpack_config" in BLOCKERS and "conv_transpose" not in XNNPACKQuantizer.STATIC_OPS
+
+
+def _pt2e_rows(tmp_path, nodes, feeds, inits, out_shape):
+    """The PT2E file of a small ONNX upload (the job's converter and XNNPACK config), its rows at extended."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "onnx_torch"))
+    from pt2e_upload import pt2e_of_upload
+
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in feeds.items()],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
+                              [numpy_helper.from_array(a, n) for n, a in inits.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "up.onnx"))
+    pt2e_of_upload(tmp_path / "up.onnx", tmp_path / "pt2e.onnx", calibration_samples=2, eval_samples=1)
+    g, _ = saved(tmp_path / "pt2e.onnx")
+    rows = unfused_nodes(g, level="extended", int8_allowed=False, pt2e=True)
+    return {r.op_type: r for r in rows}
+
+
+@pytest.mark.parametrize("relu", [False, True], ids=["alone: float", "before a Relu: quantized"])
+def test_a_lone_conv_transpose_is_not_in_the_xnnpack_config(tmp_path, relu):
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["t" if relu else "y"], strides=[2, 2])]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["t"], ["y"]))
+    rows = _pt2e_rows(tmp_path, nodes, {"x": [1, 4, 8, 8]}, {"w": w}, [1, 3, 17, 17])
+    if relu:
+        assert "ConvTranspose" not in rows or rows["ConvTranspose"].blocker != "not_in_xnnpack_config"
+    else:
+        assert rows["ConvTranspose"].blocker == "not_in_xnnpack_config"
+        assert "conv_transpose_relu" in rows["ConvTranspose"].detail
+
+
+def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
+    rows = _pt2e_rows(tmp_path, [helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": [1, 4, 8], "b": [1, 8, 4]}, {},
+                      [1, 4, 4])
+    assert rows["MatMul"].blocker == "not_in_xnnpack_config" and "two activations" in rows["MatMul"].detail
+
+
+PINNED = {"not_in_xnnpack_config", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "int16_not_supported", "qdq_params_differ", "scale_not_positive"}
 

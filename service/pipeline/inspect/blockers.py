@@ -46,6 +46,12 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
     Blocker("no_qdq_in_file", "no DequantizeLinear on its inputs and no QuantizeLinear on its output: "
             "the quantizer left it in float", "quantize this op (op_types_to_quantize / the quantizer's "
             "annotation); ORT never quantizes a float op by itself", "the file"),
+    Blocker("not_in_xnnpack_config", "torchao's XNNPACK quantizer has no static pattern for this op: its STATIC_OPS "
+            "annotate linear (a constant weight), conv, a ConvTranspose only together with the Relu after it, "
+            "adaptive_avg_pool2d, add, mul, cat and GRU inputs/outputs",
+            "nothing in PT2E's XNNPACK config quantizes it; the ORT paths do (quantize_static annotates MatMul of "
+            "two activations and a lone ConvTranspose)",
+            "torchao/testing/pt2e/_xnnpack_quantizer.py: XNNPACKQuantizer.STATIC_OPS"),
     Blocker("no_qdq_rule", "ORT has no QDQ fusion rule for this op type on the CPU EP: it runs in float "
             "between a DequantizeLinear and a QuantizeLinear", "nothing in ORT; leaving it out of "
             "quantization saves the int8<->float round trip", "qdq_selector_action_transformer.cc"),
@@ -351,12 +357,26 @@ def _has_qdq(v: _View, n) -> bool:
     return any(_is_q(c) for o in n.output if o for c in v.readers(o))
 
 
+def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
+    """Why torchao's XNNPACK quantizer wrote no Q/DQ around ``n`` in a PT2E file, where its pattern
+    list decides it (pinned in tests/pipeline/test_blockers.py); None where it does not."""
+    data = [i for i in n.input if i and not v.is_const(i)]
+    if base == "MatMul" and len(data) == 2:
+        return "a matmul of two activations: XNNPACK annotates linear (a constant weight), not matmul/bmm"
+    if base == "ConvTranspose":
+        readers = sorted({r.op_type for o in n.output if o for r in v.readers(o)})
+        return ("a ConvTranspose not followed by a Relu (read by " + (", ".join(readers) or "the graph output")
+                + "): XNNPACK's static config annotates conv_transpose_relu only")
+    return None
+
+
 def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
-                  previous: dict[str, UnfusedNode] | None = None) -> list[UnfusedNode]:
+                  previous: dict[str, UnfusedNode] | None = None, pt2e: bool = False) -> list[UnfusedNode]:
     """One row per node of the model that ORT runs in float in ``graph`` (saved at ``level``).
 
     ``previous``: the rows of the ``extended`` graph by node name; levels above it run no QDQ
-    fusion, so a node they only renamed or re-laid out keeps that reason.
+    fusion, so a node they only renamed or re-laid out keeps that reason. ``pt2e``: the graph is of
+    a PT2E file, where an op the XNNPACK quantizer has no pattern for says so.
     """
     v = _View(graph)
     level_value = LEVEL_VALUES.get(level, 99)
@@ -375,7 +395,9 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
         base = _BASE_OP.get(key, key)
         kind = RULE_KIND.get(base)
         if not _has_qdq(v, n):
-            rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
+            why = _not_in_xnnpack_config(v, n, base) if pt2e else None
+            rows.append(_row(n, key, "not_in_xnnpack_config", why) if why else
+                        _row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
             continue
         if kind is None:
             unit = _unit_head(v, n)

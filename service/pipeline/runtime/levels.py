@@ -272,7 +272,8 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
         int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
         float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
         coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
-        unfused = unfused_nodes(graph, level=level, int8_allowed=shared.int8_allowed, previous=extended_rows)
+        unfused = unfused_nodes(graph, level=level, int8_allowed=shared.int8_allowed, previous=extended_rows,
+                                pt2e=name == "pt2e_qdq")
         if level == "extended":
             extended_rows = rows_index(unfused, graph)
         ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
