@@ -238,6 +238,15 @@ def _run_onnx_checker(model, model_path: Path | None, *, has_external: bool) -> 
         if "No Op registered" in msg or "No Schema registered" in msg:
             raise UnsupportedModel(f"The model uses an operator onnx does not know: {_safe(msg)}",
                                    hint="Use standard ONNX operators only.") from e
+        shapeless = [vi.name for vi in (*model.graph.input, *model.graph.output)
+                     if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+        if "Field 'shape' of 'type' is required" in msg and shapeless:
+            # ORT runs such a file; onnx's checker (and so this service) needs the field on graph inputs/outputs
+            raise InvalidModel(f"The model fails ONNX validation: {_safe(msg)} (graph input/output "
+                               f"{', '.join(repr(_safe(n)) for n in shapeless[:5])})",
+                               hint="give every graph input and output a shape; its dims may be symbolic "
+                                    "(helper.make_tensor_value_info(name, type, ['batch', None]) rather than "
+                                    "shape=None), then upload it again") from e
         raise InvalidModel(f"The model fails ONNX validation: {_safe(msg)}", hint=_UPLOAD_HINT) from e
     except Exception as e:
         raise InvalidModel("The model fails ONNX validation.", hint=_UPLOAD_HINT) from e
