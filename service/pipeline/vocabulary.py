@@ -142,6 +142,16 @@ def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                     yield from all_nodes(g)
 
 
+def all_tensor_names(graph: onnx.GraphProto) -> set[str]:
+    """Every tensor name of the graph, its subgraphs' included, so that a fresh name never shadows
+    a body's own."""
+    names = {vi.name for vi in (*graph.input, *graph.output, *graph.value_info)}
+    names.update(t.name for t in graph.initializer)
+    for node in all_nodes(graph):
+        names.update(t for t in (*node.input, *node.output) if t)
+    return names
+
+
 def attribute(node: onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:

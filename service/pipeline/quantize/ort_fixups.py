@@ -65,7 +65,7 @@ from pathlib import Path
 from service.errors import OrtQuantizerFailed
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
-from service.pipeline.vocabulary import all_nodes
+from service.pipeline.vocabulary import all_tensor_names
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -248,14 +248,6 @@ def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
 _BIAS_INPUT = 2  # Conv/ConvTranspose/Gemm bias, a normalization's B: what quantize_bias_tensor reads
 
 
-def _tensor_names(model) -> set[str]:
-    g = model.graph
-    names = {v.name for v in (*g.input, *g.output)} | {t.name for t in g.initializer}
-    for node in all_nodes(g):
-        names.update(n for n in (*node.input, *node.output) if n)
-    return names
-
-
 def _shared_biases(model) -> list[str]:
     g = model.graph
     readers = Counter(n.input[_BIAS_INPUT] for n in g.node if len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT])
@@ -275,7 +267,7 @@ def shared_biases_renamed(model) -> dict[str, str]:
     shared = _shared_biases(model)
     if not shared:
         return {}
-    names = _tensor_names(model)
+    names = all_tensor_names(model.graph)
     renames: dict[str, str] = {}
     for bias in shared:
         if not _extended(bias, names):
@@ -340,7 +332,7 @@ def needs_fixups(model, *, identities: bool = True) -> bool:
     if identities and (any(True for n in g.node for _ in _subgraphs(n)) or _where_reads(model)):
         return True
     shared = _shared_biases(model)
-    return bool(shared) and any(_extended(b, _tensor_names(model)) for b in shared)
+    return bool(shared) and any(_extended(b, all_tensor_names(model.graph)) for b in shared)
 
 
 def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None,

@@ -21,7 +21,7 @@ import re
 
 import onnx
 
-from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX, all_nodes
+from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX, all_nodes, all_tensor_names
 
 from .module import python_names
 
@@ -107,7 +107,7 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
     if not renames and not copies and not same_as:
         return 0
     taken = set(renames.values()) | set(copies.values())
-    existing = _all_names(graph)
+    existing = all_tensor_names(graph)
     for name in sorted((existing & taken) - set(renames)):  # a file tensor bearing an upload name
         k = 1
         while f"{name}__{k}" in existing or f"{name}__{k}" in taken:
@@ -143,15 +143,6 @@ def _drop_dead_aliases(graph, names: set[str]) -> None:
     dead = [n for n in graph.node if n.op_type == "Identity" and n.output[0] in names and n.output[0] not in read]
     for node in dead:
         graph.node.remove(node)
-
-
-def _all_names(graph) -> set[str]:
-    """Every tensor name, subgraphs' included, so that a fresh name never shadows a body's own."""
-    names = {vi.name for vi in (*graph.input, *graph.output, *graph.value_info)}
-    names.update(i.name for i in graph.initializer)
-    for node in all_nodes(graph):
-        names.update(t for t in (*node.input, *node.output) if t)
-    return names
 
 
 def _rename_uses(graph, renames: dict[str, str]) -> None:

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 import onnx
 
-from .names import _all_names
+from service.pipeline.vocabulary import all_tensor_names
 
 __all__ = ["OWN_WEIGHT_OPS", "COPY_LIMIT_BYTES", "own_weight_copies"]
 
@@ -50,7 +50,7 @@ def own_weight_copies(model, notes: list[str], *, limit_bytes: int = COPY_LIMIT_
     if not shared:
         return 0
     tensors = {t.name: t for t in graph.initializer}
-    names = _all_names(graph)
+    names = all_tensor_names(graph)
     copies = copied_bytes = 0
     copied: set[str] = set()
     left: dict[str, int] = {}  # initializer -> Convs past the limit that still share it
