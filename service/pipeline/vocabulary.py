@@ -142,6 +142,39 @@ def all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
                     yield from all_nodes(g)
 
 
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The If/Loop/Scan bodies a node holds."""
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH:
+            yield a.g
+        elif a.type == onnx.AttributeProto.GRAPHS:
+            yield from a.graphs
+
+
+def rename_reads(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
+    """Node inputs of ``graph`` renamed; in its subgraphs, only the reads of names a body does not
+    define itself (a body may shadow an outer name), and a body output that returns an outer value."""
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            if name in renames:
+                node.input[i] = renames[name]
+        for sub in subgraphs(node):
+            rename_outer_reads(sub, renames)
+
+
+def rename_outer_reads(body: onnx.GraphProto, renames: dict[str, str]) -> None:
+    """In an If/Loop/Scan body: the reads of the names it does not define itself (a body may shadow
+    an outer name), and an output that returns such an outer value as is."""
+    local = {i.name for i in body.input} | {t.name for t in body.initializer}
+    local |= {o for n in body.node for o in n.output}
+    outer = {k: v for k, v in renames.items() if k not in local}
+    if outer:
+        rename_reads(body, outer)
+        for o in body.output:
+            if o.name in outer:
+                o.name = outer[o.name]
+
+
 def all_tensor_names(graph: onnx.GraphProto) -> set[str]:
     """Every tensor name of the graph, its subgraphs' included, so that a fresh name never shadows
     a body's own."""

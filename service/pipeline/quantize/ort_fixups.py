@@ -65,7 +65,7 @@ from pathlib import Path
 from service.errors import OrtQuantizerFailed
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
-from service.pipeline.vocabulary import all_tensor_names
+from service.pipeline.vocabulary import all_tensor_names, rename_outer_reads, rename_reads, subgraphs
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -152,16 +152,6 @@ def constants_to_initializers(model) -> int:
     return moved
 
 
-def _subgraphs(node):
-    from onnx import AttributeProto
-
-    for a in node.attribute:
-        if a.type == AttributeProto.GRAPH:
-            yield a.g
-        elif a.type == AttributeProto.GRAPHS:
-            yield from a.graphs
-
-
 def _outer_reads(graph) -> set[str]:
     """Names a (sub)graph reads that it does not define itself: its outer-scope references."""
     defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
@@ -169,33 +159,11 @@ def _outer_reads(graph) -> set[str]:
     reads: set[str] = set()
     for node in graph.node:
         reads.update(n for n in node.input if n)
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             reads |= _outer_reads(sub)
         defined.update(o for o in node.output if o)
     reads.update(o.name for o in graph.output)
     return reads - defined
-
-
-def _rename_reads(graph, renames: dict[str, str]) -> None:
-    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    local |= {o for n in graph.node for o in n.output}
-    active = {k: v for k, v in renames.items() if k not in local}
-    if not active:
-        return
-    _rewire_reads(graph, active)
-    for o in graph.output:  # a body may return an outer value as is
-        if o.name in active:
-            o.name = active[o.name]
-
-
-def _rewire_reads(graph, renames: dict[str, str]) -> None:
-    """Node inputs of ``graph`` renamed; its subgraphs' reads of names they do not define too."""
-    for node in graph.node:
-        for i, name in enumerate(node.input):
-            if name in renames:
-                node.input[i] = renames[name]
-        for sub in _subgraphs(node):
-            _rename_reads(sub, renames)
 
 
 def outer_scope_reads_through_identity(model) -> list[str]:
@@ -204,14 +172,14 @@ def outer_scope_reads_through_identity(model) -> list[str]:
     produced = {o for n in g.node for o in n.output if o}
     wanted: set[str] = set()
     for node in g.node:
-        for sub in _subgraphs(node):
+        for sub in subgraphs(node):
             wanted |= _outer_reads(sub) & produced
     if not wanted:
         return []
     renames = {name: f"{name}{OUTER_SUFFIX}" for name in sorted(wanted)}
     for node in g.node:
-        for sub in _subgraphs(node):
-            _rename_reads(sub, renames)
+        for sub in subgraphs(node):
+            rename_outer_reads(sub, renames)
     _identities_after_producers(g, renames)
     return sorted(wanted)
 
@@ -281,7 +249,7 @@ def shared_biases_renamed(model) -> dict[str, str]:
     if renames:
         for t in model.graph.initializer:
             t.name = renames.get(t.name, t.name)
-        _rewire_reads(model.graph, renames)
+        rename_reads(model.graph, renames)
     return renames
 
 
@@ -329,7 +297,7 @@ def needs_fixups(model, *, identities: bool = True) -> bool:
     g = model.graph
     if _before_ir4(model) or any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
-    if identities and (any(True for n in g.node for _ in _subgraphs(n)) or _where_reads(model)):
+    if identities and (any(True for n in g.node for _ in subgraphs(n)) or _where_reads(model)):
         return True
     shared = _shared_biases(model)
     return bool(shared) and any(_extended(b, all_tensor_names(model.graph)) for b in shared)

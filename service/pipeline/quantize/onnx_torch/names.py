@@ -21,7 +21,7 @@ import re
 
 import onnx
 
-from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX, all_nodes, all_tensor_names
+from service.pipeline.vocabulary import CONVERTER_METADATA_PREFIX, all_nodes, all_tensor_names, rename_reads
 
 from .module import python_names
 
@@ -117,7 +117,7 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
         vi.name = renames.get(vi.name, vi.name)
     for init in graph.initializer:
         init.name = renames.get(init.name, init.name)
-    _rename_uses(graph, renames)
+    rename_reads(graph, renames)
     for node in graph.node:
         for k, name in enumerate(node.output):
             if name in renames:
@@ -145,13 +145,3 @@ def _drop_dead_aliases(graph, names: set[str]) -> None:
         graph.node.remove(node)
 
 
-def _rename_uses(graph, renames: dict[str, str]) -> None:
-    for node in graph.node:
-        for k, name in enumerate(node.input):
-            if name in renames:
-                node.input[k] = renames[name]
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                _rename_uses(attr.g, renames)
-            for g in attr.graphs:
-                _rename_uses(g, renames)
