@@ -92,7 +92,10 @@ def test_a_job_that_loses_its_worker_twice_fails_as_interrupted(cluster):
         job = upload(c, "sleep 4").json()
     first = cluster.worker_running(job["id"])
     first.kill()
-    wait_row(cluster, job["id"], lambda r: r["status"] == "running" and r["attempts"] == 2, timeout=40)
+    # the second attempt has started its first stage (status 'running' is set a moment before the
+    # stage: killed in between, the detail says "before its first stage")
+    wait_row(cluster, job["id"], lambda r: r["status"] == "running" and r["attempts"] == 2 and r["stage"],
+             timeout=40)
     second = cluster.worker_running(job["id"])
     assert second is not first
     second.kill()

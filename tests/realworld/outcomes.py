@@ -54,7 +54,7 @@ OUTCOMES: dict[str, Outcome] = {
     "arabic_romanizer_decoder": Outcome("arabic_romanizer_decoder (attention step)", "ok", "ok", "ok"),
     "ddddocr_ocr": Outcome("ddddocr_ocr (ddddocr 1.6.1, CNN + LSTM)", "ok", "ok", "ok"),
     "ddddocr_det": Outcome("ddddocr_det (ddddocr 1.6.1, detector)", "ok", "ok", "ok"),
-    # PT2E skipped before 2026-12-01 (no STFT/DFT converter; onnx_torch/ops/spectral.py). Every path is ok, and
+    # PT2E skipped before 2026-12-01 (no STFT/DFT converter; onnx_torch/ops/math.py). Every path is ok, and
     # the ORT paths' features hold -inf (mel energies quantized to 0 before the Log): lint nonfinite_outputs.
     "asr_kaldi_fbank": Outcome("asr_kaldi_fbank (onnx-asr 0.12.0, STFT, Log)", "ok", "ok", "ok"),
     "asr_wespeaker_fbank": Outcome("asr_wespeaker_fbank (onnx-asr 0.12.0, Scan, DFT)", "ok", "ok", "ok"),

@@ -1,10 +1,12 @@
-"""MatMul, Gemm, Einsum, MatMulInteger, QuantizeLinear/DequantizeLinear (C1).
+"""MatMul, Gemm, Einsum, MatMulInteger, QuantizeLinear/DequantizeLinear, STFT and DFT (C1).
 
 A constant 2-D right operand becomes ``F.linear``'s weight (PT2E's XNNPACK quantizer annotates
 linear, not matmul, with a per-channel weight): ``MatMul(x, W[K, N])`` is ``linear(x, W.T)``. The
 transpose is of a weight parameter, so convert_pt2e folds it into the quantized constant.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..registry import UnsupportedNode, converter
 from ._common import norm_axis
@@ -116,3 +118,119 @@ def quantize(ctx, node, inputs):
     if z is not None:
         q = q + z.to(q.dtype)
     return torch.clamp(q, info.min, info.max).to(dtype)
+
+# ------------------------------------------------------------------------------------------
+# STFT (opset 17) and DFT (opset 17, 20) as one F.linear by the DFT basis.
+#
+# Audio front-ends exported with opset 17 (a log-mel spectrogram in front of Whisper-, NeMo- or
+# Kaldi-style models) carry one STFT or DFT. torch's own ``torch.stft`` computes in complex
+# tensors, which neither PT2E nor torch.onnx.export carries; a DFT of a static length is a matmul
+# by a constant matrix instead: ``X[k] = sum_t x[t] * (cos(2 pi k t / N) - i sin(2 pi k t / N))``.
+# That is ``F.linear`` over the frames with the cos and sin rows stacked as its weight (the STFT's
+# window folded into it), so PT2E quantizes it like any linear layer. The basis is built in float64
+# and stored as float32; ORT computes the same sums with its FFT, so the two agree to float32
+# rounding (the parity check compares them on every job).
+#
+# Output layout as ONNX has it: ``[..., bins, 2]``, real and imaginary parts last.
+
+
+def _weight(n: int, bins: int, *, window: np.ndarray | None = None, inverse: bool = False,
+            complex_input: bool = False) -> np.ndarray:
+    """[2 * bins, n] (real input) or [2 * bins, 2 * n] (real parts then imaginary parts in): rows
+    0..bins-1 give the real part of each bin, rows bins.. its imaginary part."""
+    k = np.arange(bins, dtype=np.float64)[:, None]
+    t = np.arange(n, dtype=np.float64)[None, :]
+    angle = 2.0 * np.pi * ((k * t) % n) / n  # the modulo keeps the angle small: exact for long frames too
+    cos, sin = np.cos(angle), (1.0 if inverse else -1.0) * np.sin(angle)
+    if window is not None:
+        cos, sin = cos * window[None, :], sin * window[None, :]
+    if complex_input:  # (a + ib)(cos + i sin) = (a cos - b sin) + i (a sin + b cos)
+        w = np.block([[cos, -sin], [sin, cos]])
+    else:
+        w = np.concatenate([cos, sin], axis=0)
+    if inverse:
+        w = w / n
+    return w.astype(np.float32)
+
+
+def _spectrum(frames_re, frames_im, weight: np.ndarray, bins: int):
+    """frames [..., n] (and their imaginary parts, or None) -> [..., bins, 2]."""
+    import torch
+    import torch.nn.functional as F
+
+    x = frames_re if frames_im is None else torch.cat([frames_re, frames_im], dim=-1)
+    y = F.linear(x, torch.from_numpy(weight))  # [..., 2 * bins]
+    return torch.stack([y[..., :bins], y[..., bins:]], dim=-1)
+
+
+def _int_const(ctx, node, index: int, what: str) -> int | None:
+    if index >= len(node.inputs) or not node.inputs[index]:
+        return None
+    c = ctx.const(node.inputs[index])
+    if c is None:
+        raise UnsupportedNode(f"{node.op_type} {what} that is not a constant")
+    return int(np.asarray(c).reshape(-1)[0])
+
+
+@converter("STFT", since=17)
+def stft(ctx, node, inputs):
+    signal = inputs[0]
+    step = _int_const(ctx, node, 1, "frame_step")
+    window = None
+    if len(node.inputs) > 2 and node.inputs[2]:
+        window = ctx.const(node.inputs[2])
+        if window is None:
+            raise UnsupportedNode("STFT window that is not a constant")
+        window = np.asarray(window, dtype=np.float64).reshape(-1)
+    length = _int_const(ctx, node, 3, "frame_length")
+    n = len(window) if window is not None else length
+    if n is None or step is None or step < 1:
+        raise UnsupportedNode("STFT without a window or frame_length, or with frame_step < 1")
+    if window is not None and length is not None and length != n:
+        raise UnsupportedNode(f"STFT frame_length {length} differs from the window's length {n}")
+    onesided = bool(node.attr("onesided", 1))
+    bins = n // 2 + 1 if onesided else n
+    complex_input = signal.dim() == 3 and signal.shape[-1] == 2
+    if complex_input and onesided:
+        raise UnsupportedNode("STFT onesided on a complex signal (ONNX allows onesided for real input only)")
+    if signal.dim() == 3:
+        re, im = signal[..., 0], (signal[..., 1] if complex_input else None)
+    else:  # [batch, length]: what ORT also accepts for a real signal
+        re, im = signal, None
+    frames_re = re.unfold(-1, n, step)  # [batch, frames, n]
+    frames_im = im.unfold(-1, n, step) if im is not None else None
+    return _spectrum(frames_re, frames_im, _weight(n, bins, window=window, complex_input=complex_input), bins)
+
+
+@converter("DFT", since=17)
+def dft(ctx, node, inputs):
+    import torch
+
+    x = inputs[0]
+    if ctx.opset >= 20:
+        axis = _int_const(ctx, node, 2, "axis")
+        axis = -2 if axis is None else axis
+    else:
+        axis = int(node.attr("axis", 1))
+    inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
+    if x.dim() < 2 or x.shape[-1] not in (1, 2):
+        raise UnsupportedNode("DFT input whose last dim is not 1 (real) or 2 (complex)")
+    axis = norm_axis(axis, x.dim())
+    if axis == x.dim() - 1:
+        raise UnsupportedNode("DFT along the real/imaginary axis")
+    complex_input = x.shape[-1] == 2
+    if inverse and onesided:
+        raise UnsupportedNode("DFT inverse with onesided")
+    if complex_input and onesided:
+        raise UnsupportedNode("DFT onesided on a complex signal")
+    size = int(x.shape[axis])
+    n = _int_const(ctx, node, 1, "dft_length") or size
+    re = x[..., 0].movedim(axis, -1)  # the transformed axis last
+    im = x[..., 1].movedim(axis, -1) if complex_input else None
+    if n != size:  # ONNX: zero-pad or truncate the signal to dft_length
+        pad = max(n - size, 0)
+        re = torch.nn.functional.pad(re[..., :n], (0, pad))
+        im = torch.nn.functional.pad(im[..., :n], (0, pad)) if im is not None else None
+    bins = n // 2 + 1 if onesided else n
+    y = _spectrum(re, im, _weight(n, bins, inverse=inverse, complex_input=complex_input), bins)  # [..., bins, 2]
+    return y.movedim(-2, axis)
