@@ -136,7 +136,8 @@ def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> lis
         code="nonfinite_outputs", severity="error", artifact=artifact,
         message=f"output {name!r} holds {count} inf or NaN values where the fp32 model has numbers (at "
                 f"{', '.join(levels)}): its SQNR is the floor ({SQNR_FLOOR:.0f} dB) and cosine 0, so every "
-                "accuracy gate on it fails; the max abs error counts only the finite positions.",
+                "accuracy gate on it fails (the max abs error figure counts only the finite positions; a gate "
+                "on it fails too).",
         hint="a quantized value reached an op outside its domain, typically a Log or Div of a value that "
              "quantized to 0 (a small energy in a log-mel front end) or a Sqrt of a negative one: keep that op "
              "and its input in float (ort.nodes_to_exclude for the ORT paths), or clamp before it in the model; "

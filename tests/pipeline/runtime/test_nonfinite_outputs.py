@@ -83,12 +83,17 @@ def test_a_quantized_log_of_zero_is_reported_not_a_crash(tmp_path):
     x = np.random.default_rng(1).standard_normal((3, 1, 50, 64)).astype(np.float32)
     x[:, :, :10] *= 1e-3
     np.savez(tmp_path / "calib.npz", x=x)
+    gates = [{"artifact": "ort_qdq", "level": "all", "metric": m, "op": op, "value": v}
+             for m, op, v in (("max_abs_error", "<=", 1e6), ("sqnr_db", ">=", -100.0), ("cosine", ">=", 0.5))]
     options = ComparisonOptions(artifacts=["ort_qdq"], levels=["disable_all", "all"], calibration_samples=2,
-                                eval_samples=1, latency={"enabled": False}, advice={"enabled": False})
+                                eval_samples=1, latency={"enabled": False}, advice={"enabled": False}, gates=gates)
     report = run_comparison(ComparisonRequest(options=options, model_path=model, model_name="logmel",
                                               calibration_path=tmp_path / "calib.npz"), tmp_path)
     numerics = report.artifacts["ort_qdq"].optimized["all"].numerics
     assert numerics.outputs[0].nonfinite > 0 and numerics.worst_sqnr_db == SQNR_FLOOR
+    # every accuracy gate fails, however loose: the max abs error figure itself covers finite values only
+    assert [g.passed for g in report.verdict.gates] == [False, False, False]
+    assert "inf or NaN" in report.verdict.gates[0].message
     lint = next(x for x in report.lints if x.code == "nonfinite_outputs")
     assert lint.artifact == "ort_qdq" and lint.severity == "error" and "'y'" in lint.message
     # the per-tensor table shows where they start: the Log's output, not the MatMul's
