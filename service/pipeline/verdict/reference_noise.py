@@ -15,6 +15,7 @@ import numpy as np
 from service.schemas.levels import Lint, OptimizedLevel
 
 CODE = "fp32_output_unstable_across_levels"
+NONFINITE_CODE = "fp32_output_nonfinite"
 # int8 rounding of a well-scaled tensor costs ~40 dB: fp32 rewrites below that cost as much as quantization.
 UNSTABLE_DB = 40.0
 
@@ -39,5 +40,28 @@ def unstable_reference_lints(fp32_levels: dict[str, OptimizedLevel],
                      "quantized files' SQNR on it compares noise, not quantization."),
             hint=("the evaluation samples may not exercise the model (a detector shown no object, a saturated "
                   "output): upload representative inputs as an .npz, and read max_abs_error in the output's own units"),
+        ))
+    return out
+
+
+def nonfinite_reference_lints(fp32_levels: dict[str, OptimizedLevel],
+                              reference: list[np.ndarray] | None) -> list[Lint]:
+    """One lint per fp32 output that holds inf or NaN on the evaluation samples: a quantized file that
+    matches them there agrees, so its SQNR covers only the finite rest, and generated samples may lie
+    outside the model's domain (a Log of a negative value)."""
+    names = next(([o.reference for o in ol.numerics.outputs] for ol in fp32_levels.values() if ol.numerics), [])
+    out = []
+    for k, ref in enumerate(reference or []):
+        if ref.dtype.kind != "f" or np.isfinite(ref).all():
+            continue
+        bad = int(ref.size - np.count_nonzero(np.isfinite(ref)))
+        name = names[k] if k < len(names) else f"#{k}"
+        out.append(Lint(
+            code=NONFINITE_CODE, severity="warning", artifact="fp32",
+            message=(f"the fp32 model's output '{name}' holds {bad} inf or NaN values of {ref.size} on the evaluation "
+                     "samples: a quantized file that holds the same values there agrees with it, so every figure "
+                     "on this output describes only its finite positions."),
+            hint=("if the samples are generated, they may lie outside the model's domain (a Log or Sqrt of a "
+                  "negative value): upload representative inputs as an .npz, or set options.input_values"),
         ))
     return out

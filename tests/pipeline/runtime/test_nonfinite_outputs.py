@@ -94,8 +94,20 @@ def test_a_quantized_log_of_zero_is_reported_not_a_crash(tmp_path):
     # every accuracy gate fails, however loose: the max abs error figure itself covers finite values only
     assert [g.passed for g in report.verdict.gates] == [False, False, False]
     assert "inf or NaN" in report.verdict.gates[0].message
+    assert "fp32_output_nonfinite" not in {x.code for x in report.lints}  # fp32 itself is finite here
     lint = next(x for x in report.lints if x.code == "nonfinite_outputs")
     assert lint.artifact == "ort_qdq" and lint.severity == "error" and "'y'" in lint.message
     # the per-tensor table shows where they start: the Log's output, not the MatMul's
     rows = {r.tensor: r for r in report.layers.rows}
     assert rows["y"].artifacts["ort_qdq"].nonfinite > 0 and rows["mel"].artifacts["ort_qdq"].nonfinite == 0
+
+
+def test_an_fp32_output_with_nan_on_the_samples_is_flagged():
+    """A Log of generated normal values: half of fp32's own output is NaN, which every quantized file
+    matches there; the figures then cover the finite half only, and the lint says so."""
+    from service.pipeline.verdict.reference_noise import nonfinite_reference_lints
+
+    finite, half_nan = np.ones((2, 4), np.float32), np.log(np.array([[1.0, -1.0], [2.0, -3.0]], np.float32))
+    lints = nonfinite_reference_lints({}, [finite, half_nan, np.array([1, 2])])
+    assert [(x.code, x.artifact) for x in lints] == [("fp32_output_nonfinite", "fp32")]
+    assert "'#1' holds 2 inf or NaN values of 4" in lints[0].message
