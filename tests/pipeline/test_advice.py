@@ -44,6 +44,18 @@ def test_an_extra_candidate_is_measured_like_the_others(compared):
     assert entry.adopted == (entry in proposed)
 
 
+def test_a_measured_candidate_sizes_the_budget_for_the_next(compared):
+    """Without a latency figure the estimate of a session candidate was 0 s, so candidates ran past the
+    budget (DNSMOS: 74-99 s of 60 with latency off). The slowest candidate measured so far is now the
+    estimate: a budget that fits one candidate and a little more measures one, not two."""
+    report, workdir = compared("op_zoo_net")
+    cand = Candidate("pt2e_qdq", {"session": {"session.qdqisint8allowed": "1"}}, "int8 on x86")
+    proposed, refuted = measured_advice([cand], _ctx(workdir, report, budget_seconds=60))
+    one = next(e.measured.seconds for e in proposed + refuted if e.measured)
+    proposed, refuted = measured_advice([cand, cand], _ctx(workdir, report, budget_seconds=1.2 * one + 1.0))
+    assert sum(e.measured is not None for e in proposed + refuted) == 1
+
+
 def test_dedicated_qdq_pairs_are_merged_back_by_cse(tmp_path):
     """Why DedicatedQDQPair is refuted on x86. Oracle: ORT's saved basic graph. quantize_static writes
     one Q/DQ pair per reader of a shared tensor; CommonSubexpressionElimination merges the identical

@@ -317,6 +317,7 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
                f"{ctx.threads} intra-op thread(s), until the 95% interval of the per-pair after/before ratio is clear "
                f"of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x for accuracy; "
                f"{MIN_PAIRS} pairs when SQNR or int8 coverage decides alone)")
+        slowest: dict[bool, float] = {}  # re-quantizes or not -> the longest candidate measured so far, s
         for c in candidates:
             path = ctx.artifact_paths.get(c.artifact)
             if path is None or ("ort" in c.change and ctx.ort_input is None):
@@ -325,6 +326,9 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
             # The runs a candidate costs: its eval samples, then both sessions timed alternately.
             runs = len(ctx.evaluation) + 2 * (ctx.runs + ctx.warmup)
             est += runs * (ctx.latency_ms or {}).get(c.artifact, 0.0) / 1000.0
+            # A candidate already measured is the better estimate (no latency figure without the latency
+            # loop, and a busy machine runs slower than the levels stage did): DNSMOS took 74-99 s of a 60 s budget.
+            est = max(est, slowest.get("ort" in c.change, 0.0))
             remaining = ctx.budget_seconds - (time.perf_counter() - t_start)
             if remaining <= est + 1.0:
                 if c.change.get("ort", {}).get("activation_type") == "uint8":
@@ -364,6 +368,7 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
                             "of the artifact as is")
             measured = AdviceMeasured(before=b, after=after, how=how + stopped,
                                       seconds=round(time.perf_counter() - t0, 3))
+            slowest["ort" in c.change] = max(slowest.get("ort" in c.change, 0.0), measured.seconds)
             ok = _supported(c, b, after)
             entry = AdviceEntry(artifact=c.artifact, change=c.change, measured=measured,
                                 reason=c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}",
