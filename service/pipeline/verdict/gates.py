@@ -344,7 +344,7 @@ def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> 
         if numerics is None:
             why = f": {level_error}" if level_error else ""
             return None, f"no numerics at level {level!r}{why}"
-        nonfinite = sum(getattr(o, "nonfinite", 0) for o in numerics.outputs)
+        nonfinite = sum(o.nonfinite for o in numerics.outputs)
         if nonfinite and metric == "max_abs_error":
             # the recorded figure covers the finite positions only (SQNR and cosine carry the floor)
             return None, f"{nonfinite} output values are inf or NaN where fp32 has numbers at level {level!r}"

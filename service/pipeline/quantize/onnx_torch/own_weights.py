@@ -55,7 +55,7 @@ def own_weight_copies(model, notes: list[str], *, limit_bytes: int = COPY_LIMIT_
     copied: set[str] = set()
     left: dict[str, int] = {}  # initializer -> Convs past the limit that still share it
     for name, readers in shared.items():
-        size = len(tensors[name].SerializeToString())
+        size = tensors[name].ByteSize()  # the serialized size, without serializing a copy
         for node, slot in readers[1:]:
             if copied_bytes + size > limit_bytes:
                 left[name] = left.get(name, 0) + 1
