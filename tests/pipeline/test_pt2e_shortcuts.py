@@ -162,3 +162,63 @@ def test_torch_compares_a_float32_tensor_with_a_python_float_in_float32():
     one = torch.ones(1, dtype=torch.float32).cumsum(0)[0]
     assert not bool(one < 1.0 + 2**-30)  # in float64 it would be True
     assert not bool(one > 1.0 - 2**-30)
+
+
+def _many_slices_model(pairs: int = 6, extra: int = 40):
+    """``pairs`` halves of one tensor's last axis (SlicesSplit's pattern) among ``extra`` other nodes."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, outs = [], []
+    prev = "x"
+    for k in range(extra):  # a chain of non-Slice nodes: every one of them is tried by the rule
+        nodes.append(helper.make_node("Relu" if k % 2 else "Neg", [prev], [f"c{k}"]))
+        prev = f"c{k}"
+    inits = [numpy_helper.from_array(np.array(v, dtype=np.int64), n)
+             for n, v in (("zero", [0]), ("half", [4]), ("end", [8]), ("axis", [-1]))]
+    for p in range(pairs):
+        nodes.append(helper.make_node("Add", [prev, prev], [f"p{p}"]))
+        nodes.append(helper.make_node("Slice", [f"p{p}", "zero", "half", "axis"], [f"lo{p}"]))
+        nodes.append(helper.make_node("Slice", [f"p{p}", "half", "end", "axis"], [f"hi{p}"]))
+        nodes.append(helper.make_node("Mul", [f"lo{p}", f"hi{p}"], [f"y{p}"]))
+        outs.append(f"y{p}")
+    graph = helper.make_graph(
+        nodes, "slices", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, [2, 4]) for o in outs], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_the_multi_output_match_shortcut_optimizes_the_same_and_indexes_the_graph_only_for_slices():
+    """onnxscript's optimizer writes the same model with the shortcut and without it, and the
+    whole-graph index (SimplePatternMatcher's multi-output branch) is built only at Slices."""
+    from onnxscript import ir, optimizer
+    from onnxscript.rewriter._matcher import SimplePatternMatcher
+
+    from service.pipeline.quantize.pt2e_shortcuts import match_unless_first_output_differs
+
+    model = _many_slices_model()
+    untouched = SimplePatternMatcher.match
+    original = getattr(untouched, "original", untouched)
+    indexed: list[str] = []
+
+    def counting(self, model, graph, node, *args, **kwargs):
+        if not self.pattern.has_single_output_node:
+            indexed.append(node.op_type)
+        return original(self, model, graph, node, *args, **kwargs)
+
+    def optimized(match):
+        SimplePatternMatcher.match = match
+        try:
+            m = ir.serde.deserialize_model(copy.deepcopy(model))
+            optimizer.optimize_ir(m)  # what torch.onnx.export(optimize=True) runs
+            return ir.serde.serialize_model(m).SerializeToString()
+        finally:
+            SimplePatternMatcher.match = untouched
+
+    without = optimized(counting)
+    every_node = list(indexed)
+    indexed.clear()
+    with_shortcut = optimized(match_unless_first_output_differs(counting))
+    assert with_shortcut == without
+    assert set(indexed) == {"Slice"}  # only a Slice can be SlicesSplit's first output
+    assert len(every_node) > 4 * len(indexed)  # without it: every node, every pass

@@ -154,11 +154,14 @@ def diff_graphs(old: GraphIndex, new: GraphIndex, *, previous: str) -> LevelDiff
         groups.setdefault(uf.find(x), []).append(x)
 
     rewrites = []
+    # Once per diff, not per rewrite group: thousands of groups on a big graph made it quadratic.
+    old_dq_inputs = {tuple(n.input) for n in old.nodes if n.op_type == "DequantizeLinear"}
+    modified_removed = {i for i, _ in modified}
     for members in groups.values():
         r_idx = sorted(i for s, i in members if s == "r")
         a_idx = sorted(j for s, j in members if s == "a")
         rewrites.append(_classify(old, new, [removed[i] for i in r_idx], [added[j] for j in a_idx],
-                                  {(removed[i].name) for i, j in modified if i in r_idx}))
+                                  {removed[i].name for i in r_idx if i in modified_removed}, old_dq_inputs))
     rewrites = _merge_s8_to_u8(rewrites, {n.name: op_key(n) for n in old.nodes})
     if previous in ("file", "disable_all", "basic"):
         # NhwcTransformer and NchwcTransformer are Level3 (layout) transformers: a channels-last node that
@@ -190,7 +193,10 @@ def _zp_dtype(g: GraphIndex, n: onnx.NodeProto) -> str | None:
     return None
 
 
-def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_names: set[str]) -> Rewrite:
+def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_names: set[str],
+              old_dq_inputs: set[tuple[str, ...]]) -> Rewrite:
+    """One group of removed/added nodes -> the rewrite it is. ``old_dq_inputs``: the input lists of
+    the old graph's DequantizeLinear nodes."""
     rem_only = [n for n in rem if n.name not in modified_names]
     mod_new = [n for n in add if n.name in modified_names]
     add_only = [n for n in add if n.name not in modified_names]
@@ -247,7 +253,6 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
                   + (f" x{len(dq_i32)}" if len(dq_i32) > 1 else ""), "bias_int32", "WeightBiasQuantization")
 
     # EnsureUniqueDQForNodeUnit: a DQ with the same inputs as one that was already there
-    old_dq_inputs = {tuple(n.input) for n in old.nodes if n.op_type == "DequantizeLinear"}
     dups = [n for n in add_only if n.op_type == "DequantizeLinear" and tuple(n.input) in old_dq_inputs]
     if dups and not rem_only:
         return rw("DequantizeLinear duplicated for a shared input" + (f" x{len(dups)}" if len(dups) > 1 else ""),

@@ -105,6 +105,9 @@ def _fold_constants(model, notes: list[str]):
     try:
         from onnxscript import optimizer
 
+        from service.pipeline.quantize.pt2e_shortcuts import install_multi_output_match_shortcut
+
+        install_multi_output_match_shortcut()  # the same rewrites without a whole-graph index per node
         before = Counter(n.op_type for n in model.graph.node)
         folded = optimizer.optimize(model, num_iterations=3)
         after = Counter(n.op_type for n in folded.graph.node)

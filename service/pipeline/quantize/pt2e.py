@@ -11,7 +11,11 @@ from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, exa
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
-from service.pipeline.quantize.pt2e_shortcuts import install_conv_bn_fold_guard, install_histogram_search
+from service.pipeline.quantize.pt2e_shortcuts import (
+    install_conv_bn_fold_guard,
+    install_histogram_search,
+    install_multi_output_match_shortcut,
+)
 from service.pipeline.runtime.ort_sessions import ort_refusal
 from service.schemas.report import ToolInfo
 
@@ -79,6 +83,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
                 _observe_weights_once(prepared)
     install_conv_bn_fold_guard()  # a standalone BN no longer costs 96 pattern exports
     install_histogram_search()  # the observers' min/max search, same steps, without a tensor op per step
+    install_multi_output_match_shortcut()  # onnxscript's optimizer: no whole-graph index per non-Slice node
     converted = convert_pt2e(prepared)
     # torch.onnx.export re-exports the converted module, so the dynamic batch is stated again.
     # A module converted from ONNX was exported with static shapes (every dim resolved).

@@ -23,6 +23,16 @@ values as Python floats, each threshold rounded to float32 as torch rounds a Pyt
 compared with a float32 tensor, takes the same steps to the same bins; the quantization error
 and the returned min/max are still computed by torchao's own code. A test holds the result
 equal, bit for bit, to torchao's on many histograms and a whole converted model.
+
+3. onnxscript's rewriter (``torch.onnx.export(optimize=True)``) tries each rule at every node. For
+a rule whose pattern has several output nodes (``SlicesSplit``: two Slices of one tensor) its
+``SimplePatternMatcher.match`` first indexes the whole graph by op, and only then finds that the
+node it was given is not a Slice: graph size x graph size per pass. On an unrolled LSTM's 2762
+nodes that was half of a 146 s PT2E path (openWakeWord's ``hey_mycroft``, py-spy). The first
+output node of every combination it tries is that node, matched by ``NodePattern.matches``, which
+fails on the op type or the domain before anything else; the shortcut applies those same two
+checks first and returns the matcher's failure without the index. Same rewrites, same file (a
+test compares the optimized models byte for byte with the shortcut on and off).
 """
 
 from __future__ import annotations
@@ -141,3 +151,31 @@ def install_histogram_search() -> bool:
         return HistogramObserver, "_non_linear_param_search"
 
     return _replace_once("histogram search", locate, lambda original: _non_linear_param_search)
+
+
+def match_unless_first_output_differs(original: Callable) -> Callable:
+    """``SimplePatternMatcher.match`` that fails at once where the node cannot be the first output."""
+
+    def match(self, model, graph_or_function, node, *args, **kwargs):
+        pattern = self.pattern
+        if not pattern.has_single_output_node:
+            first = pattern.output_nodes[0]
+            # NodePattern.matches' first two checks: the op type, then the domain.
+            if not (first.op.matches(node.op_type) and first.domain.matches(node.domain)):
+                from onnxscript.rewriter import _basics
+
+                return _basics.MatchResult().fail("No match found.")
+        return original(self, model, graph_or_function, node, *args, **kwargs)
+
+    return match
+
+
+def install_multi_output_match_shortcut() -> bool:
+    """Skip onnxscript's whole-graph index where the node cannot be the pattern's first output."""
+
+    def locate():
+        from onnxscript.rewriter._matcher import SimplePatternMatcher
+
+        return SimplePatternMatcher, "match"
+
+    return _replace_once("multi-output match shortcut", locate, match_unless_first_output_differs)
