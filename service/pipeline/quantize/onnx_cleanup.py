@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from service.pipeline.quantize.pt2e_shortcuts import install_multi_output_match_shortcut
+
 log = logging.getLogger(__name__)
 
 CONTROL_FLOW = ("If", "Loop", "Scan")
@@ -104,8 +106,6 @@ def _fold_constants(model, notes: list[str]):
     """onnxscript's optimizer: constant folding (Shape of a now-static tensor, If on a constant)."""
     try:
         from onnxscript import optimizer
-
-        from service.pipeline.quantize.pt2e_shortcuts import install_multi_output_match_shortcut
 
         install_multi_output_match_shortcut()  # the same rewrites without a whole-graph index per node
         before = Counter(n.op_type for n in model.graph.node)
