@@ -127,7 +127,9 @@ def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_be
             self.calls += 1
             _time.sleep(self.seconds)
 
-    before, slow = Sleeps(0.001), Sleeps(0.001 * GIVE_UP_RATIO * 4)
+    # 20 ms against 15x that: a loaded machine delays a sleep by milliseconds (1 ms sleeps failed
+    # this under a busy CI run), never by the 280 ms it would take to hide the gap
+    before, slow = Sleeps(0.02), Sleeps(0.02 * GIVE_UP_RATIO * 10)
     (_, fastest_before), (_, fastest_after), pairs = _interleaved_ms(before, slow, {}, runs=20, warmup=1)
     assert pairs == GIVE_UP_PAIRS and slow.calls == 1 + GIVE_UP_PAIRS
     assert fastest_after > GIVE_UP_RATIO * fastest_before

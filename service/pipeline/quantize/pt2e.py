@@ -17,6 +17,7 @@ from service.pipeline.quantize.pt2e_shortcuts import (
     install_multi_output_match_shortcut,
 )
 from service.pipeline.runtime.ort_sessions import ort_refusal
+from service.pipeline.vocabulary import all_nodes
 from service.schemas.report import ToolInfo
 
 
@@ -103,6 +104,9 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         named = annotate_onnx(proto, onnx_program.exported_program.graph_module)
         conversion.notes.append(f"{named} nodes of the PT2E file name the upload node and tensors they compute "
                                 "(metadata_props quantcompare.onnx_node/onnx_op/onnx_outputs)")
+        if _drop_stack_traces(proto):
+            conversion.notes.append("torch's per-node stack traces (pkg.torch.onnx.stack_trace) are removed: for an "
+                                    "ONNX upload they name the converter's Python frames, not the upload")
     onnx.save(proto, out_path)
     _ort_loads(out_path, specs)
     act = config.input_activation
@@ -123,6 +127,23 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         notes=notes,
         conversion=conversion.to_dict() if conversion is not None else None,
     )
+
+
+_STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def _drop_stack_traces(proto) -> int:
+    """Remove ``pkg.torch.onnx.stack_trace`` from every node; returns how many had one. torch.onnx
+    writes the FX node's stack trace, which for a module converted from ONNX is this service's own
+    source (file paths of the server included); the other metadata stays (names.py reads fx_node)."""
+    dropped = 0
+    for node in all_nodes(proto.graph):
+        keep = [p for p in node.metadata_props if p.key != _STACK_TRACE_KEY]
+        if len(keep) != len(node.metadata_props):
+            dropped += 1
+            del node.metadata_props[:]
+            node.metadata_props.extend(keep)
+    return dropped
 
 
 def _ort_loads(path: Path, specs) -> None:

@@ -3,6 +3,8 @@
 own nodes, so a tensor of the upload can be found in the PT2E file and compared with its fp32 value."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,6 @@ from pt2e_upload import pt2e_of_upload
 @pytest.fixture(scope="module")
 def pt2e_from_onnx(tmp_path_factory):
     import sys
-    from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     from tests.realworld.corpus import build_opset21_unnamed_batch
@@ -64,6 +65,24 @@ def test_pt2e_file_names_upload_tensors(pt2e_from_onnx):
     got = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run([mapping["r"]], feed)[0]
     assert got.shape == ref.shape
     assert _sqnr_db(ref, got) > 20
+
+
+def test_pt2e_file_of_an_onnx_upload_names_no_server_source(pt2e_from_onnx):
+    """torch.onnx writes each node's FX stack trace; for a module converted from ONNX that is the
+    converter's frames, paths of the server's checkout included. The file a user downloads carries
+    none of it, and keeps the metadata the tensor mapping reads."""
+    import onnx
+
+    import service
+
+    _, pt2e_path, tool, _ = pt2e_from_onnx
+    model = onnx.load(str(pt2e_path))
+    keys = {p.key for n in model.graph.node for p in n.metadata_props}
+    assert "pkg.torch.onnx.stack_trace" not in keys
+    assert {"pkg.torch.onnx.fx_node", "quantcompare.onnx_outputs"} <= keys
+    server_source = str(Path(service.__file__).resolve().parent)
+    assert server_source.encode() not in pt2e_path.read_bytes()
+    assert any("stack traces" in n for n in tool.conversion["notes"])
 
 
 def _conv_relu(path, dtype):
