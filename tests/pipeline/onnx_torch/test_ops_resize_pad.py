@@ -235,6 +235,40 @@ def test_pad_modes_export():
     assert {"aten.constant_pad_nd.default", "aten.pad.default"} & targets, targets
 
 
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_a_long_axis_pad_is_one_pad_in_the_exported_file_not_a_table_as_long_as_the_axis(mode):
+    """30 s of 16 kHz audio reflect-padded for an STFT (Whisper's front end): as a per-axis index it
+    was a 480 400-element int64 constant, 3.8 MB of a 3.9 MB PT2E file. torch's reflection and
+    replication pads compute the same values, and torch.onnx writes them back as one Pad."""
+    import torch
+
+    x = rand(RNG, 1, 2, 6000)
+    inits = {"pads": np.array([0, 0, 200, 0, 0, 300], np.int64)}
+    node = helper.make_node("Pad", ["X", "pads"], ["Y"], mode=mode)
+    model = make_model(node, {"X": x}, ["Y"], initializers=inits, opset=13)
+    assert_matches_ort(model, {"X": x}, export=True)
+    module = torch_module(model, {"X": x})
+    exported = torch.onnx.export(module, (torch.from_numpy(x),), dynamo=True, verbose=False).model_proto
+    assert [n.op_type for n in exported.graph.node] == ["Pad"]
+    assert max((int(np.prod(t.dims)) for t in exported.graph.initializer), default=0) < 100
+
+
+@pytest.mark.parametrize("mode", ["reflect", "edge"])
+def test_a_pad_torch_cannot_express_keeps_the_index_form(mode):
+    """An axis before the last two of a rank-3 tensor: aten's reflection/replication pads do not reach
+    it, so it stays an index_select (ORT refuses a reflect pad as long as its axis, so that case
+    never reaches the converter's choice)."""
+    import torch
+
+    x = rand(RNG, 2, 3, 5)
+    node = helper.make_node("Pad", ["X", "pads"], ["Y"], mode=mode)
+    model = make_model(node, {"X": x}, ["Y"], initializers={"pads": np.array([1, 0, 0, 1, 0, 0], np.int64)},
+                       opset=13)
+    assert_matches_ort(model, {"X": x}, export=True)
+    program = torch.export.export(torch_module(model, {"X": x}), (torch.from_numpy(x),))
+    assert "aten.index_select.default" in {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+
+
 ANTIALIAS = {
     "linear down": ({"mode": "linear"}, dict(scales=[1, 1, 0.5, 0.6])),
     "linear down sizes": ({"mode": "linear"}, dict(sizes=[1, 2, 3, 4])),

@@ -10,9 +10,10 @@ coordinates. Where torch has an op with exactly the same tables, that op is emit
 (aten.upsample_nearest2d for an exact 2x nearest, aten.upsample_bilinear2d/linear1d/trilinear3d
 for half_pixel / pytorch_half_pixel / align_corners linear), which is what PT2E and XNNPACK know.
 
-Pad: constant mode is F.pad (aten.constant_pad_nd, negative pads crop); reflect / edge / wrap are
-an ``index_select`` per padded axis with a constant index table, which covers every axis (torch's
-reflection/replication pads only take the last 1-3 dims) and negative pads alike.
+Pad: constant mode is F.pad (aten.constant_pad_nd, negative pads crop); reflect / edge are F.pad too
+where torch's reflection/replication pads compute the same (the last 1-3 axes, no negative pads);
+the rest, and wrap, are an ``index_select`` per padded axis with a constant index table, which covers
+every axis and negative pads alike.
 """
 from __future__ import annotations
 
@@ -423,6 +424,9 @@ def pad(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) 
         # a value only known at run time: pad with 0, then add value on the padded positions only
         mask = F.pad(torch.zeros([int(d) for d in x.shape], dtype=x.dtype), torch_pads, value=1)
         return F.pad(x, torch_pads, value=0) + mask * value_tensor.to(x.dtype).reshape(())
+    torch_pads = _torch_pad_spec(mode, shape, begin, end)
+    if torch_pads is not None:
+        return F.pad(x, torch_pads, mode=_TORCH_PAD_MODES[mode])
     for a in range(rank):
         if begin[a] or end[a]:
             # ORT crops the negative sides first and pads the rest from what is left (a wrap
@@ -433,6 +437,31 @@ def pad(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) 
             index = lo + _pad_index(mode, hi - lo, max(0, begin[a]), max(0, end[a]))
             x = x.index_select(a, torch.from_numpy(index.astype(np.int64)))
     return x
+
+
+# ONNX Pad modes torch pads the same way: aten.pad, which torch.onnx writes back as one Pad of that mode
+# (the index tables below are a constant as long as the padded axis: 3.8 MB for a 30 s audio reflect pad).
+_TORCH_PAD_MODES = {"reflect": "reflect", "edge": "replicate"}
+
+
+def _torch_pad_spec(mode: str, shape, begin: list[int], end: list[int]) -> list[int] | None:
+    """F.pad's pad list (last axis first) when torch's reflection/replication pad computes exactly this
+    Pad, else None: no negative pads, the padded axes among the last 1-3 with one or two axes before
+    them (aten's reflection_pad{1,2,3}d take 2-3, 3-4, 4-5 dims), and for reflect each pad below its
+    axis's size (torch refuses more; ORT's reflect is the same mirror without the edge repeated)."""
+    rank = len(shape)
+    if mode not in _TORCH_PAD_MODES or min(begin + end) < 0:
+        return None
+    padded = [a for a in range(rank) if begin[a] or end[a]]
+    if not padded:
+        return None
+    k = max(rank - padded[0], rank - 2)  # the trailing axes F.pad's list covers
+    if k > min(3, rank - 1):
+        return None
+    for a in padded:
+        if int(shape[a]) == 0 or (mode == "reflect" and max(begin[a], end[a]) >= int(shape[a])):
+            return None
+    return [p for a in reversed(range(rank - k, rank)) for p in (begin[a], end[a])]
 
 
 def _pad_constant_by_index(ctx, node, inputs, x, shape, begin, end) -> torch.Tensor:
