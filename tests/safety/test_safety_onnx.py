@@ -229,6 +229,7 @@ STRUCTURE = {
     "an unknown op": (lambda: tiny_onnx(nodes=[helper.make_node("Frobnicate", ["x"], ["y"])]), UnsupportedModel,
                       "Frobnicate"),
     "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "operator domain 'evil.corp'"),
+    "one domain at two versions": (lambda: _imported_again(13), InvalidModel, "versions 17 and 13"),
     "opset 99": (lambda: tiny_onnx(opset=99), UnsupportedModel, "opset 99"),
     "opset 1": (lambda: tiny_onnx(opset=1), UnsupportedModel, "opset 1"),
     "IR version 99": (lambda: tiny_onnx(ir=99), UnsupportedModel, "IR version 99"),
@@ -243,6 +244,22 @@ def _with_domain(dom):
     m = tiny_onnx(nodes=[helper.make_node("Evil", ["x"], ["y"], domain=dom)])
     m.opset_import.append(helper.make_opsetid(dom, 1))
     return m
+
+
+def _imported_again(version):
+    m = tiny_onnx()
+    m.opset_import.append(helper.make_opsetid("", version))
+    return m
+
+
+def test_the_same_opset_import_twice_is_taken_as_onnx_and_ort_take_it(tmp_path):
+    """skl2onnx 1.19 and onnx.compose.merge_models write it; refusing it refused real files."""
+    import onnxruntime as ort
+
+    path = save(_imported_again(17), tmp_path / "m.onnx")
+    onnx.checker.check_model(str(path))
+    ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    onnx_model_from_path(path)
 
 
 def _short_raw():

