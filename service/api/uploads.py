@@ -69,7 +69,7 @@ def parse_options(raw: bytes | str | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:  # nesting deeper than json can parse
         raise InvalidOptions(f"options is not valid JSON ({e.__class__.__name__})",
                              hint='send options as a JSON object, e.g. {"calibration_samples": 32}') from None
     if not isinstance(value, dict):
@@ -214,7 +214,7 @@ async def receive_json(request: Request) -> dict[str, Any]:
                                   hint="upload models as multipart (curl -F model=@net.onnx)")
     try:
         value = json.loads(bytes(body))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise InvalidRequest("the body is not valid JSON", hint='send {"example": "conv_relu", "options": {}}') from None
     if not isinstance(value, dict):
         raise InvalidRequest("the JSON body must be an object", hint='send {"example": "conv_relu", "options": {}}')

@@ -231,6 +231,10 @@ STRUCTURE = {
     "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "operator domain 'evil.corp'"),
     "one domain at two versions": (lambda: _imported_again(13), InvalidModel, "versions 17 and 13"),
     "opset 99": (lambda: tiny_onnx(opset=99), UnsupportedModel, "opset 99"),
+    "an initializer of a data type ONNX does not define": (lambda: _undefined_dtype(), InvalidModel, "data_type 99"),
+    "an input with a zero dim": (lambda: tiny_onnx(inputs=[helper.make_tensor_value_info("x", F, [0, 4])],
+                                                   outputs=[helper.make_tensor_value_info("y", F, [0, 4])]),
+                                 UnsupportedModel, "dimension of size 0"),
     "opset 1": (lambda: tiny_onnx(opset=1), UnsupportedModel, "opset 1"),
     "IR version 99": (lambda: tiny_onnx(ir=99), UnsupportedModel, "IR version 99"),
     "raw data shorter than its dims": (lambda: _short_raw(), InvalidModel, "declares"),
@@ -260,6 +264,11 @@ def test_the_same_opset_import_twice_is_taken_as_onnx_and_ort_take_it(tmp_path):
     onnx.checker.check_model(str(path))
     ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     onnx_model_from_path(path)
+
+
+def _undefined_dtype():
+    t = TensorProto(name="w", data_type=99, dims=[4], raw_data=b"\0" * 16)
+    return tiny_onnx(nodes=[helper.make_node("Add", ["x", "w"], ["y"])], initializers=[t])
 
 
 def _short_raw():

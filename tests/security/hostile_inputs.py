@@ -282,6 +282,10 @@ CASES: list[Case] = [
     # options
     Case("options that are not JSON", lambda e: model_form(conv_bytes(), options="{nope"), 422, "invalid_options"),
     Case("options that are a list", lambda e: model_form(conv_bytes(), options="[1]"), 422, "invalid_options"),
+    # deeper than Python's json parser recurses: a RecursionError was a 500 and a dropped connection
+    Case("options nested 50 000 deep", lambda e: model_form(conv_bytes(), options="[" * 50_000), 422, "invalid_options"),
+    Case("a JSON body nested 50 000 deep", lambda e: {"content": b"[" * 50_000, "headers": {"content-type": "application/json"}},
+         400, "invalid_request"),
     Case("an unknown option", lambda e: model_form(conv_bytes(), options={"calibraton_samples": 3}), 422, "invalid_options"),
     Case("an option out of range", lambda e: model_form(conv_bytes(), options={"calibration_samples": 10**9}),
          422, "invalid_options"),

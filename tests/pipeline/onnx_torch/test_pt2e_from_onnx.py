@@ -85,6 +85,30 @@ def test_pt2e_file_of_an_onnx_upload_names_no_server_source(pt2e_from_onnx):
     assert any("stack traces" in n for n in tool.conversion["notes"])
 
 
+def test_input_names_python_folds_refuses_or_chokes_on_keep_their_names_in_the_pt2e_file(tmp_path):
+    """'ﬁx' and 'fix' are one identifier after NFKC (SyntaxError: duplicate argument), '²x' is no
+    identifier at all, and a long name ran torch.export's unlifting regex for minutes: forward's
+    parameters are ASCII and capped; the file's inputs are still the upload's names."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    names = ["\ufb01x", "fix", "\u00b2x", "n" * 3000]
+    nodes = [helper.make_node("Add", [names[0], names[1]], ["s"]), helper.make_node("Add", ["s", names[2]], ["t"]),
+             helper.make_node("Add", ["t", names[3]], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    _, samples = pt2e_of_upload(tmp_path / "m.onnx", tmp_path / "pt2e.onnx", calibration_samples=4, eval_samples=1)
+    session = ort.InferenceSession(str(tmp_path / "pt2e.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == names
+    feed = samples.calibration[0]  # inside the calibrated ranges: a wrong wiring, not clipping, would show
+    want = sum(feed[n] for n in names)
+    assert _sqnr_db(want, session.run(None, feed)[0]) > 20
+
+
 def _conv_relu(path, dtype):
     import onnx
     from onnx import TensorProto, helper, numpy_helper

@@ -214,6 +214,11 @@ def _check_graph_io(model, budgets: Budgets) -> None:
         dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
         # Some exporters (Paddle) write -1 for a dynamic dim: it is dynamic, not an error, and
         # input_shapes gives it a value like any symbolic dim.
+        if any(d.WhichOneof("value") == "dim_value" and d.dim_value == 0 for d in dims):
+            # it was fed size 1 as if dynamic, and every path failed on ORT's shape check
+            raise UnsupportedModel(f"Input '{_safe(vi.name)}' has a dimension of size 0: an empty tensor has no "
+                                   "values to calibrate or compare.",
+                                   hint="Export the model with that dimension dynamic (a dim_param) or at its real size.")
         static = [d.dim_value for d in dims if d.WhichOneof("value") == "dim_value" and d.dim_value > 0]
         n = math.prod(static) if static else 0
         if n > budgets.max_input_elements:
@@ -274,6 +279,9 @@ _DTYPE_SIZES = {
     1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2,
     17: 1, 18: 1, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1,
 }
+
+
+_STRING = 8
 
 
 def _itemsize(data_type: int) -> int:
@@ -537,6 +545,10 @@ class _Walker:
     # -- tensors ------------------------------------------------------------------------------
 
     def _dense_bytes(self, t, where: str) -> int:
+        if t.data_type not in _DTYPE_SIZES and t.data_type != _STRING:
+            # ONNX defines no such type: it was counted as 8-byte items, then broke the job's inspect stage
+            raise InvalidModel(f"Tensor in {where} has data_type {t.data_type}, which ONNX does not define.",
+                               hint=_UPLOAD_HINT)
         if any(d < 0 for d in t.dims):
             raise InvalidModel(f"Tensor in {where} has a negative dimension.", hint=_UPLOAD_HINT)
         n = math.prod(t.dims) * _itemsize(t.data_type)

@@ -426,7 +426,11 @@ def _attr_protos(attrs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_NOT_IDENT = re.compile(r"\W")
+# ASCII only: Python folds identifiers by NFKC ("ﬁx" is "fix", a duplicate argument) and refuses
+# some word characters ("²x"); capped, because torch.export's unlifting runs a backtracking regex
+# over each parameter name (a 200 KB input name held the PT2E path for minutes).
+_NOT_IDENT = re.compile(r"[^A-Za-z0-9_]")
+MAX_PARAM_NAME = 64
 
 
 def _attr_name(onnx_name: str, taken: set[str]) -> str:
@@ -492,7 +496,7 @@ def python_names(input_names: list[str]) -> list[str]:
     one ("input.1" -> "input_1", "images:0" -> "images_0", "1" -> "in_1"), unique."""
     out: list[str] = []
     for name in input_names:
-        py = _NOT_IDENT.sub("_", name) or "in"
+        py = _NOT_IDENT.sub("_", name)[:MAX_PARAM_NAME] or "in"
         if py[0].isdigit() or keyword.iskeyword(py) or py.startswith("_") or py == "self":
             py = "in_" + py.lstrip("_")
         base, i = py, 1
