@@ -24,8 +24,9 @@ RNG = np.random.default_rng(0)
 
 
 class _Reader(CalibrationDataReader):
-    def __init__(self, name, shape):
-        self._d = [{name: RNG.random(shape, dtype=np.float32)} for _ in range(4)]
+    def __init__(self, name, shape, draw=None):
+        draw = draw or (lambda: RNG.random(shape, dtype=np.float32))
+        self._d = [{name: draw()} for _ in range(4)]
 
     def get_next(self):
         return self._d.pop() if self._d else None
@@ -152,19 +153,15 @@ def _hand_quantized_embedding(path: Path) -> None:
     onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), str(path))
 
 
-class _Ids(CalibrationDataReader):
-    def __init__(self):
-        self._d = [{"ids": RNG.integers(0, 50, (1, 6))} for _ in range(4)]
-
-    def get_next(self):
-        return self._d.pop() if self._d else None
+def _ids():
+    return _Reader("ids", (1, 6), draw=lambda: RNG.integers(0, 50, (1, 6)))
 
 
 def test_an_upload_tensor_named_like_ort_s_scale_for_another_breaks_the_qdq_file_and_is_renamed(tmp_path):
     raw = tmp_path / "raw.onnx"
     _hand_quantized_embedding(raw)
     feed = {"ids": RNG.integers(0, 50, (1, 6))}
-    quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Ids(), quant_format=QuantFormat.QDQ)
+    quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _ids(), quant_format=QuantFormat.QDQ)
     with pytest.raises(Exception, match="scale must be 1D tensor"):  # QuantizeLinear(W) reads the [50, 1] W_scale
         _run(tmp_path / "raw.q.onnx", feed)
 
@@ -172,7 +169,7 @@ def test_an_upload_tensor_named_like_ort_s_scale_for_another_breaks_the_qdq_file
     assert "tensor 'W_scale' renamed 'W_scale__upload'" in note
     np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))
     for fmt in (QuantFormat.QDQ, QuantFormat.QOperator):
-        quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Ids(), quant_format=fmt)
+        quantize_static(str(fixed), str(tmp_path / "q.onnx"), _ids(), quant_format=fmt)
         got, want = _run(tmp_path / "q.onnx", feed), _run(raw, feed)
         assert float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want))) > 0.98
 

@@ -266,6 +266,82 @@ def test_the_same_opset_import_twice_is_taken_as_onnx_and_ort_take_it(tmp_path):
     onnx_model_from_path(path)
 
 
+LOCAL = "local.fn"
+
+
+def _calling(fn_name: str, functions: list) -> onnx.ModelProto:
+    """The graph is one call of ``fn_name``; ``functions`` are the model's local functions."""
+    m = tiny_onnx(nodes=[helper.make_node(fn_name, ["x"], ["y"], domain=LOCAL)])
+    m.opset_import.append(helper.make_opsetid(LOCAL, 1))
+    m.functions.extend(functions)
+    return m
+
+
+def _function(name: str, nodes: list) -> onnx.FunctionProto:
+    return helper.make_function(LOCAL, name, ["a"], ["b"], nodes, [helper.make_opsetid("", 17),
+                                                                   helper.make_opsetid(LOCAL, 1)])
+
+
+def _chain(callee: str, k: int, *, domain: str = LOCAL) -> list:
+    names = ["a"] + [f"t{i}" for i in range(k - 1)] + ["b"]
+    return [helper.make_node(callee, [names[i]], [names[i + 1]], domain=domain) for i in range(k)]
+
+
+def _nested_calls(levels: int) -> onnx.ModelProto:
+    """f0 is one Relu, f<k> calls f<k-1> ten times: 10**levels nodes once inlined, in a 2 KB file."""
+    fns = [_function("f0", _chain("Relu", 1, domain=""))]
+    fns += [_function(f"f{k}", _chain(f"f{k - 1}", 10)) for k in range(1, levels + 1)]
+    return _calling(f"f{levels}", fns)
+
+
+def _constant_of_shape_in_a_function():
+    return _calling("amp", [_function("amp", [
+        helper.make_node("Constant", [], ["s"], value_ints=[20000, 20000, 10]),
+        helper.make_node("ConstantOfShape", ["s"], ["big"]),
+        helper.make_node("ReduceMax", ["big"], ["r"], keepdims=0),
+        helper.make_node("Add", ["a", "r"], ["b"])])])
+
+
+def _loop_in_a_function():
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c_in"], ["c_out"]), helper.make_node("Relu", ["v_in"], ["v_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", F, [1, 4])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", F, [1, 4])])
+    return _calling("loop", [_function("loop", [
+        helper.make_node("Constant", [], ["n"], value=numpy_helper.from_array(np.array(10**12, np.int64))),
+        helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True))),
+        helper.make_node("Loop", ["n", "c", "a"], ["b"], body=body)])])
+
+
+# Inside a local function: the same budgets as in the graph (each was bounded only by the job's timeout)
+FUNCTION_BOMBS = {
+    "calls nested to 10^5 inlined nodes": (lambda: _nested_calls(5), "max_nodes"),
+    "a 14.9 GiB ConstantOfShape": (_constant_of_shape_in_a_function, "max_constant_output_bytes"),
+    "a Loop of 10^12 trips": (_loop_in_a_function, "max_loop_trip_count"),
+}
+
+
+@pytest.mark.parametrize("build,budget", FUNCTION_BOMBS.values(), ids=list(FUNCTION_BOMBS))
+def test_a_local_function_is_held_to_the_graph_s_budgets(tmp_path, build, budget):
+    with pytest.raises(BudgetExceeded) as e:
+        onnx_model_from_path(save(build(), tmp_path / "m.onnx"))
+    assert budget in e.value.message
+
+
+def test_calls_nested_past_what_the_check_recurses_through_are_refused_with_a_code(tmp_path):
+    """2000 functions each calling the next once: within max_nodes, but counting what a call inlines
+    to recursed past Python's limit (a RecursionError, an internal error to the user)."""
+    fns = [_function("f0", _chain("Relu", 1, domain=""))]
+    fns += [_function(f"f{k}", _chain(f"f{k - 1}", 1)) for k in range(1, 2000)]
+    with pytest.raises(UnsupportedModel, match="call each other 65 deep"):
+        onnx_model_from_path(save(_calling("f1999", fns), tmp_path / "m.onnx"))
+
+
+def test_nested_calls_within_the_node_budget_are_taken(tmp_path):
+    onnx_model_from_path(save(_nested_calls(3), tmp_path / "m.onnx"))  # 1000 nodes inlined
+
+
 def _undefined_dtype():
     t = TensorProto(name="w", data_type=99, dims=[4], raw_data=b"\0" * 16)
     return tiny_onnx(nodes=[helper.make_node("Add", ["x", "w"], ["y"])], initializers=[t])

@@ -156,7 +156,7 @@ def samples_from_npz(
     n_cal = min(n, options.calibration_samples)
     # Feeds only for the samples the job uses: one dict per uploaded sample was 2.9 GB in the API
     # process for a 125 KB npz of 8 M tiny samples (a small file that compresses well).
-    used = min(n, n_cal + options.eval_samples) if n > n_cal else n_cal
+    used = min(n, n_cal + options.eval_samples)
     feeds = [{name: np.asarray(per_input[name][i]) for name in names} for i in range(used)]  # 0-d stays an array
     notes = []
     if n > n_cal:

@@ -73,6 +73,7 @@ import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from service.errors import OrtQuantizerFailed
 from service.pipeline.quantize.isolation import first_line, scrub
@@ -252,22 +253,25 @@ def _extended(name: str, names: set[str]) -> bool:
     return any(pattern.fullmatch(n) for n in names)
 
 
+def _unused_name(stem: str, names: set[str], clashes: Callable[[str], bool] = lambda n: False) -> str:
+    """``stem``, or ``stem_1``, ``stem_2``, ... : the first that is not in ``names`` and does not
+    ``clash``; it is added to ``names``."""
+    new, k = stem, 0
+    while new in names or clashes(new):
+        k += 1
+        new = f"{stem}_{k}"
+    names.add(new)
+    return new
+
+
 def shared_biases_renamed(model) -> dict[str, str]:
     """Rename shared biases whose ORT copy names would collide; {old: new}."""
     shared = _shared_biases(model)
     if not shared:
         return {}
     names = all_tensor_names(model.graph)
-    renames: dict[str, str] = {}
-    for bias in shared:
-        if not _extended(bias, names):
-            continue
-        new, k = f"{bias}_bias", 0
-        while new in names or _extended(new, names):
-            k += 1
-            new = f"{bias}_bias_{k}"
-        renames[bias] = new
-        names.add(new)
+    renames = {bias: _unused_name(f"{bias}_bias", names, clashes=lambda n: _extended(n, names))
+               for bias in shared if _extended(bias, names)}
     if renames:
         for t in model.graph.initializer:
             t.name = renames.get(t.name, t.name)
@@ -327,14 +331,7 @@ def derived_names_renamed(model) -> dict[str, str]:
     if not derived:
         return {}
     names = all_tensor_names(model.graph)
-    renames: dict[str, str] = {}
-    for old in derived:
-        new, k = f"{old}__upload", 0
-        while new in names:
-            k += 1
-            new = f"{old}__upload{k}"
-        renames[old] = new
-        names.add(new)
+    renames = {old: _unused_name(f"{old}__upload", names) for old in derived}
     g = model.graph
     for t in g.initializer:
         t.name = renames.get(t.name, t.name)
@@ -380,7 +377,9 @@ def fixups_for_ort_quantizer(model, *, identities: bool = True) -> OrtFixups:
 def needs_fixups(model, *, identities: bool = True) -> bool:
     """Cheap check on a model parsed without its external data."""
     g = model.graph
-    if _before_ir4(model) or _repeated_imports(model) or _derived_names(model) or any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
+    if _before_ir4(model) or _repeated_imports(model) or _derived_names(model):
+        return True
+    if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True
     if identities and (any(True for n in g.node for _ in subgraphs(n)) or _where_reads(model)):
         return True

@@ -176,7 +176,9 @@ def _check_opsets(model) -> set[str]:
             if seen[dom] == imp.version:
                 continue
             raise InvalidModel(f"The opset_import lists domain '{_safe(dom)}' twice, as versions {seen[dom]} "
-                               f"and {imp.version}.", hint=_UPLOAD_HINT)
+                               f"and {imp.version}.",
+                               hint="Keep one opset_import entry per domain, at the version the nodes were "
+                                    "written for, and save the model again.")
         seen[dom] = imp.version
         if dom in ("", "ai.onnx"):
             hi = onnx.defs.onnx_opset_version()
@@ -282,6 +284,8 @@ _DTYPE_SIZES = {
 
 
 _STRING = 8
+# Module hierarchies exported as functions nest a call per level; far past any real model's depth.
+MAX_FUNCTION_CALL_DEPTH = 64
 
 
 def _itemsize(data_type: int) -> int:
@@ -299,8 +303,7 @@ class _Walker:
         self.stats = ModelStats()
         self.opset = {imp.domain or "": imp.version for imp in model.opset_import}
         self.opset.setdefault("", self.opset.get("ai.onnx", 0))
-        self.functions = {(f.domain, f.name) for f in model.functions}
-        self._bodies = {(f.domain, f.name): f for f in model.functions}
+        self.functions = {(f.domain, f.name): f for f in model.functions}
         self._inlined: dict[tuple[str, str], int] = {}
 
     def run(self) -> None:
@@ -347,7 +350,8 @@ class _Walker:
         const_derived: set[str] = set()
         defined = set(fn.input)
         for node in fn.node:
-            self._node(node, depth=0, defined=defined, consts=consts, shapes=shapes, const_derived=const_derived)
+            self._node(node, depth=0, defined=defined, consts=consts, shapes=shapes, const_derived=const_derived,
+                       in_function=True)
             defined.update(o for o in node.output if o)
 
     def _inlined_nodes(self, key: tuple[str, str], stack: tuple = ()) -> int:
@@ -358,11 +362,14 @@ class _Walker:
         if key in stack:
             raise InvalidModel(f"Function '{_safe(key[1])}' calls itself (through {len(stack)} functions).",
                                hint=_UPLOAD_HINT)
-        fn = self._bodies[key]
+        if len(stack) > MAX_FUNCTION_CALL_DEPTH:  # this count recurses with the calls (Python's limit is 1000)
+            raise UnsupportedModel(f"Local functions call each other {len(stack)} deep (through "
+                                   f"'{_safe(key[1])}'); this toolchain reads at most {MAX_FUNCTION_CALL_DEPTH}.",
+                                   hint="Inline the functions (onnx.inliner.inline_local_functions) and upload again.")
         total = 0
-        for node in fn.node:
+        for node in self.functions[key].node:
             callee = (node.domain, node.op_type)
-            total += self._inlined_nodes(callee, stack + (key,)) if callee in self._bodies else 1
+            total += self._inlined_nodes(callee, stack + (key,)) if callee in self.functions else 1
             if total > self.b.max_nodes:
                 break  # enough to refuse; the rest is not counted
         self._inlined[key] = total
@@ -433,7 +440,6 @@ class _Walker:
                 hint="Only ai.onnx, ai.onnx.ml and com.microsoft operators (and the model's own functions) are "
                      "supported; export the model with standard operators.", domain=_safe(dom))
         if (dom, node.op_type) in self.functions:
-            self._count(self._inlined_nodes((dom, node.op_type)) - 1)  # the call node itself is counted already
             return
         if dom in _SCHEMA_DOMAINS:
             version = self.opset.get(dom, self.opset.get("", 0)) if dom != "ai.onnx" else self.opset.get("", 0)
@@ -445,8 +451,13 @@ class _Walker:
                     f"opset {version}.", hint="Use standard ONNX operators available at the model's opset.",
                     op_type=_safe(node.op_type)) from e
 
-    def _node(self, node, *, depth: int, defined: set[str], consts: dict, shapes: dict, const_derived: set) -> None:
+    def _node(self, node, *, depth: int, defined: set[str], consts: dict, shapes: dict, const_derived: set,
+              in_function: bool = False) -> None:
         self._check_op(node)
+        call = (node.domain, node.op_type)
+        if call in self.functions and not in_function:
+            # a call in the model's graphs stands for its inlined body; in a body, the callers count it
+            self._count(self._inlined_nodes(call) - 1)  # the call node itself is counted already
         for a in node.attribute:
             self._attribute(a, node, depth=depth + 1, defined=defined, consts=consts)
 
