@@ -118,23 +118,25 @@ class OrtFixups:
             parts.append(f"IR {before} raised to IR {after}{unlisted} (ORT's calibrator and optimizer break "
                          "IR < 4 files; ORT runs the same graph)")
         if self.shared_biases:
-            old, new = next(iter(self.shared_biases.items()))
-            more = f" and {len(self.shared_biases) - 1} more" if len(self.shared_biases) > 1 else ""
-            parts.append(f"shared bias '{old}' renamed '{new}'{more} (ORT's QDQ quantizer names the bias copies "
-                         "it makes '<bias>0', '<bias>1', ..., which here were other tensors' names)")
+            parts.append(f"shared bias {_first_rename(self.shared_biases)} (ORT's QDQ quantizer names the bias "
+                         "copies it makes '<bias>0', '<bias>1', ..., which here were other tensors' names)")
         if self.where_reads:
             shown = ", ".join(self.where_reads[:3]) + (" ..." if len(self.where_reads) > 3 else "")
             parts.append(f"an Identity inserted before {len(self.where_reads)} Where inputs ({shown}); ORT's "
                          "QOperator Where adds no DequantizeLinear for a quantized input")
         if self.derived_names:
-            old, new = next(iter(self.derived_names.items()))
-            more = f" and {len(self.derived_names) - 1} more" if len(self.derived_names) > 1 else ""
-            parts.append(f"tensor '{old}' renamed '{new}'{more} (ORT's quantizer gives that name to what it "
+            parts.append(f"tensor {_first_rename(self.derived_names)} (ORT's quantizer gives that name to what it "
                          "adds for another tensor: its scale, zero point or quantized copy)")
         if self.repeated_opset_imports:
             parts.append(f"{self.repeated_opset_imports} repeated opset_import entries removed (ORT's quantizer "
                          "wants one ai.onnx import; the same import twice names the same opsets)")
         return ("before quantize_static: " + "; ".join(parts)) if parts else None
+
+
+def _first_rename(renames: dict[str, str]) -> str:
+    """"'a' renamed 'b'" and how many more, for a note."""
+    old, new = next(iter(renames.items()))
+    return f"'{old}' renamed '{new}'" + (f" and {len(renames) - 1} more" if len(renames) > 1 else "")
 
 
 def _constant_tensor(node):
