@@ -57,7 +57,8 @@ from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
 from service.schemas.levels import Lint
 from service.schemas.layers import LayersReport
-from service.schemas.report import Artifact, FileInfo, ModelInfo, QuantizationInventory, Report, TensorSpec, ToolInfo
+from service.schemas.report import (Artifact, FileInfo, ModelInfo, PathError, QuantizationInventory, Report, TensorSpec,
+                                   ToolInfo)
 
 log = logging.getLogger(__name__)
 
@@ -163,8 +164,8 @@ def run_comparison(
                             concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs)
     run.timings.update(levels.timings)
     layers = layers_stage(options, prepared, fp32, inspected, run)
-    artifacts = {name: art.model_copy(update={"optimized": levels.optimized[name]}) if name in levels.optimized
-                 else art for name, art in inspected.artifacts.items()}
+    artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
+                 for name, art in inspected.artifacts.items()}
     advice, refuted = advice_stage(options, prepared, levels, inspected, outcomes, run)
     env = environment()
     with run.stage("decide"):
@@ -181,6 +182,23 @@ def run_comparison(
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes), platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
+
+
+def _with_levels(art: Artifact, optimized: dict) -> Artifact:
+    """The artifact with its levels; a file that ORT ran at no level is a failed path, not an ok one
+    with an error in each level (a CI gate on status_ok must see it)."""
+    update: dict = {"optimized": optimized}
+    errors = [(level, ol.error) for level, ol in optimized.items() if ol.error]
+    if art.status == "ok" and optimized and len(errors) == len(optimized):
+        reference = " It is the fp32 reference, so no quantized file could be compared either." if art.name == "fp32" else ""
+        update["status"] = "failed"
+        update["error"] = PathError(
+            stage="evaluate", type="OrtRunFailed",
+            message=f"ONNX Runtime could not run this file at any level ({', '.join(lv for lv, _ in errors)}); "
+                    f"at {errors[0][0]}: {errors[0][1]}.{reference}",
+            hint="run the file in onnxruntime yourself (InferenceSession(path).run) to see the same error; "
+                 "ORT's message names the node it stopped at")
+    return art.model_copy(update=update)
 
 
 def prepare_stage(request: ComparisonRequest, workdir: Path, run: _Run) -> Prepared:
@@ -249,7 +267,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
             else:
                 outcome = run_path("pt2e_qdq", "quantize", qdq_from_pt2e, source, prepared.shapes, samples.calibration,
                                    run.art_dir / "pt2e_qdq.onnx", per_channel=options.pt2e.per_channel,
-                                   evaluation=samples.evaluation)
+                                   evaluation=samples.evaluation, max_graph_ops=options.pt2e.max_graph_ops)
             finished("pt2e_qdq", outcome, t0)
 
         def ort_side() -> None:

@@ -42,6 +42,9 @@ class InputValues(_Strict):
 
 class Pt2eOptions(_Strict):
     per_channel: bool = True
+    # Ops of the torch graph PT2E may start on (pt2e.refuse_oversized_program): past it the path is
+    # skipped at once, with the nodes that made it big, instead of running past the job's time limit.
+    max_graph_ops: int = Field(8000, ge=1, le=10_000_000)
 
 
 # The extra_options keys onnxruntime 1.32's quantize_static and its calibrators read (from its

@@ -266,6 +266,46 @@ def test_the_same_opset_import_twice_is_taken_as_onnx_and_ort_take_it(tmp_path):
     onnx_model_from_path(path)
 
 
+def _importing(dom: str, version: int) -> onnx.ModelProto:
+    m = tiny_onnx()  # no node in ``dom``: only the import
+    m.opset_import.append(helper.make_opsetid(dom, version))
+    return m
+
+
+def _ort_loads(model) -> bool:
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        assert "Current official support for domain" in str(e), e
+        return False
+    return True
+
+
+@pytest.mark.parametrize("dom", sorted(__import__("service.pipeline.inputs.safety.onnx_checks",
+                                                  fromlist=["x"]).ORT_NEWEST_OPSETS))
+def test_a_domain_imported_past_what_ort_loads_is_refused_at_submit(dom, tmp_path):
+    """The installed ORT is the oracle: at the listed version it loads a file that only imports the
+    domain, one version later it refuses it (an unused ai.onnx.ml 99 import made every path fail)."""
+    from service.pipeline.inputs.safety.onnx_checks import ORT_NEWEST_OPSETS
+
+    newest = ORT_NEWEST_OPSETS[dom]
+    assert _ort_loads(_importing(dom, newest))
+    onnx_model_from_path(save(_importing(dom, newest), tmp_path / "ok.onnx"))
+    assert not _ort_loads(_importing(dom, newest + 1))
+    with pytest.raises(UnsupportedModel, match=f"domain '{dom}' at version {newest + 1}") as e:
+        onnx_model_from_path(save(_importing(dom, newest + 1), tmp_path / "past.onnx"))
+    assert "delete its opset_import entry" in e.value.hint
+
+
+def test_a_domain_ort_does_not_register_is_taken_at_any_version(tmp_path):
+    """Framework domains (paddle2onnx's, onnxruntime-extensions') are not checked by ORT either."""
+    for dom in ("pkg.paddle2onnx", "ai.onnx.contrib"):
+        assert _ort_loads(_importing(dom, 99))
+        onnx_model_from_path(save(_importing(dom, 99), tmp_path / "m.onnx"))
+
+
 LOCAL = "local.fn"
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
 
-from service.errors import Pt2eFileRejected
+from service.errors import PathSkipped, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
@@ -43,8 +44,11 @@ def qdq_from_pt2e(
     per_channel: bool = True,
     evaluation: list[Feed] | None = None,
     skip_modules: tuple[str, ...] = (),
+    max_graph_ops: int | None = None,
 ) -> ToolInfo:
     program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
+    if max_graph_ops is not None:
+        refuse_oversized_program(program, conversion, max_graph_ops)
     try:
         return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
                                   skip_modules)
@@ -56,6 +60,37 @@ def qdq_from_pt2e(
         # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
         raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
                                 hint=PT2_HINT, conversion=conversion) from e
+
+
+def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
+    """A PathSkipped before PT2E starts when the torch graph has more than ``max_graph_ops`` ops.
+
+    Why a count of ops: prepare_pt2e, convert_pt2e and torch.onnx.export (its decompositions and
+    onnxscript's rewriter) each walk the whole graph, and on this stack their time grows with its
+    size, not its weights: 2676 ops (six peephole LSTMs unrolled over 16 steps) took 108 s after
+    torch.export, 40 ms per op (bench/NOTES.md, ninth pass); a 100-step twin would run past the job's
+    time limit and take the ORT paths' results with it. Converted from ONNX, the ops are attributed
+    to the upload's nodes (``meta["custom"]["onnx_node"]``, names.py), so the message names them."""
+    ops = [n for n in program.graph.nodes if n.op == "call_function"]
+    if len(ops) <= max_graph_ops:
+        return
+    per_node: Counter = Counter()
+    for n in ops:
+        custom = n.meta.get("custom") or {}
+        if "onnx_node" in custom:
+            per_node[(str(custom.get("onnx_op", "")), str(custom["onnx_node"]))] += 1
+    biggest = ", ".join(f"{op} {name!r} {k}" for (op, name), k in per_node.most_common(3))
+    where = f"; the most from {biggest}" if biggest else ""
+    message = (f"the torch graph has {len(ops)} ops, more than options.pt2e.max_graph_ops ({max_graph_ops}): "
+               f"PT2E and torch.onnx.export take time in proportion to it{where}")
+    recurrent = any(op in ("LSTM", "GRU", "RNN", "Loop", "Scan") for op, _ in per_node)
+    hint = ("recurrences and loops are unrolled step by step: fix a shorter sequence with options.input_shapes, "
+            "or upload a .pt2 that keeps nn.LSTM/nn.GRU whole; " if recurrent else "")
+    hint += ("raise options.pt2e.max_graph_ops to run it anyway (and QUANTCOMPARE_JOB_TIMEOUT_S with it), "
+             "or compare the ORT paths only (options.artifacts); the ORT paths are unaffected")
+    if conversion is not None:
+        raise ConversionSkipped(message, stage="convert", hint=hint, conversion=conversion)
+    raise PathSkipped(message, stage="quantize", hint=hint)
 
 
 def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,

@@ -36,6 +36,16 @@ if TYPE_CHECKING:
 # ai.onnx opsets onnxruntime 1.32 guarantees (7+) up to what onnx 1.23.2 defines (28).
 MIN_AI_ONNX_OPSET = 7
 MIN_IR_VERSION = 3
+# The newest version of each domain onnxruntime 1.32 loads a model importing (model_load_utils.h
+# ValidateOpsetForDomain against its registry's last released versions: ONNX's domains and the ones
+# contrib_defs.cc registers). Past it ORT refuses the file even when no node uses the domain;
+# a domain not listed (a framework's own, 'pkg.paddle2onnx') is not checked. Pinned by
+# tests/safety/test_safety_onnx.py against the installed ORT. ai.onnx is bounded by onnx's own range.
+ORT_NEWEST_OPSETS = {
+    "ai.onnx.ml": 5, "ai.onnx.training": 1, "ai.onnx.preview.training": 1, "ai.onnx.preview": 1,
+    "com.microsoft": 1, "com.microsoft.experimental": 1, "com.microsoft.nchwc": 1, "org.pytorch.aten": 1,
+    "com.ms.internal.nhwc": 28,
+}
 # Domains the toolchain can run. Model-local function domains are added per model.
 KNOWN_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml", "com.microsoft", "com.microsoft.nchwc"})
 # Domains whose ops onnx knows the schemas of (so an unknown op is refused here, not deep in ORT).
@@ -189,6 +199,14 @@ def _check_opsets(model) -> set[str]:
                     hint="Convert the model with onnx.version_converter.convert_version(model, 17) and upload it again.",
                     opset=imp.version,
                 )
+        elif imp.version > ORT_NEWEST_OPSETS.get(dom, imp.version):
+            raise UnsupportedModel(
+                f"The model imports domain '{dom}' at version {imp.version}; ONNX Runtime loads no model that "
+                f"imports it past version {ORT_NEWEST_OPSETS[dom]}, even when no node uses it.",
+                hint=f"If no node uses '{dom}', delete its opset_import entry; otherwise re-export the model for "
+                     f"'{dom}' version {ORT_NEWEST_OPSETS[dom]} or lower. Then upload it again.",
+                opset=imp.version,
+            )
         domains.add(dom)
     if "" not in domains and "ai.onnx" not in domains:
         raise UnsupportedModel("The model does not import the default ONNX domain (ai.onnx).", hint=_UPLOAD_HINT)

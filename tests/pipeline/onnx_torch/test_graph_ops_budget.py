@@ -1,0 +1,82 @@
+"""The PT2E path's graph-size budget (``options.pt2e.max_graph_ops``): a torch graph bigger than it
+is refused before PT2E starts, naming the upload's nodes that made it big, while the ORT paths run.
+
+Why it exists: unrolled recurrences grow the graph by tens of ops per step, and PT2E plus
+torch.onnx.export take ~40 ms per op on this stack (bench/NOTES.md, ninth pass): six peephole
+LSTMs over 100 frames ran past 900 s and the job ended with no report at all."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from pt2e_upload import pt2e_of_upload
+
+SEQ, IN, HID = 6, 4, 5
+
+
+def _peephole_lstms(path, layers: int = 2):
+    """``layers`` stacked LSTMs with peepholes (a variant torch has no op for: always unrolled)."""
+    rng = np.random.default_rng(0)
+    nodes, inits, cur, width = [], [numpy_helper.from_array(np.array([1], np.int64), "one")], "x", IN
+    for i in range(layers):
+        for name, shape in ((f"W{i}", (1, 4 * HID, width)), (f"R{i}", (1, 4 * HID, HID)), (f"P{i}", (1, 3 * HID))):
+            inits.append(numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name))
+        nodes.append(helper.make_node("LSTM", [cur, f"W{i}", f"R{i}", "", "", "", "", f"P{i}"], [f"Y{i}"],
+                                      name=f"lstm{i}", hidden_size=HID))
+        nodes.append(helper.make_node("Squeeze", [f"Y{i}", "one"], [f"S{i}"], name=f"squeeze{i}"))
+        cur, width = f"S{i}", HID
+    graph = helper.make_graph(nodes, "lstms", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [SEQ, 1, IN])],
+                              [helper.make_tensor_value_info(cur, TensorProto.FLOAT, [SEQ, 1, HID])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def lstms(tmp_path_factory):
+    return _peephole_lstms(tmp_path_factory.mktemp("budget") / "lstms.onnx")
+
+
+def test_a_graph_past_the_budget_is_refused_naming_the_nodes_that_made_it(lstms, tmp_path):
+    from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
+
+    with pytest.raises(ConversionSkipped) as info:
+        pt2e_of_upload(lstms, tmp_path / "pt2e.onnx", max_graph_ops=50)
+    e = info.value
+    assert e.stage == "convert" and not (tmp_path / "pt2e.onnx").exists()
+    assert "more than options.pt2e.max_graph_ops (50)" in str(e)
+    assert "LSTM 'lstm0'" in str(e) and "LSTM 'lstm1'" in str(e)
+    assert "options.input_shapes" in e.hint and "max_graph_ops" in e.hint
+    assert e.conversion.parity["ok"] is True  # what the conversion learnt is still reported
+
+
+def test_the_same_graph_within_the_budget_quantizes(lstms, tmp_path):
+    """The count the refusal states is the graph's: a budget of exactly that many ops lets it through."""
+    import re
+
+    from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
+
+    with pytest.raises(ConversionSkipped) as info:
+        pt2e_of_upload(lstms, tmp_path / "refused.onnx", max_graph_ops=1)
+    ops = int(re.search(r"the torch graph has (\d+) ops", str(info.value)).group(1))
+    assert ops > 2 * SEQ * 10  # tens of ops per unrolled step
+    tool, _ = pt2e_of_upload(lstms, tmp_path / "pt2e.onnx", max_graph_ops=ops)
+    assert (tmp_path / "pt2e.onnx").exists() and tool.conversion["ops"]["LSTM"] == 2
+
+
+def test_the_job_reports_the_refusal_and_runs_the_ort_paths(lstms, tmp_path):
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    options = ComparisonOptions.model_validate({
+        "artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
+        "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False},
+        "pt2e": {"max_graph_ops": 50}})
+    report = run_comparison(ComparisonRequest(model_path=lstms, model_name="lstms.onnx", options=options),
+                            tmp_path / "job")
+    pt2e, ort = report.artifacts["pt2e_qdq"], report.artifacts["ort_qdq"]
+    assert pt2e.status == "skipped" and "max_graph_ops (50)" in pt2e.error.message
+    assert ort.status == "ok" and ort.optimized["disable_all"].numerics is not None
