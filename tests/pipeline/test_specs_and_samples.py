@@ -117,3 +117,54 @@ def test_a_misspelt_ort_extra_option_is_refused_not_ignored():
     with pytest.raises(ValidationError, match="WeightSymetric"):
         ComparisonOptions(ort={"extra_options": {"WeightSymetric": True}})
     assert ComparisonOptions(ort={"extra_options": {"WeightSymmetric": True}}).ort.extra_options == {"WeightSymmetric": True}
+
+
+def _identity_of(elem_type):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", elem_type, [2])],
+                              [helper.make_tensor_value_info("y", elem_type, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def test_every_input_dtype_taken_is_one_ort_is_fed_from_numpy():
+    import onnx
+    import onnxruntime as ort
+
+    from service.pipeline.inputs.specs import FEEDABLE_DTYPES, input_specs_from_onnx
+
+    for name in sorted(FEEDABLE_DTYPES):
+        model = _identity_of(onnx.helper.np_dtype_to_tensor_dtype(np.dtype(name)))
+        assert input_specs_from_onnx(model)[0].dtype == name
+        sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        assert sess.run(None, {"x": np.ones(2, name)})[0].dtype == np.dtype(name)
+
+
+@pytest.mark.parametrize("elem", ["BFLOAT16", "FLOAT8E4M3FN", "INT4", "COMPLEX64", "STRING"])
+def test_an_input_no_sample_can_feed_is_refused_by_name_before_any_path(elem):
+    """bfloat16 was fed float32 and every path failed on ORT's type check; the refusal says why."""
+    import onnx
+
+    from service.errors import UnsupportedModel
+    from service.pipeline.inputs.specs import input_specs_from_onnx
+
+    with pytest.raises(UnsupportedModel, match="input 'x' is ") as e:
+        input_specs_from_onnx(_identity_of(getattr(onnx.TensorProto, elem)))
+    assert "inside the graph" in e.value.hint or "token ids" in e.value.hint
+
+
+def test_ort_takes_no_numpy_bfloat16_feed():
+    """The oracle for the bfloat16 refusal: ml_dtypes' bfloat16 is what a numpy user would pass."""
+    import onnx
+    import onnxruntime as ort
+
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    sess = ort.InferenceSession(_identity_of(onnx.TensorProto.BFLOAT16).SerializeToString(),
+                                providers=["CPUExecutionProvider"])
+    for feed in (np.ones(2, ml_dtypes.bfloat16), np.ones(2, np.float32)):
+        with pytest.raises(Exception):
+            sess.run(None, {"x": feed})

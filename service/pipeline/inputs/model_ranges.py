@@ -203,12 +203,12 @@ def input_ranges_from_onnx(model, specs) -> dict[str, InputRange]:
     consumers = _consumers(model.graph)
     out: dict[str, InputRange] = {}
     for spec in specs:
-        kind = np.dtype(spec.dtype).kind if spec.dtype != "bfloat16" else "f"
+        kind = np.dtype(spec.dtype).kind  # specs.FEEDABLE_DTYPES: numpy dtypes only
         if kind in "iu":
             r = _ids_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype)
         elif kind == "f":
             r = _normalization_range(spec.name, consumers, tables_and_consts, numpy_helper,
-                                     spec.dtype if spec.dtype != "bfloat16" else "float32", len(spec.shape))
+                                     spec.dtype, len(spec.shape))
         else:
             r = None
         if r is not None:

@@ -20,7 +20,7 @@ from service.schemas.report import SamplesInfo
 
 Feed = dict[str, np.ndarray]
 
-_FLOATS = {"float32", "float16", "float64", "bfloat16"}
+_FLOATS = {"float32", "float16", "float64"}
 _INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
 
 
@@ -33,7 +33,7 @@ class Samples:
 
 def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None) -> tuple[str, callable]:
     iv = options.input_values.get(spec.name)
-    dtype = np.dtype(spec.dtype) if spec.dtype != "bfloat16" else np.dtype("float32")
+    dtype = np.dtype(spec.dtype)  # specs.FEEDABLE_DTYPES: numpy dtypes only
     if iv is None and model_range is not None:  # the model states the range; the option still wins
         return f"{model_range.description}: {model_range.why}", model_range.make
     if iv is not None and iv.constant is not None:
@@ -137,7 +137,7 @@ def samples_from_npz(
                 f"calibration[{spec.name!r}] has shape {list(arr.shape)}; expected [samples, {', '.join(map(str, want))}]",
                 hint="the leading axis counts samples; the rest is the input's shape (set input_shapes for dynamic dims)",
             )
-        expected = np.dtype(spec.dtype) if spec.dtype != "bfloat16" else np.dtype("float32")
+        expected = np.dtype(spec.dtype)
         if arr.dtype.kind == "f" and expected.kind == "f":
             if not np.isfinite(arr).all():
                 raise InvalidCalibration(f"calibration[{spec.name!r}] contains NaN or Inf", hint="remove non-finite values")

@@ -21,7 +21,7 @@ from service.examples import get_example
 from service.pipeline.files import file_sha256
 from service.pipeline.inputs.pt2_batch import batch_dims_from_program
 from service.pipeline.inputs.safety import exported_program_from_pt2, onnx_model_from_path, safe_extract_archive
-from service.pipeline.inputs.specs import InputSpec, input_specs_from_onnx
+from service.pipeline.inputs.specs import InputSpec, feedable, input_specs_from_onnx
 
 BATCH_FOR_EXPORT = 2  # torch.export specializes a dynamic dim to 1 when the example batch is 1
 
@@ -108,7 +108,7 @@ def specs_from_program(program) -> list[InputSpec]:
             raise UnsupportedModel(f"input {node.name!r} of the .pt2 is not a tensor",
                                    hint="export a model whose inputs are tensors")
         dims = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape)
-        specs.append(InputSpec(node.name, str(val.dtype).removeprefix("torch."), dims))
+        specs.append(feedable(InputSpec(node.name, str(val.dtype).removeprefix("torch."), dims)))
     return specs
 
 

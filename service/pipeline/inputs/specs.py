@@ -35,6 +35,30 @@ def _onnx_dtype_name(elem_type: int) -> str:
         return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
+# Dtypes a graph input may have here: the numeric ones ONNX Runtime's Python API takes as numpy
+# feeds (every path feeds ORT from numpy, quantize_static's calibration reader included). bfloat16,
+# float8, int4 have no numpy type ORT maps ("Numpy_type 256 can't be converted to MLDataType" for
+# ml_dtypes' bfloat16), complex none ORT loads; strings ORT takes, but samples are numbers (an .npz
+# of objects is refused, nothing generates text). Pinned by tests/pipeline/test_specs_and_samples.py.
+FEEDABLE_DTYPES = frozenset({"float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                             "uint32", "uint64", "bool"})
+
+
+def feedable(spec: InputSpec) -> InputSpec:
+    """``spec``, or UnsupportedModel when no sample could be fed to it (a graph input only)."""
+    if spec.dtype in FEEDABLE_DTYPES:
+        return spec
+    if spec.dtype in ("object", "string"):
+        why = "a string input: samples here are numeric arrays, so none can be made or uploaded for it"
+        hint = "upload the model from after its text front end (token ids as int64 inputs)"
+    else:
+        why = (f"{spec.dtype}: ONNX Runtime's Python API, which feeds every path here (quantize_static's "
+               "calibration included), takes no numpy array of that type")
+        hint = ("re-export the model with a float32 (or integer) input and cast to the narrow type inside the "
+                "graph; its weights and ops can stay as they are")
+    raise UnsupportedModel(f"input {spec.name!r} is {why}", hint=hint)
+
+
 def _value_info_spec(vi) -> InputSpec:
     t = vi.type
     if not t.HasField("tensor_type"):
@@ -58,7 +82,7 @@ def _value_info_spec(vi) -> InputSpec:
 def input_specs_from_onnx(model) -> list[InputSpec]:
     """Graph inputs that are real inputs (old exporters also list every initializer as an input)."""
     initializers = {i.name for i in model.graph.initializer} | {s.values.name for s in model.graph.sparse_initializer}
-    return [_value_info_spec(vi) for vi in model.graph.input if vi.name not in initializers]
+    return [feedable(_value_info_spec(vi)) for vi in model.graph.input if vi.name not in initializers]
 
 
 def output_specs_from_onnx(model) -> list[InputSpec]:
