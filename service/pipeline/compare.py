@@ -430,8 +430,8 @@ def _model_info(prepared: Prepared, fp32: Fp32) -> ModelInfo:
         outputs=[TensorSpec(**s.to_dict()) for s in output_specs_from_onnx(model)],
         node_count=sum(fp32.histogram.values()),
         resolved_input_shapes={k: list(v) for k, v in prepared.shapes.items()},
-        shape_notes=prepared.shape_notes + source.notes,
-        notes=[n for n in (unused_domains_note(model),) if n],
+        shape_notes=prepared.shape_notes,
+        notes=[n for n in (unused_domains_note(model),) if n] + source.notes,
     )
 
 

@@ -1,4 +1,5 @@
-"""The fp32 reference artifact: the uploaded ONNX, or torch.onnx.export(dynamo=True) of the program."""
+"""The fp32 reference artifact: the uploaded ONNX (its sparse initializers written dense), or
+torch.onnx.export(dynamo=True) of the program."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from pathlib import Path
 
 from service.pipeline.inputs.sources import ModelSource, copy_upload
+from service.pipeline.inputs.sparse import densify_sparse_initializers
 
 
 def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
@@ -18,6 +20,13 @@ def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
         os.replace(source.onnx_path, out_path)
         source.onnx_path = out_path
         source.data_files = [out_path.parent / d.name for d in source.data_files]
+        return out_path
+    if source.onnx_model is not None and source.onnx_model.graph.sparse_initializer:
+        import onnx
+
+        source.notes.append(densify_sparse_initializers(source.onnx_model))
+        onnx.save(source.onnx_model, out_path)
+        source.onnx_path = out_path  # every path reads the dense file
         return out_path
     if source.onnx_path is not None:
         return copy_upload(source.onnx_path, out_path)
