@@ -95,7 +95,7 @@ MUTANTS: list[Mutant] = [
            '    if not ops or "DequantizeLinear" in ops:\n        return None',
            ("tests/realworld/test_corpus.py::test_corpus_model_returns_a_report_with_every_path_explained[already_quantized_qdq]",)),
     Mutant("histogram_search_float64", "the histogram search compares in float64, not torch's float32",
-           "service/pipeline/quantize/pt2e_shortcuts.py", "            low = float(f32(next_alpha * total))",
+           "service/pipeline/quantize/shortcuts/pt2e.py", "            low = float(f32(next_alpha * total))",
            "            low = next_alpha * total",
            ("tests/pipeline/test_pt2e_shortcuts.py",)),
     Mutant("level_digest_names", "the level graph digest keeps node names (ORT varies them per session)",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.pipeline.quantize.pt2e_shortcuts import install_multi_output_match_shortcut
+from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
 
 log = logging.getLogger(__name__)
 

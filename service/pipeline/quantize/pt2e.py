@@ -12,7 +12,7 @@ from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, exa
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
-from service.pipeline.quantize.pt2e_shortcuts import (
+from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,
     install_histogram_search,
     install_multi_output_match_shortcut,

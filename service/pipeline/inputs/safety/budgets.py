@@ -31,6 +31,9 @@ class Budgets:
     max_loop_trip_count: int = 100_000  # a Loop's constant trip count
     max_input_elements: int = 64 * 1024 * 1024  # one declared model input (elements), as fed for calibration
     max_graph_inputs: int = 256
+    # ORT's quantizer checks each tensor against every graph output (is_graph_output, a list scan):
+    # a graph of 5000 outputs spent 158 s in quantize_static alone; real models have a few dozen.
+    max_graph_outputs: int = 1024
     max_sample_bytes: int = 2 * GiB  # every calibration + evaluation sample together, as generated
     # archives (.pt2 and .zip/.tar of model + external data)
     max_archive_members: int = 4096

@@ -228,6 +228,8 @@ def _check_graph_io(model, budgets: Budgets) -> None:
         raise budgets.refuse("max_graph_inputs", "graph inputs", len(real_inputs))
     if not g.output:
         raise InvalidModel("The model's graph has no outputs.", hint=_UPLOAD_HINT)
+    if len(g.output) > budgets.max_graph_outputs:
+        raise budgets.refuse("max_graph_outputs", "graph outputs", len(g.output))
     for vi in real_inputs:
         if vi.type.WhichOneof("value") != "tensor_type":
             raise UnsupportedModel(f"Input '{_safe(vi.name)}' is not a tensor (sequence/map/optional inputs are not supported).")

@@ -37,32 +37,11 @@ test compares the optimized models byte for byte with the shortcut on and off).
 
 from __future__ import annotations
 
-import logging
 from typing import Callable
 
 import numpy as np
 
-log = logging.getLogger("quantcompare.pt2e_shortcuts")
-
-_installed: set[str] = set()
-
-
-def _replace_once(what: str, locate: Callable[[], tuple[object, str]], replacement: Callable[[Callable], Callable]) -> bool:
-    """Set ``owner.attr`` (``locate()``) to ``replacement(original)`` once per process, keeping the
-    original as ``.original``. False, and torchao left as it is, when the names have moved."""
-    if what in _installed:
-        return True
-    try:
-        owner, attr = locate()
-        original = getattr(owner, attr)
-    except (ImportError, AttributeError) as e:
-        log.info("%s not installed: %s", what, e)
-        return False
-    new = replacement(original)
-    new.original = original  # type: ignore[attr-defined]
-    setattr(owner, attr, new)
-    _installed.add(what)
-    return True
+from service.pipeline.quantize.shortcuts import replace_once
 
 
 def bn_after_conv(m) -> bool:
@@ -88,7 +67,7 @@ def install_conv_bn_fold_guard() -> bool:
 
         return fold_conv_bn_qat_when_a_conv_feeds_a_bn
 
-    return _replace_once("conv-bn fold guard", locate, guard)
+    return replace_once("conv-bn fold guard", locate, guard)
 
 
 def _non_linear_param_search(self):
@@ -150,7 +129,7 @@ def install_histogram_search() -> bool:
 
         return HistogramObserver, "_non_linear_param_search"
 
-    return _replace_once("histogram search", locate, lambda original: _non_linear_param_search)
+    return replace_once("histogram search", locate, lambda original: _non_linear_param_search)
 
 
 def match_unless_first_output_differs(original: Callable) -> Callable:
@@ -178,4 +157,4 @@ def install_multi_output_match_shortcut() -> bool:
 
         return SimplePatternMatcher, "match"
 
-    return _replace_once("multi-output match shortcut", locate, match_unless_first_output_differs)
+    return replace_once("multi-output match shortcut", locate, match_unless_first_output_differs)
