@@ -129,3 +129,38 @@ def test_too_many_members_is_refused(tmp_path):
     members = {"model.onnx": b"x", **{f"d{i}.bin": b"x" for i in range(20)}}
     with pytest.raises(BudgetExceeded, match="max_archive_members"):
         safe_extract_archive(_zip(tmp_path, members), _dest(tmp_path), budgets=Budgets(max_archive_members=10))
+
+
+def _pax_header_tar(tmp_path, value_bytes: int):
+    """A gzipped tar whose one member carries a pax header of ``value_bytes`` (compresses to little)."""
+    model, _ = _model_with_data()
+    p = tmp_path / "pax.tar.gz"
+    with tarfile.open(p, "w:gz", format=tarfile.PAX_FORMAT) as tf:
+        info = tarfile.TarInfo("model.onnx")
+        info.size = len(model)
+        info.pax_headers = {"comment": "a" * value_bytes}
+        tf.addfile(info, io.BytesIO(model))
+    return p
+
+
+def test_a_huge_pax_header_is_refused_before_tarfile_reads_it(tmp_path):
+    up = _pax_header_tar(tmp_path, 64 << 20)
+    assert up.stat().st_size < 1 << 20  # 64 MiB of header in a small upload
+    with pytest.raises(UnsafeArchive, match="extended header"):
+        safe_extract_archive(up, _dest(tmp_path))
+
+
+def test_a_small_pax_header_is_what_real_tars_have_and_is_taken(tmp_path):
+    safe_extract_archive(_pax_header_tar(tmp_path, 100), _dest(tmp_path))
+
+
+def test_directory_entries_count_against_the_member_budget(tmp_path):
+    """A tar of folder headers only was read to its end, every header kept in tarfile's list."""
+    dirs = []
+    for i in range(50):
+        d = tarfile.TarInfo(f"d{i}")
+        d.type = tarfile.DIRTYPE
+        dirs.append(d)
+    up = _tar(tmp_path, [*dirs, ("model.onnx", b"x")])
+    with pytest.raises(BudgetExceeded, match="max_archive_members"):
+        safe_extract_archive(up, _dest(tmp_path), budgets=Budgets(max_archive_members=10))

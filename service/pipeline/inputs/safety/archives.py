@@ -54,7 +54,8 @@ def safe_extract_archive(archive: Path, dest: Path, *, budgets: Budgets | None =
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True, exist_ok=True)
         raise
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError, NotImplementedError) as e:
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError, NotImplementedError,
+            RecursionError) as e:  # RecursionError: tarfile follows a chain of pax headers recursively
         shutil.rmtree(dest, ignore_errors=True)
         dest.mkdir(parents=True, exist_ok=True)
         raise _refuse("it is corrupt or truncated") from e
@@ -137,18 +138,42 @@ def _extract_zip(archive: Path, dest: Path, b: Budgets) -> None:
                 _copy_bounded(src, dest / name, budget)
 
 
+# A pax / GNU long-name header is read whole into memory by tarfile (TarInfo._proc_pax,
+# _proc_gnulong: one read of the header's size) before a member is yielded: a gzipped tar of one
+# 1 GB pax header is a few MB. Real ones hold a path and a few times; 64 KiB is generous.
+_MAX_EXTENDED_HEADER_BYTES = 64 << 10
+_EXTENDED_HEADERS = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE, tarfile.GNUTYPE_LONGNAME,
+                     tarfile.GNUTYPE_LONGLINK)
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """Every header counts against the member budget (directories and extended headers included,
+    which tarfile also keeps in ``members``); an extended header is refused past its size bound
+    before tarfile reads it."""
+
+    def _proc_member(self, tf):
+        tf.quantcompare_budget.member()
+        if self.type in _EXTENDED_HEADERS and self.size > _MAX_EXTENDED_HEADER_BYTES:
+            raise _refuse(f"a tar extended header (pax or GNU long name) of {self.size} bytes "
+                          f"(at most {_MAX_EXTENDED_HEADER_BYTES})")
+        return super()._proc_member(tf)
+
+
 def _extract_tar(archive: Path, dest: Path, b: Budgets) -> None:
     budget = _Budget(b, archive.stat().st_size)
     seen: set[str] = set()
-    with tarfile.open(archive, mode="r:*") as tf:
+    class _BoundedTarFile(tarfile.TarFile):  # the budget is there before open() reads the first header
+        tarinfo = _BoundedTarInfo
+        quantcompare_budget = budget
+
+    with _BoundedTarFile.open(archive, mode="r:*") as tf:
         for m in tf:  # streaming: never tf.getmembers() on a hostile header list first
             if m.isdir():
                 _flat_name(m.name.rstrip("/") + "/x", set())
                 continue
             if not m.isreg():
                 raise _refuse("a member is a link, device or other special file")
-            name = _flat_name(m.name, seen)
-            budget.member()
+            name = _flat_name(m.name, seen)  # counted by _BoundedTarInfo
             src = tf.extractfile(m)
             if src is None:
                 raise _refuse("a member could not be read")
