@@ -49,6 +49,10 @@ class Settings(BaseModel):
     # "module:function" run for each job inside a worker (tests inject their own).
     job_function: str = Field("service.jobs.runner:run_comparison_job", description="module:function a worker runs per job")
     max_upload_mb: float = Field(512.0, gt=0, description="largest model upload in MiB (413 past it)")
+    # An upload holds one of max_concurrent_uploads slots while it streams: a client that stalls, or
+    # trickles a byte now and then, would hold it for ever and turn every other upload away (429).
+    upload_idle_timeout_s: float = Field(60.0, gt=0, description="an upload sending nothing this long is dropped (408)")
+    upload_min_kib_s: float = Field(16.0, ge=0, description="after upload_idle_timeout_s, an upload averaging less than this (KiB/s) is dropped (408; 0 = no minimum)")
     max_calibration_mb: float = Field(256.0, gt=0, description="largest calibration .npz in MiB (413 past it)")
     max_wait_s: float = Field(600.0, ge=0, description="largest ?wait= a request may ask for")
     # A job that was running when the service stopped is run again once; a second interruption fails it.

@@ -17,6 +17,7 @@ so the chain stays in the log while the user sees only our words.
     ├── UnsafeArchive       unsafe_archive       422  a .pt2 / archive that fails the static check
     ├── BudgetExceeded      budget_exceeded      413/422  model too large for the configured budgets
     ├── PayloadTooLarge     payload_too_large    413
+    ├── UploadTooSlow       upload_too_slow      408  an upload stalled or came in below the minimum rate
     ├── InvalidRequest      invalid_request      400  the HTTP request itself is malformed
     ├── Unauthorized        unauthorized         401  an API token is required
     ├── NotFound            not_found            404
@@ -96,6 +97,12 @@ class BudgetExceeded(QuantCompareError):
 
 class PayloadTooLarge(QuantCompareError):
     code, status, title = "payload_too_large", 413, "The upload is too large"
+
+
+class UploadTooSlow(QuantCompareError):
+    """An upload that stalled, or came in below the server's minimum rate, loses its upload slot."""
+
+    code, status, title = "upload_too_slow", 408, "The upload was too slow"
 
 
 class InvalidRequest(QuantCompareError):

@@ -9,18 +9,19 @@ paths: files get fixed names, and the client's name survives only, sanitized, as
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
-from service.errors import InvalidModel, InvalidOptions, InvalidRequest, PayloadTooLarge, UnsupportedModel
+from service.errors import InvalidModel, InvalidOptions, InvalidRequest, PayloadTooLarge, UnsupportedModel, UploadTooSlow
 
 MAX_OPTIONS_BYTES = 64 * 1024
 MAX_JSON_BODY_BYTES = 256 * 1024
@@ -85,8 +86,40 @@ def _content_disposition(raw: bytes) -> tuple[str | None, str | None]:
             filename.decode("utf-8", "replace") if filename is not None else None)
 
 
+async def paced(stream: AsyncIterator[bytes], *, idle_timeout_s: float | None,
+                min_bytes_per_s: float = 0.0) -> AsyncIterator[bytes]:
+    """``stream``'s chunks, or UploadTooSlow once no chunk came for ``idle_timeout_s``, or once,
+    ``idle_timeout_s`` after the start, the bytes so far average less than ``min_bytes_per_s``: a
+    stalled or trickling client (slowloris) would otherwise hold its upload slot for ever."""
+    if idle_timeout_s is None:
+        async for chunk in stream:
+            yield chunk
+        return
+    loop = asyncio.get_running_loop()
+    start, received = loop.time(), 0
+    chunks = stream.__aiter__()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(chunks.__anext__(), timeout=idle_timeout_s)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            raise UploadTooSlow(f"the upload sent nothing for {idle_timeout_s:g} s after {received} bytes",
+                                hint="retry on a steadier connection; the server drops stalled uploads "
+                                     "(QUANTCOMPARE_UPLOAD_IDLE_TIMEOUT_S)") from None
+        received += len(chunk)
+        elapsed = loop.time() - start
+        if min_bytes_per_s and elapsed > idle_timeout_s and received < min_bytes_per_s * elapsed:
+            raise UploadTooSlow(f"the upload averaged {received / elapsed / 1024:.2f} KiB/s over {elapsed:.0f} s, "
+                                f"below the server's minimum of {min_bytes_per_s / 1024:g} KiB/s",
+                                hint="retry on a faster connection, or ask the operator to lower "
+                                     "QUANTCOMPARE_UPLOAD_MIN_KIB_S")
+        yield chunk
+
+
 async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, max_calibration_bytes: int,
-                       allow_pt2: bool) -> ReceivedForm:
+                       allow_pt2: bool, idle_timeout_s: float | None = None,
+                       min_bytes_per_s: float = 0.0) -> ReceivedForm:
     _, params = parse_options_header(request.headers.get("content-type", ""))
     boundary = params.get(b"boundary")
     if not boundary or len(boundary) > 200:
@@ -161,11 +194,11 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
         "on_part_data": on_part_data, "on_part_end": on_part_end,
     }, max_header_count=16)
     try:
-        async for chunk in request.stream():
+        async for chunk in paced(request.stream(), idle_timeout_s=idle_timeout_s, min_bytes_per_s=min_bytes_per_s):
             if chunk:
                 parser.write(chunk)
         parser.finalize()
-    except (PayloadTooLarge, InvalidRequest):
+    except (PayloadTooLarge, InvalidRequest, UploadTooSlow):
         raise
     except Exception as e:  # python-multipart's MultipartParseError and friends
 

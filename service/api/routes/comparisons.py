@@ -124,7 +124,7 @@ def _job_json(job: Job, job_dir) -> bytes:
     openapi_extra={"requestBody": _REQUEST_BODY},
     responses={200: {"model": Job, "description": "finished within ?wait, or a cached result"},
                202: {"model": Job, "description": "accepted; poll the Location"},
-               **problem_responses(400, 401, 413, 415, 422, 429, 503)},
+               **problem_responses(400, 401, 408, 413, 415, 422, 429, 503)},
 )
 async def submit_comparison(request: Request, settings: SettingsDep, executor: ExecutorDep, wait: WaitQuery = 0) -> Any:
     ctype = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -142,7 +142,8 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
                 staged = executor.staging_dir()
                 form = await receive_form(
                     request, staged, max_model_bytes=int(settings.max_upload_mb * 1024 * 1024),
-                    max_calibration_bytes=int(settings.max_calibration_mb * 1024 * 1024), allow_pt2=settings.allow_pt2)
+                    max_calibration_bytes=int(settings.max_calibration_mb * 1024 * 1024), allow_pt2=settings.allow_pt2,
+                    idle_timeout_s=settings.upload_idle_timeout_s, min_bytes_per_s=settings.upload_min_kib_s * 1024)
             finally:
                 uploads["active"] -= 1
             options = resolve_options(form.options)
