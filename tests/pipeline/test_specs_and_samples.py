@@ -168,3 +168,29 @@ def test_ort_takes_no_numpy_bfloat16_feed():
     for feed in (np.ones(2, ml_dtypes.bfloat16), np.ones(2, np.float32)):
         with pytest.raises(Exception):
             sess.run(None, {"x": feed})
+
+
+def test_one_symbol_given_two_sizes_keeps_each_given_shape_and_says_so():
+    """ORT does not check that inputs sharing a dim_param agree (exporters reuse names loosely), so
+    the shapes a user gives stand; the report notes the clash."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    ids, mask = InputSpec("ids", "int64", ("batch", "seq")), InputSpec("mask", "int64", ("batch", "seq"))
+    shapes, notes = resolved_input_shapes([ids, mask], {"ids": [1, 16], "mask": [1, 32]})
+    assert shapes == {"ids": (1, 16), "mask": (1, 32)}
+    assert any("dim 'seq' has different sizes across inputs" in n for n in notes)
+    graph = helper.make_graph([helper.make_node("Neg", ["ids"], ["a"]), helper.make_node("Neg", ["mask"], ["b"])], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"]) for n in ("ids", "mask")],
+                              [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"]) for n in ("a", "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [o.shape for o in sess.run(None, {n: np.zeros(shapes[n], np.int64) for n in shapes})] == [(1, 16), (1, 32)]
+
+
+def test_an_input_left_to_a_symbol_given_two_sizes_is_refused_naming_them():
+    ids, mask, types = (InputSpec(n, "int64", ("batch", "seq")) for n in ("ids", "mask", "types"))
+    with pytest.raises(InvalidOptions, match=r"dim 'seq' different values \(16 in input_shapes\['ids'\], 32 in "
+                                             r"input_shapes\['mask'\]\), and input\(s\) 'types'"):
+        resolved_input_shapes([ids, mask, types], {"ids": [1, 16], "mask": [1, 32]})

@@ -136,12 +136,30 @@ def resolved_input_shapes(
     # A symbolic name is one dim across the whole model (ONNX semantics): a value given for it in
     # one input's shape, or the batch default, fills it in every other input.
     symbols: dict[str, int] = {}
+    given_in: dict[str, str] = {}  # symbol -> the input whose option shape gave its value
+    conflicts: dict[str, list[tuple[str, int]]] = {}
     for spec in specs:
         given = input_shapes.get(spec.name)
         if given is not None and len(given) == len(spec.shape):
-            for d, v in zip(spec.shape, given):
-                if isinstance(d, str) and d not in _ANONYMOUS:
-                    symbols.setdefault(d, int(v))
+            for i, (d, v) in enumerate(zip(spec.shape, given)):
+                if not isinstance(d, str) or d in _ANONYMOUS:
+                    continue
+                if d in symbols and symbols[d] != int(v):
+                    # ONNX means one size per symbol, but ORT does not check it and exporters reuse names
+                    # loosely: each given input keeps its own shape; an input left to the symbol cannot.
+                    conflicts.setdefault(d, [(given_in[d], symbols[d])]).append((spec.name, int(v)))
+                symbols.setdefault(d, int(v))
+                given_in.setdefault(d, spec.name)
+    for d, uses in conflicts.items():
+        sizes = ", ".join(f"{size} in input_shapes[{name!r}]" for name, size in uses)
+        left = [s.name for s in specs if s.name not in input_shapes and d in s.shape]
+        if left:
+            raise InvalidOptions(f"input_shapes gives dim {d!r} different values ({sizes}), and input(s) "
+                                 f"{', '.join(map(repr, left))} take their size from it",
+                                 hint=f"give {', '.join(map(repr, left))} a shape in input_shapes too, or {d!r} "
+                                      "one value in every input")
+        notes.append(f"dim {d!r} has different sizes across inputs ({sizes}): ONNX means one size per symbolic "
+                     "dim, ONNX Runtime does not check it, so each input takes the shape given")
     origin = {d: "options.input_shapes" for d in symbols}
     for spec in specs:  # then the data's values, where the option gives none
         if spec.name in input_shapes or spec.name not in data_shapes:
