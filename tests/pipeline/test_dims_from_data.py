@@ -145,3 +145,23 @@ def test_prevalidation_takes_dims_from_the_data_too(tmp_path):
     np.savez(bad, image=np.zeros((2, 1, 4, 10, 12), np.float32))
     with pytest.raises(InvalidCalibration, match="fixes dim 1 at 3"):
         prevalidate_upload(model, bad, ComparisonOptions(), Settings(data_dir=tmp_path))
+
+
+def test_an_npz_with_two_members_of_one_name_is_refused(tmp_path):
+    """zipfile and numpy take the last of two same-named members without a word."""
+    import io
+    import warnings
+    import zipfile
+
+    from service.errors import InvalidCalibration
+
+    path = tmp_path / "twice.npz"
+    with zipfile.ZipFile(path, "w") as zf, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns "Duplicate name"
+        for value in (0.0, 1.0):
+            buf = io.BytesIO()
+            np.save(buf, np.full((2, 3), value, np.float32))
+            zf.writestr("x.npy", buf.getvalue())
+    assert float(np.load(path)["x"][0, 0]) == 1.0  # what numpy alone reads
+    with pytest.raises(InvalidCalibration, match="two members named 'x.npy'"):
+        array_shapes_in_npz(path)

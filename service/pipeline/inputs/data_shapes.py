@@ -8,6 +8,7 @@ allocated: the header read is bounded, the data itself is read later by ``sample
 from __future__ import annotations
 
 import zipfile
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,12 @@ def array_shapes_in_npz(path: Path) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     try:
         with zipfile.ZipFile(path) as zf:
-            for info in zf.infolist():
+            infos = zf.infolist()
+            twice = sorted(n for n, k in Counter(i.filename for i in infos).items() if k > 1)
+            if twice:  # zipfile and numpy would read the last one, silently
+                raise InvalidCalibration(f"the calibration archive holds two members named {twice[0]!r}",
+                                         hint="write it with numpy.savez(path, **{input_name: array}): one array per input")
+            for info in infos:
                 if not info.filename.endswith(".npy"):
                     continue
                 with zf.open(info) as f:
