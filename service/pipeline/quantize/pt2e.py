@@ -79,7 +79,7 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
         custom = n.meta.get("custom") or {}
         if "onnx_node" in custom:
             per_node[(str(custom.get("onnx_op", "")), str(custom["onnx_node"]))] += 1
-    biggest = ", ".join(f"{op} {name!r} {k}" for (op, name), k in per_node.most_common(3))
+    biggest = ", ".join(f"{op} {name!r} ({k} ops)" for (op, name), k in per_node.most_common(3))
     where = f"; the most from {biggest}" if biggest else ""
     message = (f"the torch graph has {len(ops)} ops, more than options.pt2e.max_graph_ops ({max_graph_ops}): "
                f"PT2E and torch.onnx.export take time in proportion to it{where}")
