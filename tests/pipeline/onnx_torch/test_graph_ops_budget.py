@@ -80,3 +80,18 @@ def test_the_job_reports_the_refusal_and_runs_the_ort_paths(lstms, tmp_path):
     pt2e, ort = report.artifacts["pt2e_qdq"], report.artifacts["ort_qdq"]
     assert pt2e.status == "skipped" and "max_graph_ops (50)" in pt2e.error.message
     assert ort.status == "ok" and ort.optimized["disable_all"].numerics is not None
+
+
+def test_a_torch_program_past_the_budget_is_skipped_before_pt2e(tmp_path):
+    """A .pt2 (here a built-in example) has no upload nodes to name: the count and the options."""
+    from service.errors import PathSkipped
+    from service.pipeline.inputs.sources import source_from_example
+    from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
+    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+
+    source = source_from_example("conv_relu")
+    with pytest.raises(PathSkipped) as info:
+        qdq_from_pt2e(source, {"x": (1, 3, 16, 16)}, [], tmp_path / "pt2e.onnx", max_graph_ops=1)
+    assert not isinstance(info.value, ConversionSkipped) and info.value.stage == "quantize"
+    assert "more than options.pt2e.max_graph_ops (1)" in str(info.value) and "the most from" not in str(info.value)
+    assert "recurrences" not in info.value.hint and "options.artifacts" in info.value.hint
