@@ -196,7 +196,7 @@ def _with_levels(art: Artifact, optimized: dict) -> Artifact:
             stage="evaluate", type="OrtRunFailed",
             message=f"ONNX Runtime could not run this file at any level ({', '.join(lv for lv, _ in errors)}); "
                     f"at {errors[0][0]}: {errors[0][1]}.{reference}",
-            hint="run the file in onnxruntime yourself (InferenceSession(path).run) to see the same error; "
+            hint="load the file in onnxruntime yourself and run one sample to see the same error; "
                  "ORT's message names the node it stopped at")
     return art.model_copy(update=update)
 
