@@ -141,7 +141,7 @@ def resolved_input_shapes(
     for spec in specs:
         given = input_shapes.get(spec.name)
         if given is not None and len(given) == len(spec.shape):
-            for i, (d, v) in enumerate(zip(spec.shape, given)):
+            for d, v in zip(spec.shape, given):
                 if not isinstance(d, str) or d in _ANONYMOUS:
                     continue
                 if d in symbols and symbols[d] != int(v):

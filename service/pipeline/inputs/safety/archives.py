@@ -162,6 +162,7 @@ class _BoundedTarInfo(tarfile.TarInfo):
 def _extract_tar(archive: Path, dest: Path, b: Budgets) -> None:
     budget = _Budget(b, archive.stat().st_size)
     seen: set[str] = set()
+
     class _BoundedTarFile(tarfile.TarFile):  # the budget is there before open() reads the first header
         tarinfo = _BoundedTarInfo
         quantcompare_budget = budget
