@@ -50,8 +50,10 @@ def test_a_measured_candidate_sizes_the_budget_for_the_next(compared):
     estimate: a budget that fits one candidate and a little more measures one, not two."""
     report, workdir = compared("op_zoo_net")
     cand = Candidate("pt2e_qdq", {"session": {"session.qdqisint8allowed": "1"}}, "int8 on x86")
-    proposed, refuted = measured_advice([cand], _ctx(workdir, report, budget_seconds=60))
-    one = next(e.measured.seconds for e in proposed + refuted if e.measured)
+    # The fastest of two runs: on a loaded machine a first run alone came out 1.7x slower than the
+    # next call's, so the budget below fitted two (CI beside the corpus).
+    proposed, refuted = measured_advice([cand, cand], _ctx(workdir, report, budget_seconds=120))
+    one = min(e.measured.seconds for e in proposed + refuted if e.measured)
     proposed, refuted = measured_advice([cand, cand], _ctx(workdir, report, budget_seconds=1.2 * one + 1.0))
     assert sum(e.measured is not None for e in proposed + refuted) == 1
 
