@@ -86,15 +86,10 @@ def _content_disposition(raw: bytes) -> tuple[str | None, str | None]:
             filename.decode("utf-8", "replace") if filename is not None else None)
 
 
-async def paced(stream: AsyncIterator[bytes], *, idle_timeout_s: float | None,
-                min_bytes_per_s: float = 0.0) -> AsyncIterator[bytes]:
+async def paced(stream: AsyncIterator[bytes], *, idle_timeout_s: float, min_bytes_per_s: float) -> AsyncIterator[bytes]:
     """``stream``'s chunks, or UploadTooSlow once no chunk came for ``idle_timeout_s``, or once,
     ``idle_timeout_s`` after the start, the bytes so far average less than ``min_bytes_per_s``: a
     stalled or trickling client (slowloris) would otherwise hold its upload slot for ever."""
-    if idle_timeout_s is None:
-        async for chunk in stream:
-            yield chunk
-        return
     loop = asyncio.get_running_loop()
     start, received = loop.time(), 0
     chunks = stream.__aiter__()
@@ -118,8 +113,7 @@ async def paced(stream: AsyncIterator[bytes], *, idle_timeout_s: float | None,
 
 
 async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, max_calibration_bytes: int,
-                       allow_pt2: bool, idle_timeout_s: float | None = None,
-                       min_bytes_per_s: float = 0.0) -> ReceivedForm:
+                       allow_pt2: bool, idle_timeout_s: float, min_bytes_per_s: float) -> ReceivedForm:
     _, params = parse_options_header(request.headers.get("content-type", ""))
     boundary = params.get(b"boundary")
     if not boundary or len(boundary) > 200:

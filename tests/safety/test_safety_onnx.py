@@ -229,7 +229,7 @@ STRUCTURE = {
     "an unknown op": (lambda: tiny_onnx(nodes=[helper.make_node("Frobnicate", ["x"], ["y"])]), UnsupportedModel,
                       "Frobnicate"),
     "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "operator domain 'evil.corp'"),
-    "one domain at two versions": (lambda: _imported_again(13), InvalidModel, "versions 17 and 13"),
+    "one domain at two versions": (lambda: _importing("", 13), InvalidModel, "versions 17 and 13"),
     "opset 99": (lambda: tiny_onnx(opset=99), UnsupportedModel, "opset 99"),
     "an initializer of a data type ONNX does not define": (lambda: _undefined_dtype(), InvalidModel, "data_type 99"),
     "an input with a zero dim": (lambda: tiny_onnx(inputs=[helper.make_tensor_value_info("x", F, [0, 4])],
@@ -250,17 +250,11 @@ def _with_domain(dom):
     return m
 
 
-def _imported_again(version):
-    m = tiny_onnx()
-    m.opset_import.append(helper.make_opsetid("", version))
-    return m
-
-
 def test_the_same_opset_import_twice_is_taken_as_onnx_and_ort_take_it(tmp_path):
     """skl2onnx 1.19 and onnx.compose.merge_models write it; refusing it refused real files."""
     import onnxruntime as ort
 
-    path = save(_imported_again(17), tmp_path / "m.onnx")
+    path = save(_importing("", 17), tmp_path / "m.onnx")
     onnx.checker.check_model(str(path))
     ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     onnx_model_from_path(path)
