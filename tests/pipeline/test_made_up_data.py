@@ -184,3 +184,31 @@ def test_a_plain_float_input_stays_normal_and_is_flagged(tmp_path):
     from service.pipeline.verdict.made_up_data import made_up_data_banner
 
     assert "normal(0, 1) samples for x" in made_up_data_banner(samples.info)
+
+
+def _padding_mask_model(tmp_path: Path, name: str) -> Path:
+    """A key-padding mask as torch exports ``src_key_padding_mask=mask == 0``: Equal(mask, 0) -> Where(-inf) -> Softmax."""
+    return _save(tmp_path, [h.make_node("Equal", [name, "zero"], ["pad"]),
+                            h.make_node("Where", ["pad", "neg_inf", "x"], ["scores"]),
+                            h.make_node("Softmax", ["scores"], ["y"], axis=-1)],
+                 [h.make_tensor_value_info("x", T.FLOAT, [1, 4]), h.make_tensor_value_info(name, T.INT64, [1, 4])],
+                 [nh.from_array(np.array(0, np.int64), "zero"), nh.from_array(np.array(-np.inf, np.float32), "neg_inf")])
+
+
+def test_an_integer_attention_mask_attends_every_position(tmp_path):
+    """Equal(mask, 0) against one scalar was read as a one-hot of one class: every mask value drawn 0,
+    every position padded, NaN out of the softmax, and no quantizer could calibrate (a BERT-like export)."""
+    path = _padding_mask_model(tmp_path, "attention_mask")
+    samples, _ = _samples(path)
+    assert (_stack(samples, "attention_mask") == 1).all()
+    assert samples.info.generators["attention_mask"].startswith("constant 1: an integer mask by its name")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])  # the oracle: ORT's outputs are numbers
+    assert all(np.isfinite(sess.run(None, feed)[0]).all() for feed in samples.calibration)
+    padded, _ = _samples(path, input_values={"attention_mask": {"low": 0, "high": 2}})
+    assert _stack(padded, "attention_mask").min() == 0  # the option still wins
+
+
+def test_an_integer_input_compared_with_one_scalar_is_not_a_one_hot(tmp_path):
+    path = _padding_mask_model(tmp_path, "masked_lm_positions")  # not a mask by its name: nothing to guess from
+    with pytest.raises(InvalidOptions, match="cannot guess"):
+        _samples(path)

@@ -107,14 +107,18 @@ def _id_uses(name, consumers, depth=0) -> list:
 
 
 def _one_hot_classes(node, idx, tables, numpy_helper) -> int | None:
-    """``Equal(ids, arange(K))``: a one-hot (jax's ``one_hot``, magika); K, or None."""
+    """``Equal(ids, arange(K))``: a one-hot (jax's ``one_hot``, magika); K, or None.
+
+    K is at least 2: ``Equal(mask, 0)`` against one scalar is a flag test (a padding mask), and
+    reading it as a one-hot of one class drew every value 0 (every position padded: NaN in the
+    attention's softmax, and no path could calibrate)."""
     other = node.input[1 - idx] if len(node.input) == 2 else None
     arr = _array(tables[other], numpy_helper) if other in tables else None
     if arr is None or arr.size == 0 or arr.dtype.kind not in "iu":
         return None
     values = np.unique(arr)
     k = int(values.size)
-    return k if np.array_equal(values, np.arange(k)) else None
+    return k if k >= 2 and np.array_equal(values, np.arange(k)) else None
 
 
 def _ids_range(name, consumers, tables, numpy_helper, dtype) -> InputRange | None:

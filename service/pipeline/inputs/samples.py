@@ -7,6 +7,7 @@ held out); uploaded ``.npz`` files have one array per input with the samples on 
 
 from __future__ import annotations
 
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ Feed = dict[str, np.ndarray]
 
 _FLOATS = {"float32", "float16", "float64"}
 _INTS = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}
+# attention_mask, input_mask, src_mask, padding_mask: not masked_lm_positions.
+_MASK_NAME = re.compile(r"(?:^|[^a-z])masks?(?:$|[^a-z])|attentionmask")
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,12 @@ def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None
     if spec.dtype == "bool":
         return "bernoulli(0.5)", lambda rng, shape: rng.random(shape) < 0.5
     if spec.dtype in _INTS:
+        if iv is None and _MASK_NAME.search(spec.name.lower()):
+            # A transformer's integer attention mask: 1 attends, 0 pads (Hugging Face tokenizers, and
+            # optimum's dummy inputs). Random 0/1 would pad whole rows of a short sequence (NaN in softmax).
+            return ("constant 1: an integer mask by its name, every position attended (unpadded text; "
+                    "set options.input_values or upload an .npz for padded batches)",
+                    lambda rng, shape: np.ones(shape, dtype=dtype))
         if iv is None or iv.low is None or iv.high is None:
             raise InvalidOptions(
                 f"input {spec.name!r} is {spec.dtype}: quantcompare cannot guess valid values for it",
