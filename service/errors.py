@@ -156,6 +156,12 @@ class OrtQuantizerFailed(QuantCompareError):
     code, status, title = "ort_quantizer_failed", 500, "ORT's quantizer failed on this model"
 
 
+class NonFiniteCalibration(QuantCompareError):
+    """A quantizer found NaN or inf in an activation on the calibration samples: no scale fits it."""
+
+    code, status, title = "nonfinite_calibration", 422, "The model computes NaN or inf on the calibration samples"
+
+
 class Pt2eFileRejected(QuantCompareError):
     """torch.onnx.export wrote the PT2E file, but ORT refuses to load it: no level could run it."""
 

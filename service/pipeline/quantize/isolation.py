@@ -23,6 +23,12 @@ def first_line(e: BaseException) -> str:
 _ABS_PATH = re.compile(r"(/[\w.\-+@]+){2,}")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
+# What to do when a quantizer calibrated NaN or inf (ort_fixups.py: ORT's ranges; pt2e.py: its observers).
+NONFINITE_HINT = ("the samples are likely outside what the model accepts (samples.generators in the report says how "
+                  "they were made): upload representative inputs as an .npz, or set options.input_values; every path "
+                  "calibrates on the same samples. A tensor infinite on any data (a mask filled with -inf) needs its node "
+                  "left in float: options.ort.nodes_to_exclude")
+
 # (artifact or "*", exception type name or "*", message substring, hint). First match wins.
 _HINTS: list[tuple[str, str, str, str]] = [
     ("ort_qoperator", "AttributeError", "",

@@ -131,3 +131,26 @@ def _calibrator_reads_graph_only():
             yield
         finally:
             calibrate.load_model_with_shape_infer = original
+
+
+def tensors_without_finite_range(cache_path: Path, model_path: Path) -> list[tuple[str, str, str]]:
+    """``(tensor, producer op, producer name)`` in graph order for each tensor whose range in ORT's
+    calibration cache holds NaN or inf; empty when every range is finite or the cache is unreadable.
+
+    ORT's MinMax calibrator (``MinMaxCalibrater.compute_data``) takes ``nanmin``/``nanmax`` over the
+    samples of each tensor's ReduceMin/ReduceMax, so a NaN range means a NaN in every sample, and an
+    inf range an inf in one: ``compute_scale_zp`` then asserts "scale issue", or writes an inf scale."""
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization.calibrate import load_tensors_data
+
+    try:
+        ranges = load_tensors_data(cache_path).data
+        graph = onnx.load(str(model_path), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - a diagnosis must not raise over the failure it explains
+        return []
+    bad = {name for name, td in ranges.items()
+           if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in td.range_value)}
+    found = [(i.name, "graph input", "") for i in graph.input if i.name in bad]
+    found += [(out, n.op_type, n.name) for n in graph.node for out in n.output if out in bad]
+    return found

@@ -75,9 +75,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from service.errors import OrtQuantizerFailed
-from service.pipeline.quantize.isolation import first_line, scrub
+from service.errors import NonFiniteCalibration, OrtQuantizerFailed
+from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
+from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
 from service.pipeline.vocabulary import all_tensor_names, rename_outer_reads, rename_reads, subgraphs
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
@@ -458,12 +459,24 @@ def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
     return [o.name for o in g.output if o.name in inputs]
 
 
-def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path: Path | None = None):
+def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path: Path | None = None,
+                               calibration_cache: Path | None = None):
     """An OrtQuantizerFailed naming ORT's failing function, the model trait behind it, and what to do.
-    ``model_path``: the file quantize_static read, for the traits only the model shows."""
+    ``model_path``: the file quantize_static read, for the traits only the model shows;
+    ``calibration_cache``: the ranges ORT calibrated for it (quantize_static writes them before it quantizes)."""
     where = ort_function_of(exc) or "onnxruntime.quantization.quantize_static"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     fmt = "QDQ" if quant_format == "qdq" else "QOperator"
+    nonfinite = (tensors_without_finite_range(calibration_cache, model_path)
+                 if model_path is not None and calibration_cache is not None and calibration_cache.is_file() else [])
+    if nonfinite:
+        tensor, op, node = nonfinite[0]
+        made_by = f"{op} {node!r}" if node else op
+        return NonFiniteCalibration(
+            f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. Cause: the calibration "
+            f"ranges of {len(nonfinite)} tensor(s) are NaN or inf, the first {tensor!r} (output of {made_by}): the fp32 "
+            "model computes NaN or inf there on the calibration samples, and no scale fits such a range.",
+            hint=NONFINITE_HINT)
     passed = inputs_that_are_outputs(model_path) if "Graph is not a DAG" in text else []
     if passed:
         # qdq_quantizer.py QDQQuantizer._add_qdq_pair_for_activation: a quantized tensor that is a graph

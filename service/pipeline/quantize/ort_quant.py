@@ -175,7 +175,7 @@ def quantized_by_ort(
     try:
         quantize_static(str(model_path), str(out_path), reader, **kwargs)
     except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
-        raise failure_from_ort_quantizer(e, quant_format, Path(model_path)) from e
+        raise failure_from_ort_quantizer(e, quant_format, Path(model_path), calibration_cache) from e
     _ort_loads(out_path, quant_format)
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"

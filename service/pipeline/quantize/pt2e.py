@@ -6,11 +6,11 @@ from collections import Counter
 from importlib.metadata import version
 from pathlib import Path
 
-from service.errors import PathSkipped, Pt2eFileRejected
+from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
-from service.pipeline.quantize.isolation import first_line, scrub
+from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
 from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,
@@ -52,14 +52,49 @@ def qdq_from_pt2e(
     try:
         return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
                                   skip_modules)
-    except Pt2eFileRejected:
-        raise  # the file exists: a failure of the path, not a module PT2E refused
+    except (Pt2eFileRejected, NonFiniteCalibration):
+        raise  # a failure of the path (the file exists; the samples make NaN), not a module PT2E refused
     except Exception as e:  # noqa: BLE001
         if conversion is None:
             raise
         # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
         raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
                                 hint=PT2_HINT, conversion=conversion) from e
+
+
+def _first_nonfinite_observed(prepared, args) -> str:
+    """The node whose output the first observer to see NaN or inf watches, run again on ``args``
+    (the failing sample; the observers' state is thrown away with the failed path): an upload's
+    node for a module converted from ONNX (``meta["custom"]``, names.py), else torch's node name."""
+    import torch
+
+    watched = {n.target: n.args[0] for n in prepared.graph.nodes
+               if n.op == "call_module" and n.args and isinstance(n.args[0], torch.fx.Node)}
+    seen: list[str] = []
+
+    def check(name):
+        def hook(_module, inputs):
+            x = inputs[0] if inputs else None
+            if not seen and isinstance(x, torch.Tensor) and x.is_floating_point() and not torch.isfinite(x).all():
+                seen.append(name)
+        return hook
+
+    handles = [m.register_forward_pre_hook(check(name)) for name, m in prepared.named_children() if name in watched]
+    try:
+        with torch.no_grad():
+            prepared(*args)
+    except Exception:  # noqa: BLE001 - it fails again, after the hook has seen the tensor
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+    if not seen:
+        return "an activation"
+    node = watched[seen[0]]
+    custom = node.meta.get("custom") or {}
+    if "onnx_node" in custom:
+        return f"{custom.get('onnx_op', '')} {custom['onnx_node']!r}".strip()
+    return f"torch node {node.name!r}"
 
 
 def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
@@ -114,7 +149,16 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     names = [s.name for s in specs]
     with torch.no_grad():
         for i, feed in enumerate(calibration):
-            prepared(*[torch.from_numpy(feed[n]) for n in names])
+            args = [torch.from_numpy(feed[n]) for n in names]
+            try:
+                prepared(*args)
+            except RuntimeError as e:  # HistogramObserver's torch.histc: "range of [nan, nan] is not finite"
+                if "is not finite" not in str(e):
+                    raise
+                raise NonFiniteCalibration(
+                    f"PT2E's calibration failed on sample {i + 1}: {first_line(e)}. Cause: the observer after "
+                    f"{_first_nonfinite_observed(prepared, args)} saw NaN or inf: the fp32 model computes it there on "
+                    "the calibration samples, and no scale fits such a range.", hint=NONFINITE_HINT) from e
             if i == 0:
                 _observe_weights_once(prepared)
     install_conv_bn_fold_guard()  # a standalone BN no longer costs 96 pattern exports

@@ -1,0 +1,73 @@
+"""A model that computes NaN on the calibration samples: both quantizers fail, and the report says
+which node made the NaN and that the samples are the thing to change, not an exclusion list.
+
+Before, PT2E's failure read "torch.histc: range of [-nan, -nan] is not finite" with the hint to upload
+a .pt2, and ORT's "AssertionError: scale issue" with the hint to exclude nodes: neither named the node
+nor the samples (a BERT-like export whose generated attention mask padded every position)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _sqrt_of(path, shift: float):
+    """x -> Sqrt(x - shift) -> MatMul -> y: NaN everywhere for normal(0, 1) samples when shift is 10."""
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "W")
+    k = numpy_helper.from_array(np.array(shift, np.float32), "shift")
+    graph = helper.make_graph(
+        [helper.make_node("Sub", ["x", "shift"], ["d"], name="offset"),
+         helper.make_node("Sqrt", ["d"], ["r"], name="root"),
+         helper.make_node("MatMul", ["r", "W"], ["y"], name="proj")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w, k])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _report(path, workdir):
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    options = ComparisonOptions.model_validate({
+        "artifacts": ["pt2e_qdq", "ort_qdq", "ort_qoperator"], "levels": ["disable_all"], "calibration_samples": 2,
+        "eval_samples": 1, "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})
+    return run_comparison(ComparisonRequest(model_path=path, model_name=path.name, options=options), workdir)
+
+
+def test_every_path_names_the_node_that_computes_nan_and_points_at_the_samples(tmp_path):
+    report = _report(_sqrt_of(tmp_path / "nan.onnx", 10.0), tmp_path / "nan")
+    for name in ("pt2e_qdq", "ort_qdq", "ort_qoperator"):
+        art = report.artifacts[name]
+        assert art.status == "failed", name
+        assert art.error.type == "NonFiniteCalibration", (name, art.error)
+        assert "NaN or inf" in art.error.message and "calibration samples" in art.error.message
+        assert "options.input_values" in art.error.hint and ".npz" in art.error.hint
+    assert "Sqrt 'root'" in report.artifacts["pt2e_qdq"].error.message  # the upload's node, through the converter
+    assert "'r' (output of Sqrt 'root')" in report.artifacts["ort_qdq"].error.message
+
+
+def test_the_same_model_on_samples_it_accepts_quantizes(tmp_path):
+    report = _report(_sqrt_of(tmp_path / "ok.onnx", -10.0), tmp_path / "ok")
+    assert all(report.artifacts[n].status == "ok" for n in ("pt2e_qdq", "ort_qdq", "ort_qoperator"))
+
+
+def test_a_pt2_upload_names_torch_s_node(tmp_path):
+    import torch
+
+    class Root(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 4)
+
+        def forward(self, x):
+            return self.proj(torch.sqrt(x - 10.0))
+
+    pt2 = tmp_path / "root.pt2"
+    with torch.no_grad():
+        torch.export.save(torch.export.export(Root().eval(), (torch.randn(2, 8),)), str(pt2))
+    art = _report(pt2, tmp_path / "pt2").artifacts["pt2e_qdq"]
+    assert art.status == "failed" and art.error.type == "NonFiniteCalibration"
+    assert "torch node 'sqrt'" in art.error.message
