@@ -79,3 +79,99 @@ def test_the_shortcut_is_in_place_when_ort_quantizes(tmp_path):
 
     assert install_minmax_augment_shortcut()
     assert MinMaxCalibrater.augment_graph is _augment_graph
+
+
+# -- quantize_static's per-tensor scans (install_quantizer_shortcuts) ------------------------------
+
+def _quantizer_graph():
+    """What the replaced scans see: Conv+Relu and Clip (adjust_tensor_ranges), a Softmax, a tensor read
+    twice by one node (the reader count), a weight shared by two Convs, and quantized graph outputs
+    (QDQ renames their producers: replace_output_of_all_nodes)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w")
+    w2 = numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 0.3, "w2")
+    lo, hi = (numpy_helper.from_array(np.array(v, np.float32), n) for v, n in ((0.0, "lo"), (6.0, "hi")))
+    mm = numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32) * 0.3, "mm")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Clip", ["c2", "lo", "hi"], ["k"], name="clip"),
+             helper.make_node("Conv", ["k", "w2"], ["c3"], name="conv3_shared_weight"),
+             helper.make_node("Add", ["c3", "c3"], ["a"], name="add_twice"),
+             helper.make_node("MatMul", ["a", "mm"], ["m"], name="matmul"),
+             helper.make_node("Softmax", ["m"], ["y"], name="softmax", axis=-1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8]),
+                               helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [w, w2, lo, hi, mm])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _quantized_bytes(path, tmp_path, monkeypatch, *, shortcuts: bool, fmt: str, per_channel: bool) -> bytes:
+    import importlib
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    from service.pipeline.quantize.shortcuts.ort import _QUANTIZER_SHORTCUTS, install_quantizer_shortcuts
+
+    assert install_quantizer_shortcuts()
+    if not shortcuts:  # ORT's own functions back, for this call only
+        for module, holder, attr, _ in _QUANTIZER_SHORTCUTS:
+            owner = importlib.import_module(f"onnxruntime.quantization.{module}")
+            owner = getattr(owner, holder) if holder else owner
+            monkeypatch.setattr(owner, attr, getattr(owner, attr).original)
+    counter = itertools.count()
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter)))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+                               for i in range(3)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    out = tmp_path / f"q_{shortcuts}_{fmt}_{per_channel}.onnx"
+    quantize_static(str(path), str(out), Reader(), per_channel=per_channel,
+                    quant_format=QuantFormat.QDQ if fmt == "qdq" else QuantFormat.QOperator)
+    monkeypatch.undo()
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+@pytest.mark.parametrize("fmt", ["qdq", "qoperator"])
+def test_the_quantizer_shortcuts_write_ort_s_file(tmp_path, monkeypatch, fmt, per_channel):
+    path = tmp_path / "m.onnx"
+    onnx.save(_quantizer_graph(), path)
+    ours = _quantized_bytes(path, tmp_path, monkeypatch, shortcuts=True, fmt=fmt, per_channel=per_channel)
+    theirs = _quantized_bytes(path, tmp_path, monkeypatch, shortcuts=False, fmt=fmt, per_channel=per_channel)
+    assert ours == theirs
+    ops = [n.op_type for n in onnx.load_from_string(ours).graph.node]
+    assert ("QuantizeLinear" in ops) if fmt == "qdq" else ("QLinearConv" in ops)  # it quantized something
+
+
+def test_the_quantizer_shortcuts_are_in_place_when_ort_quantizes():
+    from onnxruntime.quantization import base_quantizer, onnx_model, qdq_quantizer
+
+    from service.pipeline.quantize.shortcuts import ort as shortcuts
+
+    assert shortcuts.install_quantizer_shortcuts()
+    assert onnx_model.ONNXModel.replace_input_of_all_nodes is shortcuts._replace_input_of_all_nodes
+    assert qdq_quantizer.find_by_name is shortcuts._find_by_name
+    assert base_quantizer.BaseQuantizer.adjust_tensor_ranges is shortcuts._adjust_tensor_ranges
+
+
+def test_a_tensor_no_node_reads_has_no_reader_count_as_in_ort():
+    """``input_name_to_nodes()[name]`` raises KeyError for a tensor nothing reads; the count does too."""
+    from onnxruntime.quantization.onnx_model import ONNXModel
+
+    from service.pipeline.quantize.shortcuts.ort import _readers
+
+    model = ONNXModel(_quantizer_graph())
+    assert _readers(model, "c3") == len(model.input_name_to_nodes()["c3"]) == 2
+    with pytest.raises(KeyError):
+        model.input_name_to_nodes()["y"]
+    with pytest.raises(KeyError):
+        _readers(model, "y")

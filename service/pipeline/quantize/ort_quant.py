@@ -15,7 +15,7 @@ from service.pipeline.inputs.samples import Feed
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
-from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut
+from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
 from service.pipeline.runtime.ort_sessions import ort_refusal, session_options_for, session_with_options
 from service.schemas.report import ToolInfo
 
@@ -164,6 +164,7 @@ def quantized_by_ort(
     if calibration_cache is not None:
         kwargs["calibration_cache_path"] = str(calibration_cache)
     install_minmax_augment_shortcut()  # ORT's MinMax calibrator, same augmented graph, in linear time
+    install_quantizer_shortcuts()  # quantize_static's per-tensor graph scans, same file, fewer Python steps
     if calibration_cache is not None and not calibration_cache.is_file():
         note = calibrated_with_weights_on_disk(
             Path(model_path), reader, calibration_cache, calibrate_method=kwargs["calibrate_method"],
