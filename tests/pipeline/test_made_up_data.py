@@ -212,3 +212,26 @@ def test_an_integer_input_compared_with_one_scalar_is_not_a_one_hot(tmp_path):
     path = _padding_mask_model(tmp_path, "masked_lm_positions")  # not a mask by its name: nothing to guess from
     with pytest.raises(InvalidOptions, match="cannot guess"):
         _samples(path)
+
+
+@pytest.mark.parametrize("first", ["cast", "transpose_then_cast"])
+def test_a_uint8_image_cast_to_float_is_drawn_over_every_byte(tmp_path, first):
+    """TF-exported image models take uint8 [1, H, W, 3] and Cast it to float: refused before ("cannot guess")."""
+    nodes = ([h.make_node("Transpose", ["img"], ["t"], perm=[0, 3, 1, 2]), h.make_node("Cast", ["t"], ["f"], to=T.FLOAT)]
+             if first == "transpose_then_cast" else [h.make_node("Cast", ["img"], ["f"], to=T.FLOAT)])
+    path = _save(tmp_path, nodes + [h.make_node("ReduceMean", ["f"], ["y"], keepdims=0)],
+                 [h.make_tensor_value_info("img", T.UINT8, [1, 8, 8, 3])], [])
+    samples, _ = _samples(path)
+    img = _stack(samples, "img")
+    assert img.dtype == np.uint8 and img.min() <= 5 and img.max() >= 250
+    assert samples.info.generators["img"].startswith("uniform int [0, 256)")
+
+
+def test_a_uint8_input_used_as_a_number_elsewhere_too_is_not_guessed(tmp_path):
+    path = _save(tmp_path, [h.make_node("Cast", ["img"], ["f"], to=T.FLOAT),
+                            h.make_node("Add", ["img", "one"], ["p"]),
+                            h.make_node("Cast", ["p"], ["pf"], to=T.FLOAT),
+                            h.make_node("Add", ["f", "pf"], ["y"])],
+                 [h.make_tensor_value_info("img", T.UINT8, [1, 4])], [nh.from_array(np.array(1, np.uint8), "one")])
+    with pytest.raises(InvalidOptions, match="cannot guess"):
+        _samples(path)

@@ -11,6 +11,8 @@ first ops on an input, and samples drawn from that are closer to what the model 
   (per channel, broadcast as the model broadcasts), so what the network sees after its own
   normalization is ``normal(0, 1)``.
 * scaled pixels: ``x / 255`` or ``x * (1/255)`` on the input: ``x`` is drawn ``uniform [0, 255)``.
+* bytes: a uint8 (int8) input whose every value is cast to float (an image as TF exports it,
+  ``[1, H, W, 3]`` uint8) is drawn over the whole type, ``uniform int [0, 256)`` (``[-128, 128)``).
 
 Only the ONNX graph is read (an uploaded ONNX file); an explicit ``input_values`` option wins.
 """
@@ -28,7 +30,8 @@ _DEFAULT = ("", "ai.onnx")
 _PASS_THROUGH = ("Cast", "Identity")  # ids often go through a Cast to int64 first
 # Ops that move ids around without changing their values (their input 0), and ops that read only
 # the shape: followed, resp. ignored, on the way from an id input to what consumes its values.
-_ID_MOVES = ("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten")
+_ID_MOVES = ("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose")
+_FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _SHAPE_ONLY = ("Shape", "Size")
 
 
@@ -147,6 +150,32 @@ def _ids_range(name, consumers, tables, numpy_helper, dtype) -> InputRange | Non
                       lambda rng, shape: rng.integers(0, n, size=shape).astype(np_dtype))
 
 
+def _byte_range(name, consumers, dtype) -> InputRange | None:
+    """A uint8/int8 input read only through a Cast to float: every value of the type is an input."""
+    if np.dtype(dtype) not in (np.uint8, np.int8):
+        return None
+    casts = []
+    for node, idx in consumers.get(name, []):  # moves first (a Transpose NHWC -> NCHW), then the Cast
+        if node.op_type in _SHAPE_ONLY:
+            continue
+        if node.op_type in _ID_MOVES and node.op_type != "Cast" and idx == 0:
+            inner = _byte_range(node.output[0], consumers, dtype)
+            if inner is None:
+                return None
+            casts.append(node)
+        elif node.op_type == "Cast" and int(_attr(node, "to", 0)) in _FLOAT_TYPES:
+            casts.append(node)
+        else:
+            return None
+    if not casts:
+        return None
+    info = np.iinfo(np.dtype(dtype))
+    lo, hi = int(info.min), int(info.max) + 1
+    return InputRange(f"uniform int [{lo}, {hi})", f"the model casts the {np.dtype(dtype).name} input to float "
+                      "(bytes, as an image): every value of the type",
+                      lambda rng, shape: rng.integers(lo, hi, size=shape).astype(np.dtype(dtype)))
+
+
 def _normalization_range(name, consumers, consts, numpy_helper, dtype, shape_rank) -> InputRange | None:
     uses = _follow(name, consumers)
     if len(uses) != 1:
@@ -209,7 +238,8 @@ def input_ranges_from_onnx(model, specs) -> dict[str, InputRange]:
     for spec in specs:
         kind = np.dtype(spec.dtype).kind  # specs.FEEDABLE_DTYPES: numpy dtypes only
         if kind in "iu":
-            r = _ids_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype)
+            r = (_ids_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype)
+                 or _byte_range(spec.name, consumers, spec.dtype))
         elif kind == "f":
             r = _normalization_range(spec.name, consumers, tables_and_consts, numpy_helper,
                                      spec.dtype, len(spec.shape))
