@@ -137,3 +137,69 @@ def test_a_rewritten_op_is_found_through_the_module_the_converter_named_after_th
         del n.metadata_props[:]
     bare = aligned_tensors(fp32, exported, names_shared=False)
     assert "pooled" in bare.left_out and "y" in bare.left_out
+
+
+def _embedding_then_matmul(path):
+    """ids -> Gather(table) -> MatMul -> y: ORT's QOperator Gather reads the int8 table directly, so no
+    QuantizeLinear writes its integer output; only the QLinearMatMul reading it states its step."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((50, 8)).astype(np.float32), "table"),
+             numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32) * 0.3, "w")]
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"], name="embedding"),
+             helper.make_node("MatMul", ["emb", "w"], ["y"], name="proj")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return model
+
+
+def test_a_qoperator_gather_of_a_quantized_table_is_dequantized_with_the_table_s_step(tmp_path):
+    """Before: the Gather's int8 output was compared raw with fp32 ('integer tensor without a single step'),
+    a -29 dB 'worst tensor' on every transformer's embedding (the walk followed the ids, not the table)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    fp32 = _embedding_then_matmul(tmp_path / "m.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"ids": np.random.default_rng(i).integers(0, 50, (1, 6))} for i in range(3)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QOperator)
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    gather = next(n for n in q.graph.node if n.op_type == "Gather")
+    assert gather.input[0].endswith("_quantized")  # ORT wrote the Gather on the int8 table
+    al = aligned_tensors(fp32, q, names_shared=True)
+    emb = al.located["emb"]
+    matmul = next(n for n in q.graph.node if n.op_type == "QLinearMatMul")
+    assert matmul.input[0] == gather.output[0]
+    scale = float(numpy_helper.to_array(next(t for t in q.graph.initializer if t.name == matmul.input[1])))
+    assert emb.tensor == gather.output[0] and emb.integer and emb.scale == pytest.approx(scale)
+    assert al.located["ids"].how.endswith("integer in both files, compared as is")  # ids stay ids
+
+
+def test_an_integer_tensor_with_no_step_is_left_out_not_compared_raw(tmp_path):
+    """The same file with the QLinearMatMul's input scale made per channel: nothing states one step."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    fp32 = _embedding_then_matmul(tmp_path / "m.onnx")
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"ids": np.random.default_rng(i).integers(0, 50, (1, 6))} for i in range(3)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QOperator)
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    matmul = next(n for n in q.graph.node if n.op_type == "QLinearMatMul")
+    for t in q.graph.initializer:
+        if t.name == matmul.input[1]:
+            t.CopyFrom(numpy_helper.from_array(np.full(8, numpy_helper.to_array(t), np.float32), t.name))
+    al = aligned_tensors(fp32, q, names_shared=True)
+    assert "emb" not in al.located and "states nowhere" in al.left_out["emb"]

@@ -156,7 +156,13 @@ class GraphView:
 
     def step_of_integer(self, name: str) -> tuple[float, int, int, int] | None:
         """(scale, zero_point, qmin, qmax) of an integer activation, from the op that wrote it
-        (MaxPool / Transpose / Reshape on int8 keep their input's step)."""
+        (MaxPool / Transpose / Reshape on int8 keep their input's step), else from the
+        DequantizeLinear or QOperator kernel that reads it (a QOperator Gather of a quantized
+        embedding table: the table is an initializer, so no QuantizeLinear wrote the values, and the
+        next QLinearMatMul states their scale as its input's)."""
+        return self._step_from_producers(name) or self._step_from_readers(name)
+
+    def _step_from_producers(self, name: str):
         n = self.producer.get(name)
         for _ in range(64):
             if n is None:
@@ -167,10 +173,21 @@ class GraphView:
             if key in OUTPUT_ZERO_POINT_INDEX:
                 z = OUTPUT_ZERO_POINT_INDEX[key]
                 return self._step(n.input[z - 1], n.input[z] if z < len(n.input) else None)
-            ins = [i for i in n.input if i and i not in self.const]
+            # Gather moves values of its data input (0); its indices are ids, not the values' step.
+            ins = [i for i in (n.input[:1] if n.op_type == "Gather" else n.input) if i and i not in self.const]
             if not ins:
                 return None
             n = self.producer.get(ins[0])
+        return None
+
+    def _step_from_readers(self, name: str):
+        for d in self.consumers.get(name, []):
+            triples = [(0, 1, 2)] if d.op_type == DEQUANTIZE else list(QLINEAR_OPERANDS.get(op_key(d), ())[:-1])
+            for data, scale, zp in triples:
+                if len(d.input) > scale and d.input[data] == name:
+                    step = self._step(d.input[scale], d.input[zp] if len(d.input) > zp else None)
+                    if step is not None:
+                        return step
         return None
 
     def quantized_view(self, name: str) -> tuple[str, bool, tuple] | None:
@@ -279,15 +296,23 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
                 result.located[o] = Located(tensor=c, how=how[o] + "; " + raw_only[o] + ": compared the float value "
                                             "the file computes before its QuantizeLinear")
             continue
-        result.located[o] = _read(c, how[o], idx)
+        located = _read(c, how[o], idx)
+        if located is None and ref.is_integer(o):  # ids in both files: the same integers, compared as is
+            result.located[o] = Located(tensor=c, how=how[o] + "; integer in both files, compared as is", integer=True)
+        elif located is None:  # integers compared with floats would read as a -30 dB tensor
+            result.left_out[o] = (how[o] + f"; '{c}' is an integer tensor whose step the file states nowhere "
+                                  "(per channel, or no QuantizeLinear writes it and no DequantizeLinear reads it)")
+        else:
+            result.located[o] = located
     return result
 
 
-def _read(c: str, how: str, idx: GraphView) -> Located:
+def _read(c: str, how: str, idx: GraphView) -> Located | None:
+    """How to read the file's ``c`` as a float; None for an integer tensor with no single step."""
     if idx.is_integer(c):
         step = idx.step_of_integer(c)
         if step is None:
-            return Located(tensor=c, how=how + "; integer tensor without a single step", integer=True)
+            return None
         return Located(c, how + "; integer tensor, dequantized", True, *step)
     view = idx.quantized_view(c)
     if view is None:
