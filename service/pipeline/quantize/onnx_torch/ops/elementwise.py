@@ -1,7 +1,7 @@
 """Elementwise ops (C1): arithmetic, comparison and logic (ONNX broadcasting is numpy's, as torch's),
 and the activations: Relu, LeakyRelu, PRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, Gelu (and
 ORT's com.microsoft Gelu/FastGelu/BiasGelu), Softplus, Clip (attribute form < 11, input form >= 11),
-Elu, Selu, Celu, Mish, Softsign, ThresholdedRelu, Shrink. Each activation maps to the torch op
+Elu, Selu, Celu, Mish, Swish, Softsign, ThresholdedRelu, Shrink. Each activation maps to the torch op
 PT2E's XNNPACK quantizer knows where one exists (relu, hardtanh, ...)."""
 from __future__ import annotations
 
@@ -282,6 +282,16 @@ def mish(ctx, node, inputs):
     import torch.nn.functional as F
 
     return F.mish(inputs[0])
+
+
+@converter("Swish", since=24)
+def swish(ctx, node, inputs):
+    import torch
+    import torch.nn.functional as F
+
+    alpha = float(node.attr("alpha", 1.0))
+    x = inputs[0]
+    return F.silu(x) if alpha == 1.0 else x * torch.sigmoid(alpha * x)
 
 
 @converter("ThresholdedRelu")

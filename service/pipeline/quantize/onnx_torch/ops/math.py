@@ -1,4 +1,4 @@
-"""MatMul, Gemm, Einsum, MatMulInteger, QuantizeLinear/DequantizeLinear, STFT and DFT (C1).
+"""MatMul, Gemm, Einsum, Attention (opset 23), MatMulInteger, QuantizeLinear/DequantizeLinear, STFT and DFT (C1).
 
 A constant 2-D right operand becomes ``F.linear``'s weight (PT2E's XNNPACK quantizer annotates
 linear, not matmul, with a per-channel weight): ``MatMul(x, W[K, N])`` is ``linear(x, W.T)``. The
@@ -62,6 +62,46 @@ def einsum(ctx, node, inputs):
     if not eq:
         raise UnsupportedNode("Einsum without an equation")
     return torch.einsum(eq, *inputs)
+
+
+@converter("Attention", since=23)
+def attention(ctx, node, inputs):
+    """ONNX Attention without a KV cache: softmax(Q K^T * scale + mask) V as matmuls (what PT2E
+    quantizes in an SDPA export), 3-D inputs split by q_num_heads/kv_num_heads, grouped K/V heads
+    repeated, ``is_causal`` upper-left aligned (ORT's attention_helper: query i sees keys <= i)."""
+    import torch
+
+    q, k, v = inputs[:3]
+    mask = inputs[3] if len(inputs) > 3 else None
+    if any(t is not None for t in inputs[4:]) or any(node.outputs[1:]):
+        raise UnsupportedNode("Attention with past_key/past_value, present_* or qk_matmul outputs")
+    if float(node.attr("softcap", 0.0)) != 0.0:
+        raise UnsupportedNode("Attention softcap")
+    three_d = q.dim() == 3
+    if three_d:
+        hq, hkv = node.attr("q_num_heads"), node.attr("kv_num_heads")
+        if not hq or not hkv:
+            raise UnsupportedNode("Attention on 3-D inputs without q_num_heads/kv_num_heads")
+        b = q.shape[0]
+        q = q.reshape(b, q.shape[1], int(hq), -1).transpose(1, 2)
+        k = k.reshape(b, k.shape[1], int(hkv), -1).transpose(1, 2)
+        v = v.reshape(b, v.shape[1], int(hkv), -1).transpose(1, 2)
+    if k.shape[1] != q.shape[1]:  # grouped-query attention: each K/V head serves q_heads / kv_heads queries
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+    scale = node.attr("scale")
+    scale = float(scale) if scale is not None else 1.0 / float(q.shape[-1]) ** 0.5
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask)
+    if node.attr("is_causal", 0):
+        sq, sk = scores.shape[-2], scores.shape[-1]
+        allowed = torch.ones(sq, sk, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    y = torch.matmul(torch.softmax(scores, dim=-1), v)
+    if three_d:
+        y = y.transpose(1, 2).reshape(y.shape[0], y.shape[2], -1)
+    return y
 
 
 @converter("MatMulInteger")

@@ -1,4 +1,4 @@
-"""BatchNormalization, LayerNormalization, InstanceNormalization, GroupNormalization, LpNormalization,
+"""BatchNormalization, LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LpNormalization,
 and ORT's com.microsoft SkipLayerNormalization / LayerNormalization forms (C1)."""
 from __future__ import annotations
 
@@ -53,6 +53,14 @@ def rms_norm(ctx, node, inputs):
     dims = tuple(range(axis, x.dim()))
     y = x * torch.rsqrt(x.pow(2).mean(dims, keepdim=True) + float(node.attr("epsilon", 1e-5)))
     return y * scale
+
+
+@converter("RMSNormalization", since=23)
+def rms_normalization(ctx, node, inputs):
+    """ONNX's own form of ORT's SimplifiedLayerNormalization (opset 23; stash_type float32 only)."""
+    if int(node.attr("stash_type", 1)) != 1:
+        raise UnsupportedNode("RMSNormalization stash_type other than float32")
+    return rms_norm(ctx, node, inputs)
 
 
 @converter("SkipLayerNormalization", domain="com.microsoft")

@@ -1,5 +1,5 @@
 """Reductions (C1): Reduce* (axes attribute before opset 18 - ReduceSum before 13 -, axes input after),
-ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax (2-D coercion before opset 13), CumSum, TopK (static k)."""
+ArgMax/ArgMin, Softmax/LogSoftmax/Hardmax (2-D coercion before opset 13), CumSum, CumProd, TopK (static k)."""
 from __future__ import annotations
 
 from ..registry import UnsupportedNode, converter
@@ -140,6 +140,23 @@ def cumsum(ctx, node, inputs):
     y = torch.cumsum(x, axis)
     if node.attr("exclusive", 0):
         y = y - x
+    if node.attr("reverse", 0):
+        y = y.flip(axis)
+    return y.to(inputs[0].dtype)
+
+
+@converter("CumProd", since=26)
+def cumprod(ctx, node, inputs):
+    import torch
+
+    x = inputs[0]
+    axis = norm_axis(const_ints(ctx, node, 1, "axis")[0], x.dim())
+    if node.attr("reverse", 0):
+        x = x.flip(axis)
+    y = torch.cumprod(x, axis)
+    if node.attr("exclusive", 0):  # shift by one along the axis, starting at 1 (a division would fail on 0)
+        ones = torch.ones_like(x.narrow(axis, 0, 1))
+        y = torch.cat([ones, y.narrow(axis, 0, x.shape[axis] - 1)], axis)
     if node.attr("reverse", 0):
         y = y.flip(axis)
     return y.to(inputs[0].dtype)

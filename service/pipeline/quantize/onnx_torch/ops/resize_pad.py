@@ -1,4 +1,4 @@
-"""Resize (opsets 10..19+), Upsample (7..9) and Pad (2..19+, every mode) -> static torch ops.
+"""Resize (opsets 10..19+), Upsample (7..9), Pad (2..19+, every mode) and GridSample -> static torch ops.
 
 Resize is separable: along each resized axis, output position x reads a few input positions
 (1 for nearest, 2 for linear, 4 for cubic) with fixed weights. Those index/weight tables depend only
@@ -499,3 +499,23 @@ def _constant_value(ctx: ConvertContext, node: OnnxNode, inputs) -> tuple[float 
         return 0, None
     v = value[0]
     return (int(v) if np.issubdtype(value.dtype, np.integer) or value.dtype == bool else float(v)), None
+
+
+# GridSample's modes as ONNX spells them (opset 16: bilinear/bicubic; 20+: linear/cubic) -> torch's.
+_GRID_MODES = {"bilinear": "bilinear", "linear": "bilinear", "nearest": "nearest", "bicubic": "bicubic",
+               "cubic": "bicubic"}
+
+
+@converter("GridSample", since=16)
+def grid_sample(ctx: ConvertContext, node: OnnxNode, inputs):
+    """F.grid_sample: the same sampling (grid in [-1, 1], x then y), align_corners and padding modes;
+    torch has 2-D (any mode) and 3-D (no cubic) only."""
+    x, grid = inputs[0], inputs[1]
+    mode = _GRID_MODES.get(text(node.attrs.get("mode"), "linear" if ctx.opset >= 20 else "bilinear"))
+    padding = text(node.attrs.get("padding_mode"), "zeros")
+    if mode is None or padding not in ("zeros", "border", "reflection"):
+        raise UnsupportedNode(f"GridSample mode={text(node.attrs.get('mode'))} padding_mode={padding}")
+    if x.dim() not in (4, 5) or (x.dim() == 5 and mode == "bicubic"):
+        raise UnsupportedNode(f"GridSample on a {x.dim()}-D input with mode {mode}")
+    return F.grid_sample(x, grid, mode=mode, padding_mode=padding,
+                         align_corners=bool(node.attrs.get("align_corners", 0)))

@@ -2,7 +2,9 @@
 input >= 13), Transpose, Concat, Split (split attribute < 13, input >= 13, num_outputs >= 18),
 Slice (attributes < 10, inputs >= 10), Gather, GatherElements, GatherND, Expand, Tile, Range,
 ConstantOfShape, Constant, Identity, Dropout, Cast, CastLike, DepthToSpace, SpaceToDepth,
-ScatterND, ScatterElements, Trilu, OneHot, Size/Shape (only when not folded), NonZero (refused).
+ScatterND, ScatterElements, Trilu, OneHot, EyeLike, ReverseSequence (constant lengths), Size/Shape
+(only when not folded), NonZero (refused). (Hann/Hamming/BlackmanWindow of a static size are folded to
+constants before any converter runs.)
 
 Every static argument (a shape, axes, starts/ends, repeats) is read with ctx.const as numpy, so
 the torch graph holds Python ints only; a run-time value there is an UnsupportedNode naming it.
@@ -375,6 +377,37 @@ def one_hot(ctx, node, inputs):
         oh = oh.movedim(-1, norm_axis(axis, oh.dim()))
     off, on = values[0], values[1]
     return torch.where(oh.bool(), on, off)
+
+
+@converter("EyeLike")
+def eye_like(ctx, node, inputs):
+    x = inputs[0]
+    if x.dim() != 2:
+        raise UnsupportedNode(f"EyeLike on a {x.dim()}-D input")
+    dtype = node.attr("dtype")
+    eye = np.eye(x.shape[0], x.shape[1], int(node.attr("k", 0)))
+    out = m.to_torch(eye)
+    return out.to(torch_dtype(dtype) if dtype is not None else x.dtype)
+
+
+@converter("ReverseSequence")
+def reverse_sequence(ctx, node, inputs):
+    """Each batch row's first ``sequence_lens[b]`` steps reversed, the rest kept: one gather along time."""
+    import torch
+
+    x = inputs[0]
+    lens = const_ints(ctx, node, 1, "sequence_lens")
+    t_axis, b_axis = int(node.attr("time_axis", 0)), int(node.attr("batch_axis", 1))
+    steps = x.shape[t_axis]
+    index = np.tile(np.arange(steps)[:, None], (1, len(lens)))
+    for b, n in enumerate(lens):
+        n = min(max(int(n), 0), steps)
+        index[:n, b] = np.arange(n)[::-1]
+    view = [1] * x.dim()
+    view[t_axis], view[b_axis] = steps, len(lens)
+    order = (0, 1) if t_axis < b_axis else (1, 0)
+    index = m.to_torch(np.ascontiguousarray(index.transpose(order)).reshape(view))
+    return torch.gather(x, t_axis, index.expand(x.shape))
 
 
 @converter("Shape")
