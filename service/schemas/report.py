@@ -27,7 +27,7 @@ class _Model(BaseModel):
 
 class TensorSpec(_Model):
     name: str
-    dtype: str  # numpy name: float32, int64, bool, ...
+    dtype: str  # numpy name: float32, int64, bool, ...; a non-tensor output its ONNX type: seq(map(int64,tensor(float32)))
     shape: list[int | str | None]  # as declared: ints, symbolic names, or None for unknown
 
 

@@ -86,7 +86,24 @@ def input_specs_from_onnx(model) -> list[InputSpec]:
 
 
 def output_specs_from_onnx(model) -> list[InputSpec]:
-    return [_value_info_spec(vi) for vi in model.graph.output]
+    """Graph outputs as declared; a non-tensor output (scikit-learn's ZipMap writes a sequence of maps)
+    is named by its ONNX type, with no shape: the numerics compare it as numerics.as_tensor reads it."""
+    return [_value_info_spec(vi) if vi.type.HasField("tensor_type") else InputSpec(vi.name, _type_name(vi.type), ())
+            for vi in model.graph.output]
+
+
+def _type_name(t) -> str:
+    """``seq(map(int64,tensor(float32)))``: an ONNX TypeProto as the ONNX spec writes it."""
+    kind = t.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({_onnx_dtype_name(t.tensor_type.elem_type)})"
+    if kind == "sequence_type":
+        return f"seq({_type_name(t.sequence_type.elem_type)})"
+    if kind == "map_type":
+        return f"map({_onnx_dtype_name(t.map_type.key_type)},{_type_name(t.map_type.value_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_name(t.optional_type.elem_type)})"
+    return str(kind)
 
 
 def per_sample_shape(spec: InputSpec, data_shape: tuple[int, ...]) -> tuple[int, ...] | None:

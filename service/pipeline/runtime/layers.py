@@ -110,7 +110,8 @@ def layers_from_files(
                 ref_values = None
                 ref_values = fp32_session.run(feed)
                 if float_tensors is None:
-                    float_tensors = [t for t in candidates if str(ref_values[t].dtype) in _FLOAT_KINDS]
+                    float_tensors = [t for t in candidates if isinstance(ref_values[t], np.ndarray)  # not ZipMap's maps
+                                     and str(ref_values[t].dtype) in _FLOAT_KINDS]
                 refs: dict[str, _Ref] = {}
                 for (name, level), ctx in sessions.items():
                     got = value = None

@@ -90,13 +90,33 @@ def max_abs_error(reference: np.ndarray, actual: np.ndarray) -> float:
     return float(np.max(np.abs(r.astype(np.float64) - a.astype(np.float64)))) if r.size else 0.0
 
 
+def as_tensor(value) -> np.ndarray:
+    """One ORT output as an array. Tensors are as they are. A ZipMap output (scikit-learn exports:
+    a list of ``{class: probability}`` per row, a sequence of maps) is the ``[rows, classes]``
+    probabilities in the order ZipMap wrote the classes, which is what it was made from; a sequence
+    of same-shape tensors is stacked. Anything else has no element-wise comparison: ValueError."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, dict):
+        return np.asarray(list(value.values()), dtype=np.float32)
+    if isinstance(value, list):
+        if value and all(isinstance(v, dict) for v in value):
+            classes = list(value[0])
+            if all(list(v) == classes for v in value):
+                return np.asarray([[v[c] for c in classes] for v in value], dtype=np.float32)
+        elif all(isinstance(v, np.ndarray) for v in value) and len({v.shape for v in value}) <= 1:
+            return np.stack(value) if value else np.zeros((0,), np.float32)
+    raise ValueError(f"an output of type {type(value).__name__} that is not a tensor, a ZipMap or a sequence of "
+                     "same-shape tensors has no element-wise comparison")
+
+
 def concat_runs(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
     """Per output: every eval sample's result, concatenated along axis 0 (or stacked for scalars)."""
     if not runs:
         return []
     out = []
     for k in range(len(runs[0])):
-        parts = [np.asarray(r[k]) for r in runs]
+        parts = [as_tensor(r[k]) for r in runs]
         out.append(np.concatenate(parts, axis=0) if parts[0].ndim else np.stack(parts))
     return out
 
