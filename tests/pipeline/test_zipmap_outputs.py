@@ -47,11 +47,14 @@ def test_a_zipmap_classifier_is_compared_on_its_probabilities(tmp_path):
     x = np.random.default_rng(3).standard_normal((N_CAL + N_EVAL, 1, 4)).astype(np.float32)
     np.savez(tmp_path / "samples.npz", x=x)
     options = ComparisonOptions.model_validate({
-        "artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": N_CAL, "eval_samples": N_EVAL,
+        "artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calibration_samples": N_CAL, "eval_samples": N_EVAL,
         "latency": {"enabled": False}, "advice": {"enabled": False}})
     report = run_comparison(ComparisonRequest(model_path=tmp_path / "mlp.onnx", model_name="mlp.onnx",
                                               calibration_path=tmp_path / "samples.npz", options=options), tmp_path / "job")
     assert report.artifacts["ort_qdq"].status == "ok"
+    pt2e = report.artifacts["pt2e_qdq"]  # ZipMap has no torch form: said so, not "upload a .pt2"
+    assert pt2e.status == "skipped" and "ai.onnx.ml.ZipMap" in pt2e.error.message
+    assert "no torch form" in pt2e.error.hint and ".pt2" not in pt2e.error.hint
     assert [o.dtype for o in report.model.outputs] == ["int64", "seq(map(int64,tensor(float32)))"]
     got = {o.name: o for o in report.artifacts["ort_qdq"].optimized["disable_all"].numerics.outputs}
 

@@ -107,8 +107,12 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
         # the registry keys other domains at version 1; the file's own import is the version to show
         listed = ", ".join(f"{d}.{op} (opset {opsets.get(d, v)}) x{n}" if d != "ai.onnx" else f"{op} (opset {v}) x{n}"
                            for (d, op, v), n in e.missing.most_common())
+        classic_ml = any(d == "ai.onnx.ml" for d, _, _ in e.missing)
+        hint = ("ai.onnx.ml operators (scikit-learn, XGBoost, LightGBM exports: trees, linear models, scalers, "
+                "ZipMap) have no torch form, so PT2E does not apply to this model; the ORT paths are unaffected"
+                if classic_ml else PT2_HINT)
         raise ConversionSkipped(f"no ONNX -> torch converter for {listed} (ai.onnx opset {opset})", stage="convert",
-                                hint=PT2_HINT, conversion=conv) from e
+                                hint=hint, conversion=conv) from e
     except ConversionError as e:
         raise ConversionSkipped(f"ONNX -> torch conversion failed at {e}", stage="convert", hint=PT2_HINT,
                                 conversion=conv) from e
