@@ -1,11 +1,12 @@
-"""The fp32 reference artifact: the uploaded ONNX (its sparse initializers written dense), or
-torch.onnx.export(dynamo=True) of the program."""
+"""The fp32 reference artifact: the uploaded ONNX (its sparse initializers written dense, its
+shapeless graph outputs given the shapes inference finds), or torch.onnx.export(dynamo=True) of the program."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes
 from service.pipeline.inputs.sources import ModelSource, copy_upload
 from service.pipeline.inputs.sparse import densify_sparse_initializers
 
@@ -21,12 +22,18 @@ def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
         source.onnx_path = out_path
         source.data_files = [out_path.parent / d.name for d in source.data_files]
         return out_path
-    if source.onnx_model is not None and source.onnx_model.graph.sparse_initializer:
+    shaped = outputs_given_inferred_shapes(source.onnx_model) if source.onnx_model is not None else []
+    if shaped:
+        source.notes.append(f"graph output(s) {', '.join(repr(n) for n in shaped[:5])} declared no shape; the fp32 "
+                            "reference is written with the shapes ONNX shape inference gives (ORT computes the "
+                            "same values either way)")
+    if source.onnx_model is not None and (source.onnx_model.graph.sparse_initializer or shaped):
         import onnx
 
-        source.notes.append(densify_sparse_initializers(source.onnx_model))
+        if source.onnx_model.graph.sparse_initializer:
+            source.notes.append(densify_sparse_initializers(source.onnx_model))
         onnx.save(source.onnx_model, out_path)
-        source.onnx_path = out_path  # every path reads the dense file
+        source.onnx_path = out_path  # every path reads the rewritten file
         return out_path
     if source.onnx_path is not None:
         return copy_upload(source.onnx_path, out_path)
