@@ -58,8 +58,10 @@ def qdq_from_pt2e(
         if conversion is None:
             raise
         # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
+        hint = ("the model computes in float64 and torchao's XNNPACK quantizer takes float32: export it in float32 "
+                "and upload it again; the ORT paths are unaffected" if "torch.float64" in str(e) else PT2_HINT)
         raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
-                                hint=PT2_HINT, conversion=conversion) from e
+                                hint=hint, conversion=conversion) from e
 
 
 def _first_nonfinite_observed(prepared, args) -> str:

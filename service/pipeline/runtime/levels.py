@@ -82,6 +82,8 @@ class FileFacts:
     transposes: int
     # Conv/MatMul/Gemm/... inside If/Loop/Scan bodies (op_histogram counts the main graph only)
     subgraph_compute_ops: dict[str, int] = field(default_factory=dict)
+    # dtype of the first input of each main-graph compute op: {"float64": 3} says why nothing was quantized
+    compute_input_dtypes: dict[str, int] = field(default_factory=dict)
 
 
 def file_facts_from_graph(g: GraphIndex) -> FileFacts:
@@ -92,7 +94,9 @@ def file_facts_from_graph(g: GraphIndex) -> FileFacts:
     return FileFacts(opset=g.opset, op_histogram=hist, bias_summary=bias_state(g).summary,
                      weights=weight_quant_params(g), activation_dtypes=acts, int8_kernels=kernels,
                      transposes=hist.get("Transpose", 0),
-                     subgraph_compute_ops={k: v for k, v in sorted(in_bodies.items()) if k in COMPUTE_OPS})
+                     subgraph_compute_ops={k: v for k, v in sorted(in_bodies.items()) if k in COMPUTE_OPS},
+                     compute_input_dtypes=dict(Counter(g.dtypes.get(n.input[0], "unknown") for n in g.nodes
+                                                       if op_key(n) in COMPUTE_OPS and n.input)))
 
 
 @dataclass(frozen=True)

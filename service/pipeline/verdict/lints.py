@@ -44,7 +44,8 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
 
         hist = f.op_histogram
         qdq = any(k.rsplit(".", 1)[-1] in ("QuantizeLinear", "DequantizeLinear") for k in hist)  # com.microsoft too
-        if not f.int8_kernels and not qdq:
+        nothing_quantized = not f.int8_kernels and not qdq
+        if nothing_quantized:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(hist.items(), key=lambda kv: -kv[1])[:4])
             message = (f"the file holds no QuantizeLinear, DequantizeLinear or int8 kernel: the tool quantized "
                        f"none of the model's ops ({ops}), so this artifact is the float model and its figures "
@@ -64,6 +65,14 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                 source = "onnxruntime/python/tools/quantization/quantize.py (extra_options EnableSubgraph), qdq_quantizer.py"
             elif inside:
                 message += f" Its {inside} sit inside If/Loop/Scan bodies."
+            wide = {d: n for d, n in f.compute_input_dtypes.items() if d not in ("float32", "float16", "unknown")}
+            if a != "pt2e_qdq" and wide and not any(d in ("float32", "float16") for d in f.compute_input_dtypes):
+                message += (f" Its compute ops read {', '.join(f'{d} ({n})' for d, n in wide.items())}, and "
+                            "quantize_static quantizes float32 and float16 tensors only.")
+                hint = ("export the model in float32 (model.float() before torch.onnx.export; skl2onnx: "
+                        "FloatTensorType inputs), then upload it again")
+                source = ("onnxruntime/python/tools/quantization/qdq_quantizer.py (_is_tensor_quantizable: FLOAT or "
+                          "FLOAT16), base_quantizer.py (is_valid_quantize_weight)")
             out.append(Lint(code="nothing_quantized", severity="warning", artifact=a, message=message, hint=hint,
                             source=source))
 
@@ -106,7 +115,7 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
             ))
 
         last = next((per_level[lv] for lv in reversed(list(per_level)) if not per_level[lv].error), None)
-        if last is not None and last.compute_ops_fp32 and last.int8_coverage == 0:
+        if last is not None and last.compute_ops_fp32 and last.int8_coverage == 0 and not nothing_quantized:
             out.append(Lint(
                 code="no_int8_kernels", severity="warning", artifact=a,
                 message=f"at level {last.level} none of the {last.compute_ops_fp32} compute ops runs in an int8 "
