@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
+from service.pipeline.vocabulary import ORT_OPTIMIZER_OPS
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo
 
-__all__ = ["lints_for"]
+__all__ = ["lints_for", "ort_optimized_upload_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
 
@@ -152,3 +154,25 @@ def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> lis
              "and its input in float (ort.nodes_to_exclude for the ORT paths), or clamp before it in the model; "
              "the per-tensor table (layers, 'nonfinite') shows the first tensor that holds them",
     ) for name, (count, levels) in worst.items()]
+
+
+def ort_optimized_upload_lints(fp32: FileFacts | None) -> list[Lint]:
+    """The upload already holds ops ORT's optimizer writes: the levels start from an optimized graph,
+    and the quantizers meet ORT's fused ops instead of the ops they have rules for."""
+    if fp32 is None:
+        return []
+    found = {op: n for op, n in fp32.op_histogram.items() if op in ORT_OPTIMIZER_OPS}
+    if not found:
+        return []
+    ops = ", ".join(f"{op} x{n} ({ORT_OPTIMIZER_OPS[op]})" for op, n in sorted(found.items(), key=lambda kv: -kv[1]))
+    return [Lint(
+        code="ort_optimized_upload", severity="warning", artifact="fp32",
+        message=f"the upload holds ops ONNX Runtime's graph optimizer writes: {ops}. It was saved after ORT "
+                "optimized it, so every level here starts from an optimized graph, and the quantizers meet "
+                "ORT's fused ops: quantize_static has no quantization rule for them and PT2E's converter no "
+                "torch form, so what they would have quantized stays float.",
+        hint="upload the model as exported, before any ORT optimization (not a session's "
+             "optimized_model_filepath, not optimum's --optimize output): this report shows what each ORT level "
+             "does to it",
+        source="onnxruntime/core/optimizer (the rewrites named above); pinned at level extended in the installed ORT",
+    )]

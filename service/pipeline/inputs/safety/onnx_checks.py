@@ -287,6 +287,11 @@ def _run_onnx_checker(model, model_path: Path | None, *, has_external: bool) -> 
         raise InvalidModel("The model fails ONNX validation.", hint=_UPLOAD_HINT) from e
 
 
+# ONNX-domain ops ORT registers as contrib kernels below their ONNX opset (onnxruntime/contrib_ops/cpu:
+# LayerNormalization and SimplifiedLayerNormalization, kOnnxDomain versions 1..16).
+_ORT_ONNX_DOMAIN_CONTRIB = frozenset({"LayerNormalization", "SimplifiedLayerNormalization"})
+
+
 def _only_outputs_shapeless(model, msg: str) -> bool:
     """The checker's complaint is a graph output without a shape or type, and once inference gives
     every such output one, the checker has nothing left to say. (Inline weights only: a copy of an
@@ -490,10 +495,16 @@ class _Walker:
             try:
                 onnx.defs.get_schema(node.op_type, version, "" if dom == "ai.onnx" else dom)
             except Exception as e:
+                # ORT registers these in the ONNX domain below the opset that introduced them, and its
+                # LayerNormFusion writes them there: a file ORT saved after optimizing it (optimized_model_filepath).
+                ort_saved = dom in ("", "ai.onnx") and node.op_type in _ORT_ONNX_DOMAIN_CONTRIB
+                hint = ("this file looks saved by ONNX Runtime after optimizing it (ORT writes its own "
+                        f"{_safe(node.op_type)} into the ONNX domain below opset 17): upload the model as exported, "
+                        "before any ORT optimization; this report shows what each ORT level does to it"
+                        if ort_saved else "Use standard ONNX operators available at the model's opset.")
                 raise UnsupportedModel(
                     f"Operator '{_safe(node.op_type)}' does not exist in {'ai.onnx' if dom in ('', 'ai.onnx') else dom} "
-                    f"opset {version}.", hint="Use standard ONNX operators available at the model's opset.",
-                    op_type=_safe(node.op_type)) from e
+                    f"opset {version}.", hint=hint, op_type=_safe(node.op_type)) from e
 
     def _node(self, node, *, depth: int, defined: set[str], consts: dict, shapes: dict, const_derived: set,
               in_function: bool = False) -> None:
