@@ -41,6 +41,7 @@ other ORT, or if ORT's names move, nothing is installed.
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from typing import Callable
 
@@ -247,8 +248,6 @@ def install_quantizer_shortcuts() -> bool:
     """Replace the quantizer's per-tensor scans above once per process. True when all are in place."""
     if not _ort_matches():
         return False
-    import importlib
-
     installed = True
     for module, holder, attr, function in _QUANTIZER_SHORTCUTS:
         def locate(module=module, holder=holder, attr=attr):
