@@ -235,3 +235,17 @@ def test_a_uint8_input_used_as_a_number_elsewhere_too_is_not_guessed(tmp_path):
                  [h.make_tensor_value_info("img", T.UINT8, [1, 4])], [nh.from_array(np.array(1, np.uint8), "one")])
     with pytest.raises(InvalidOptions, match="cannot guess"):
         _samples(path)
+
+
+def test_ids_into_an_embedding_table_in_external_data_get_its_row_count(tmp_path):
+    """Every large transformer export keeps its embedding table in external data: its dims are in the
+    graph, its bytes are not read. Before, the table was skipped and input_ids refused ("cannot guess")."""
+    table = nh.from_array(np.random.default_rng(0).standard_normal((300, 64)).astype(np.float32), "emb.weight")
+    path = _save(tmp_path, [h.make_node("Gather", ["emb.weight", "ids"], ["e"]),
+                            h.make_node("ReduceMean", ["e"], ["y"], keepdims=0)],
+                 [h.make_tensor_value_info("ids", T.INT64, [1, 16])], [table])
+    onnx.save(onnx.load(str(path)), str(path), save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    model = onnx.load(str(path), load_external_data=False)
+    assert model.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+    ranges = input_ranges_from_onnx(model, input_specs_from_onnx(model))
+    assert ranges["ids"].description == "uniform int [0, 300)"

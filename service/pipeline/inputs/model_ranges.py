@@ -67,8 +67,7 @@ def _values(graph):
 
     vals: dict = {}
     for t in graph.initializer:
-        if t.data_location != 1:  # external data is not loaded here
-            vals[t.name] = t  # converted lazily: an embedding table may be large
+        vals[t.name] = t  # converted lazily (an embedding table may be large); external ones give dims only
     for n in graph.node:
         if n.op_type == "Constant" and (n.domain or "") in _DEFAULT and len(n.output) == 1:
             for a in n.attribute:
@@ -78,8 +77,8 @@ def _values(graph):
 
 
 def _array(proto, numpy_helper, max_elements=1 << 16):
-    if int(np.prod(list(proto.dims) or [1])) > max_elements:
-        return None
+    if proto.data_location == 1 or int(np.prod(list(proto.dims) or [1])) > max_elements:
+        return None  # external data is not read here (numpy_helper would resolve it against the cwd)
     try:
         return numpy_helper.to_array(proto)
     except Exception:  # noqa: BLE001 - an unreadable constant just gives no range
