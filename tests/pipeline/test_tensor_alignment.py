@@ -155,9 +155,8 @@ def _embedding_then_matmul(path):
     return model
 
 
-def test_a_qoperator_gather_of_a_quantized_table_is_dequantized_with_the_table_s_step(tmp_path):
-    """Before: the Gather's int8 output was compared raw with fp32 ('integer tensor without a single step'),
-    a -29 dB 'worst tensor' on every transformer's embedding (the walk followed the ids, not the table)."""
+def _embedding_in_qoperator(tmp_path):
+    """(fp32 model, the file ORT's quantize_static writes for it in QOperator format)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
     fp32 = _embedding_then_matmul(tmp_path / "m.onnx")
@@ -170,7 +169,13 @@ def test_a_qoperator_gather_of_a_quantized_table_is_dequantized_with_the_table_s
             return next(self.feeds, None)
 
     quantize_static(str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QOperator)
-    q = onnx.load(str(tmp_path / "q.onnx"))
+    return fp32, onnx.load(str(tmp_path / "q.onnx"))
+
+
+def test_a_qoperator_gather_of_a_quantized_table_is_dequantized_with_the_table_s_step(tmp_path):
+    """Before: the Gather's int8 output was compared raw with fp32 ('integer tensor without a single step'),
+    a -29 dB 'worst tensor' on every transformer's embedding (the walk followed the ids, not the table)."""
+    fp32, q = _embedding_in_qoperator(tmp_path)
     gather = next(n for n in q.graph.node if n.op_type == "Gather")
     assert gather.input[0].endswith("_quantized")  # ORT wrote the Gather on the int8 table
     al = aligned_tensors(fp32, q, names_shared=True)
@@ -184,19 +189,7 @@ def test_a_qoperator_gather_of_a_quantized_table_is_dequantized_with_the_table_s
 
 def test_an_integer_tensor_with_no_step_is_left_out_not_compared_raw(tmp_path):
     """The same file with the QLinearMatMul's input scale made per channel: nothing states one step."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
-
-    fp32 = _embedding_then_matmul(tmp_path / "m.onnx")
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([{"ids": np.random.default_rng(i).integers(0, 50, (1, 6))} for i in range(3)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-
-    quantize_static(str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QOperator)
-    q = onnx.load(str(tmp_path / "q.onnx"))
+    fp32, q = _embedding_in_qoperator(tmp_path)
     matmul = next(n for n in q.graph.node if n.op_type == "QLinearMatMul")
     for t in q.graph.initializer:
         if t.name == matmul.input[1]:

@@ -129,37 +129,32 @@ _softmax("LogSoftmax", "log")
 _softmax("Hardmax", "hard")
 
 
-@converter("CumSum")
-def cumsum(ctx, node, inputs):
+def _cumulative(ctx, node, inputs, *, product: bool):
+    """CumSum / CumProd with ONNX's reverse and exclusive attributes."""
     import torch
 
     x = inputs[0]
     axis = norm_axis(const_ints(ctx, node, 1, "axis")[0], x.dim())
     if node.attr("reverse", 0):
         x = x.flip(axis)
-    y = torch.cumsum(x, axis)
-    if node.attr("exclusive", 0):
+    y = torch.cumprod(x, axis) if product else torch.cumsum(x, axis)
+    if node.attr("exclusive", 0) and product:  # shift by one, starting at 1 (a division would fail on 0)
+        y = torch.cat([torch.ones_like(x.narrow(axis, 0, 1)), y.narrow(axis, 0, x.shape[axis] - 1)], axis)
+    elif node.attr("exclusive", 0):
         y = y - x
     if node.attr("reverse", 0):
         y = y.flip(axis)
     return y.to(inputs[0].dtype)
 
 
+@converter("CumSum")
+def cumsum(ctx, node, inputs):
+    return _cumulative(ctx, node, inputs, product=False)
+
+
 @converter("CumProd", since=26)
 def cumprod(ctx, node, inputs):
-    import torch
-
-    x = inputs[0]
-    axis = norm_axis(const_ints(ctx, node, 1, "axis")[0], x.dim())
-    if node.attr("reverse", 0):
-        x = x.flip(axis)
-    y = torch.cumprod(x, axis)
-    if node.attr("exclusive", 0):  # shift by one along the axis, starting at 1 (a division would fail on 0)
-        ones = torch.ones_like(x.narrow(axis, 0, 1))
-        y = torch.cat([ones, y.narrow(axis, 0, x.shape[axis] - 1)], axis)
-    if node.attr("reverse", 0):
-        y = y.flip(axis)
-    return y.to(inputs[0].dtype)
+    return _cumulative(ctx, node, inputs, product=True)
 
 
 @converter("TopK")
