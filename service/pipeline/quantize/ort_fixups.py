@@ -461,7 +461,8 @@ def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
 
 def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path: Path | None = None,
                                calibration_cache: Path | None = None):
-    """An OrtQuantizerFailed naming ORT's failing function, the model trait behind it, and what to do.
+    """An OrtQuantizerFailed (NonFiniteCalibration when ORT calibrated NaN or inf) naming ORT's failing
+    function, the model trait behind it, and what to do.
     ``model_path``: the file quantize_static read, for the traits only the model shows;
     ``calibration_cache``: the ranges ORT calibrated for it (quantize_static writes them before it quantizes)."""
     where = ort_function_of(exc) or "onnxruntime.quantization.quantize_static"
