@@ -34,6 +34,9 @@ _HINTS: list[tuple[str, str, str, str]] = [
     ("ort_qoperator", "AttributeError", "",
      "quantize_static crashed in QOperator format, a known ORT failure on some graphs; "
      "the QDQ format (ort_qdq) usually works on the same model"),
+    ("pt2e_qdq", "*", "torch.float64",
+     "the model computes in float64 and torchao's XNNPACK quantizer takes float32: export it in float32 "
+     "and upload it again; the ORT paths are unaffected"),
     ("pt2e_qdq", "*", "GuardOnDataDependentSymNode",
      "torch.export hit data-dependent control flow; export the model with torch.export yourself "
      "and upload the .pt2, or compare the ORT paths only (options.artifacts)"),
@@ -85,15 +88,20 @@ def scrub(message: str) -> str:
 
 
 def hint_for(artifact: str, exc: BaseException) -> str:
+    return matched_hint(artifact, exc) or _HINTS[-1][3]
+
+
+def matched_hint(artifact: str, exc: BaseException) -> str | None:
+    """The first row of ``_HINTS`` but the catch-all that matches ``exc`` (its causes included), or None."""
     name, text = type(exc).__name__, f"{exc}"
     chain = exc.__cause__
     while chain is not None:
         text += f" {type(chain).__name__} {chain}"
         chain = chain.__cause__
-    for art, etype, needle, hint in _HINTS:
+    for art, etype, needle, hint in _HINTS[:-1]:
         if art in ("*", artifact) and etype in ("*", name) and needle in text:
             return hint
-    return _HINTS[-1][3]
+    return None
 
 
 def _summary(text: str) -> str:

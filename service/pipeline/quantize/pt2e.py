@@ -10,7 +10,7 @@ from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
-from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
+from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint, scrub
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
 from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,
@@ -58,10 +58,8 @@ def qdq_from_pt2e(
         if conversion is None:
             raise
         # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
-        hint = ("the model computes in float64 and torchao's XNNPACK quantizer takes float32: export it in float32 "
-                "and upload it again; the ORT paths are unaffected" if "torch.float64" in str(e) else PT2_HINT)
         raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
-                                hint=hint, conversion=conversion) from e
+                                hint=matched_hint("pt2e_qdq", e) or PT2_HINT, conversion=conversion) from e
 
 
 def _first_nonfinite_observed(prepared, args) -> str:

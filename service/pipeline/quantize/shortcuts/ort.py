@@ -147,22 +147,23 @@ def install_minmax_augment_shortcut() -> bool:
     return replace_once("minmax augment shortcut", locate, replacement)
 
 
+def _rename_in_all_nodes(nodes, field: str, old_name, new_name) -> None:
+    """ORT's ``replace_node_input``/``replace_node_output`` over every node, skipping by protobuf's ``in``."""
+    assert isinstance(old_name, str) and isinstance(new_name, str)
+    for node in nodes:
+        names = getattr(node, field)
+        if old_name in names:
+            for j in range(len(names)):
+                if names[j] == old_name:
+                    names[j] = new_name
+
+
 def _replace_input_of_all_nodes(self, old_input_name, new_input_name):
-    assert isinstance(old_input_name, str) and isinstance(new_input_name, str)
-    for node in self.model.graph.node:
-        if old_input_name in node.input:
-            for j in range(len(node.input)):
-                if node.input[j] == old_input_name:
-                    node.input[j] = new_input_name
+    _rename_in_all_nodes(self.model.graph.node, "input", old_input_name, new_input_name)
 
 
 def _replace_output_of_all_nodes(self, old_output_name, new_output_name):
-    assert isinstance(old_output_name, str) and isinstance(new_output_name, str)
-    for node in self.model.graph.node:
-        if old_output_name in node.output:
-            for j in range(len(node.output)):
-                if node.output[j] == old_output_name:
-                    node.output[j] = new_output_name
+    _rename_in_all_nodes(self.model.graph.node, "output", old_output_name, new_output_name)
 
 
 def _find_by_name(item_name, item_list):
