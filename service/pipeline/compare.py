@@ -34,6 +34,7 @@ from service.pipeline.inputs import sources
 from service.pipeline.inputs.data_shapes import array_shapes_in_npz
 from service.pipeline.inputs.fp32 import fp32_onnx_from_source
 from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
+from service.pipeline.inputs.output_shapes import data_dependent_tensors
 from service.pipeline.inputs.safety import check_input_elements, check_sample_bytes, sniff_model_format
 from service.pipeline.inputs.samples import Samples, generated_samples, samples_from_npz
 from service.pipeline.inputs.sources import ModelSource
@@ -134,6 +135,14 @@ class Prepared:
 class Fp32:
     file: OnnxFile  # the model as read for its metadata (external data not loaded)
     histogram: dict[str, int]  # op_key -> count, subgraphs included
+    # Tensors whose shape depends on the values computed (after a NonMaxSuppression, ...) -> why:
+    # compared by shape only, in the levels and in the per-tensor table.
+    data_dependent: dict[str, str] = field(default_factory=dict)
+
+    def data_dependent_outputs(self) -> dict[int, str]:
+        """Graph output position -> why, for the outputs among ``data_dependent``."""
+        return {k: self.data_dependent[o.name] for k, o in enumerate(self.file.model.graph.output)
+                if o.name in self.data_dependent}
 
 
 @dataclass(frozen=True)
@@ -161,7 +170,8 @@ def run_comparison(
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
     levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                             out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded,
-                            concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs)
+                            concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs,
+                            data_dependent=fp32.data_dependent_outputs())
     run.timings.update(levels.timings)
     layers = layers_stage(options, prepared, fp32, inspected, run)
     artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
@@ -231,7 +241,9 @@ def fp32_stage(prepared: Prepared, run: _Run) -> Fp32:
     with run.stage("fp32"):
         path = fp32_onnx_from_source(source, run.art_dir / "fp32.onnx")
         model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
-    return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))))
+        moving = data_dependent_tensors(model, prepared.shapes)
+    return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
+                data_dependent=moving)
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,
@@ -399,6 +411,7 @@ def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ins
         input_names=[s.name for s in prepared.source.specs], ort_input=_ort_input_used(fp32, run),
         ort_settings=resolved_ort_settings(options), fp32_model=fp32.file.model,
         optimized_paths={a: {lv: run.art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in inspected.paths},
+        data_dependent=fp32.data_dependent,
     )
     if layers is not None:
         run.timings["layers"] = round(time.perf_counter() - t0, 4)

@@ -86,6 +86,12 @@ QDQ_FUSION_LIST = QDQ_DROP_OPS | {
     "Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
     "LeakyRelu", "Sigmoid", "Softmax", "Where",
 }
+# ONNX ops whose output *shape* is computed from the values they read (the ONNX spec's output
+# shapes: NonMaxSuppression [num_selected, 3], NonZero [rank, num_nonzero], Unique [num_unique],
+# Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in
+# length when the values differ: a quantized detector keeps other boxes than fp32 does.
+SELECTION_OPS = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
+
 # Ops that move or reshape data and never compute: not "left in float" in a meaningful sense.
 DATA_MOVEMENT_OPS = frozenset({
     "Shape", "Size", "Constant", "Identity", "Cast", "Gather", "Unsqueeze", "Squeeze", "Concat",

@@ -21,7 +21,12 @@ def _cell(ol) -> str:
     if ol.error:
         return "error"
     n = ol.numerics
-    sq = "-" if n is None else ("exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}")
+    if n is None:
+        sq = "-"
+    elif n.elementwise_outputs == 0 and n.outputs:  # every output follows a selection (NonMaxSuppression, ...)
+        sq = "shape"
+    else:
+        sq = "exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}"
     # "~": the latency is marked noisy (measured under load, or never stable); the legend says so.
     lat = "" if ol.latency is None else f" | {ol.latency.median_ms:.2f}{'~' if ol.latency.noisy else ''}"
     return sq + lat

@@ -53,6 +53,8 @@ def _pct(v: Any) -> str:
 
 
 def _sqnr(v: Any) -> str:
+    if v == "shape":  # no output compares element-wise (every one follows a NonMaxSuppression, ...)
+        return "shape only"
     return "∞ (exact)" if v is None else f"{_num(v, 3)} dB"
 
 
@@ -69,6 +71,12 @@ def _levels(report: dict, arts: dict) -> list[str]:
 def _worst_sqnr(level: dict | None) -> float | None:
     num = (level or {}).get("numerics") or {}
     return num.get("worst_sqnr_db")
+
+
+def _shape_only(level: dict | None) -> bool:
+    """No output of this level is compared element-wise: each one's shape follows the values."""
+    num = (level or {}).get("numerics") or {}
+    return num.get("elementwise_outputs") == 0 and bool(num.get("outputs"))
 
 
 def _noisy(level: dict | None) -> str | None:
@@ -144,7 +152,7 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
             "folded": ", ".join(f"{x.get('op_type')} ×{x.get('count')}" for x in q.get("folded_activations") or []) or "none",
             "act_dtypes": ", ".join(q.get("activation_dtypes") or []) or "–",
             "weight_dtypes": ", ".join(q.get("weight_dtypes") or []) or "–",
-            "coverage": at.get("int8_coverage"), "sqnr": _worst_sqnr(at) if at.get("numerics") else "na",
+            "coverage": at.get("int8_coverage"), "sqnr": ("shape" if _shape_only(at) else _worst_sqnr(at)) if at.get("numerics") else "na",
             "cosine": (at.get("numerics") or {}).get("worst_cosine"), "latency": lat,
             "ratio": (lat / ref) if lat and ref else None, "nodes": at.get("node_count"),
             "latency_noisy": _noisy(at) or _noisy(fp32_opt.get(last) if last else None),

@@ -74,9 +74,16 @@ class LevelDiff(_Model):
 class OutputNumerics(_Model):
     name: str  # output name in this artifact (matched to the fp32 output by position)
     reference: str  # fp32 output name
-    sqnr_db: float | None  # None when the error is exactly zero (infinite SQNR)
-    cosine: float
-    max_abs_error: float  # over the positions where both are finite
+    # "shape": the output's shape depends on the values computed (it follows a NonMaxSuppression,
+    # NonZero, ...: ``data_dependent`` says which), so fp32 and this file may list different rows and
+    # only the shapes are compared; sqnr_db, cosine and max_abs_error are then null.
+    compared: Literal["elementwise", "shape"] = "elementwise"
+    data_dependent: str | None = None
+    shape: list[int] | None = None  # with compared "shape": this file's, every eval sample concatenated
+    reference_shape: list[int] | None = None  # and fp32's
+    sqnr_db: float | None  # None when the error is exactly zero (infinite SQNR), or compared "shape"
+    cosine: float | None
+    max_abs_error: float | None  # over the positions where both are finite
     # Values that are inf or NaN here where fp32 has a number (or another non-finite value); when
     # nonzero, sqnr_db is the floor (-200) and cosine 0.
     nonfinite: int = 0
@@ -89,9 +96,12 @@ class OutputNumerics(_Model):
 
 class LevelNumerics(_Model):
     outputs: list[OutputNumerics]
+    # The worst figures are over the outputs compared element-wise; when there is none (every output
+    # is compared by shape), all three are null and ``elementwise_outputs`` is 0.
     worst_sqnr_db: float | None
-    worst_cosine: float
-    worst_max_abs_error: float
+    worst_cosine: float | None
+    worst_max_abs_error: float | None
+    elementwise_outputs: int | None = None
     samples: int
 
 

@@ -5,8 +5,15 @@ shape set), but onnx's checker refuses it ("Field 'shape' of 'type' is required"
 without a shape has no rank to report. Shape inference derives what the graph computes there, so
 the fp32 reference is written with those shapes (ORT computes the same values either way), the
 way sparse initializers are written dense (sparse.py); a note in the report says so. An output
-inference cannot type is left as it is, and the checker's refusal stands."""
+inference cannot type is left as it is, and the checker's refusal stands.
+
+And outputs whose shape depends on the values the model computes (``data_dependent_tensors``): a
+detector ending in NonMaxSuppression lists the boxes it kept, and an int8 file keeps other boxes
+than fp32 (a score crosses the threshold, one box suppresses another), so the two lists differ in
+length or order and no element-wise figure compares them."""
 from __future__ import annotations
+
+from service.pipeline.vocabulary import SELECTION_OPS
 
 
 def shapeless_outputs(model) -> list[str]:
@@ -24,16 +31,8 @@ def outputs_given_inferred_shapes(model) -> list[str]:
     missing = shapeless_outputs(model)
     if not missing:
         return []
-    graph_only = onnx.ModelProto()
-    graph_only.CopyFrom(model)
-    for t in graph_only.graph.initializer:  # weights: inference reads their dims; small ones (a Reshape's shape) stay
-        if t.HasField("raw_data") and len(t.raw_data) > 1024:
-            t.ClearField("raw_data")
-            t.data_location = onnx.TensorProto.EXTERNAL
-            del t.external_data[:]
-            t.external_data.add(key="location", value="unread")
     try:
-        inferred = onnx.shape_inference.infer_shapes(graph_only, strict_mode=False)
+        inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model), strict_mode=False)
     except Exception:  # noqa: BLE001 - nothing inferred: the checker says what is missing
         return []
     by_name = {vi.name: vi for vi in inferred.graph.output}
@@ -45,3 +44,122 @@ def outputs_given_inferred_shapes(model) -> list[str]:
             vi.type.CopyFrom(got.type)
             filled.append(vi.name)
     return filled
+
+
+# Initializers up to this size keep their values for inference (a Reshape's target shape, a Slice's
+# ends); larger ones are weights, whose dims are all inference reads.
+_KEPT_INITIALIZER_BYTES = 1024
+
+
+def graph_only_copy(model, input_shapes: dict[str, tuple[int, ...]] | None = None):
+    """A copy for shape inference that holds no weight bytes (an 80 MB detector is not copied):
+    initializers past ``_KEPT_INITIALIZER_BYTES`` keep their dims only. ``input_shapes``: the
+    graph inputs' declared shapes replaced by these concrete ones."""
+    import onnx
+    from onnx import helper
+
+    src = model.graph
+    out = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name)
+    out.opset_import.extend(model.opset_import)
+    out.functions.extend(model.functions)
+    g = out.graph
+    g.name = src.name
+    g.node.extend(src.node)
+    g.output.extend(src.output)
+    g.value_info.extend(src.value_info)
+    for vi in src.input:
+        shape = (input_shapes or {}).get(vi.name)
+        if shape is not None and vi.type.HasField("tensor_type"):
+            g.input.append(helper.make_tensor_value_info(vi.name, vi.type.tensor_type.elem_type, list(shape)))
+        else:
+            g.input.append(vi)
+    for t in src.initializer:
+        if t.HasField("raw_data") and len(t.raw_data) > _KEPT_INITIALIZER_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
+            kept = g.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims,
+                                     data_location=onnx.TensorProto.EXTERNAL)
+            kept.external_data.add(key="location", value="unread")
+        else:
+            g.initializer.append(t)
+    return out
+
+
+def node_reads(node) -> set[str]:
+    """Every tensor name ``node`` reads: its inputs, and what its If/Loop/Scan bodies read."""
+    names = {i for i in node.input if i}
+    for attr in node.attribute:
+        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+            for inner in body.node:
+                names |= node_reads(inner)
+    return names
+
+
+def _body_selection(node) -> str | None:
+    """The first SELECTION_OPS op inside ``node``'s bodies (If/Loop/Scan), searched recursively."""
+    for attr in node.attribute:
+        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+            for inner in body.node:
+                if inner.op_type in SELECTION_OPS and inner.domain in ("", "ai.onnx"):
+                    return inner.op_type
+                found = _body_selection(inner)
+                if found:
+                    return found
+    return None
+
+
+def constant_tensors(graph) -> set[str]:
+    """Tensors of ``graph`` that hold the same value on every run: initializers, Constant outputs,
+    Shape/Size of anything (every input shape is fixed for a job), and whatever is computed from
+    those alone. A selection on them (NonZero of a constant mask) has a fixed output shape, and the
+    converter folds it."""
+    fixed = {t.name for t in graph.initializer}
+    for node in graph.node:
+        has_body = any(a.HasField("g") or len(a.graphs) for a in node.attribute)
+        if node.op_type in ("Constant", "Shape", "Size") or (
+                node.input and not has_body and all(i in fixed for i in node.input if i)):
+            fixed.update(o for o in node.output if o)
+    return fixed
+
+
+def is_selection(node, constants: set[str]) -> bool:
+    """A SELECTION_OPS node that reads a value computed at run time."""
+    return (node.op_type in SELECTION_OPS and node.domain in ("", "ai.onnx")
+            and not all(i in constants for i in node.input if i))
+
+
+def data_dependent_tensors(model, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """Tensors of the main graph whose shape depends on the values computed, with why:
+    ``{tensor: "follows NonMaxSuppression 'nms'"}``.
+
+    Two conditions, both needed. The tensor is downstream of a SELECTION_OPS op (or of an
+    If/Loop/Scan whose body holds one, or that reads such a tensor from outside), and ONNX shape
+    inference, given the job's concrete ``input_shapes``, cannot fix every dim of it. So a NonZero
+    whose result is scattered back into a fixed-shape tensor leaves that tensor compared element-wise,
+    and a graph without a selection op pays for no inference at all."""
+    import onnx
+
+    origin: dict[str, str] = {}
+    constants = constant_tensors(model.graph)
+    for index, node in enumerate(model.graph.node):  # ONNX nodes are in topological order
+        why = None
+        label = f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (node #{index}, unnamed)"
+        if is_selection(node, constants):
+            why = f"follows {label}"
+        elif (inner := _body_selection(node)) is not None:
+            why = f"follows {label} (its body holds a {inner})"
+        else:
+            why = next((origin[i] for i in sorted(node_reads(node) & origin.keys())), None)
+        if why:
+            for o in node.output:
+                if o:
+                    origin[o] = why
+    if not origin:
+        return {}
+    try:
+        inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model, input_shapes), strict_mode=False,
+                                                     data_prop=True)
+    except Exception:  # noqa: BLE001 - no inference: every tensor after a selection counts as moving
+        return origin
+    fixed = {vi.name for vi in (*inferred.graph.value_info, *inferred.graph.output)
+             if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+             and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+    return {t: why for t, why in origin.items() if t not in fixed}

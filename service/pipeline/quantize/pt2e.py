@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, exa
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint, scrub
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
+from service.pipeline.quantize.selection_tail import prefix_file, selection_split, splice_tail
 from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,
     install_histogram_search,
@@ -46,7 +48,16 @@ def qdq_from_pt2e(
     skip_modules: tuple[str, ...] = (),
     max_graph_ops: int | None = None,
 ) -> ToolInfo:
-    program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
+    try:
+        program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
+    except ConversionSkipped:
+        # Only once the whole graph failed to convert: a selection the converter folds (NonZero of a
+        # constant) is no reason to leave the rest of the graph in float.
+        split = selection_split(source.onnx_model, shapes) if source.program is None and source.onnx_path else None
+        if split is None:
+            raise
+        return _prefix_then_tail(split, source, shapes, calibration, out_path, per_channel=per_channel,
+                                 evaluation=evaluation, skip_modules=skip_modules, max_graph_ops=max_graph_ops)
     if max_graph_ops is not None:
         refuse_oversized_program(program, conversion, max_graph_ops)
     try:
@@ -60,6 +71,22 @@ def qdq_from_pt2e(
         # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
         raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
                                 hint=matched_hint("pt2e_qdq", e) or PT2_HINT, conversion=conversion) from e
+
+
+def _prefix_then_tail(split, source: ModelSource, shapes, calibration, out_path: Path, **kw) -> ToolInfo:
+    """PT2E on the graph before its selections, then the upload's tail appended in float
+    (quantize/selection_tail.py)."""
+    with prefix_file(split, source.onnx_path) as prefix_path:
+        read = {vi.name for vi in split.prefix.graph.input}
+        prefix = replace(source, specs=[s for s in source.specs if s.name in read], onnx_path=prefix_path,
+                         onnx_model=split.prefix)
+        tool = qdq_from_pt2e(prefix, shapes, calibration, out_path, **kw)
+    splice_tail(out_path, split)
+    _ort_loads(out_path, source.specs)
+    note = split.note()
+    if tool.conversion is not None:
+        tool.conversion.setdefault("notes", []).append(note)
+    return tool.model_copy(update={"notes": [*tool.notes, note]})
 
 
 def _first_nonfinite_observed(prepared, args) -> str:

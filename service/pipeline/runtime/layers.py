@@ -46,13 +46,15 @@ class LayersBudget:
 def layers_from_files(
     *, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
     budget: LayersBudget = LayersBudget(), calibration: dict[str, str] | None = None,
-    optimized_paths: dict[str, dict[str, Path]] | None = None,
+    optimized_paths: dict[str, dict[str, Path]] | None = None, data_dependent: dict[str, str] | None = None,
 ) -> LayersReport:
     """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``.
 
     ``optimized_paths``: artifact -> level -> the graph ORT saved at that level (the levels
     stage writes them). Each is run as written (``disable_all``) and every tensor that still
     exists there gets its SQNR in ``by_level``; a fused-away tensor is simply absent.
+    ``data_dependent``: fp32 tensors whose shape follows the values computed (after a
+    NonMaxSuppression, ...) -> why; left out, since the two files may hold other rows there.
     """
     import onnx
 
@@ -88,7 +90,9 @@ def layers_from_files(
     feeds = eval_feeds[: max(1, budget.max_samples)]
     acc: dict[tuple[str, str], _Acc] = {}
     level_acc: dict[tuple[str, str, str], _Acc] = {}
-    left_out: dict[tuple[str, str], str] = {}
+    left_out: dict[tuple[str, str], str] = {
+        (name, t): f"its shape depends on the values computed ({why}): fp32 and this file may keep other rows"
+        for t, why in (data_dependent or {}).items() if t in candidates for name in quantized}
     float_tensors: list[str] | None = None
     samples = 0
     # Its own parse of the file: the copy's save moves inline weights out of the proto it is given.

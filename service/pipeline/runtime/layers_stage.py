@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools: dict, out_dir: Path,
                           source=None, shapes=None, calibration=None, input_names=None, ort_input: Path | None = None,
                           ort_settings: dict | None = None, fp32_model=None,
-                          optimized_paths: dict[str, dict[str, Path]] | None = None) -> LayersReport | None:
+                          optimized_paths: dict[str, dict[str, Path]] | None = None,
+                          data_dependent: dict[str, str] | None = None) -> LayersReport | None:
     """``paths``: fp32 + every quantized artifact whose path is ok. ``tools``: artifact -> ToolInfo
     (its ``calibration`` sentence explains differing steps). The rest is only read by the retry."""
     opts = options.layers
@@ -33,7 +34,7 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
             fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds,
             budget=LayersBudget(max_tensors=opts.max_tensors, max_samples=opts.max_samples, max_seconds=opts.max_seconds),
             calibration={a: getattr(t, "calibration", None) or "" for a, t in tools.items()},
-            optimized_paths=optimized_paths if opts.by_level else None,
+            optimized_paths=optimized_paths if opts.by_level else None, data_dependent=data_dependent,
         )
     except Exception as e:  # noqa: BLE001 - extra evidence; the comparison stands without it
         log.warning("layers failed: %r", e, exc_info=True)

@@ -136,6 +136,7 @@ class _Shared:
     fp32_compute: int = 0  # the int8_coverage denominator; fp32 runs first
     reference: list[np.ndarray] | None = None  # fp32 at its first level: every SQNR is against it
     reference_names: list[str] = field(default_factory=list)
+    data_dependent: dict[int, str] = field(default_factory=dict)  # output position -> why: compared by shape
     timings: dict[str, float] = field(default_factory=lambda: {"optimize": 0.0, "evaluate": 0.0})
     done: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -166,7 +167,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                    out_dir: Path, options: ComparisonOptions,
                    progress: Callable[[str, int, int], None] | None = None,
                    loaded: dict[str, GraphIndex] | None = None, concurrent_jobs: LoadProbe | None = None,
-                   keep_level_graphs: bool = True, parallel: bool | None = None) -> LevelsResult:
+                   keep_level_graphs: bool = True, parallel: bool | None = None,
+                   data_dependent: dict[int, str] | None = None) -> LevelsResult:
     """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
 
     Writes ``out_dir/<artifact>.<level>.onnx`` when ``keep_level_graphs``; otherwise only the
@@ -177,6 +179,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     (recorded with each latency). ``parallel``: the quantized artifacts on two threads, after fp32
     (their reference); only without latency, which is always timed alone. None: when two cores are idle.
     Then ``timings`` split the stage's wall time between optimize and evaluate as the threads spent it.
+    ``data_dependent``: output positions whose shape follows the values computed (fp32's
+    ``Fp32.data_dependent_outputs``): compared by shape, never element-wise, nor across artifacts.
     """
     loaded = loaded if loaded is not None else {}
     out_dir = Path(out_dir)
@@ -191,7 +195,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                      # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
                      int8_allowed=cpu_info().arch in ("aarch64", "arm64", "ARM64"),
                      keep_level_graphs=keep_level_graphs, concurrent_jobs=concurrent_jobs, progress=progress,
-                     total=len(names) * len(levels))
+                     total=len(names) * len(levels), data_dependent=dict(data_dependent or {}))
 
     def levels_of(name: str) -> _ArtifactLevels:
         # Lazily: a file's external weights stay on disk until a summary reads one tensor.
@@ -226,7 +230,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     output_names = {n: a.output_names for n, a in by_name.items() if a.output_names}
     steps_of = {n: a.steps for n, a in by_name.items()}
     t2 = time.perf_counter()
-    agreement = agreement_rows(results, output_names, steps_of, levels)
+    agreement = agreement_rows(results, output_names, steps_of, levels, skip=set(shared.data_dependent))
     timings["evaluate"] += time.perf_counter() - t2
     return LevelsResult(optimized={n: by_name[n].per_level for n in names},
                         agreement=agreement, timings={k: round(v, 4) for k, v in timings.items()},
@@ -306,7 +310,8 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
                 shared.reference, shared.reference_names = outputs, onames
             if shared.reference is not None:
                 numerics = level_numerics(shared.reference, shared.reference_names, outputs, onames, steps=steps,
-                                          previous=prev_outputs, samples=len(shared.eval_feeds))
+                                          previous=prev_outputs, samples=len(shared.eval_feeds),
+                                          data_dependent=shared.data_dependent)
             prev_outputs = outputs
         except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
             error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
@@ -338,8 +343,10 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
 
 
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],
-                   steps_of: dict[str, list[float | None]], levels: list[str]) -> list[AgreementRow]:
-    """pt2e_qdq, ort_qdq, ort_qoperator against each other at the highest level run (``all``)."""
+                   steps_of: dict[str, list[float | None]], levels: list[str],
+                   skip: set[int] = frozenset()) -> list[AgreementRow]:
+    """pt2e_qdq, ort_qdq, ort_qoperator against each other at the highest level run (``all``);
+    the output positions in ``skip`` (data-dependent shapes) are not compared."""
     quant = [a for a in ARTIFACTS if a in results]
     rows = []
     for i, a in enumerate(quant):
@@ -348,7 +355,7 @@ def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names
             if level is None:
                 continue
             for k, (ya, yb) in enumerate(zip(results[a][level], results[b][level])):
-                if ya.shape != yb.shape:
+                if k in skip or ya.shape != yb.shape:
                     continue
                 diff = max_abs_error(ya, yb)
                 step = steps_of[a][k] if k < len(steps_of[a]) else None

@@ -111,23 +111,43 @@ def as_tensor(value) -> np.ndarray:
 
 
 def concat_runs(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
-    """Per output: every eval sample's result, concatenated along axis 0 (or stacked for scalars)."""
+    """Per output: every eval sample's result, concatenated along axis 0 (or stacked for scalars).
+    An output whose length moves from sample to sample on one other axis (a detector's [1, boxes, 6]
+    after NonMaxSuppression) is concatenated along that axis ([1, all boxes, 6]); one that moves on
+    more is every sample's values flattened, in sample order."""
     if not runs:
         return []
     out = []
     for k in range(len(runs[0])):
         parts = [as_tensor(r[k]) for r in runs]
-        out.append(np.concatenate(parts, axis=0) if parts[0].ndim else np.stack(parts))
+        moving = {i for p in parts[1:] if p.ndim == parts[0].ndim for i, (a, b) in enumerate(zip(p.shape, parts[0].shape)) if a != b}
+        if not parts[0].ndim:
+            out.append(np.stack(parts))
+        elif len({p.ndim for p in parts}) == 1 and moving <= {0}:
+            out.append(np.concatenate(parts, axis=0))
+        elif len({p.ndim for p in parts}) == 1 and len(moving) == 1:
+            out.append(np.concatenate(parts, axis=moving.pop()))
+        else:
+            out.append(np.concatenate([p.ravel() for p in parts]))
     return out
 
 
 def level_numerics(reference: list[np.ndarray], reference_names: list[str], actual: list[np.ndarray],
                    names: list[str], *, steps: list[float | None], previous: list[np.ndarray] | None,
-                   samples: int) -> LevelNumerics:
+                   samples: int, data_dependent: dict[int, str] | None = None) -> LevelNumerics:
+    """``data_dependent``: output position -> why its shape depends on the values computed
+    (``output_shapes.data_dependent_tensors``); those outputs are compared by shape only."""
     if len(reference) != len(actual):
         raise ValueError(f"{len(actual)} outputs where the fp32 model has {len(reference)}")
+    data_dependent = data_dependent or {}
     outs = []
     for k, (ref, got) in enumerate(zip(reference, actual)):
+        if k in data_dependent:
+            outs.append(OutputNumerics(
+                name=names[k], reference=reference_names[k], compared="shape", data_dependent=data_dependent[k],
+                shape=list(got.shape), reference_shape=list(ref.shape), sqnr_db=None, cosine=None,
+                max_abs_error=None, output_step=steps[k]))
+            continue
         if ref.shape != got.shape:
             raise ValueError(f"output {names[k]!r} has shape {list(got.shape)}, fp32 has {list(ref.shape)}")
         drift = drift_steps = None
@@ -140,12 +160,14 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
             max_abs_error=max_abs_error(ref, got), nonfinite=nonfinite_mismatches(ref, got), output_step=steps[k],
             drift_max_abs=drift, drift_steps=drift_steps,
         ))
-    finite = [o.sqnr_db for o in outs if o.sqnr_db is not None]
+    compared = [o for o in outs if o.compared == "elementwise"]
+    finite = [o.sqnr_db for o in compared if o.sqnr_db is not None]
     return LevelNumerics(
         outputs=outs,
         worst_sqnr_db=min(finite) if finite else None,
-        worst_cosine=min((o.cosine for o in outs), default=1.0),
-        worst_max_abs_error=max((o.max_abs_error for o in outs), default=0.0),
+        worst_cosine=min((o.cosine for o in compared), default=1.0 if compared or not outs else None),
+        worst_max_abs_error=max((o.max_abs_error for o in compared), default=0.0 if compared or not outs else None),
+        elementwise_outputs=len(compared),
         samples=samples,
     )
 

@@ -344,6 +344,12 @@ def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> 
         if numerics is None:
             why = f": {level_error}" if level_error else ""
             return None, f"no numerics at level {level!r}{why}"
+        if numerics.elementwise_outputs == 0 and numerics.outputs:
+            moving = numerics.outputs[0]
+            return None, (f"no output is compared element-wise at level {level!r}: the shape of every output "
+                          f"depends on the values computed ({moving.name!r} {moving.data_dependent}), so fp32 and "
+                          "this file may list other rows; export the graph up to the selection (its boxes and "
+                          "scores as outputs) to gate on accuracy")
         nonfinite = sum(o.nonfinite for o in numerics.outputs)
         if nonfinite and metric == "max_abs_error":
             # the recorded figure covers the finite positions only (SQNR and cosine carry the floor)

@@ -79,6 +79,7 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                             source=source))
 
         out.extend(_nonfinite_lints(a, per_level))
+        out.extend(_data_dependent_lints(a, per_level))
 
         per_channel = [w for w in f.weights if w["per_channel"]]
         if per_channel and f.opset < 13:
@@ -133,6 +134,34 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                 hint="open the file at the last level that worked and compare; report the failing level upstream",
             ))
     return out
+
+
+def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
+    """One lint per artifact whose outputs are compared by shape only (they follow a selection such
+    as NonMaxSuppression), saying whether the file kept as many rows as fp32 and what the SQNR covers."""
+    last = next((ol for ol in reversed(list(per_level.values())) if ol.numerics), None)
+    if last is None:
+        return []
+    moving = [o for o in last.numerics.outputs if o.compared == "shape"]
+    if not moving:
+        return []
+    sizes = "; ".join(f"{o.name!r} {o.data_dependent}: shape {o.shape} here, {o.reference_shape} in fp32"
+                      for o in moving)
+    differ = [o.name for o in moving if o.shape != o.reference_shape]
+    rest = last.numerics.elementwise_outputs
+    covers = (f"SQNR, cosine and the accuracy gates read the other {rest} output(s)" if rest else
+              "no output is left to compare element-wise, so accuracy gates on this artifact cannot pass; "
+              "the per-tensor table (report.json 'layers') compares the tensors before the selection")
+    return [Lint(
+        code="data_dependent_outputs", severity="warning" if differ or not rest else "info", artifact=artifact,
+        message=(f"{len(moving)} output(s) have a shape that depends on the values computed, so fp32 and this file "
+                 f"may keep other rows (a score crosses a threshold, one box suppresses another) and no element-wise "
+                 f"figure compares them (at level {last.level}: {sizes}). "
+                 + ("The file kept a different number of rows than fp32. " if differ else "") + covers + "."),
+        hint=("to measure accuracy on them, export the model up to the selection (boxes and scores as outputs, "
+              "e.g. without its NMS step) or run onnx.utils.extract_model to cut it there; CI can gate on the rest"),
+        source="ONNX operator spec: NonMaxSuppression, NonZero, Unique and Compress have value-dependent output shapes",
+    )]
 
 
 def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:

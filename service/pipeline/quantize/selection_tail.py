@@ -1,0 +1,198 @@
+"""The PT2E path of a detector that ends in a selection (NonMaxSuppression, NonZero, ...): the graph
+up to the selection goes through PT2E, the selection and everything after it stay as the upload
+wrote them, in float.
+
+torch.export cannot trace a value-dependent output shape through the converter, and nothing after a
+selection is worth quantizing (box decoding, gathering the kept rows): an int8 deployment runs that
+post-processing in float anyway. So the upload is cut at the selections: the *prefix* (every node
+not downstream of one) is converted and quantized like any upload, with the tensors the tail reads
+as extra outputs; the *tail* nodes are then appended to the PT2E file, reading those outputs by
+name, and the file's outputs are the upload's again, in the upload's order.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from service.pipeline.inputs.output_shapes import constant_tensors, graph_only_copy, is_selection, node_reads
+
+# The tail is appended as written: an upload past this many tail nodes is not a post-processing step.
+MAX_TAIL_NODES = 2000
+_TAIL_SUFFIX = "__upload_tail"
+
+
+@dataclass
+class SelectionSplit:
+    prefix: object  # onnx.ModelProto: the nodes before any selection, the cut tensors as extra outputs
+    tail_nodes: list = field(default_factory=list)  # NodeProtos, in the upload's order
+    tail_initializers: list = field(default_factory=list)
+    tail_inputs: list = field(default_factory=list)  # graph inputs only the tail reads (ValueInfoProtos)
+    inputs: list[str] = field(default_factory=list)  # the upload's input names, in order
+    outputs: list = field(default_factory=list)  # the upload's graph outputs (ValueInfoProtos), in order
+    cut: list[str] = field(default_factory=list)  # prefix tensors the tail reads
+    opsets: dict[str, int] = field(default_factory=dict)
+    first: str = ""  # "NonMaxSuppression 'nms'"
+
+    def note(self) -> str:
+        return (f"the upload's post-processing from {self.first} on ({len(self.tail_nodes)} node(s)) is not converted: "
+                "an output shape that depends on the values has no torch.export form, so PT2E quantizes the graph "
+                f"before it and the PT2E file runs those nodes in float as the upload wrote them, reading "
+                f"{', '.join(map(repr, self.cut[:6]))}{' ...' if len(self.cut) > 6 else ''} from PT2E's graph")
+
+
+def _selects(node, constants: set[str]) -> bool:
+    """``node`` is a selection on a run-time value, or an If/Loop/Scan whose body holds a selection."""
+    if is_selection(node, constants):
+        return True
+    for attr in node.attribute:
+        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+            if any(_selects(inner, set()) for inner in body.node):
+                return True
+    return False
+
+
+def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit | None:
+    """The cut of ``model`` (parsed without external data) at its first selections, or None when no
+    top-level node is or holds a selection, or the tail is too long to be post-processing."""
+    import onnx
+    from onnx import helper
+
+    graph = model.graph
+    tail_outputs: set[str] = set()
+    tail_idx: list[int] = []
+    first = ""
+    constants = constant_tensors(graph)
+    for i, node in enumerate(graph.node):
+        if _selects(node, constants) or node_reads(node) & tail_outputs:
+            if not first and _selects(node, constants):
+                first = f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (node #{i})"
+            tail_idx.append(i)
+            tail_outputs.update(o for o in node.output if o)
+    if not tail_idx or len(tail_idx) > MAX_TAIL_NODES:
+        return None
+    in_tail = set(tail_idx)
+    prefix_nodes = [n for i, n in enumerate(graph.node) if i not in in_tail]
+    tail_nodes = [n for i, n in enumerate(graph.node) if i in in_tail]
+    prefix_made = {o for n in prefix_nodes for o in n.output if o}
+    tail_reads: set[str] = set()
+    for n in tail_nodes:
+        tail_reads |= node_reads(n)
+    prefix_reads: set[str] = set()
+    for n in prefix_nodes:
+        prefix_reads |= node_reads(n)
+    output_names = [o.name for o in graph.output]
+    cut = [t for t in sorted(tail_reads & prefix_made, key=_order(prefix_nodes))]
+    init_names = {t.name for t in graph.initializer}
+    inputs = [vi for vi in graph.input if vi.name not in init_names]
+
+    # Types of the cut tensors, from inference on the graph without its weights, at the job's shapes.
+    inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model, shapes), strict_mode=False, data_prop=True)
+    typed = {vi.name: vi for vi in (*inferred.graph.value_info, *inferred.graph.output, *graph.value_info)}
+    prefix = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name)
+    prefix.opset_import.extend(model.opset_import)
+    prefix.functions.extend(model.functions)
+    g = prefix.graph
+    g.name = graph.name
+    g.node.extend(prefix_nodes)
+    g.input.extend(vi for vi in inputs if vi.name in prefix_reads)
+    g.initializer.extend(t for t in graph.initializer if t.name in prefix_reads)
+    g.output.extend(o for o in graph.output if o.name in prefix_made)
+    for t in cut:
+        if t in output_names:
+            continue
+        vi = typed.get(t)
+        if vi is None or not vi.type.tensor_type.elem_type:
+            return None  # a cut tensor without a type: no file to declare it in
+        g.output.append(helper.make_value_info(t, vi.type))
+    by_domain = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    return SelectionSplit(
+        prefix=prefix, tail_nodes=tail_nodes,
+        tail_initializers=[t for t in graph.initializer if t.name in tail_reads],
+        tail_inputs=[vi for vi in inputs if vi.name in tail_reads and vi.name not in prefix_reads],
+        inputs=[vi.name for vi in inputs], outputs=list(graph.output), cut=cut, opsets=by_domain, first=first)
+
+
+def _order(nodes):
+    position = {o: i for i, n in enumerate(nodes) for o in n.output}
+    return lambda t: position.get(t, -1)
+
+
+@contextmanager
+def prefix_file(split: SelectionSplit, upload: Path):
+    """The prefix written to a file for the converter, removed after. Beside the upload when its
+    weights are external data (their locations are relative to the file), else in a temporary
+    folder (a CLI user's model folder is left alone)."""
+    import onnx
+
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in split.prefix.graph.initializer)
+    folder = Path(upload).parent if external else Path(tempfile.mkdtemp(prefix="qc-prefix-"))
+    path = folder / f".{Path(upload).stem}.pt2e_prefix.onnx"
+    try:
+        onnx.save(split.prefix, path)
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+        if not external:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def splice_tail(path: Path, split: SelectionSplit) -> None:
+    """Append the tail to the PT2E file at ``path`` (its ai.onnx opset, tail converted when the
+    upload's differs); the file's outputs become the upload's, in order."""
+    import onnx
+    from onnx import helper, version_converter
+
+    proto = onnx.load(str(path))
+    target = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    tail_nodes, tail_inits = list(split.tail_nodes), list(split.tail_initializers)
+    if split.opsets.get("", target) != target:
+        made = {o.name: o for o in proto.graph.output}
+        tail_graph = helper.make_graph(
+            tail_nodes, "tail", [made[t] for t in split.cut if t in made] + list(split.tail_inputs),
+            [o for o in split.outputs if o.name not in {x.name for x in proto.graph.output}], tail_inits)
+        tail_model = helper.make_model(tail_graph, opset_imports=[helper.make_opsetid(d, v) for d, v in split.opsets.items()])
+        tail_model.ir_version = proto.ir_version
+        converted = version_converter.convert_version(tail_model, target)
+        tail_nodes, tail_inits = list(converted.graph.node), list(converted.graph.initializer)
+    taken = {t.name for t in proto.graph.initializer} | {o for n in proto.graph.node for o in n.output} \
+        | {i.name for i in proto.graph.input}
+    mine = {t.name for t in tail_inits} | {o for n in tail_nodes for o in n.output}
+    final = {o.name for o in split.outputs}
+    renames = {t: t + _TAIL_SUFFIX for t in mine & taken if t not in final}
+    for node in tail_nodes:
+        _rename(node, renames)
+    for t in tail_inits:
+        t.name = renames.get(t.name, t.name)
+    proto.graph.node.extend(tail_nodes)
+    proto.graph.initializer.extend(tail_inits)
+    have = {i.name: i for i in proto.graph.input}
+    for vi in split.tail_inputs:
+        have.setdefault(vi.name, vi)
+    ordered_inputs = [have[n] for n in split.inputs if n in have] + [v for k, v in have.items() if k not in split.inputs]
+    del proto.graph.input[:]
+    proto.graph.input.extend(ordered_inputs)
+    written = {o.name: o for o in proto.graph.output}
+    del proto.graph.output[:]
+    proto.graph.output.extend(written.get(o.name, o) for o in split.outputs)
+    known = {o.domain for o in proto.opset_import}
+    for domain, version in split.opsets.items():
+        if domain not in known and any(n.domain == domain for n in tail_nodes):
+            proto.opset_import.append(helper.make_opsetid(domain, version))
+    onnx.save(proto, str(path))
+
+
+def _rename(node, renames: dict[str, str]) -> None:
+    if not renames:
+        return
+    for i, x in enumerate(node.input):
+        node.input[i] = renames.get(x, x)
+    for i, x in enumerate(node.output):
+        node.output[i] = renames.get(x, x)
+    for attr in node.attribute:
+        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+            for inner in body.node:
+                _rename(inner, renames)
