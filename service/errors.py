@@ -174,6 +174,13 @@ class OrtFileRejected(QuantCompareError):
     code, status, title = "ort_file_rejected", 500, "ORT cannot load the file its quantizer wrote"
 
 
+class OrtWouldAbort(QuantCompareError):
+    """Creating a session at this level makes ONNX Runtime abort the process (a C++ assertion in a
+    graph transformer), confirmed in a separate process: the level is not run."""
+
+    code, status, title = "ort_would_abort", 500, "ONNX Runtime aborts on this file at this level"
+
+
 class JobFailed(QuantCompareError):
     """Why a job failed outside the pipeline's own refusals; stored as the job's problem."""
 

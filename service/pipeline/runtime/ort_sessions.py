@@ -8,9 +8,15 @@ gigabytes of initializers while the session is created).
 
 from __future__ import annotations
 
+import mmap
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
+from service.errors import OrtWouldAbort
 from service.pipeline.options import LEVEL_VALUES
+from service.pipeline.runtime.ort_aborts import ABORT_SOURCE, qdq_propagation_abort
 
 # Cap on one tensor produced by ConstantFolding while the session is created.
 CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
@@ -61,10 +67,87 @@ def session_for(model: Path | str | bytes, level: str, **kw):
 
 
 def session_with_options(model: Path | str | bytes, so):
-    """A CPU EP ``InferenceSession`` with options that ``session_options_for`` made (plus entries)."""
+    """A CPU EP ``InferenceSession`` with options that ``session_options_for`` made (plus entries).
+    Raises OrtWouldAbort, before ORT sees the file, when ORT would abort the process on it
+    (``ort_aborts``; checked only for files that hold control flow, confirmed in a child process)."""
     import onnxruntime as ort
 
+    if not isinstance(model, bytes) and so.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
+        refuse_if_ort_aborts(Path(model), so)
     return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so, providers=PROVIDERS)
+
+
+# A node's op_type as protobuf writes it (field 4, length, name): a file without these bytes holds no
+# If/Loop/Scan, so no body reads a tensor implicitly and it is not parsed at all.
+_CONTROL_FLOW_BYTES = (b"\x22\x02If", b"\x22\x04Loop", b"\x22\x04Scan")
+_PROBE_TIMEOUT_S = 600
+_aborts_cache: dict[tuple, str | None] = {}  # (path, size, mtime, level) -> the refusal, or None
+_predicted: dict[tuple, str | None] = {}  # (path, size, mtime) -> the tensor ort_aborts names, or None
+_cache_lock = threading.Lock()
+
+_PROBE = """
+import sys
+import onnxruntime as ort
+so = ort.SessionOptions()
+so.graph_optimization_level = ort.GraphOptimizationLevel(int(sys.argv[2]))
+so.log_severity_level = 3
+ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+"""
+
+
+def refuse_if_ort_aborts(path: Path, so) -> None:
+    """OrtWouldAbort when ``ort_aborts`` predicts an abort for the file at ``so``'s level and a child
+    process creating that session dies of a signal; a prediction the child refutes is ignored."""
+    import onnx
+
+    try:
+        st = path.stat()
+    except OSError:
+        return  # ORT says what is wrong with the path
+    try:
+        disabled = so.get_session_config_entry("optimization.disable_specified_optimizers")
+    except RuntimeError:  # no such entry: nothing disabled
+        disabled = ""
+    if st.st_size == 0 or "QDQPropagationTransformer" in disabled.split(","):
+        return
+    level = int(so.graph_optimization_level)
+    file_key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (*file_key, level)
+    with _cache_lock:
+        if key in _aborts_cache:
+            cached = _aborts_cache[key]
+            if cached:
+                raise OrtWouldAbort(cached, hint=_ABORT_HINT)
+            return
+        predicted = _predicted.get(file_key, False)
+    if predicted is False:  # one scan (and at most one parse) per file, whatever the levels
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            holds_control_flow = any(data.find(b) >= 0 for b in _CONTROL_FLOW_BYTES)
+        predicted = qdq_propagation_abort(onnx.load(str(path), load_external_data=False)) if holds_control_flow else None
+        with _cache_lock:
+            _predicted[file_key] = predicted
+    verdict = None
+    if predicted is not None:
+        try:
+            child = subprocess.run([sys.executable, "-c", _PROBE, str(path), str(level)], capture_output=True,
+                                   timeout=_PROBE_TIMEOUT_S)
+            died = child.returncode < 0
+        except subprocess.TimeoutExpired:
+            died = False  # no evidence of an abort: the session is made here
+        if died:
+            verdict = (f"ONNX Runtime aborts the process (signal {-child.returncode}) creating a session at this "
+                       f"level, checked in a separate process: its QDQPropagationTransformer carries a "
+                       f"DequantizeLinear through Reshape, Transpose or Slice to '{predicted}', which an If, Loop or "
+                       f"Scan body reads from outside, and indexes that reader's inputs out of range ({ABORT_SOURCE})")
+    with _cache_lock:
+        _aborts_cache[key] = verdict
+    if verdict:
+        raise OrtWouldAbort(verdict, hint=_ABORT_HINT)
+
+
+_ABORT_HINT = ("deploying this file at this level aborts the process too; create the session with "
+               "add_session_config_entry('optimization.disable_specified_optimizers', 'QDQPropagationTransformer'), "
+               "or at level disable_all")
 
 
 def ort_refusal(model: Path | str) -> Exception | None:
