@@ -150,6 +150,13 @@ class PathSkipped(QuantCompareError):
         self.stage = stage
 
 
+class TailConversionChanged(PathSkipped):
+    """PT2E of a detector cut at its selection: onnx's version converter changed what the upload's
+    post-processing computes once rewritten for the PT2E file's opset (quantize/selection_tail.py)."""
+
+    code, title = "tail_conversion_changed", "The post-processing changed under opset conversion"
+
+
 class OrtQuantizerFailed(QuantCompareError):
     """ORT's quantize_static failed on this model: names ORT's function, the trait, what to do."""
 

@@ -81,7 +81,7 @@ def _prefix_then_tail(split, source: ModelSource, shapes, calibration, out_path:
         prefix = replace(source, specs=[s for s in source.specs if s.name in read], onnx_path=prefix_path,
                          onnx_model=split.prefix)
         tool = qdq_from_pt2e(prefix, shapes, calibration, out_path, **kw)
-    splice_tail(out_path, split)
+        splice_tail(out_path, split, prefix_path=prefix_path, feed=calibration[0])
     _ort_loads(out_path, source.specs)
     note = split.note()
     if tool.conversion is not None:

@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from service.errors import TailConversionChanged
 from service.pipeline.inputs.output_shapes import constant_tensors, graph_only_copy, is_selection, node_reads
+from service.pipeline.runtime.ort_sessions import session_for
 
 # The tail is appended as written: an upload past this many tail nodes is not a post-processing step.
 MAX_TAIL_NODES = 2000
@@ -140,9 +142,11 @@ def prefix_file(split: SelectionSplit, upload: Path):
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def splice_tail(path: Path, split: SelectionSplit) -> None:
+def splice_tail(path: Path, split: SelectionSplit, *, prefix_path: Path, feed: dict) -> None:
     """Append the tail to the PT2E file at ``path`` (its ai.onnx opset, tail converted when the
-    upload's differs); the file's outputs become the upload's, in order."""
+    upload's differs); the file's outputs become the upload's, in order. A converted tail is run
+    beside the upload's on the fp32 prefix's tensors for ``feed`` (one calibration sample): a
+    conversion that changes a value fails the path (TailConversionChanged), never a wrong file."""
     import onnx
     from onnx import helper, version_converter
 
@@ -157,6 +161,7 @@ def splice_tail(path: Path, split: SelectionSplit) -> None:
         tail_model = helper.make_model(tail_graph, opset_imports=[helper.make_opsetid(d, v) for d, v in split.opsets.items()])
         tail_model.ir_version = proto.ir_version
         converted = version_converter.convert_version(tail_model, target)
+        _same_results(tail_model, converted, split, prefix_path, feed)
         tail_nodes, tail_inits = list(converted.graph.node), list(converted.graph.initializer)
     taken = {t.name for t in proto.graph.initializer} | {o for n in proto.graph.node for o in n.output} \
         | {i.name for i in proto.graph.input}
@@ -183,6 +188,25 @@ def splice_tail(path: Path, split: SelectionSplit) -> None:
         if domain not in known and any(n.domain == domain for n in tail_nodes):
             proto.opset_import.append(helper.make_opsetid(domain, version))
     onnx.save(proto, str(path))
+
+
+def _same_results(tail, converted, split: SelectionSplit, prefix_path: Path, feed: dict) -> None:
+    import numpy as np
+
+    prefix = session_for(prefix_path, "disable_all")
+    wanted = [i.name for i in tail.graph.input]
+    cut = [t for t in wanted if t in split.cut]
+    values = dict(zip(cut, prefix.run(cut, {i.name: feed[i.name] for i in prefix.get_inputs()})))
+    values.update({t: feed[t] for t in wanted if t not in values})
+    before = session_for(tail.SerializeToString(), "disable_all").run(None, values)
+    after = session_for(converted.SerializeToString(), "disable_all").run(None, values)
+    for o, a, b in zip(tail.graph.output, before, after):
+        if np.shape(a) != np.shape(b) or not np.allclose(a, b, rtol=1e-6, atol=0, equal_nan=True):
+            raise TailConversionChanged(
+                f"the upload's post-processing from {split.first} on changes output {o.name!r} once onnx's "
+                f"version converter rewrites it for the PT2E file's opset {converted.opset_import[0].version}",
+                stage="quantize", hint="export the model at opset 18 or later (the opset torch.onnx writes), or "
+                                       "without its post-processing; the ORT paths are unaffected")
 
 
 def _rename(node, renames: dict[str, str]) -> None:
