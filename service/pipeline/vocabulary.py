@@ -330,3 +330,11 @@ def _propagate_dtypes(graph: GraphIndex) -> dict[str, str]:
 # The metadata_props prefix the ONNX->torch converter stamps on every PT2E file node it made
 # (quantize/onnx_torch/names.py): `<prefix>onnx_node`, `onnx_op`, `onnx_outputs` name the upload's node.
 CONVERTER_METADATA_PREFIX = "quantcompare."
+# On the nodes quantcompare's PT2E path appended in float after a selection (quantize/selection_tail.py):
+# value = the selection it follows. ORT's saved graphs drop node metadata, so readers go by node name.
+FLOAT_TAIL_KEY = CONVERTER_METADATA_PREFIX + "float_tail"
+
+
+def float_tail_nodes(graph) -> dict[str, str]:
+    """Node name -> the selection it follows, for the nodes marked FLOAT_TAIL_KEY in ``graph`` (a GraphIndex)."""
+    return {n.name: p.value for n in graph.nodes for p in n.metadata_props if p.key == FLOAT_TAIL_KEY}

@@ -52,6 +52,11 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
             "nothing in PT2E's XNNPACK config quantizes it; the ORT paths do (quantize_static annotates MatMul of "
             "two activations and a lone ConvTranspose)",
             "torchao/testing/pt2e/_xnnpack_quantizer.py: XNNPACKQuantizer.STATIC_OPS"),
+    Blocker("float_tail", "the upload's post-processing after a selection (NonMaxSuppression, NonZero, ...): "
+            "quantcompare's PT2E path appends it in float as the upload wrote it, since torch.export has no form "
+            "for an output whose shape depends on the values",
+            "nothing: an int8 deployment runs its post-processing in float too",
+            "quantcompare: service/pipeline/quantize/selection_tail.py"),
     Blocker("no_qdq_rule", "ORT has no QDQ fusion rule for this op type on the CPU EP: it runs in float "
             "between a DequantizeLinear and a QuantizeLinear", "nothing in ORT; leaving it out of "
             "quantization saves the int8<->float round trip", "qdq_selector_action_transformer.cc"),
@@ -371,12 +376,14 @@ def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
 
 
 def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
-                  previous: dict[str, UnfusedNode] | None = None, pt2e: bool = False) -> list[UnfusedNode]:
+                  previous: dict[str, UnfusedNode] | None = None, pt2e: bool = False,
+                  float_tail: dict[str, str] | None = None) -> list[UnfusedNode]:
     """One row per node of the model that ORT runs in float in ``graph`` (saved at ``level``).
 
     ``previous``: the rows of the ``extended`` graph by node name; levels above it run no QDQ
     fusion, so a node they only renamed or re-laid out keeps that reason. ``pt2e``: the graph is of
-    a PT2E file, where an op the XNNPACK quantizer has no pattern for says so.
+    a PT2E file, where an op the XNNPACK quantizer has no pattern for says so. ``float_tail``: node
+    name -> selection, for the nodes the PT2E path kept in float after it (``float_tail_nodes``).
     """
     v = _View(graph)
     level_value = LEVEL_VALUES.get(level, 99)
@@ -394,6 +401,9 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             continue
         base = _BASE_OP.get(key, key)
         kind = RULE_KIND.get(base)
+        if float_tail and n.name in float_tail:
+            rows.append(_row(n, key, "float_tail", f"after {float_tail[n.name]}"))
+            continue
         if not _has_qdq(v, n):
             why = _not_in_xnnpack_config(v, n, base) if pt2e else None
             rows.append(_row(n, key, "not_in_xnnpack_config", why) if why else

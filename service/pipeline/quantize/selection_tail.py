@@ -21,6 +21,7 @@ from pathlib import Path
 from service.errors import TailConversionChanged
 from service.pipeline.inputs.output_shapes import constant_tensors, graph_only_copy, is_selection, node_reads
 from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.vocabulary import FLOAT_TAIL_KEY
 
 # The tail is appended as written: an upload past this many tail nodes is not a post-processing step.
 MAX_TAIL_NODES = 2000
@@ -168,8 +169,11 @@ def splice_tail(path: Path, split: SelectionSplit, *, prefix_path: Path, feed: d
     mine = {t.name for t in tail_inits} | {o for n in tail_nodes for o in n.output}
     final = {o.name for o in split.outputs}
     renames = {t: t + _TAIL_SUFFIX for t in mine & taken if t not in final}
-    for node in tail_nodes:
+    for i, node in enumerate(tail_nodes):
         _rename(node, renames)
+        # ORT keeps node names (not metadata) in the graphs it saves: the blockers find the tail by name.
+        node.name = node.name or f"{node.op_type}_after_selection_{i}"
+        node.metadata_props.add(key=FLOAT_TAIL_KEY, value=split.first)
     for t in tail_inits:
         t.name = renames.get(t.name, t.name)
     proto.graph.node.extend(tail_nodes)

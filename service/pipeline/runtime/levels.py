@@ -61,6 +61,7 @@ from service.pipeline.vocabulary import (
     INT8_KERNELS,
     GraphIndex,
     all_nodes,
+    float_tail_nodes,
     graph_from_path,
     op_key,
 )
@@ -248,6 +249,7 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
     fp32_compute = shared.fp32_compute
     facts = file_facts_from_graph(file_graph)
     steps = output_steps(file_graph)
+    float_tail = float_tail_nodes(file_graph) if name == "pt2e_qdq" else {}
     prev_graph, prev_level = file_graph, "file"
     prev_outputs: list[np.ndarray] | None = None
     seen: dict[str, str] = {}  # level graph digest -> the first level of this artifact that had it
@@ -281,7 +283,7 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
         float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
         coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
         unfused = unfused_nodes(graph, level=level, int8_allowed=shared.int8_allowed, previous=extended_rows,
-                                pt2e=name == "pt2e_qdq")
+                                pt2e=name == "pt2e_qdq", float_tail=float_tail)
         if level == "extended":
             extended_rows = rows_index(unfused, graph)
         ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
