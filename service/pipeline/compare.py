@@ -51,9 +51,11 @@ from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.runtime.ort_sessions import seed_random_ops
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.verdict.lints import random_op_lints
 from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
 from service.schemas.levels import Lint
@@ -162,6 +164,7 @@ def run_comparison(
                notify=progress or (lambda stage, done, total: None))
     run.art_dir.mkdir(parents=True, exist_ok=True)
     run.scratch.mkdir(exist_ok=True)
+    seed_random_ops()  # before any session: a model's unseeded random ops draw the same numbers in every file
 
     prepared = prepare_stage(request, workdir, run)
     fp32 = fp32_stage(prepared, run)
@@ -189,7 +192,8 @@ def run_comparison(
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
-        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes), platform=decided.platform,
+        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes) + random_op_lints(fp32.file.model),
+        platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
 

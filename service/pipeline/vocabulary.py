@@ -86,6 +86,10 @@ QDQ_FUSION_LIST = QDQ_DROP_OPS | {
     "Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
     "LeakyRelu", "Sigmoid", "Softmax", "Where",
 }
+# ONNX ops that draw random numbers; without a ``seed`` attribute ORT seeds each kernel with one
+# per-process value (from the clock unless set) plus the node's index (cpu/generator/random.h).
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli"})
 # ONNX ops whose output *shape* is computed from the values they read (the ONNX spec's output
 # shapes: NonMaxSuppression [num_selected, 3], NonZero [rank, num_nonzero], Unique [num_unique],
 # Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in

@@ -61,6 +61,19 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
     return so
 
 
+# Every job sets ORT's process-wide seed to this before its first session (onnxruntime.set_seed): an
+# unseeded random op then draws the same numbers in every job (its node index is added to the seed).
+JOB_RANDOM_SEED = 0
+
+
+def seed_random_ops() -> None:
+    """ORT's process-wide seed (core/framework/random_seed.cc) set to JOB_RANDOM_SEED; each unseeded
+    random kernel reads it, plus its node index, when its session is made (cpu/generator/random.h)."""
+    import onnxruntime as ort
+
+    ort.set_seed(JOB_RANDOM_SEED)
+
+
 def session_for(model: Path | str | bytes, level: str, **kw):
     """A CPU EP ``InferenceSession`` for ``model`` (a path or serialized bytes) at ``level``."""
     return session_with_options(model, session_options_for(level, **kw))

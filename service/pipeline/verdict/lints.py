@@ -4,15 +4,18 @@ in what ORT made of them. Each lint says what happened, why it matters, and what
 
 from __future__ import annotations
 
+from collections import Counter
+
 from service.pipeline.environment import cpu_info
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
-from service.pipeline.vocabulary import ORT_OPTIMIZER_OPS
+from service.pipeline.runtime.ort_sessions import JOB_RANDOM_SEED
+from service.pipeline.vocabulary import ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo
 
-__all__ = ["lints_for", "ort_optimized_upload_lints"]
+__all__ = ["lints_for", "ort_optimized_upload_lints", "random_op_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
 
@@ -134,6 +137,27 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                 hint="open the file at the last level that worked and compare; report the failing level upstream",
             ))
     return out
+
+
+def random_op_lints(model) -> list[Lint]:
+    """One lint when the fp32 model draws random numbers without a seed of its own."""
+    unseeded = Counter(n.op_type for n in all_nodes(model.graph)
+                       if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")
+                       and not any(a.name == "seed" for a in n.attribute))
+    if not unseeded:
+        return []
+    ops = ", ".join(f"{op} x{k}" for op, k in unseeded.most_common())
+    return [Lint(
+        code="random_ops", severity="warning", artifact="fp32",
+        message=(f"the model draws random numbers ({ops}, no seed attribute): ONNX Runtime seeds each such kernel "
+                 "with one process-wide value plus the node's index in the graph. This job sets that value "
+                 f"(onnxruntime.set_seed({JOB_RANDOM_SEED})), so its figures repeat from job to job; but a quantized file "
+                 "places the op at another index than fp32, so it draws other numbers, and every figure downstream "
+                 "of the op measures two different draws as well as quantization."),
+        hint=("give each random op a seed attribute (the quantized files keep it, so every file draws the same "
+              "numbers and the figures measure quantization alone), or feed the noise as an input"),
+        source="onnxruntime/core/providers/cpu/generator/random.h (GetRandomSeed() + node Index()), core/framework/random_seed.cc",
+    )]
 
 
 def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
