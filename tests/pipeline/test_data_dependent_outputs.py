@@ -103,6 +103,14 @@ def test_detections_after_nms_are_compared_by_shape_and_the_scores_element_wise(
     assert "depends on the values" in rows["detections"].left_out["ort_qdq"]
     assert rows["boxes"].artifacts["ort_qdq"].sqnr_db is not None
     assert all(a.output != "detections" for a in report.agreement)
+    # Advice's re-runs take their SQNR over the same outputs as the levels (its "before" figure).
+    from service.pipeline.runtime.numerics import worst_elementwise_sqnr
+    from service.pipeline.verdict.advice import _data_dependent_positions
+    skip = _data_dependent_positions(report.artifacts["fp32"].optimized)
+    assert skip == {0}
+    ref_all = [np.zeros((ref_rows, 5), np.float32), ref]
+    act_all = [np.ones((ref_rows, 5), np.float32), act]  # same shape, other rows: must not count
+    assert worst_elementwise_sqnr(ref_all, act_all, skip) == pytest.approx(want, rel=1e-6)
 
 
 def test_a_gate_on_a_model_whose_every_output_follows_nms_says_why_it_cannot_pass(tmp_path):

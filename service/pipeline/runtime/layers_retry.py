@@ -22,7 +22,7 @@ import numpy as np
 
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
-from service.pipeline.runtime.numerics import concat_runs, latency_of, sqnr_db
+from service.pipeline.runtime.numerics import concat_runs, latency_of, worst_elementwise_sqnr
 from service.pipeline.runtime.ort_sessions import session_for
 from service.schemas.layers import LayersReport, LayersRetry, RetryArtifact
 
@@ -46,6 +46,7 @@ class RetryInputs:
     out_dir: Path
     intra_op_threads: int = 1
     latency_runs: int = 10
+    data_dependent: frozenset[int] = frozenset()  # output positions after a selection: no SQNR on them
 
 
 def worst_origin_nodes(layers: LayersReport, artifact: str, k: int) -> list[str]:
@@ -79,7 +80,8 @@ def retry_without_origins(layers: LayersReport, inputs: RetryInputs, *, k: int, 
         except Exception as e:  # noqa: BLE001 - one tool failing leaves the others' results
             done.append(RetryArtifact(artifact=artifact, excluded_nodes=nodes, how="", error=f"{type(e).__name__}: {e}"[:300]))
             continue
-        before, after = _worst_sqnr(reference, _outputs(path, inputs.eval_feeds)), _worst_sqnr(reference, _outputs(out, inputs.eval_feeds))
+        before = _worst_sqnr(reference, _outputs(path, inputs.eval_feeds), inputs.data_dependent)
+        after = _worst_sqnr(reference, _outputs(out, inputs.eval_feeds), inputs.data_dependent)
         lat_before = _latency(path, inputs)
         lat_after = _latency(out, inputs)
         done.append(RetryArtifact(artifact=artifact, excluded_nodes=nodes, how=how, sqnr_db_before=before,
@@ -134,10 +136,9 @@ def _outputs(path: Path, feeds) -> list[np.ndarray]:
     return concat_runs([session.run(None, {k: v for k, v in f.items() if k in names}) for f in feeds])
 
 
-def _worst_sqnr(reference: list[np.ndarray], actual: list[np.ndarray]) -> float | None:
-    values = [sqnr_db(r, a) for r, a in zip(reference, actual) if r.dtype.kind == "f" and r.shape == a.shape]
-    finite = [v for v in values if v is not None]
-    return round(min(finite), 4) if finite else None
+def _worst_sqnr(reference: list[np.ndarray], actual: list[np.ndarray], data_dependent: frozenset[int]) -> float | None:
+    worst = worst_elementwise_sqnr(reference, actual, data_dependent, floats_only=True)
+    return None if worst is None else round(worst, 4)
 
 
 def _latency(path: Path, inputs: RetryInputs) -> float | None:

@@ -132,6 +132,17 @@ def concat_runs(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
     return out
 
 
+def worst_elementwise_sqnr(reference: list[np.ndarray], actual: list[np.ndarray],
+                           data_dependent=frozenset(), *, floats_only: bool = False) -> float | None:
+    """The worst SQNR over the outputs compared element-wise, as ``level_numerics`` takes it (not the
+    ``data_dependent`` positions: rows a selection kept); None when every one is exact or none is
+    compared. ``floats_only``: integer outputs (labels, indices) left out too."""
+    values = [sqnr_db(r, a) for k, (r, a) in enumerate(zip(reference, actual))
+              if k not in data_dependent and r.shape == a.shape and (r.dtype.kind == "f" or not floats_only)]
+    finite = [v for v in values if v is not None]
+    return min(finite) if finite else None
+
+
 def level_numerics(reference: list[np.ndarray], reference_names: list[str], actual: list[np.ndarray],
                    names: list[str], *, steps: list[float | None], previous: list[np.ndarray] | None,
                    samples: int, data_dependent: dict[int, str] | None = None) -> LevelNumerics:

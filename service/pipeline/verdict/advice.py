@@ -41,7 +41,7 @@ from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import median_ci
-from service.pipeline.runtime.numerics import concat_runs, sqnr_db
+from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
@@ -91,6 +91,7 @@ class AdviceContext:
     reference: list[np.ndarray] | None = None
     before: dict[str, AdviceFigures] | None = None
     latency_ms: dict[str, float] | None = None
+    data_dependent: frozenset[int] = frozenset()  # output positions compared by shape in the report
 
 
 def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtypes: dict[str, dict[str, int]], *,
@@ -169,9 +170,9 @@ def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray]
     hist = op_histogram(graph_from_path(saved))
     int8 = sum(v for k, v in hist.items() if k in INT8_COMPUTE_KERNELS)
     outputs = concat_runs([session.run(None, feed) for feed in ctx.evaluation])
-    finite = [s for s in (sqnr_db(r, o) for r, o in zip(reference, outputs) if r.shape == o.shape) if s is not None]
     return session, AdviceFigures(int8_coverage=min(1.0, int8 / fp32_compute) if fp32_compute else None,
-                                  sqnr_db=min(finite) if finite else None, level=ctx.level)
+                                  sqnr_db=worst_elementwise_sqnr(reference, outputs, ctx.data_dependent),
+                                  level=ctx.level)
 
 
 # A candidate whose every timed run is this much slower than every run of the artifact as is, after
@@ -382,6 +383,12 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
     return proposed, refuted
 
 
+def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
+    """The outputs the levels stage compared by shape (after a selection): not in any SQNR here either."""
+    numerics = next((ol.numerics for ol in fp32_levels.values() if ol.numerics is not None), None)
+    return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.compared == "shape")
+
+
 def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,
                    ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
                    quantize_seconds: dict[str, float], reference: list[np.ndarray] | None = None,
@@ -413,7 +420,8 @@ def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_inpu
                         input_names=input_names, calibration_cache=calibration_cache, level=level,
                         runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads,
                         budget_seconds=options.advice.budget_seconds, quantize_seconds=quantize_seconds,
-                        reference=reference, before=before, latency_ms=latency_ms)
+                        reference=reference, before=before, latency_ms=latency_ms,
+                        data_dependent=_data_dependent_positions(optimized.get("fp32") or {}))
     try:
         return measured_advice(candidates, ctx)
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
