@@ -34,7 +34,7 @@ from service.pipeline.inputs import sources
 from service.pipeline.inputs.data_shapes import array_shapes_in_npz
 from service.pipeline.inputs.fp32 import fp32_onnx_from_source
 from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
-from service.pipeline.inputs.output_shapes import data_dependent_tensors
+from service.pipeline.inputs.output_shapes import tensors_after_selection
 from service.pipeline.inputs.safety import check_input_elements, check_sample_bytes, sniff_model_format
 from service.pipeline.inputs.samples import Samples, generated_samples, samples_from_npz
 from service.pipeline.inputs.sources import ModelSource
@@ -55,7 +55,7 @@ from service.pipeline.runtime.ort_sessions import seed_random_ops
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
-from service.pipeline.verdict.lints import random_op_lints
+from service.pipeline.verdict.lints import padded_selection_lints, random_op_lints
 from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
 from service.schemas.levels import Lint
@@ -140,6 +140,8 @@ class Fp32:
     # Tensors whose shape depends on the values computed (after a NonMaxSuppression, ...) -> why:
     # compared by shape only, in the levels and in the per-tensor table.
     data_dependent: dict[str, str] = field(default_factory=dict)
+    # Graph outputs after a selection whose shape is fixed (rows padded to a maximum) -> why.
+    padded_selection: dict[str, str] = field(default_factory=dict)
 
     def data_dependent_outputs(self) -> dict[int, str]:
         """Graph output position -> why, for the outputs among ``data_dependent``."""
@@ -192,7 +194,8 @@ def run_comparison(
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
-        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes) + random_op_lints(fp32.file.model),
+        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes) + random_op_lints(fp32.file.model)
+        + padded_selection_lints(fp32.padded_selection),
         platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
@@ -245,9 +248,11 @@ def fp32_stage(prepared: Prepared, run: _Run) -> Fp32:
     with run.stage("fp32"):
         path = fp32_onnx_from_source(source, run.art_dir / "fp32.onnx")
         model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
-        moving = data_dependent_tensors(model, prepared.shapes)
+        after = tensors_after_selection(model, prepared.shapes)
+        outputs = {o.name for o in model.graph.output}
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
-                data_dependent=moving)
+                data_dependent=after.moving,
+                padded_selection={t: why for t, why in after.fixed.items() if t in outputs})
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,

@@ -142,7 +142,11 @@ def _graph(nodes, inputs, outputs, inits=()):
 
 
 def test_only_tensors_after_a_selection_whose_shape_inference_cannot_fix_count():
-    from service.pipeline.inputs.output_shapes import data_dependent_tensors
+    from service.pipeline.inputs.output_shapes import tensors_after_selection
+    from service.pipeline.verdict.lints import padded_selection_lints
+
+    def data_dependent_tensors(model, shapes):
+        return tensors_after_selection(model, shapes).moving
 
     f = TensorProto.FLOAT
     # NonZero's indices scattered back into a fixed-shape tensor: compared element-wise.
@@ -154,8 +158,11 @@ def test_only_tensors_after_a_selection_whose_shape_inference_cannot_fix_count()
         [helper.make_tensor_value_info("x", f, [2, 3])],
         [helper.make_tensor_value_info("fixed", f, [2, 3]), helper.make_tensor_value_info("vals", f, ["k"]),
          helper.make_tensor_value_info("plain", f, [2, 3])])
-    moving = data_dependent_tensors(scattered, {"x": (2, 3)})
-    assert set(moving) >= {"nz", "vals"} and "fixed" not in moving and "plain" not in moving
+    after = tensors_after_selection(scattered, {"x": (2, 3)})
+    assert set(after.moving) >= {"nz", "vals"} and "fixed" not in after.moving and "plain" not in after.moving
+    assert "fixed" in after.fixed and "plain" not in after.fixed  # after the selection, of a fixed shape
+    lint, = padded_selection_lints({"fixed": after.fixed["fixed"]})  # said so: compared row by row
+    assert "'fixed' follows NonZero 'nz'" in lint.message and "row i" in lint.message
     # A selection inside an If body makes the If's outputs move too.
     body = helper.make_graph([helper.make_node("NonZero", ["x"], ["inner"])], "then", [],
                              [helper.make_tensor_value_info("inner", TensorProto.INT64, None)])

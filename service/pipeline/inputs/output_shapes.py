@@ -7,11 +7,13 @@ the fp32 reference is written with those shapes (ORT computes the same values ei
 way sparse initializers are written dense (sparse.py); a note in the report says so. An output
 inference cannot type is left as it is, and the checker's refusal stands.
 
-And outputs whose shape depends on the values the model computes (``data_dependent_tensors``): a
+And outputs whose shape depends on the values the model computes (``tensors_after_selection``): a
 detector ending in NonMaxSuppression lists the boxes it kept, and an int8 file keeps other boxes
 than fp32 (a score crosses the threshold, one box suppresses another), so the two lists differ in
 length or order and no element-wise figure compares them."""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from service.pipeline.vocabulary import SELECTION_OPS
 
@@ -126,15 +128,20 @@ def is_selection(node, constants: set[str]) -> bool:
             and not all(i in constants for i in node.input if i))
 
 
-def data_dependent_tensors(model, input_shapes: dict[str, tuple[int, ...]]) -> dict[str, str]:
-    """Tensors of the main graph whose shape depends on the values computed, with why:
-    ``{tensor: "follows NonMaxSuppression 'nms'"}``.
+@dataclass(frozen=True)
+class AfterSelection:
+    """The main graph's tensors downstream of a run-time selection, each with why."""
 
-    Two conditions, both needed. The tensor is downstream of a SELECTION_OPS op (or of an
-    If/Loop/Scan whose body holds one, or that reads such a tensor from outside), and ONNX shape
-    inference, given the job's concrete ``input_shapes``, cannot fix every dim of it. So a NonZero
-    whose result is scattered back into a fixed-shape tensor leaves that tensor compared element-wise,
-    and a graph without a selection op pays for no inference at all."""
+    moving: dict[str, str] = field(default_factory=dict)  # shape depends on the values: compared by shape
+    fixed: dict[str, str] = field(default_factory=dict)  # a fixed shape (rows padded to a maximum): element-wise
+
+
+def tensors_after_selection(model, input_shapes: dict[str, tuple[int, ...]]) -> AfterSelection:
+    """The tensors downstream of a SELECTION_OPS op on a run-time value (or of an If/Loop/Scan whose
+    body holds one, or that reads such a tensor from outside), split by whether ONNX shape
+    inference, given the job's concrete ``input_shapes``, fixes every dim. So a NonZero whose result
+    is scattered back into a fixed-shape tensor leaves that tensor compared element-wise, and a
+    graph without a selection op pays for no inference at all."""
     import onnx
 
     origin: dict[str, str] = {}
@@ -153,13 +160,14 @@ def data_dependent_tensors(model, input_shapes: dict[str, tuple[int, ...]]) -> d
                 if o:
                     origin[o] = why
     if not origin:
-        return {}
+        return AfterSelection()
     try:
         inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model, input_shapes), strict_mode=False,
                                                      data_prop=True)
     except Exception:  # noqa: BLE001 - no inference: every tensor after a selection counts as moving
-        return origin
+        return AfterSelection(moving=origin)
     fixed = {vi.name for vi in (*inferred.graph.value_info, *inferred.graph.output)
              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
              and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
-    return {t: why for t, why in origin.items() if t not in fixed}
+    return AfterSelection(moving={t: why for t, why in origin.items() if t not in fixed},
+                          fixed={t: why for t, why in origin.items() if t in fixed})

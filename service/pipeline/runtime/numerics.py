@@ -147,7 +147,7 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
                    names: list[str], *, steps: list[float | None], previous: list[np.ndarray] | None,
                    samples: int, data_dependent: dict[int, str] | None = None) -> LevelNumerics:
     """``data_dependent``: output position -> why its shape depends on the values computed
-    (``output_shapes.data_dependent_tensors``); those outputs are compared by shape only."""
+    (``output_shapes.tensors_after_selection``); those outputs are compared by shape only."""
     if len(reference) != len(actual):
         raise ValueError(f"{len(actual)} outputs where the fp32 model has {len(reference)}")
     data_dependent = data_dependent or {}

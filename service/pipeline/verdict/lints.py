@@ -15,7 +15,7 @@ from service.pipeline.vocabulary import ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo
 
-__all__ = ["lints_for", "ort_optimized_upload_lints", "random_op_lints"]
+__all__ = ["lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
 
@@ -137,6 +137,22 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                 hint="open the file at the last level that worked and compare; report the failing level upstream",
             ))
     return out
+
+
+def padded_selection_lints(outputs: dict[str, str]) -> list[Lint]:
+    """One lint when graph outputs hold rows a selection chose, padded to a fixed shape (a detector's
+    [1, max_det, 6]): compared element-wise, row by row."""
+    if not outputs:
+        return []
+    named = "; ".join(f"{name!r} {why}" for name, why in outputs.items())
+    return [Lint(
+        code="padded_selection_outputs", severity="info", artifact=None,
+        message=(f"output(s) {named}: rows a selection chose, padded to a fixed shape, so they are compared "
+                 "element-wise, row i of a file against row i of fp32. A box kept in another order, or one box "
+                 "more or less, counts as error there even when the detections agree."),
+        hint=("for an accuracy figure that only quantization moves, export the model up to the selection (boxes "
+              "and scores as outputs) or gate on an output before it"),
+    )]
 
 
 def random_op_lints(model) -> list[Lint]:
