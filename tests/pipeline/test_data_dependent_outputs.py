@@ -243,3 +243,23 @@ def test_pt2e_quantizes_the_graph_before_nms_and_keeps_the_upload_tail_in_float(
     det = art.optimized["disable_all"].numerics.outputs[0]
     rows = sum(pt2e.run(["detections"], f)[0].shape[-2] for f in feeds)  # [rows, 5] or [1, rows, 5] per sample
     assert det.compared == "shape" and det.shape == ([rows, 5] if opset == 17 else [1, rows, 5])
+
+
+def test_a_graph_that_is_only_its_selection_is_skipped_by_pt2e_with_the_converters_reason(tmp_path):
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    inits = [numpy_helper.from_array(np.array([10], np.int64), "m"), numpy_helper.from_array(np.array([0.5], np.float32), "iou")]
+    graph = helper.make_graph([helper.make_node("NonMaxSuppression", ["boxes", "scores", "m", "iou"], ["sel"], name="nms")],
+                              "only", [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 64, 4]),
+                                       helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 64])],
+                              [helper.make_tensor_value_info("sel", TensorProto.INT64, ["n", 3])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.save(model, tmp_path / "nms.onnx")
+    options = ComparisonOptions.model_validate({"artifacts": ["pt2e_qdq"], "levels": ["disable_all"], "calibration_samples": 2,
+                                                "eval_samples": 1, "latency": {"enabled": False}, "advice": {"enabled": False}})
+    report = run_comparison(ComparisonRequest(model_path=tmp_path / "nms.onnx", model_name="nms.onnx", options=options),
+                            tmp_path / "job")
+    pt2e = report.artifacts["pt2e_qdq"]  # before: failed with ORT's refusal of an empty prefix file
+    assert pt2e.status == "skipped" and "NonMaxSuppression" in pt2e.error.message

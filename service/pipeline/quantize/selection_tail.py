@@ -21,7 +21,7 @@ from pathlib import Path
 from service.errors import TailConversionChanged
 from service.pipeline.inputs.output_shapes import constant_tensors, graph_only_copy, is_selection, node_reads
 from service.pipeline.runtime.ort_sessions import session_for
-from service.pipeline.vocabulary import FLOAT_TAIL_KEY
+from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, op_key
 
 # The tail is appended as written: an upload past this many tail nodes is not a post-processing step.
 MAX_TAIL_NODES = 2000
@@ -60,7 +60,8 @@ def _selects(node, constants: set[str]) -> bool:
 
 def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit | None:
     """The cut of ``model`` (parsed without external data) at its first selections, or None when no
-    top-level node is or holds a selection, or the tail is too long to be post-processing."""
+    top-level node is or holds a selection, the tail is too long to be post-processing, or nothing
+    before it is a compute op (Conv, MatMul, Gemm, ...)."""
     import onnx
     from onnx import helper
 
@@ -79,6 +80,8 @@ def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit
         return None
     in_tail = set(tail_idx)
     prefix_nodes = [n for i, n in enumerate(graph.node) if i not in in_tail]
+    if not any(op_key(n) in COMPUTE_OPS for n in prefix_nodes):
+        return None  # nothing before the selection PT2E would quantize: the converter's refusal stands
     tail_nodes = [n for i, n in enumerate(graph.node) if i in in_tail]
     prefix_made = {o for n in prefix_nodes for o in n.output if o}
     tail_reads: set[str] = set()
