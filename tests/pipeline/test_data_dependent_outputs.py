@@ -263,3 +263,26 @@ def test_a_graph_that_is_only_its_selection_is_skipped_by_pt2e_with_the_converte
                             tmp_path / "job")
     pt2e = report.artifacts["pt2e_qdq"]  # before: failed with ORT's refusal of an empty prefix file
     assert pt2e.status == "skipped" and "NonMaxSuppression" in pt2e.error.message
+
+
+def test_an_nms_threshold_given_as_an_input_is_held_at_a_usual_value_and_the_tail_reads_it(tmp_path):
+    """normal(0, 1) for an iou_threshold input made ORT refuse every run of fp32 ("iou_threshold must
+    be in range [0, 1]", non_max_suppression_helper.h)."""
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    _detector(tmp_path / "det.onnx")
+    model = onnx.load(str(tmp_path / "det.onnx"))
+    nms = next(n for n in model.graph.node if n.op_type == "NonMaxSuppression")
+    nms.input[3] = "iou_in"
+    model.graph.input.append(helper.make_tensor_value_info("iou_in", TensorProto.FLOAT, [1]))
+    onnx.save(model, tmp_path / "det.onnx")
+    options = ComparisonOptions.model_validate({"artifacts": ["pt2e_qdq"], "levels": ["disable_all"], "calibration_samples": 4,
+                                                "eval_samples": 2, "latency": {"enabled": False}, "advice": {"enabled": False},
+                                                "layers": {"enabled": False}})
+    report = run_comparison(ComparisonRequest(model_path=tmp_path / "det.onnx", model_name="det.onnx", options=options),
+                            tmp_path / "job")
+    assert report.samples.generators["iou_in"].startswith("constant 0.5: the model reads it as the iou_threshold")
+    assert report.artifacts["fp32"].status == "ok" and report.artifacts["pt2e_qdq"].status == "ok"
+    written = onnx.load(str(tmp_path / "job" / "artifacts" / "pt2e_qdq.onnx"))
+    assert [i.name for i in written.graph.input] == ["x", "iou_in"]  # only the tail reads it

@@ -11,6 +11,8 @@ first ops on an input, and samples drawn from that are closer to what the model 
   (per channel, broadcast as the model broadcasts), so what the network sees after its own
   normalization is ``normal(0, 1)``.
 * scaled pixels: ``x / 255`` or ``x * (1/255)`` on the input: ``x`` is drawn ``uniform [0, 255)``.
+* detector settings: an input read only as NonMaxSuppression's ``max_output_boxes_per_class``,
+  ``iou_threshold`` or ``score_threshold`` is held at a usual value (100, 0.5, 0.25).
 * bytes: a uint8 (int8) input whose every value is cast to float (an image as TF exports it,
   ``[1, H, W, 3]`` uint8) is drawn over the whole type, ``uniform int [0, 256)`` (``[-128, 128)``).
 
@@ -175,6 +177,34 @@ def _byte_range(name, consumers, dtype) -> InputRange | None:
                       lambda rng, shape: rng.integers(lo, hi, size=shape).astype(np.dtype(dtype)))
 
 
+# NonMaxSuppression's knobs, by input position: a value the caller picks, not data. The ONNX spec
+# bounds iou_threshold to [0, 1] (ORT refuses others: non_max_suppression_helper.h); the values are
+# common defaults (torchvision / ultralytics detectors).
+_NMS_KNOBS = {2: ("max_output_boxes_per_class", 100), 3: ("iou_threshold", 0.5), 4: ("score_threshold", 0.25)}
+
+
+def _nms_knob_range(name, consumers, dtype) -> InputRange | None:
+    """An input read only as one NonMaxSuppression parameter (after moves): that knob's usual value."""
+    uses = []
+    stack = [name]
+    while stack:
+        for node, idx in consumers.get(stack.pop(), []):
+            if node.op_type in _ID_MOVES and idx == 0:
+                stack.append(node.output[0])
+            elif node.op_type == "NonMaxSuppression" and idx in _NMS_KNOBS:
+                uses.append((node, idx))
+            else:
+                return None
+    if not uses or len({idx for _, idx in uses}) != 1:
+        return None
+    knob, value = _NMS_KNOBS[uses[0][1]]
+    node = uses[0][0]
+    label = f"NonMaxSuppression '{node.name}'" if node.name else "NonMaxSuppression"
+    return InputRange(f"constant {value:g}", f"the model reads it as the {knob} of {label}: a setting, not data; "
+                      "pass input_values to use yours",
+                      lambda rng, shape: np.full(shape, value, dtype=np.dtype(dtype)))
+
+
 def _normalization_range(name, consumers, consts, numpy_helper, dtype, shape_rank) -> InputRange | None:
     uses = _follow(name, consumers)
     if len(uses) != 1:
@@ -238,10 +268,10 @@ def input_ranges_from_onnx(model, specs) -> dict[str, InputRange]:
         kind = np.dtype(spec.dtype).kind  # specs.FEEDABLE_DTYPES: numpy dtypes only
         if kind in "iu":
             r = (_ids_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype)
-                 or _byte_range(spec.name, consumers, spec.dtype))
+                 or _byte_range(spec.name, consumers, spec.dtype) or _nms_knob_range(spec.name, consumers, spec.dtype))
         elif kind == "f":
-            r = _normalization_range(spec.name, consumers, tables_and_consts, numpy_helper,
-                                     spec.dtype, len(spec.shape))
+            r = (_normalization_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype, len(spec.shape))
+                 or _nms_knob_range(spec.name, consumers, spec.dtype))
         else:
             r = None
         if r is not None:
