@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.pipeline.vocabulary import SELECTION_OPS
+from service.pipeline.vocabulary import RANDOM_OPS, SELECTION_OPS
 
 
 def shapeless_outputs(model) -> list[str]:
@@ -117,7 +117,8 @@ def constant_tensors(graph) -> set[str]:
     for node in graph.node:
         has_body = any(a.HasField("g") or len(a.graphs) for a in node.attribute)
         if node.op_type in ("Constant", "Shape", "Size") or (
-                node.input and not has_body and all(i in fixed for i in node.input if i)):
+                node.input and not has_body and node.op_type not in RANDOM_OPS
+                and all(i in fixed for i in node.input if i)):
             fixed.update(o for o in node.output if o)
     return fixed
 
