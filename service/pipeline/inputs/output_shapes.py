@@ -95,14 +95,19 @@ def node_reads(node) -> set[str]:
     return names
 
 
-def _body_selection(node) -> str | None:
+def node_label(node, index: int) -> str:
+    """How the report names a node: ``NonMaxSuppression 'nms'``, or its position when unnamed."""
+    return f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (node #{index}, unnamed)"
+
+
+def body_selection(node) -> str | None:
     """The first SELECTION_OPS op inside ``node``'s bodies (If/Loop/Scan), searched recursively."""
     for attr in node.attribute:
         for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
             for inner in body.node:
                 if inner.op_type in SELECTION_OPS and inner.domain in ("", "ai.onnx"):
                     return inner.op_type
-                found = _body_selection(inner)
+                found = body_selection(inner)
                 if found:
                     return found
     return None
@@ -149,10 +154,10 @@ def tensors_after_selection(model, input_shapes: dict[str, tuple[int, ...]]) -> 
     constants = constant_tensors(model.graph)
     for index, node in enumerate(model.graph.node):  # ONNX nodes are in topological order
         why = None
-        label = f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (node #{index}, unnamed)"
+        label = node_label(node, index)
         if is_selection(node, constants):
             why = f"follows {label}"
-        elif (inner := _body_selection(node)) is not None:
+        elif (inner := body_selection(node)) is not None:
             why = f"follows {label} (its body holds a {inner})"
         else:
             why = next((origin[i] for i in sorted(node_reads(node) & origin.keys())), None)

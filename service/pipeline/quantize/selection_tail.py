@@ -17,9 +17,11 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from service.errors import TailConversionChanged
-from service.pipeline.inputs.output_shapes import constant_tensors, graph_only_copy, is_selection, node_reads
+from service.pipeline.inputs.output_shapes import (body_selection, constant_tensors, graph_only_copy, is_selection,
+                                                   node_label, node_reads)
 from service.pipeline.runtime.ort_sessions import session_for
 from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, op_key
 
@@ -30,7 +32,7 @@ _TAIL_SUFFIX = "__upload_tail"
 
 @dataclass
 class SelectionSplit:
-    prefix: object  # onnx.ModelProto: the nodes before any selection, the cut tensors as extra outputs
+    prefix: Any  # onnx.ModelProto: the nodes before any selection, the cut tensors as extra outputs
     tail_nodes: list = field(default_factory=list)  # NodeProtos, in the upload's order
     tail_initializers: list = field(default_factory=list)
     tail_inputs: list = field(default_factory=list)  # graph inputs only the tail reads (ValueInfoProtos)
@@ -49,13 +51,7 @@ class SelectionSplit:
 
 def _selects(node, constants: set[str]) -> bool:
     """``node`` is a selection on a run-time value, or an If/Loop/Scan whose body holds a selection."""
-    if is_selection(node, constants):
-        return True
-    for attr in node.attribute:
-        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
-            if any(_selects(inner, set()) for inner in body.node):
-                return True
-    return False
+    return is_selection(node, constants) or body_selection(node) is not None
 
 
 def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit | None:
@@ -73,7 +69,7 @@ def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit
     for i, node in enumerate(graph.node):
         if _selects(node, constants) or node_reads(node) & tail_outputs:
             if not first and _selects(node, constants):
-                first = f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (node #{i})"
+                first = node_label(node, i)
             tail_idx.append(i)
             tail_outputs.update(o for o in node.output if o)
     if not tail_idx or len(tail_idx) > MAX_TAIL_NODES:
@@ -91,7 +87,7 @@ def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit
     for n in prefix_nodes:
         prefix_reads |= node_reads(n)
     output_names = [o.name for o in graph.output]
-    cut = [t for t in sorted(tail_reads & prefix_made, key=_order(prefix_nodes))]
+    cut = sorted(tail_reads & prefix_made, key=_order(prefix_nodes))
     init_names = {t.name for t in graph.initializer}
     inputs = [vi for vi in graph.input if vi.name not in init_names]
 
