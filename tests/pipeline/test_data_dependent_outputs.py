@@ -286,3 +286,22 @@ def test_an_nms_threshold_given_as_an_input_is_held_at_a_usual_value_and_the_tai
     assert report.artifacts["fp32"].status == "ok" and report.artifacts["pt2e_qdq"].status == "ok"
     written = onnx.load(str(tmp_path / "job" / "artifacts" / "pt2e_qdq.onnx"))
     assert [i.name for i in written.graph.input] == ["x", "iou_in"]  # only the tail reads it
+
+
+def test_no_cut_when_the_selection_comes_before_most_of_the_network():
+    """A NonZero early on, then two MatMuls: that is not a post-processing tail to keep in float."""
+    from service.pipeline.quantize.selection_tail import selection_split
+
+    f = TensorProto.FLOAT
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("NonZero", ["h"], ["nz"]),
+             helper.make_node("Cast", ["nz"], ["nzf"], to=f), helper.make_node("MatMul", ["nzf", "w2"], ["a"]),
+             helper.make_node("MatMul", ["a", "w3"], ["y"])]
+    inits = [w, numpy_helper.from_array(np.ones((4, 4), np.float32), "w3"),
+             numpy_helper.from_array(np.ones((4, 4), np.float32), "w2")]
+    early = _graph(nodes, [helper.make_tensor_value_info("x", f, [2, 4])], [helper.make_tensor_value_info("y", f, None)], inits)
+    assert selection_split(early, {"x": (2, 4)}) is None
+    late = _graph(nodes[:3], [helper.make_tensor_value_info("x", f, [2, 4])],
+                  [helper.make_tensor_value_info("nzf", f, None)], [w])
+    split = selection_split(late, {"x": (2, 4)})
+    assert split is not None and [n.op_type for n in split.tail_nodes] == ["NonZero", "Cast"] and split.cut == ["h"]

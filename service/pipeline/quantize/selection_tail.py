@@ -56,8 +56,8 @@ def _selects(node, constants: set[str]) -> bool:
 
 def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit | None:
     """The cut of ``model`` (parsed without external data) at its first selections, or None when no
-    top-level node is or holds a selection, the tail is too long to be post-processing, or nothing
-    before it is a compute op (Conv, MatMul, Gemm, ...)."""
+    top-level node is or holds a selection, or the tail is not post-processing: longer than
+    MAX_TAIL_NODES, or with as many compute ops (Conv, MatMul, Gemm, ...) as the graph before it."""
     import onnx
     from onnx import helper
 
@@ -76,9 +76,12 @@ def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit
         return None
     in_tail = set(tail_idx)
     prefix_nodes = [n for i, n in enumerate(graph.node) if i not in in_tail]
-    if not any(op_key(n) in COMPUTE_OPS for n in prefix_nodes):
-        return None  # nothing before the selection PT2E would quantize: the converter's refusal stands
     tail_nodes = [n for i, n in enumerate(graph.node) if i in in_tail]
+    before = sum(op_key(n) in COMPUTE_OPS for n in prefix_nodes)
+    if not before or sum(op_key(n) in COMPUTE_OPS for n in tail_nodes) >= before:
+        # Nothing before the selection that PT2E would quantize, or as much compute after it (a NonZero
+        # early in the network): no post-processing tail, so the converter's refusal stands.
+        return None
     prefix_made = {o for n in prefix_nodes for o in n.output if o}
     tail_reads: set[str] = set()
     for n in tail_nodes:
