@@ -15,39 +15,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.realworld.corpus import build_nms_detector
+
 N_CAL, N_EVAL = 8, 4
-
-
-def _detector(path, *, with_scores: bool = True):
-    """Conv head -> 256 anchors of (4 box coords, 1 score) -> NonMaxSuppression -> the kept rows."""
-    rng = np.random.default_rng(0)
-    ints = {"shp": [1, 5, 256], "s0": [0], "s4": [4], "s5": [5], "ax2": [2], "ax1": [1], "maxo": [1000], "zero": [0]}
-    inits = [numpy_helper.from_array(rng.normal(0, .3, (8, 3, 3, 3)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.normal(0, .3, (5, 8, 1, 1)).astype(np.float32), "w2"),
-             numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
-             numpy_helper.from_array(np.array([0.7], np.float32), "thr"),
-             numpy_helper.from_array(np.array(2, np.int64), "two"),
-             *(numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items())]
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
-             helper.make_node("Relu", ["c1"], ["r1"]), helper.make_node("Conv", ["r1", "w2"], ["c2"], name="head"),
-             helper.make_node("Reshape", ["c2", "shp"], ["flat"]),
-             helper.make_node("Transpose", ["flat"], ["anchors"], perm=[0, 2, 1]),
-             helper.make_node("Slice", ["anchors", "s0", "s4", "ax2"], ["boxes"]),
-             helper.make_node("Slice", ["flat", "s4", "s5", "ax1"], ["logits"]),
-             helper.make_node("Sigmoid", ["logits"], ["scores"]),
-             helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxo", "iou", "thr"], ["selected"], name="nms"),
-             helper.make_node("Gather", ["selected", "two"], ["kept"], axis=1),
-             helper.make_node("Squeeze", ["anchors", "zero"], ["rows"]),
-             helper.make_node("Gather", ["rows", "kept"], ["detections"], axis=0)]
-    outputs = [helper.make_tensor_value_info("detections", TensorProto.FLOAT, ["n", 5])]
-    if with_scores:
-        outputs.append(helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 256]))
-    graph = helper.make_graph(nodes, "detector", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
 
 
 def _run(tmp_path, model, gates=()):
@@ -72,7 +42,7 @@ def _session(path):
 
 
 def test_detections_after_nms_are_compared_by_shape_and_the_scores_element_wise(tmp_path):
-    _detector(tmp_path / "det.onnx")
+    build_nms_detector(tmp_path / "det.onnx")
     report, feeds = _run(tmp_path, tmp_path / "det.onnx")
     fp32, qdq = _session(tmp_path / "det.onnx"), _session(tmp_path / "job" / "artifacts" / "ort_qdq.onnx")
     ref_rows = sum(fp32.run(["detections"], f)[0].shape[0] for f in feeds)
@@ -114,7 +84,7 @@ def test_detections_after_nms_are_compared_by_shape_and_the_scores_element_wise(
 
 
 def test_a_gate_on_a_model_whose_every_output_follows_nms_says_why_it_cannot_pass(tmp_path):
-    _detector(tmp_path / "det.onnx", with_scores=False)
+    build_nms_detector(tmp_path / "det.onnx", with_scores=False)
     report, _ = _run(tmp_path, tmp_path / "det.onnx", gates=["ort_qdq.disable_all.sqnr_db>=20"])
     numerics = report.artifacts["ort_qdq"].optimized["disable_all"].numerics
     assert numerics.elementwise_outputs == 0 and numerics.worst_sqnr_db is None  # null here is not "exact"
@@ -211,7 +181,7 @@ def test_pt2e_quantizes_the_graph_before_nms_and_keeps_the_upload_tail_in_float(
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
 
-    _detector(tmp_path / "det.onnx")
+    build_nms_detector(tmp_path / "det.onnx")
     if opset == 11:
         _detector_opset11(tmp_path / "det.onnx")
     x = np.random.default_rng(3).standard_normal((N_CAL + N_EVAL, 1, 3, 16, 16)).astype(np.float32)
@@ -271,7 +241,7 @@ def test_an_nms_threshold_given_as_an_input_is_held_at_a_usual_value_and_the_tai
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
 
-    _detector(tmp_path / "det.onnx")
+    build_nms_detector(tmp_path / "det.onnx")
     model = onnx.load(str(tmp_path / "det.onnx"))
     nms = next(n for n in model.graph.node if n.op_type == "NonMaxSuppression")
     nms.input[3] = "iou_in"

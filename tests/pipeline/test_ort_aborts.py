@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.runtime.ort_aborts import qdq_propagation_abort
+from tests.realworld.corpus import build_per_class_nms_loop
 
 _PROBE = """
 import sys
@@ -87,41 +88,11 @@ def test_the_session_helper_refuses_the_level_instead_of_dying(tmp_path):
     session_for(tmp_path / "m.onnx", "all", disabled_optimizers=["QDQPropagationTransformer"])  # the hint's way out
 
 
-def _per_class_nms(path):
-    """A conv head, then a Loop over 2 classes whose body runs NonMaxSuppression on the boxes and that
-    class's scores, read from the outer graph (tf2onnx writes SSD's post-processing this way)."""
-    f, i64 = TensorProto.FLOAT, TensorProto.INT64
-    body = helper.make_graph(
-        [helper.make_node("Unsqueeze", ["i", "z"], ["i1"]), helper.make_node("Gather", ["scores", "i1"], ["sc"], axis=1),
-         helper.make_node("NonMaxSuppression", ["boxes", "sc", "m", "iou", "thr"], ["sel"], name="nms_in_loop"),
-         helper.make_node("Identity", ["cond"], ["cond_out"]), helper.make_node("Concat", ["acc", "sel"], ["acc_out"], axis=0)],
-        "body", [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-                 helper.make_tensor_value_info("acc", i64, ["a", 3])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", i64, ["b", 3])])
-    ints = {"shp": [1, 6, 64], "s0": [0], "s4": [4], "s6": [6], "ax1": [1], "z": [0], "m": [20]}
-    inits = [numpy_helper.from_array(np.random.default_rng(1).normal(0, .5, (6, 3, 1, 1)).astype(np.float32), "w"),
-             numpy_helper.from_array(np.array(2, np.int64), "trip"), numpy_helper.from_array(np.zeros((0, 3), np.int64), "acc0"),
-             numpy_helper.from_array(np.array([0.5], np.float32), "iou"), numpy_helper.from_array(np.array([0.6], np.float32), "thr"),
-             *(numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items())]
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="head"), helper.make_node("Reshape", ["c", "shp"], ["flat"]),
-             helper.make_node("Slice", ["flat", "s0", "s4", "ax1"], ["b4"]),
-             helper.make_node("Transpose", ["b4"], ["boxes"], perm=[0, 2, 1]),
-             helper.make_node("Slice", ["flat", "s4", "s6", "ax1"], ["logit"]), helper.make_node("Sigmoid", ["logit"], ["scores"]),
-             helper.make_node("Loop", ["trip", "", "acc0"], ["kept"], body=body, name="per_class")]
-    graph = helper.make_graph(nodes, "ssd_like", [helper.make_tensor_value_info("x", f, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("kept", i64, ["n", 3]),
-                               helper.make_tensor_value_info("scores", f, [1, 2, 64])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
-    onnx.checker.check_model(model, full_check=True)
-    onnx.save(model, path)
-
-
 def test_a_job_on_a_per_class_nms_detector_reports_every_path_and_the_aborting_levels(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
 
-    _per_class_nms(tmp_path / "ssd.onnx")
+    build_per_class_nms_loop(tmp_path / "ssd.onnx")
     options = ComparisonOptions.model_validate({
         "artifacts": ["pt2e_qdq", "ort_qdq", "ort_qoperator"], "levels": ["disable_all", "basic", "all"],
         "calibration_samples": 4, "eval_samples": 2, "latency": {"enabled": False}, "advice": {"enabled": False},

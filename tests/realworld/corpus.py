@@ -148,6 +148,75 @@ def build_opset21_unnamed_batch(path: Path) -> None:
     onnx.save(model, path)
 
 
+def build_nms_detector(path: Path, *, with_scores: bool = True) -> None:
+    """Conv head -> 256 anchors of (4 box coords, 1 score) -> NonMaxSuppression -> the kept rows, as
+    ultralytics (nms=True), torchvision and tf2onnx detectors end: an output whose length follows the values."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    ints = {"shp": [1, 5, 256], "s0": [0], "s4": [4], "s5": [5], "ax2": [2], "ax1": [1], "maxo": [1000], "zero": [0]}
+    inits = [numpy_helper.from_array(rng.normal(0, .3, (8, 3, 3, 3)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.normal(0, .3, (5, 8, 1, 1)).astype(np.float32), "w2"),
+             numpy_helper.from_array(np.array([0.5], np.float32), "iou"),
+             numpy_helper.from_array(np.array([0.7], np.float32), "thr"),
+             numpy_helper.from_array(np.array(2, np.int64), "two"),
+             *(numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items())]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"]), helper.make_node("Conv", ["r1", "w2"], ["c2"], name="head"),
+             helper.make_node("Reshape", ["c2", "shp"], ["flat"]),
+             helper.make_node("Transpose", ["flat"], ["anchors"], perm=[0, 2, 1]),
+             helper.make_node("Slice", ["anchors", "s0", "s4", "ax2"], ["boxes"]),
+             helper.make_node("Slice", ["flat", "s4", "s5", "ax1"], ["logits"]),
+             helper.make_node("Sigmoid", ["logits"], ["scores"]),
+             helper.make_node("NonMaxSuppression", ["boxes", "scores", "maxo", "iou", "thr"], ["selected"], name="nms"),
+             helper.make_node("Gather", ["selected", "two"], ["kept"], axis=1),
+             helper.make_node("Squeeze", ["anchors", "zero"], ["rows"]),
+             helper.make_node("Gather", ["rows", "kept"], ["detections"], axis=0)]
+    outputs = [helper.make_tensor_value_info("detections", TensorProto.FLOAT, ["n", 5])]
+    if with_scores:
+        outputs.append(helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 256]))
+    graph = helper.make_graph(nodes, "detector", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+
+
+def build_per_class_nms_loop(path: Path) -> None:
+    """A conv head, then a Loop over 2 classes whose body runs NonMaxSuppression on the boxes and that
+    class's scores, read from the outer graph (tf2onnx writes SSD's post-processing this way)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    f, i64 = TensorProto.FLOAT, TensorProto.INT64
+    body = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["i", "z"], ["i1"]), helper.make_node("Gather", ["scores", "i1"], ["sc"], axis=1),
+         helper.make_node("NonMaxSuppression", ["boxes", "sc", "m", "iou", "thr"], ["sel"], name="nms_in_loop"),
+         helper.make_node("Identity", ["cond"], ["cond_out"]), helper.make_node("Concat", ["acc", "sel"], ["acc_out"], axis=0)],
+        "body", [helper.make_tensor_value_info("i", i64, []), helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc", i64, ["a", 3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("acc_out", i64, ["b", 3])])
+    ints = {"shp": [1, 6, 64], "s0": [0], "s4": [4], "s6": [6], "ax1": [1], "z": [0], "m": [20]}
+    inits = [numpy_helper.from_array(np.random.default_rng(1).normal(0, .5, (6, 3, 1, 1)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array(2, np.int64), "trip"), numpy_helper.from_array(np.zeros((0, 3), np.int64), "acc0"),
+             numpy_helper.from_array(np.array([0.5], np.float32), "iou"), numpy_helper.from_array(np.array([0.6], np.float32), "thr"),
+             *(numpy_helper.from_array(np.array(v, np.int64), k) for k, v in ints.items())]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="head"), helper.make_node("Reshape", ["c", "shp"], ["flat"]),
+             helper.make_node("Slice", ["flat", "s0", "s4", "ax1"], ["b4"]),
+             helper.make_node("Transpose", ["b4"], ["boxes"], perm=[0, 2, 1]),
+             helper.make_node("Slice", ["flat", "s4", "s6", "ax1"], ["logit"]), helper.make_node("Sigmoid", ["logit"], ["scores"]),
+             helper.make_node("Loop", ["trip", "", "acc0"], ["kept"], body=body, name="per_class")]
+    graph = helper.make_graph(nodes, "ssd_like", [helper.make_tensor_value_info("x", f, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("kept", i64, ["n", 3]),
+                               helper.make_tensor_value_info("scores", f, [1, 2, 64])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+
+
 def build_control_flow_int_bool_inputs(path: Path) -> None:
     """If / Loop / Scan with subgraphs, and float + int64 token ids + bool flag inputs."""
     import onnx
@@ -396,6 +465,11 @@ CORPUS: list[CorpusModel] = [
     CorpusModel("control_flow_int_bool_inputs", "If + Loop + Scan subgraphs; float, int64 ids, bool flag inputs",
                 built(build_control_flow_int_bool_inputs, "control_flow.onnx"),
                 {"input_shapes": {"ids": [1, 4]}, "input_values": {"ids": {"low": 0, "high": 32}}}),
+    CorpusModel("nms_detector", "detector ending in NonMaxSuppression + Gather of the kept rows, opset 17",
+                built(build_nms_detector, "nms_detector.onnx"), in_suite=False),  # suite: test_data_dependent_outputs
+    CorpusModel("per_class_nms_loop", "tf2onnx SSD layout: per-class NonMaxSuppression in a Loop reading the boxes "
+                "from outside, opset 13", built(build_per_class_nms_loop, "per_class_nms.onnx"),
+                in_suite=False),  # suite: test_ort_aborts
     CorpusModel("already_quantized_qdq", "quantize_static QDQ output uploaded as the model",
                 built(build_already_quantized_qdq, "already_qdq.onnx")),
     CorpusModel("already_quantized_qoperator", "quantize_static QOperator output uploaded as the model",
