@@ -166,7 +166,7 @@ def run_comparison(
                notify=progress or (lambda stage, done, total: None))
     run.art_dir.mkdir(parents=True, exist_ok=True)
     run.scratch.mkdir(exist_ok=True)
-    seed_random_ops()  # before any session: a model's unseeded random ops draw the same numbers in every file
+    seed_random_ops()  # before any session: a model's unseeded random ops draw the same numbers in every job
 
     prepared = prepare_stage(request, workdir, run)
     fp32 = fp32_stage(prepared, run)

@@ -147,9 +147,10 @@ def padded_selection_lints(outputs: dict[str, str]) -> list[Lint]:
     named = "; ".join(f"{name!r} {why}" for name, why in outputs.items())
     return [Lint(
         code="padded_selection_outputs", severity="info", artifact=None,
-        message=(f"output(s) {named}: rows a selection chose, padded to a fixed shape, so they are compared "
-                 "element-wise, row i of a file against row i of fp32. A box kept in another order, or one box "
-                 "more or less, counts as error there even when the detections agree."),
+        message=(f"output(s) {named}: computed from what a selection chose, in a fixed shape (a detection list "
+                 "padded to its maximum, values scattered back), so they are compared element-wise, position by "
+                 "position. Where they are rows a selection kept, a box kept in another order, or one box more or "
+                 "less, counts as error even when the detections agree."),
         hint=("for an accuracy figure that only quantization moves, export the model up to the selection (boxes "
               "and scores as outputs) or gate on an output before it"),
     )]
