@@ -10,9 +10,9 @@ If/Loop/Scan whose body reads the tensor from the outer graph is a reader throug
 input, whose edge index counts past its explicit inputs: the index is out of range, and ORT's
 build asserts (``stl_vector.h: Assertion '__n < this->size()' failed``, SIGABRT). Level 1 runs
 EliminateIdentity and EnsureUniqueDQForNodeUnit (one DQ per reader) before it, so an Identity in
-between or a DQ with several readers does not stop it. A PT2E file
-hits it whenever a dequantized tensor goes through a reshape into a Loop body (a detector's
-per-class NMS); so does ORT's own QOperator file of such a graph.
+between or a DQ with several readers does not stop it. A PT2E file hits it whenever a dequantized
+tensor goes through a reshape into a Loop body (a detector's per-class NMS); so does ORT's own
+QOperator file of such a graph.
 """
 
 from __future__ import annotations
