@@ -51,7 +51,7 @@ from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
-from service.pipeline.runtime.ort_sessions import seed_random_ops
+from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
@@ -167,6 +167,7 @@ def run_comparison(
     run.art_dir.mkdir(parents=True, exist_ok=True)
     run.scratch.mkdir(exist_ok=True)
     seed_random_ops()  # before any session: a model's unseeded random ops draw the same numbers in every job
+    quiet_ort_logs()
 
     prepared = prepare_stage(request, workdir, run)
     fp32 = fp32_stage(prepared, run)

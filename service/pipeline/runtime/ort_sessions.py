@@ -45,7 +45,7 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
     so.intra_op_num_threads = intra_op_threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # a failing run's error comes back as the exception, which the report keeps
     so.enable_cpu_mem_arena = memory_arena
     so.add_session_config_entry("optimization.constant_folding_max_output_size_in_bytes",
                                 str(CONSTANT_FOLDING_MAX_BYTES))
@@ -64,6 +64,14 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
 # Every job sets ORT's process-wide seed to this before its first session (onnxruntime.set_seed): an
 # unseeded random op then draws the same numbers in every job (its node index is added to the seed).
 JOB_RANDOM_SEED = 0
+
+
+def quiet_ort_logs() -> None:
+    """ORT's default logger at errors only: the sessions onnxruntime.quantization makes itself (with its
+    own options) print warnings such as "Removing initializer ..." into the CLI's output otherwise."""
+    import onnxruntime as ort
+
+    ort.set_default_logger_severity(3)
 
 
 def seed_random_ops() -> None:
