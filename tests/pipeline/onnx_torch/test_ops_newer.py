@@ -1,7 +1,7 @@
 """Converters for ops newer exporters write (opset 16..26) and a few older ones uploads carry, against
 ORT's CPU kernels (the oracle), eager and through torch.export: Attention and RMSNormalization
 (opset 23, what torch.onnx.export writes for scaled_dot_product_attention and nn.RMSNorm at opset 23),
-Swish (24), CumProd (26), GridSample (16, 20), EyeLike, ReverseSequence (TF bidirectional RNNs). Each failed before: the PT2E path of the upload was
+Swish (24), CumProd (26), RotaryEmbedding (23), Scatter (opset 9-10), GridSample (16, 20), EyeLike, ReverseSequence (TF bidirectional RNNs). Each failed before: the PT2E path of the upload was
 skipped naming the op."""
 from __future__ import annotations
 
@@ -40,6 +40,16 @@ CASES = {
                           opset=23, q_num_heads=4, kv_num_heads=2),
     "RMSNormalization": _one("RMSNormalization", {"X": X}, {"S": rand(RNG, 6)}, opset=23, epsilon=1e-6),
     "RMSNormalization axis": _one("RMSNormalization", {"X": X}, {"S": rand(RNG, 3, 6)}, opset=23, axis=1),
+    "RotaryEmbedding 4-D": _one("RotaryEmbedding", {"X": rand(RNG, 2, 4, 5, 8)},
+                                {"C": rand(RNG, 2, 5, 4), "S": rand(RNG, 2, 5, 4)}, opset=23),
+    "RotaryEmbedding interleaved, partial": _one("RotaryEmbedding", {"X": rand(RNG, 2, 4, 5, 8)},
+                                                 {"C": rand(RNG, 2, 5, 2), "S": rand(RNG, 2, 5, 2)}, opset=23,
+                                                 interleaved=1, rotary_embedding_dim=4),
+    "RotaryEmbedding 3-D, position_ids": _one("RotaryEmbedding", {"X": rand(RNG, 1, 5, 16)},
+                                              {"C": rand(RNG, 9, 2), "S": rand(RNG, 9, 2),
+                                               "P": np.array([[0, 2, 4, 6, 8]], np.int64)}, opset=23, num_heads=4),
+    "Scatter (opset 9)": _one("Scatter", {"X": rand(RNG, 3, 4)},
+                              {"I": np.array([[1, 0, 2, 1]], np.int64), "U": rand(RNG, 1, 4)}, opset=9, axis=0),
     "Swish": _one("Swish", {"X": X}, opset=24),
     "Swish alpha": _one("Swish", {"X": X}, opset=24, alpha=1.7),
     "CumProd": _one("CumProd", {"X": X}, {"A": np.array(2, np.int64)}, opset=26),

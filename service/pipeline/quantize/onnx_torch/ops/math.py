@@ -104,6 +104,39 @@ def attention(ctx, node, inputs):
     return y
 
 
+@converter("RotaryEmbedding", since=23)
+def rotary_embedding(ctx, node, inputs):
+    """ONNX RotaryEmbedding (opset 23, the spec's function body): the first ``rotary_embedding_dim``
+    channels of each head rotated by cos/sin, read at ``position_ids`` when given; halves
+    (``interleaved`` 0) or even/odd pairs (1). 4-D input is [batch, heads, seq, head], 3-D is
+    [batch, seq, heads * head] with ``num_heads``."""
+    import torch
+
+    x, cos, sin = inputs[:3]
+    pos = inputs[3] if len(inputs) > 3 else None
+    three_d = x.dim() == 3
+    if three_d:
+        heads = node.attr("num_heads")
+        if not heads:
+            raise UnsupportedNode("RotaryEmbedding on 3-D input without num_heads")
+        x = x.reshape(x.shape[0], x.shape[1], int(heads), -1)  # [b, s, n, h]
+    else:
+        x = x.transpose(1, 2)  # [b, s, n, h]
+    rd = int(node.attr("rotary_embedding_dim", 0)) or x.shape[-1]
+    if pos is not None:
+        cos, sin = cos[pos.to(torch.int64)], sin[pos.to(torch.int64)]
+    cos, sin = cos[..., : rd // 2].unsqueeze(2), sin[..., : rd // 2].unsqueeze(2)  # [b, s, 1, rd/2]
+    rot, rest = x[..., :rd], x[..., rd:]
+    if node.attr("interleaved", 0):
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        turned = torch.stack((cos * x1 - sin * x2, sin * x1 + cos * x2), dim=-1).reshape(rot.shape)
+    else:
+        x1, x2 = rot[..., : rd // 2], rot[..., rd // 2:]
+        turned = torch.cat((cos * x1 - sin * x2, sin * x1 + cos * x2), dim=-1)
+    y = torch.cat((turned, rest), dim=-1)
+    return y.reshape(y.shape[0], y.shape[1], -1) if three_d else y.transpose(1, 2)
+
+
 @converter("MatMulInteger")
 def matmul_integer(ctx, node, inputs):
     import torch

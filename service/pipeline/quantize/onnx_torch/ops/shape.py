@@ -341,6 +341,7 @@ def scatter_nd(ctx, node, inputs):
     return out
 
 
+@converter("Scatter", until=10)  # opset 9-10's name for ScatterElements (deprecated at 11)
 @converter("ScatterElements")
 def scatter_elements(ctx, node, inputs):
     x, idx, upd = inputs
