@@ -55,7 +55,7 @@ from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_op
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
-from service.pipeline.verdict.lints import padded_selection_lints, random_op_lints
+from service.pipeline.verdict.lints import padded_selection_lints, random_op_lints, selection_input_lints
 from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
 from service.schemas.levels import Lint
@@ -196,7 +196,8 @@ def run_comparison(
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes) + random_op_lints(fp32.file.model)
-        + padded_selection_lints(fp32.padded_selection),
+        + padded_selection_lints(fp32.padded_selection)
+        + (selection_input_lints(fp32.file.model, layers) if fp32.data_dependent else []),
         platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )

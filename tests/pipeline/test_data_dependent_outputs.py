@@ -72,6 +72,9 @@ def test_detections_after_nms_are_compared_by_shape_and_the_scores_element_wise(
     rows = {r.tensor: r for r in report.layers.rows}
     assert "depends on the values" in rows["detections"].left_out["ort_qdq"]
     assert rows["boxes"].artifacts["ort_qdq"].sqnr_db is not None
+    inputs = next(lt for lt in report.lints if lt.code == "selection_inputs")  # and the report quotes it
+    assert f"'boxes': ort_qdq {rows['boxes'].artifacts['ort_qdq'].sqnr_db:.1f} dB" in inputs.message
+    assert "'scores': ort_qdq" in inputs.message
     assert all(a.output != "detections" for a in report.agreement)
     # Advice's re-runs take their SQNR over the same outputs as the levels (its "before" figure).
     from service.pipeline.runtime.numerics import worst_elementwise_sqnr

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from service.pipeline.environment import cpu_info
+from service.pipeline.inputs.output_shapes import body_selection, constant_tensors, is_selection, node_reads
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
@@ -15,7 +16,8 @@ from service.pipeline.vocabulary import ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo
 
-__all__ = ["lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints"]
+__all__ = ["lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
+           "selection_input_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
 
@@ -154,6 +156,34 @@ def padded_selection_lints(outputs: dict[str, str]) -> list[Lint]:
         hint=("for an accuracy figure that only quantization moves, export the model up to the selection (boxes "
               "and scores as outputs) or gate on an output before it"),
     )]
+
+
+def selection_input_lints(model, layers) -> list[Lint]:
+    """When outputs follow a selection, what the selections read (a detector's boxes and scores) as
+    the per-tensor table measured it: the accuracy figure those outputs cannot have themselves."""
+    if layers is None or not layers.rows:
+        return []
+    constants = constant_tensors(model.graph)
+    read: list[str] = []
+    for node in model.graph.node:
+        if is_selection(node, constants) or body_selection(node) is not None:
+            read += [t for t in sorted(node_reads(node)) if t not in read]
+    rows = {r.tensor: r for r in layers.rows}
+    measured = [(t, rows[t]) for t in read if t in rows and rows[t].artifacts]
+    if not measured:
+        return []
+    figures = "; ".join(f"{t!r}: " + ", ".join(f"{a} {_db(c.sqnr_db)}" for a, c in sorted(row.artifacts.items()))
+                        for t, row in measured)
+    return [Lint(
+        code="selection_inputs", severity="info", artifact=None,
+        message=(f"what the model's selections read, per file, at {layers.level} (report.json 'layers'): {figures}. "
+                 "Outputs after a selection are compared by shape only; these are the figures quantization moves."),
+        hint="gate on an output before the selection, or export the model up to it, to hold CI to these figures",
+    )]
+
+
+def _db(v: float | None) -> str:
+    return "exact" if v is None else f"{v:.1f} dB"
 
 
 def random_op_lints(model) -> list[Lint]:
