@@ -34,7 +34,7 @@ from service.pipeline.inputs import sources
 from service.pipeline.inputs.data_shapes import array_shapes_in_npz
 from service.pipeline.inputs.fp32 import fp32_onnx_from_source
 from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
-from service.pipeline.inputs.output_shapes import tensors_after_selection
+from service.pipeline.inputs.output_shapes import AfterSelection, output_positions, tensors_after_selection
 from service.pipeline.inputs.safety import check_input_elements, check_sample_bytes, sniff_model_format
 from service.pipeline.inputs.samples import Samples, generated_samples, samples_from_npz
 from service.pipeline.inputs.sources import ModelSource
@@ -137,16 +137,18 @@ class Prepared:
 class Fp32:
     file: OnnxFile  # the model as read for its metadata (external data not loaded)
     histogram: dict[str, int]  # op_key -> count, subgraphs included
-    # Tensors whose shape depends on the values computed (after a NonMaxSuppression, ...) -> why:
-    # compared by shape only, in the levels and in the per-tensor table.
-    data_dependent: dict[str, str] = field(default_factory=dict)
-    # Graph outputs after a selection whose shape is fixed (rows padded to a maximum) -> why.
-    padded_selection: dict[str, str] = field(default_factory=dict)
+    # The tensors after a selection (NonMaxSuppression, ...): those whose shape moves are compared by
+    # shape only, in the levels and in the per-tensor table.
+    after_selection: AfterSelection = field(default_factory=AfterSelection)
 
     def data_dependent_outputs(self) -> dict[int, str]:
-        """Graph output position -> why, for the outputs among ``data_dependent``."""
-        return {k: self.data_dependent[o.name] for k, o in enumerate(self.file.model.graph.output)
-                if o.name in self.data_dependent}
+        """Graph output position -> why, for the outputs whose shape depends on the values."""
+        return output_positions(self.file.model, self.after_selection.moving)
+
+    def padded_selection(self) -> dict[str, str]:
+        """Graph outputs after a selection whose shape is fixed (rows padded to a maximum) -> why."""
+        return {o.name: self.after_selection.fixed[o.name] for o in self.file.model.graph.output
+                if o.name in self.after_selection.fixed}
 
 
 @dataclass(frozen=True)
@@ -196,8 +198,8 @@ def run_comparison(
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes) + random_op_lints(fp32.file.model)
-        + padded_selection_lints(fp32.padded_selection)
-        + (selection_input_lints(fp32.file.model, layers) if fp32.data_dependent else []),
+        + padded_selection_lints(fp32.padded_selection())
+        + (selection_input_lints(fp32.after_selection.read, layers) if fp32.after_selection.moving else []),
         platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
@@ -251,10 +253,8 @@ def fp32_stage(prepared: Prepared, run: _Run) -> Fp32:
         path = fp32_onnx_from_source(source, run.art_dir / "fp32.onnx")
         model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
         after = tensors_after_selection(model, prepared.shapes)
-        outputs = {o.name for o in model.graph.output}
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
-                data_dependent=after.moving,
-                padded_selection={t: why for t, why in after.fixed.items() if t in outputs})
+                after_selection=after)
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,
@@ -422,7 +422,7 @@ def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ins
         input_names=[s.name for s in prepared.source.specs], ort_input=_ort_input_used(fp32, run),
         ort_settings=resolved_ort_settings(options), fp32_model=fp32.file.model,
         optimized_paths={a: {lv: run.art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in inspected.paths},
-        data_dependent=fp32.data_dependent,
+        data_dependent=fp32.after_selection.moving,
     )
     if layers is not None:
         run.timings["layers"] = round(time.perf_counter() - t0, 4)

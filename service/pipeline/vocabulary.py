@@ -170,6 +170,27 @@ def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
             yield from a.graphs
 
 
+def outer_reads(graph: onnx.GraphProto) -> set[str]:
+    """Names a body reads from the graphs around it: not its own inputs, initializers or outputs
+    (an If/Loop/Scan's implicit inputs)."""
+    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    reads: set[str] = set()
+    for node in graph.node:
+        reads |= {i for i in node.input if i}
+        for body in subgraphs(node):
+            reads |= outer_reads(body)
+        local |= {o for o in node.output if o}
+    return reads - local
+
+
+def node_reads(node: onnx.NodeProto) -> set[str]:
+    """Every tensor ``node`` reads: its inputs, and what its If/Loop/Scan bodies read from outside."""
+    names = {i for i in node.input if i}
+    for body in subgraphs(node):
+        names |= outer_reads(body)
+    return names
+
+
 def rename_reads(graph: onnx.GraphProto, renames: dict[str, str]) -> None:
     """Node inputs of ``graph`` renamed; in its subgraphs, only the reads of names a body does not
     define itself (a body may shadow an outer name), and a body output that returns an outer value."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.pipeline.vocabulary import RANDOM_OPS, SELECTION_OPS
+from service.pipeline.vocabulary import RANDOM_OPS, SELECTION_OPS, all_nodes, node_reads, subgraphs
 
 
 def shapeless_outputs(model) -> list[str]:
@@ -85,16 +85,6 @@ def graph_only_copy(model, input_shapes: dict[str, tuple[int, ...]] | None = Non
     return out
 
 
-def node_reads(node) -> set[str]:
-    """Every tensor name ``node`` reads: its inputs, and what its If/Loop/Scan bodies read."""
-    names = {i for i in node.input if i}
-    for attr in node.attribute:
-        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
-            for inner in body.node:
-                names |= node_reads(inner)
-    return names
-
-
 def node_label(node, index: int) -> str:
     """How the report names a node: ``NonMaxSuppression 'nms'``, or its position when unnamed."""
     return f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (node #{index}, unnamed)"
@@ -102,14 +92,10 @@ def node_label(node, index: int) -> str:
 
 def body_selection(node) -> str | None:
     """The first SELECTION_OPS op inside ``node``'s bodies (If/Loop/Scan), searched recursively."""
-    for attr in node.attribute:
-        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
-            for inner in body.node:
-                if inner.op_type in SELECTION_OPS and inner.domain in ("", "ai.onnx"):
-                    return inner.op_type
-                found = body_selection(inner)
-                if found:
-                    return found
+    for body in subgraphs(node):
+        for inner in all_nodes(body):
+            if inner.op_type in SELECTION_OPS and inner.domain in ("", "ai.onnx"):
+                return inner.op_type
     return None
 
 
@@ -120,9 +106,8 @@ def constant_tensors(graph) -> set[str]:
     converter folds it."""
     fixed = {t.name for t in graph.initializer}
     for node in graph.node:
-        has_body = any(a.HasField("g") or len(a.graphs) for a in node.attribute)
         if node.op_type in ("Constant", "Shape", "Size") or (
-                node.input and not has_body and node.op_type not in RANDOM_OPS
+                node.input and next(subgraphs(node), None) is None and node.op_type not in RANDOM_OPS
                 and all(i in fixed for i in node.input if i)):
             fixed.update(o for o in node.output if o)
     return fixed
@@ -134,12 +119,40 @@ def is_selection(node, constants: set[str]) -> bool:
             and not all(i in constants for i in node.input if i))
 
 
+def selection_origins(graph) -> tuple[dict[str, str], list[str]]:
+    """(tensor -> the selection it follows, e.g. ``"NonMaxSuppression 'nms'"``, for every tensor of
+    the main graph downstream of a SELECTION_OPS op on a run-time value, of an If/Loop/Scan whose
+    body holds one, or of a node reading such a tensor; the tensors the selections themselves read)."""
+    origin: dict[str, str] = {}
+    read: list[str] = []
+    constants = constant_tensors(graph)
+    for index, node in enumerate(graph.node):  # ONNX nodes are in topological order
+        reads = node_reads(node)
+        if is_selection(node, constants):
+            why = node_label(node, index)
+        elif (inner := body_selection(node)) is not None:
+            why = f"{node_label(node, index)} (its body holds a {inner})"
+        else:
+            why = next((origin[i] for i in sorted(reads & origin.keys())), None)
+            reads = set()
+        read += [t for t in sorted(reads) if t not in read]
+        if why:
+            origin.update((o, why) for o in node.output if o)
+    return origin, read
+
+
+def output_positions(model, tensors) -> dict[int, str]:
+    """Graph output position -> ``tensors[name]``, for the outputs among ``tensors``."""
+    return {k: tensors[o.name] for k, o in enumerate(model.graph.output) if o.name in tensors}
+
+
 @dataclass(frozen=True)
 class AfterSelection:
     """The main graph's tensors downstream of a run-time selection, each with why."""
 
     moving: dict[str, str] = field(default_factory=dict)  # shape depends on the values: compared by shape
     fixed: dict[str, str] = field(default_factory=dict)  # a fixed shape (rows padded to a maximum): element-wise
+    read: list[str] = field(default_factory=list)  # what the selections read (a detector's boxes, scores)
 
 
 def tensors_after_selection(model, input_shapes: dict[str, tuple[int, ...]]) -> AfterSelection:
@@ -150,30 +163,17 @@ def tensors_after_selection(model, input_shapes: dict[str, tuple[int, ...]]) -> 
     graph without a selection op pays for no inference at all."""
     import onnx
 
-    origin: dict[str, str] = {}
-    constants = constant_tensors(model.graph)
-    for index, node in enumerate(model.graph.node):  # ONNX nodes are in topological order
-        why = None
-        label = node_label(node, index)
-        if is_selection(node, constants):
-            why = f"follows {label}"
-        elif (inner := body_selection(node)) is not None:
-            why = f"follows {label} (its body holds a {inner})"
-        else:
-            why = next((origin[i] for i in sorted(node_reads(node) & origin.keys())), None)
-        if why:
-            for o in node.output:
-                if o:
-                    origin[o] = why
+    found, read = selection_origins(model.graph)
+    origin = {t: f"follows {why}" for t, why in found.items()}
     if not origin:
         return AfterSelection()
     try:
         inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model, input_shapes), strict_mode=False,
                                                      data_prop=True)
     except Exception:  # noqa: BLE001 - no inference: every tensor after a selection counts as moving
-        return AfterSelection(moving=origin)
+        return AfterSelection(moving=origin, read=read)
     fixed = {vi.name for vi in (*inferred.graph.value_info, *inferred.graph.output)
              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
              and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
     return AfterSelection(moving={t: why for t, why in origin.items() if t not in fixed},
-                          fixed={t: why for t, why in origin.items() if t in fixed})
+                          fixed={t: why for t, why in origin.items() if t in fixed}, read=read)

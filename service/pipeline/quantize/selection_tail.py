@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from service.errors import TailConversionChanged
-from service.pipeline.inputs.output_shapes import (body_selection, constant_tensors, graph_only_copy, is_selection,
-                                                   node_label, node_reads)
+from service.pipeline.inputs.output_shapes import graph_only_copy, selection_origins
 from service.pipeline.runtime.ort_sessions import session_for
-from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, op_key
+from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, node_reads, op_key, subgraphs
 
 # The tail is appended as written: an upload past this many tail nodes is not a post-processing step.
 MAX_TAIL_NODES = 2000
@@ -49,11 +48,6 @@ class SelectionSplit:
                 f"{', '.join(map(repr, self.cut[:6]))}{' ...' if len(self.cut) > 6 else ''} from PT2E's graph")
 
 
-def _selects(node, constants: set[str]) -> bool:
-    """``node`` is a selection on a run-time value, or an If/Loop/Scan whose body holds a selection."""
-    return is_selection(node, constants) or body_selection(node) is not None
-
-
 def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit | None:
     """The cut of ``model`` (parsed without external data) at its first selections, or None when no
     top-level node is or holds a selection, or the tail is not post-processing: longer than
@@ -62,18 +56,11 @@ def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit
     from onnx import helper
 
     graph = model.graph
-    tail_outputs: set[str] = set()
-    tail_idx: list[int] = []
-    first = ""
-    constants = constant_tensors(graph)
-    for i, node in enumerate(graph.node):
-        if _selects(node, constants) or node_reads(node) & tail_outputs:
-            if not first and _selects(node, constants):
-                first = node_label(node, i)
-            tail_idx.append(i)
-            tail_outputs.update(o for o in node.output if o)
+    origin, _ = selection_origins(graph)
+    tail_idx = [i for i, n in enumerate(graph.node) if any(o in origin for o in n.output)]
     if not tail_idx or len(tail_idx) > MAX_TAIL_NODES:
         return None
+    first = next(origin[o] for o in graph.node[tail_idx[0]].output if o in origin)
     in_tail = set(tail_idx)
     prefix_nodes = [n for i, n in enumerate(graph.node) if i not in in_tail]
     tail_nodes = [n for i, n in enumerate(graph.node) if i in in_tail]
@@ -95,7 +82,11 @@ def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit
     inputs = [vi for vi in graph.input if vi.name not in init_names]
 
     # Types of the cut tensors, from inference on the graph without its weights, at the job's shapes.
-    inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model, shapes), strict_mode=False, data_prop=True)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model, shapes), strict_mode=False,
+                                                     data_prop=True)
+    except Exception:  # noqa: BLE001 - no types for the cut: no file to declare it in, the refusal stands
+        return None
     typed = {vi.name: vi for vi in (*inferred.graph.value_info, *inferred.graph.output, *graph.value_info)}
     prefix = onnx.ModelProto(ir_version=model.ir_version, producer_name=model.producer_name)
     prefix.opset_import.extend(model.opset_import)
@@ -163,7 +154,13 @@ def splice_tail(path: Path, split: SelectionSplit, *, prefix_path: Path, feed: d
             [o for o in split.outputs if o.name not in {x.name for x in proto.graph.output}], tail_inits)
         tail_model = helper.make_model(tail_graph, opset_imports=[helper.make_opsetid(d, v) for d, v in split.opsets.items()])
         tail_model.ir_version = proto.ir_version
-        converted = version_converter.convert_version(tail_model, target)
+        try:
+            converted = version_converter.convert_version(tail_model, target)
+        except Exception as e:  # noqa: BLE001 - an op without an adapter: a refusal with the converter's words
+            raise TailConversionChanged(
+                f"onnx's version converter cannot rewrite the upload's post-processing from {split.first} on "
+                f"for the PT2E file's opset {target}: {str(e).splitlines()[0][:300] if str(e) else type(e).__name__}",
+                stage="quantize", hint=_TAIL_HINT) from e
         _same_results(tail_model, converted, split, prefix_path, feed)
         tail_nodes, tail_inits = list(converted.graph.node), list(converted.graph.initializer)
     taken = {t.name for t in proto.graph.initializer} | {o for n in proto.graph.node for o in n.output} \
@@ -211,8 +208,11 @@ def _same_results(tail, converted, split: SelectionSplit, prefix_path: Path, fee
             raise TailConversionChanged(
                 f"the upload's post-processing from {split.first} on changes output {o.name!r} once onnx's "
                 f"version converter rewrites it for the PT2E file's opset {converted.opset_import[0].version}",
-                stage="quantize", hint="export the model at opset 18 or later (the opset torch.onnx writes), or "
-                                       "without its post-processing; the ORT paths are unaffected")
+                stage="quantize", hint=_TAIL_HINT)
+
+
+_TAIL_HINT = ("export the model at opset 18 or later (the opset torch.onnx writes), or without its "
+              "post-processing; the ORT paths are unaffected")
 
 
 def _rename(node, renames: dict[str, str]) -> None:
@@ -222,7 +222,6 @@ def _rename(node, renames: dict[str, str]) -> None:
         node.input[i] = renames.get(x, x)
     for i, x in enumerate(node.output):
         node.output[i] = renames.get(x, x)
-    for attr in node.attribute:
-        for body in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
-            for inner in body.node:
-                _rename(inner, renames)
+    for body in subgraphs(node):
+        for inner in body.node:
+            _rename(inner, renames)

@@ -10,6 +10,7 @@ import logging
 import time
 from pathlib import Path
 
+from service.pipeline.inputs.output_shapes import output_positions
 from service.pipeline.runtime.layers import LayersBudget, layers_from_files
 from service.pipeline.runtime.layers_retry import RetryInputs, requantizer, retry_without_origins
 from service.schemas.layers import LayersReport
@@ -50,7 +51,7 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
     retry = retry_without_origins(report, RetryInputs(
         fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds[: opts.max_samples], requantize=run,
         out_dir=retry_dir, intra_op_threads=options.latency.intra_op_threads, latency_runs=options.latency.runs,
-        data_dependent=frozenset(k for k, o in enumerate(fp32_model.graph.output) if o.name in (data_dependent or {}))
-        if fp32_model is not None else frozenset(),
+        data_dependent=frozenset(output_positions(fp32_model, data_dependent or {})) if fp32_model is not None
+        else frozenset(),
     ), k=opts.retry_k, max_seconds=opts.retry_seconds)
     return report.model_copy(update={"retry": retry})

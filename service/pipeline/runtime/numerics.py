@@ -120,13 +120,13 @@ def concat_runs(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
     out = []
     for k in range(len(runs[0])):
         parts = [as_tensor(r[k]) for r in runs]
-        moving = {i for p in parts[1:] if p.ndim == parts[0].ndim for i, (a, b) in enumerate(zip(p.shape, parts[0].shape)) if a != b}
         if not parts[0].ndim:
             out.append(np.stack(parts))
-        elif len({p.ndim for p in parts}) == 1 and moving <= {0}:
-            out.append(np.concatenate(parts, axis=0))
-        elif len({p.ndim for p in parts}) == 1 and len(moving) == 1:
-            out.append(np.concatenate(parts, axis=moving.pop()))
+            continue
+        same_rank = len({p.ndim for p in parts}) == 1
+        moving = {i for p in parts for i, (a, b) in enumerate(zip(p.shape, parts[0].shape)) if a != b}
+        if same_rank and len(moving) <= 1:  # samples on axis 0, or on the one axis whose length moves
+            out.append(np.concatenate(parts, axis=moving.pop() if moving else 0))
         else:
             out.append(np.concatenate([p.ravel() for p in parts]))
     return out

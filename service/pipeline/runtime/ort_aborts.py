@@ -17,30 +17,12 @@ QOperator file of such a graph.
 
 from __future__ import annotations
 
-from service.pipeline.vocabulary import DEQUANTIZE, MS, QUANTIZE
+from service.pipeline.vocabulary import DEQUANTIZE, MS, QUANTIZE, node_reads, subgraphs
 
 # CanNodePropagate() in qdq_propagation.cc: op -> the since-versions it accepts (ai.onnx).
 PROPAGATING_OPS = {"MaxPool": {12}, "Reshape": {5, 13, 14, 19}, "Transpose": {1, 13},
                    "Squeeze": {1, 11, 13}, "Unsqueeze": {1, 11, 13}, "Slice": {1, 10, 11, 13}}
 ABORT_SOURCE = "qdq_propagation.cc, InsertQDQPairs and GetNextPropagationEdges"  # under onnxruntime/core/optimizer/qdq_transformer
-
-
-def _bodies(node):
-    for attr in node.attribute:
-        yield from ([attr.g] if attr.HasField("g") else [])
-        yield from attr.graphs
-
-
-def _outer_reads(graph) -> set[str]:
-    """Names a body reads from the graphs around it (not its own inputs, initializers or outputs)."""
-    local = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    reads: set[str] = set()
-    for node in graph.node:
-        reads |= {i for i in node.input if i}
-        for body in _bodies(node):
-            reads |= _outer_reads(body)
-        local |= {o for o in node.output if o}
-    return reads - local
 
 
 def _since(op: str, opset: int) -> int | None:
@@ -75,7 +57,7 @@ def _abort_in(graph, opset: int, outer_initializers: dict) -> str | None:
     for node in graph.node:
         for name in {i for i in node.input if i}:
             readers.setdefault(name, []).append((node, False))
-        for name in set().union(*(_outer_reads(b) for b in _bodies(node))) - set(node.input):
+        for name in node_reads(node) - set(node.input):  # what its bodies read from this graph
             readers.setdefault(name, []).append((node, True))
     propagates = {op: _since(op, opset) in versions for op, versions in PROPAGATING_OPS.items()}
 
@@ -119,7 +101,7 @@ def _abort_in(graph, opset: int, outer_initializers: dict) -> str | None:
                     return out
                 frontier.append((reader, False))
     for node in graph.node:
-        for body in _bodies(node):
+        for body in subgraphs(node):
             found = _abort_in(body, opset, initializers)
             if found:
                 return found

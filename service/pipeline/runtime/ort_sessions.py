@@ -95,6 +95,12 @@ def session_with_options(model: Path | str | bytes, so):
 
     if not isinstance(model, bytes) and so.graph_optimization_level != ort.GraphOptimizationLevel.ORT_DISABLE_ALL:
         refuse_if_ort_aborts(Path(model), so)
+    return _inference_session(model, so)
+
+
+def _inference_session(model: Path | str | bytes, so):
+    import onnxruntime as ort
+
     return ort.InferenceSession(model if isinstance(model, bytes) else str(model), so, providers=PROVIDERS)
 
 
@@ -106,13 +112,11 @@ _aborts_cache: dict[tuple, str | None] = {}  # (path, size, mtime, level) -> the
 _predicted: dict[tuple, str | None] = {}  # (path, size, mtime) -> the tensor ort_aborts names, or None
 _cache_lock = threading.Lock()
 
+# The child makes the session the way this module does, without the check (it is the check).
 _PROBE = """
 import sys
-import onnxruntime as ort
-so = ort.SessionOptions()
-so.graph_optimization_level = ort.GraphOptimizationLevel(int(sys.argv[2]))
-so.log_severity_level = 3
-ort.InferenceSession(sys.argv[1], so, providers=["CPUExecutionProvider"])
+from service.pipeline.runtime.ort_sessions import _inference_session, session_options_for
+_inference_session(sys.argv[1], session_options_for(sys.argv[2]))
 """
 
 
@@ -150,7 +154,8 @@ def refuse_if_ort_aborts(path: Path, so) -> None:
     verdict = None
     if predicted is not None:
         try:
-            child = subprocess.run([sys.executable, "-c", _PROBE, str(path), str(level)], capture_output=True,
+            name = next(n for n, v in LEVEL_VALUES.items() if v == level)
+            child = subprocess.run([sys.executable, "-c", _PROBE, str(path), name], capture_output=True,
                                    timeout=_PROBE_TIMEOUT_S)
             died = child.returncode < 0
         except subprocess.TimeoutExpired:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections import Counter
 
 from service.pipeline.environment import cpu_info
-from service.pipeline.inputs.output_shapes import body_selection, constant_tensors, is_selection, node_reads
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
@@ -158,16 +157,11 @@ def padded_selection_lints(outputs: dict[str, str]) -> list[Lint]:
     )]
 
 
-def selection_input_lints(model, layers) -> list[Lint]:
-    """When outputs follow a selection, what the selections read (a detector's boxes and scores) as
-    the per-tensor table measured it: the accuracy figure those outputs cannot have themselves."""
+def selection_input_lints(read: list[str], layers) -> list[Lint]:
+    """When outputs follow a selection, what the selections read (``read``: a detector's boxes and
+    scores) as the per-tensor table measured it: the accuracy figure those outputs cannot have."""
     if layers is None or not layers.rows:
         return []
-    constants = constant_tensors(model.graph)
-    read: list[str] = []
-    for node in model.graph.node:
-        if is_selection(node, constants) or body_selection(node) is not None:
-            read += [t for t in sorted(node_reads(node)) if t not in read]
     rows = {r.tensor: r for r in layers.rows}
     measured = [(t, rows[t]) for t in read if t in rows and rows[t].artifacts]
     if not measured:
