@@ -414,3 +414,61 @@ def test_graph_outputs_past_the_budget_are_refused_naming_it(tmp_path):
     onnx_model_from_path(save(_relu_fan_out(8), tmp_path / "ok.onnx"), budgets=b)
     with pytest.raises(BudgetExceeded, match="graph outputs: 9 exceeds the budget max_graph_outputs = 8"):
         onnx_model_from_path(save(_relu_fan_out(9), tmp_path / "many.onnx"), budgets=b)
+
+
+def _named(*names: str) -> onnx.ModelProto:
+    """A Relu chain x -> y whose nodes carry ``names``."""
+    outs = [f"t{i}" for i in range(len(names) - 1)] + ["y"]
+    ins = ["x"] + outs[:-1]
+    return tiny_onnx(nodes=[helper.make_node("Relu", [i], [o], name=n) for i, o, n in zip(ins, outs, names)])
+
+
+def _subgraph_reusing_a_parent_name() -> onnx.ModelProto:
+    body = helper.make_graph([helper.make_node("Relu", ["x"], ["b"], name="relu")], "then", [],
+                             [helper.make_tensor_value_info("b", F, [1, 4])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["c"], name="relu")], "else", [],
+                              [helper.make_tensor_value_info("c", F, [1, 4])])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    return tiny_onnx(nodes=[helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                            helper.make_node("If", ["cond"], ["y"], then_branch=body, else_branch=other, name="if")],
+                     initializers=[cond])
+
+
+def _ort_refusal(model) -> str | None:
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001
+        return str(e)
+    return None
+
+
+def test_nodes_sharing_a_name_are_refused_at_submit_as_ort_refuses_them(tmp_path):
+    """onnx's checker takes two nodes named alike; ORT refuses the file at every level (graph.cc
+    VerifyNoDuplicateName), so every path failed inside ORT with its words, the fp32 row included.
+    The installed ORT is the oracle for all three cases: repeated names refused, empty names and a
+    subgraph reusing its parent's names loaded."""
+    repeated = _named("conv", "conv", "other")
+    onnx.checker.check_model(repeated)
+    assert "two nodes with same node name (conv)" in _ort_refusal(repeated)
+    with pytest.raises(InvalidModel, match=r"'conv' \(2 nodes\)") as e:
+        onnx_model_from_path(save(repeated, tmp_path / "dup.onnx"))
+    assert "ONNX Runtime refuses" in e.value.message and "n.name" in e.value.hint
+
+    for fine in (_named("", "", ""), _subgraph_reusing_a_parent_name()):
+        assert _ort_refusal(fine) is None
+        onnx_model_from_path(save(fine, tmp_path / "fine.onnx"))
+
+
+def test_the_renaming_the_hint_gives_makes_a_file_ort_loads(tmp_path):
+    """The one-liner in the refusal's hint is what a user pastes: it must give unique names."""
+    from service.pipeline.inputs.safety.onnx_checks import _refuse_repeated_node_names
+
+    model = _named("a", "a", "a_1", "", "")
+    with pytest.raises(InvalidModel) as e:
+        _refuse_repeated_node_names(model.graph.node)
+    snippet = e.value.hint.split("`")[1]
+    exec(snippet, {"model": model})  # noqa: S102 - our own hint text
+    assert _ort_refusal(model) is None
+    onnx_model_from_path(save(model, tmp_path / "renamed.onnx"))

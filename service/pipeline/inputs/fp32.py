@@ -1,11 +1,12 @@
 """The fp32 reference artifact: the uploaded ONNX (its sparse initializers written dense, its
-shapeless graph outputs given the shapes inference finds), or torch.onnx.export(dynamo=True) of the program."""
+shapeless graph outputs given the shapes inference finds, its nodes in topological order), or torch.onnx.export(dynamo=True) of the program."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from service.pipeline.inputs.node_order import sort_nodes
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes
 from service.pipeline.inputs.sources import ModelSource, copy_upload
 from service.pipeline.inputs.sparse import densify_sparse_initializers
@@ -27,7 +28,12 @@ def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
         source.notes.append(f"graph output(s) {', '.join(repr(n) for n in shaped[:5])} declared no shape; the fp32 "
                             "reference is written with the shapes ONNX shape inference gives (ORT computes the "
                             "same values either way)")
-    if source.onnx_model is not None and (source.onnx_model.graph.sparse_initializer or shaped):
+    moved = sort_nodes(source.onnx_model.graph) if source.onnx_model is not None else 0
+    if moved:
+        source.notes.append(f"the upload lists nodes before the nodes whose outputs they read ({moved} moved); the fp32 reference is written with "
+                            "its nodes in topological order, as ONNX requires and ORT sorts them when it loads a "
+                            "graph (the same computation)")
+    if source.onnx_model is not None and (source.onnx_model.graph.sparse_initializer or shaped or moved):
         import onnx
 
         if source.onnx_model.graph.sparse_initializer:
