@@ -82,7 +82,7 @@ def _prefix_then_tail(split, source: ModelSource, shapes, calibration, out_path:
                          onnx_model=split.prefix)
         tool = qdq_from_pt2e(prefix, shapes, calibration, out_path, **kw)
         splice_tail(out_path, split, prefix_path=prefix_path, feed=calibration[0])
-    _ort_loads(out_path, source.specs)
+    _ort_loads(out_path)
     note = split.note()
     if tool.conversion is not None:
         tool.conversion.setdefault("notes", []).append(note)
@@ -214,7 +214,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
             conversion.notes.append("torch's per-node stack traces (pkg.torch.onnx.stack_trace) are removed: for an "
                                     "ONNX upload they name the converter's Python frames, not the upload")
     onnx.save(proto, out_path)
-    _ort_loads(out_path, specs)
+    _ort_loads(out_path)
     act = config.input_activation
     weight = config.weight
 
@@ -252,20 +252,16 @@ def _drop_stack_traces(proto) -> int:
     return dropped
 
 
-def _ort_loads(path: Path, specs) -> None:
-    """The path is ok only when ORT loads its file (a float16 upload's file quantizes float16
-    tensors with float32 scales, which ORT's type check refuses: QuantizeLinear's T1 bound to
-    tensor(float16) and tensor(float))."""
+def _ort_loads(path: Path) -> None:
+    """The path is ok only when ORT loads its file: torch.onnx.export can write one ORT's type check
+    refuses (it quantized a float16 graph's tensors with float32 scales, before float16 uploads were
+    converted as their float32 copy), and the path then fails with ORT's words, not "ok" with every
+    level failing."""
     e = ort_refusal(path)
     if e is None:
         return
-    half = {s.name: s.dtype for s in specs if s.dtype in ("float16", "bfloat16")}
-    hint = (f"the upload computes in {'/'.join(sorted(set(half.values())))} "
-            f"(input {', '.join(half)}): PT2E's XNNPACK config quantizes float32 models; upload the "
-            "float32 model" if half else
-            "ORT's message names the node it refuses; the ORT paths are unaffected")
     raise Pt2eFileRejected(f"ORT cannot load the file torch.onnx.export wrote: {scrub(first_line(e))[:500]}",
-                           hint=hint) from e
+                           hint="ORT's message names the node it refuses; the ORT paths are unaffected") from e
 
 
 _MINMAX_OBSERVERS = ("MinMaxObserver", "PerChannelMinMaxObserver")

@@ -123,19 +123,41 @@ def _conv_relu(path, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_a_pt2e_file_ort_cannot_load_fails_the_path_with_ort_s_reason(tmp_path, dtype):
-    """torch writes a float16 upload's QDQ file with float16 tensors and float32 scales, which ORT's
-    type check refuses; the path then fails with ORT's words instead of reporting "ok" with five
-    failed levels. The float32 twin is the control: the same graph loads."""
-    from service.errors import Pt2eFileRejected
+def test_a_float16_upload_gives_a_pt2e_file_ort_loads_like_its_float32_twin(tmp_path, dtype):
+    """torch wrote a float16 upload's QDQ file with float16 tensors and float32 scales, which ORT's
+    type check refuses (the path failed); the graph is now converted as its float32 copy, behind the
+    upload's float16 interface (tests/pipeline/test_float16_uploads.py has the whole job)."""
+    import onnx
+    import onnxruntime as ort
 
     upload = tmp_path / "m.onnx"
     _conv_relu(upload, dtype)
-    if dtype == "float32":
-        tool, _ = pt2e_of_upload(upload, tmp_path / "pt2e.onnx", calibration_samples=2)
-        assert tool.conversion["parity"]["ok"]
-        return
+    tool, _ = pt2e_of_upload(upload, tmp_path / "pt2e.onnx", calibration_samples=2)
+    assert tool.conversion["parity"]["ok"]
+    ort.InferenceSession(str(tmp_path / "pt2e.onnx"), providers=["CPUExecutionProvider"])
+    written = onnx.load(str(tmp_path / "pt2e.onnx"))
+    uploaded = onnx.load(str(upload))
+    assert written.graph.input[0].type.tensor_type.elem_type == uploaded.graph.input[0].type.tensor_type.elem_type
+    assert any("float32 copy" in n for n in tool.conversion["notes"]) == (dtype == "float16")
+
+
+def test_a_pt2e_file_ort_cannot_load_fails_the_path_with_ort_s_reason(tmp_path):
+    """What torch wrote for a float16 graph (QuantizeLinear of a float16 tensor with a float32 scale):
+    the path fails with ORT's words instead of reporting "ok" with five failed levels."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from service.errors import Pt2eFileRejected
+    from service.pipeline.quantize.pt2e import _ort_loads
+
+    g = helper.make_graph(
+        [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="node_quantize_per_tensor"),
+         helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "z")])
+    path = tmp_path / "bad.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     with pytest.raises(Pt2eFileRejected) as info:
-        pt2e_of_upload(upload, tmp_path / "pt2e.onnx", calibration_samples=2)
-    assert "QuantizeLinear" in info.value.message and "tensor(float16)" in info.value.message
-    assert "float16" in info.value.hint and "float32 model" in info.value.hint
+        _ort_loads(path)
+    assert "node_quantize_per_tensor" in info.value.message and "tensor(float16)" in info.value.message

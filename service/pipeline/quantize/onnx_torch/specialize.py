@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.pipeline.quantize.onnx_cleanup import _bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants
+from service.pipeline.quantize.onnx_cleanup import (_bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants,
+                                                   widen_half_to_float32)
 
 from .names import restore_io_names
 from .own_weights import own_weight_copies
@@ -43,6 +44,7 @@ def specialized(model, shapes: dict[str, tuple[int, ...]], *,
     work.CopyFrom(model)
     notes: list[str] = []
     _drop_initializer_inputs(work, notes)
+    widen_half_to_float32(work, notes)
     baked_names = _bake_inputs(work, constants or {}, notes)
     _fix_input_shapes(work, shapes, notes, {})
     if fold:
