@@ -43,6 +43,7 @@ from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
+from service.pipeline.quantize.float32_copy import float32_copy_for_ort
 from service.pipeline.quantize.isolation import PathOutcome, run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
@@ -113,7 +114,7 @@ class _Run:
     scratch: Path
     notify: Progress
     timings: dict[str, float] = field(default_factory=dict)
-    ort_input: Path | None = None  # the (pre-processed) fp32 file the ORT paths quantized; advice re-uses it
+    ort_input: Path | None = None  # the file the ORT paths quantized (_input_for_ort); advice and layers re-use it
 
     @contextmanager
     def stage(self, name: str, total: int = 1):
@@ -354,10 +355,12 @@ def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str
     """The file both ORT paths quantize: the fp32 model at an opset ORT quantizes, pre-processed."""
     ai_onnx = next((o.version for o in fp32.file.model.opset_import if o.domain in ("", "ai.onnx")), None)
     ort_input, opset_note = opset_for_ort(fp32.file.path, run.scratch / "fp32.opset13.onnx", opset=ai_onnx)
+    parsed = fp32.file.model if ort_input == fp32.file.path else None
+    ort_input, float32_note = float32_copy_for_ort(ort_input, run.scratch / "fp32.float32.onnx", model=parsed)
     ort_input, fix_note = fixed_for_ort_quantizer(
         ort_input, run.scratch / "fp32.ort_fixups.onnx",
-        model=fp32.file.model if ort_input == fp32.file.path else None, identities=not ort_settings["pre_process"])
-    notes = [opset_note, fix_note]
+        model=parsed if ort_input == fp32.file.path else None, identities=not ort_settings["pre_process"])
+    notes = [opset_note, float32_note, fix_note]
     if ort_settings["pre_process"]:
         t0 = time.perf_counter()
         ort_input, pre_note = preprocessed_for_ort(ort_input, run.scratch / "fp32.preprocessed.onnx")
@@ -419,7 +422,7 @@ def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ins
         options=options, paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
         tools={n: a.tool for n, a in inspected.artifacts.items() if a.tool is not None}, out_dir=run.scratch,
         source=prepared.source, shapes=prepared.shapes, calibration=prepared.samples.calibration,
-        input_names=[s.name for s in prepared.source.specs], ort_input=_ort_input_used(fp32, run),
+        input_names=[s.name for s in prepared.source.specs], ort_input=run.ort_input or fp32.file.path,
         ort_settings=resolved_ort_settings(options), fp32_model=fp32.file.model,
         optimized_paths={a: {lv: run.art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in inspected.paths},
         data_dependent=fp32.after_selection.moving,
@@ -427,15 +430,6 @@ def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ins
     if layers is not None:
         run.timings["layers"] = round(time.perf_counter() - t0, 4)
     return layers
-
-
-def _ort_input_used(fp32: Fp32, run: _Run) -> Path:
-    """The file the ORT paths quantized (``_input_for_ort``; still in scratch): exclude-and-retry
-    re-quantizes that same file, so ORT's node names are those it saw."""
-    for name in ("fp32.preprocessed.onnx", "fp32.opset13.onnx"):
-        if (run.scratch / name).exists():
-            return run.scratch / name
-    return fp32.file.path
 
 
 def _inspect(path: Path, fp32_hist: dict[str, int]) -> tuple[OnnxFile, FileInfo, QuantizationInventory]:

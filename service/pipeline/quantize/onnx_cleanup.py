@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
-from service.pipeline.vocabulary import HALF_ELEM_TYPES, computes_in_half, rename_reads
 
 log = logging.getLogger(__name__)
 
@@ -145,89 +144,6 @@ def _downgraded_opset(model, notes: list[str]):
         return model
     notes.append(f"converted opset {opset} -> {TORCH_CONVERTIBLE_OPSET} for onnx2torch")
     return down
-
-
-def widen_half_to_float32(model, notes: list[str]) -> None:
-    """A graph that computes in float16/bfloat16 computes in float32 instead: half initializers and
-    constants widened (exact), Casts and dtype attributes to half made float32; a half graph input
-    is cast to float32 where it enters, a half output cast back where it leaves, so the file keeps
-    the upload's interface.
-
-    Why: on the CPU EP, ORT runs a float16 node without a float16 kernel (Conv, Gemm, most others)
-    between Casts to and from float (insert_cast_transformer.cc), and a Cast between a
-    DequantizeLinear and its op breaks the QDQ node unit: a quantized float16 graph runs no int8
-    kernel. ORT's own paths quantize quant_pre_process's output, which is that float graph; this
-    gives PT2E the same float32 view."""
-    from onnx import TensorProto, helper
-
-    if not computes_in_half(model.graph):
-        return
-    g = model.graph
-    count = _widen_graph(g)
-    renames, casts_in = {}, []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type in HALF_ELEM_TYPES:
-            renames[vi.name] = f"{vi.name}__float32"
-            casts_in.append(helper.make_node("Cast", [vi.name], [renames[vi.name]], to=TensorProto.FLOAT,
-                                             name=f"{vi.name}__to_float32"))
-    rename_reads(g, renames)
-    out_renames = {o.name: f"{o.name}__float32" for o in g.output
-                   if o.type.tensor_type.elem_type in HALF_ELEM_TYPES and o.name not in renames}
-    for node in g.node:
-        node.output[:] = [out_renames.get(o, o) for o in node.output]
-    rename_reads(g, out_renames)
-    casts_out = [helper.make_node("Cast", [new], [old], to=o_type, name=f"{old}__to_half")
-                 for old, new in out_renames.items()
-                 for o_type in [next(o.type.tensor_type.elem_type for o in g.output if o.name == old)]]
-    nodes = casts_in + list(g.node) + casts_out
-    del g.node[:]
-    g.node.extend(nodes)
-    notes.append(f"the upload computes in float16: converted as its float32 copy ({count} half tensors, Casts "
-                 "and dtype attributes widened, exactly), with the upload's inputs and outputs kept; ORT's CPU "
-                 "EP runs such a graph's nodes in float too, and a quantized float16 graph runs no int8 kernel there")
-
-
-def _widen_graph(g) -> int:
-    """Half initializers, Constant values, Cast/dtype attributes and value types of ``g`` and its
-    bodies made float32; how many were changed. Graph inputs/outputs of the top graph are left to
-    the caller (``widen_half_to_float32``), a body's are widened."""
-    from onnx import AttributeProto, TensorProto, numpy_helper
-
-    changed = 0
-
-    def widen_tensor(t) -> bool:
-        if t.data_type not in HALF_ELEM_TYPES:
-            return False
-        wide = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
-        t.CopyFrom(wide)
-        return True
-
-    for t in g.initializer:
-        changed += widen_tensor(t)
-    for vi in g.value_info:
-        if vi.type.tensor_type.elem_type in HALF_ELEM_TYPES:
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    for node in g.node:
-        for a in node.attribute:
-            if a.type == AttributeProto.TENSOR:
-                changed += widen_tensor(a.t)
-            elif a.type == AttributeProto.INT and a.name in ("to", "dtype") and a.i in HALF_ELEM_TYPES:
-                a.i = TensorProto.FLOAT
-                changed += 1
-            elif a.type == AttributeProto.GRAPH:
-                changed += _widen_body(a.g)
-            elif a.type == AttributeProto.GRAPHS:
-                changed += sum(_widen_body(b) for b in a.graphs)
-    return changed
-
-
-def _widen_body(body) -> int:
-    from onnx import TensorProto
-
-    for vi in (*body.input, *body.output):
-        if vi.type.tensor_type.elem_type in HALF_ELEM_TYPES:
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    return _widen_graph(body)
 
 
 def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,

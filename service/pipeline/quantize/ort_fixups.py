@@ -57,13 +57,6 @@ Why each step, in ORT's own code:
   write the same import twice (``'' 21, '' 21``); onnx's checker and ORT take it, but
   ``quant_utils.get_opset_version`` wants exactly one ai.onnx entry ("Failed to find proper ai.onnx
   domain"), so both ORT paths failed. The same import once names the same opsets.
-* **A float16 graph's weight Casts are folded.** On the CPU EP, ORT wraps every float16 node that
-  has no float16 kernel (Conv, Gemm, most others) in Casts to float (``InsertCastTransformer``,
-  ``onnxruntime/core/optimizer/insert_cast_transformer.cc``, nodes named
-  ``InsertedPrecisionFreeCast_<tensor>``), after constant folding: quant_pre_process's saved graph
-  is a float32 graph whose every weight comes out of a Cast. ``quantize_bias_static_impl`` then finds
-  no initializer (the QOperator Conv fails as above) and the QDQ format quantizes the weights at run
-  time, per tensor, with float biases. The widened initializer is the value the Cast computes.
 * **A Where reads quantized tensors through an Identity.** In QOperator format
   ``QLinearWhere.quantize`` (``operators/where.py``) keeps the Where as it is unless
   ``ForceQuantizeNoInputCheck`` is set, and unlike ``QuantOperatorBase.quantize`` it adds no
@@ -86,8 +79,7 @@ from service.errors import NonFiniteCalibration, OrtQuantizerFailed
 from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
-from service.pipeline.vocabulary import (HALF_ELEM_TYPES, all_tensor_names, attribute, node_reads, rename_outer_reads,
-                                         rename_reads, subgraphs)
+from service.pipeline.vocabulary import all_tensor_names, rename_outer_reads, rename_reads, subgraphs
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -105,13 +97,11 @@ class OrtFixups:
     where_reads: list[str] = field(default_factory=list)  # tensors a Where now reads through an Identity
     repeated_opset_imports: int = 0  # opset_import entries that repeated an earlier one
     derived_names: dict[str, str] = field(default_factory=dict)  # '<T>_scale'-like upload tensor -> new name
-    widened_weights: int = 0  # Casts of a float16 initializer to float folded into a float32 initializer
 
     @property
     def changed(self) -> bool:
         return bool(self.constants_to_initializers or self.outer_scope_reads or self.ir_version
-                    or self.shared_biases or self.where_reads or self.repeated_opset_imports or self.derived_names
-                    or self.widened_weights)
+                    or self.shared_biases or self.where_reads or self.repeated_opset_imports or self.derived_names)
 
     def note(self) -> str | None:
         parts = []
@@ -138,10 +128,6 @@ class OrtFixups:
         if self.derived_names:
             parts.append(f"tensor {_first_rename(self.derived_names)} (ORT's quantizer gives that name to what it "
                          "adds for another tensor: its scale, zero point or quantized copy)")
-        if self.widened_weights:
-            parts.append(f"{self.widened_weights} Casts of a float16 weight to float folded into float32 initializers "
-                         "(exact: ORT's CPU optimizer casts a float16 graph's weights to float for its float kernels, "
-                         "and ORT's quantizer quantizes a weight or bias only when it is an initializer)")
         if self.repeated_opset_imports:
             parts.append(f"{self.repeated_opset_imports} repeated opset_import entries removed (ORT's quantizer "
                          "wants one ai.onnx import; the same import twice names the same opsets)")
@@ -371,41 +357,6 @@ def _repeated_imports(model) -> list[int]:
     return repeated
 
 
-def _half_weight_casts(graph) -> list:
-    """Top-graph Casts to float32 of a float16/bfloat16 initializer. quant_pre_process's ORT pass
-    writes one per weight of a float16 graph: on the CPU EP, ORT wraps every node without a float16
-    kernel in Casts to float (insert_cast_transformer.cc, ``InsertedPrecisionFreeCast_<tensor>``),
-    after the level's constant folding has run, so nothing folds them."""
-    from onnx import TensorProto
-
-    half = {t.name for t in graph.initializer if t.data_type in HALF_ELEM_TYPES}
-    return [n for n in graph.node if n.op_type == "Cast" and (n.domain or "") in _DEFAULT_DOMAINS
-            and len(n.input) == 1 and n.input[0] in half and attribute(n, "to") == TensorProto.FLOAT]
-
-
-def half_weight_casts_folded(model) -> int:
-    """Each Cast of ``_half_weight_casts`` becomes the float32 initializer it computes (float16 and
-    bfloat16 widen to float32 exactly); a half initializer nothing else reads is dropped."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    g = model.graph
-    casts = _half_weight_casts(g)
-    if not casts:
-        return 0
-    by_name = {t.name: t for t in g.initializer}
-    for node in casts:
-        widened = numpy_helper.from_array(numpy_helper.to_array(by_name[node.input[0]]).astype(np.float32),
-                                          node.output[0])
-        g.initializer.append(widened)
-        g.node.remove(node)
-    still_read = set().union(*(node_reads(n) for n in g.node)) | {o.name for o in g.output}
-    kept = [t for t in g.initializer if t.name in still_read or t.data_type not in HALF_ELEM_TYPES]
-    del g.initializer[:]
-    g.initializer.extend(kept)
-    return len(casts)
-
-
 def repeated_opset_imports_removed(model) -> int:
     repeated = _repeated_imports(model)
     for k in reversed(repeated):
@@ -423,14 +374,13 @@ def fixups_for_ort_quantizer(model, *, identities: bool = True) -> OrtFixups:
                      ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_renamed(model),
                      where_reads=where_inputs_through_identity(model) if identities else [],
                      repeated_opset_imports=repeated_opset_imports_removed(model),
-                     derived_names=derived_names_renamed(model),
-                     widened_weights=half_weight_casts_folded(model))
+                     derived_names=derived_names_renamed(model))
 
 
 def needs_fixups(model, *, identities: bool = True) -> bool:
     """Cheap check on a model parsed without its external data."""
     g = model.graph
-    if _before_ir4(model) or _repeated_imports(model) or _derived_names(model) or _half_weight_casts(g):
+    if _before_ir4(model) or _repeated_imports(model) or _derived_names(model):
         return True
     if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
         return True

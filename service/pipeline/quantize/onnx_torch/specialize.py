@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from service.pipeline.quantize.onnx_cleanup import (_bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants,
-                                                   widen_half_to_float32)
+from service.pipeline.quantize.float32_copy import widen_half_to_float32
+from service.pipeline.quantize.onnx_cleanup import _bake_inputs, _drop_initializer_inputs, _fix_input_shapes, _fold_constants
 
 from .names import restore_io_names
 from .own_weights import own_weight_copies
