@@ -27,7 +27,7 @@ from typing import Callable
 
 import onnx
 
-from service.errors import InvalidOptions
+from service.errors import InvalidModel, InvalidOptions
 from service.pipeline.environment import cores_idle, environment
 from service.pipeline.files import OnnxFile
 from service.pipeline.inputs import sources
@@ -44,7 +44,7 @@ from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_fr
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
-from service.pipeline.quantize.isolation import PathOutcome, run_path
+from service.pipeline.quantize.isolation import PathOutcome, first_line, run_path, scrub
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
@@ -52,7 +52,7 @@ from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
-from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_ops
+from service.pipeline.runtime.ort_sessions import ort_refusal, quiet_ort_logs, seed_random_ops
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
@@ -252,10 +252,24 @@ def fp32_stage(prepared: Prepared, run: _Run) -> Fp32:
     source = prepared.source
     with run.stage("fp32"):
         path = fp32_onnx_from_source(source, run.art_dir / "fp32.onnx")
+        _refuse_if_ort_cannot_load(path)
         model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
         after = tensors_after_selection(model, prepared.shapes)
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
                 after_selection=after)
+
+
+def _refuse_if_ort_cannot_load(path: Path) -> None:
+    """An upload ORT refuses to load (a type error onnx's checker, without its full check, lets
+    through) would fail every path and level with ORT's words four times over, after minutes of
+    quantizing: the job stops here, once, naming what ORT names."""
+    e = ort_refusal(path)
+    if e is not None:
+        raise InvalidModel(
+            f"ONNX Runtime cannot load this model: {scrub(first_line(e))[:500].rstrip('.')}. Every path and level "
+            "would fail.",
+            hint="Fix what ORT names (onnx.shape_inference.infer_shapes(model, strict_mode=True) often shows it too) "
+                 "and upload again.") from e
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,

@@ -44,8 +44,13 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
                 how = ("quant_pre_process: ok, its three steps with the weights left in external data (symbolic "
                        "shape inference, ORT basic optimization, ONNX shape inference)")
             else:
-                quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()))
-                how = "quant_pre_process: ok (shape inference + ORT basic optimization before quantizing)"
+                with _ort_log_records("onnxruntime.quantization.shape_inference") as records:
+                    quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()))
+                failed = next((r for r in records if "Optimization Failed" in r), None)
+                how = ("quant_pre_process: ok (shape inference + ORT basic optimization before quantizing)"
+                       if failed is None else
+                       f"quant_pre_process: its ORT basic optimization failed ({_last_line(records)}); "
+                       "quantized its shape-inferred graph")
         return out_path, how
     except Exception as e:  # noqa: BLE001 - any failure here is survivable by design
         log.info("quant_pre_process failed: %r", e)
@@ -96,6 +101,34 @@ def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None
     final = onnx.load(str(out_path), load_external_data=False)
     add_pre_process_metadata(final)
     onnx.save(final, str(out_path))
+
+
+@contextmanager
+def _ort_log_records(name: str):
+    """The messages ORT's quantization tools log at warning and above under ``name``, kept out of
+    the process's output: quant_pre_process logs a failed optimization step with its traceback and
+    goes on, which printed a traceback into the CLI's output and left the note saying "ok"."""
+    records: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger, handler = logging.getLogger(name), _Keep(logging.WARNING)
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def _last_line(records: list[str]) -> str:
+    """The exception line of the last traceback logged (ORT's own message), scrubbed of paths."""
+    lines = [ln for r in records for ln in r.splitlines() if ln.strip()]
+    return scrub(lines[-1])[:300] if lines else "no message"
 
 
 _CWD_LOCK = threading.Lock()

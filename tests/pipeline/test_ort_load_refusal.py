@@ -1,0 +1,53 @@
+"""An upload ORT refuses to load, which onnx's checker (without its full check) takes: a Conv's
+float output added to a float64 constant. Before, every path and level failed with ORT's words
+(PT2E, both ORT quantizers, the fp32 row) after the quantizers had run, and quant_pre_process
+printed a traceback into the CLI's output while the report's note said its optimization was "ok"."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from service.errors import InvalidModel
+
+
+def _float_plus_double(path):
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Add", ["c", "d"], ["y"], name="add")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])],
+        [numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w"),
+         numpy_helper.from_array(np.ones(1, np.float64), "d")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+def test_a_model_ort_cannot_load_stops_the_job_once_naming_ort_s_reason(tmp_path):
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.inputs.safety import onnx_model_from_path
+    from service.pipeline.options import ComparisonOptions
+
+    path = _float_plus_double(tmp_path / "m.onnx")
+    onnx_model_from_path(path)  # the submit checks take it
+    with pytest.raises(Exception, match="bound to different types"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ComparisonOptions.model_validate({"calibration_samples": 2, "eval_samples": 1,
+                                                "latency": {"enabled": False}, "advice": {"enabled": False}})
+    with pytest.raises(InvalidModel, match=r"ONNX Runtime cannot load this model: .*node \(add\)") as e:
+        run_comparison(ComparisonRequest(model_path=path, model_name="m.onnx", options=options), tmp_path / "job")
+    assert "/tmp" not in e.value.message and not (tmp_path / "job" / "artifacts" / "ort_qdq.onnx").exists()
+
+
+def test_a_failed_pre_process_optimization_is_said_and_its_traceback_kept_out_of_the_output(tmp_path, capfd):
+    """quant_pre_process logs the failure of its ORT step with a traceback and goes on; the note
+    says what failed, in ORT's words, and nothing reaches stderr."""
+    from service.pipeline.quantize.ort_quant import preprocessed_for_ort
+
+    path = _float_plus_double(tmp_path / "m.onnx")
+    _, note = preprocessed_for_ort(path, tmp_path / "pre.onnx")
+    assert note.startswith("quant_pre_process: its ORT basic optimization failed (")
+    assert "bound to different types" in note and "ok" not in note.split("(")[0]
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.err + captured.out
