@@ -148,6 +148,20 @@ def build_opset21_unnamed_batch(path: Path) -> None:
     onnx.save(model, path)
 
 
+def build_float16_keep_io(path: Path) -> None:
+    """The corpus conv net through onnxruntime.transformers.float16's converter with keep_io_types:
+    a float32 interface over a float16 graph, each input's Cast listed after its readers."""
+    import onnx
+    from onnx import helper
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    nodes, inits, x, y = _conv_net_graph(None)
+    model = helper.make_model(helper.make_graph(nodes, "fp16", [x], [y], initializer=inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(convert_float_to_float16(model, keep_io_types=True), path)
+
+
 def build_nms_detector(path: Path, *, with_scores: bool = True) -> None:
     """Conv head -> 256 anchors of (4 box coords, 1 score) -> NonMaxSuppression -> the kept rows, as
     ultralytics (nms=True), torchvision and tf2onnx detectors end: an output whose length follows the values."""
@@ -465,6 +479,9 @@ CORPUS: list[CorpusModel] = [
     CorpusModel("control_flow_int_bool_inputs", "If + Loop + Scan subgraphs; float, int64 ids, bool flag inputs",
                 built(build_control_flow_int_bool_inputs, "control_flow.onnx"),
                 {"input_shapes": {"ids": [1, 4]}, "input_values": {"ids": {"low": 0, "high": 32}}}),
+    CorpusModel("float16_keep_io", "ORT's float16 converter (keep_io_types=True): float16 graph, float32 inputs, "
+                "input Casts out of order", built(build_float16_keep_io, "float16_keep_io.onnx"),
+                in_suite=False),  # suite: test_float16_uploads
     CorpusModel("nms_detector", "detector ending in NonMaxSuppression + Gather of the kept rows, opset 17",
                 built(build_nms_detector, "nms_detector.onnx"), in_suite=False),  # suite: test_data_dependent_outputs
     CorpusModel("per_class_nms_loop", "tf2onnx SSD layout: per-class NonMaxSuppression in a Loop reading the boxes "
