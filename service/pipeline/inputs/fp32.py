@@ -1,5 +1,6 @@
 """The fp32 reference artifact: the uploaded ONNX (its sparse initializers written dense, its
-shapeless graph outputs given the shapes inference finds, its nodes in topological order), or torch.onnx.export(dynamo=True) of the program."""
+shapeless graph outputs given the shapes inference finds, its nodes in topological order), or
+torch.onnx.export(dynamo=True) of the program."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
                             "same values either way)")
     moved = sort_nodes(source.onnx_model.graph) if source.onnx_model is not None else 0
     if moved:
-        source.notes.append(f"the upload lists nodes before the nodes whose outputs they read ({moved} moved); the fp32 reference is written with "
-                            "its nodes in topological order, as ONNX requires and ORT sorts them when it loads a "
-                            "graph (the same computation)")
+        source.notes.append(f"the upload lists nodes before the nodes whose outputs they read ({moved} moved); the "
+                            "fp32 reference is written with its nodes in topological order, as ONNX requires and ORT "
+                            "sorts them when it loads a graph (the same computation)")
     if source.onnx_model is not None and (source.onnx_model.graph.sparse_initializer or shaped or moved):
         import onnx
 

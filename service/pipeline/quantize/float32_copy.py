@@ -73,9 +73,11 @@ def float32_copy_for_ort(fp32_path: Path, out_path: Path, *, model) -> tuple[Pat
         notes: list[str] = []
         widen_half_to_float32(full, notes)
         large = has_external_initializers(model)
-        onnx.save(full, str(out_path), save_as_external_data=large, location=out_path.name + ".data" if large else None)
+        onnx.save(full, str(out_path), save_as_external_data=large,
+                  location=out_path.name + ".data" if large else None)
     except Exception as e:  # noqa: BLE001 - quantize the file as it is, and say so
-        return fp32_path, f"the float32 copy of the float16 upload could not be written ({scrub(first_line(e))}); quantized as is"
+        return fp32_path, (f"the float32 copy of the float16 upload could not be written ({scrub(first_line(e))}); "
+                           "quantized as is")
     return out_path, notes[0]
 
 
