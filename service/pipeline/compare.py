@@ -369,11 +369,11 @@ def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str
     """The file both ORT paths quantize: the fp32 model at an opset ORT quantizes, pre-processed."""
     ai_onnx = next((o.version for o in fp32.file.model.opset_import if o.domain in ("", "ai.onnx")), None)
     ort_input, opset_note = opset_for_ort(fp32.file.path, run.scratch / "fp32.opset13.onnx", opset=ai_onnx)
-    parsed = fp32.file.model if ort_input == fp32.file.path else None
-    ort_input, float32_note = float32_copy_for_ort(ort_input, run.scratch / "fp32.float32.onnx", model=parsed)
+    ort_input, float32_note = float32_copy_for_ort(ort_input, run.scratch / "fp32.float32.onnx",
+                                                   model=fp32.file.model if ort_input == fp32.file.path else None)
     ort_input, fix_note = fixed_for_ort_quantizer(
         ort_input, run.scratch / "fp32.ort_fixups.onnx",
-        model=parsed if ort_input == fp32.file.path else None, identities=not ort_settings["pre_process"])
+        model=fp32.file.model if ort_input == fp32.file.path else None, identities=not ort_settings["pre_process"])
     notes = [opset_note, float32_note, fix_note]
     if ort_settings["pre_process"]:
         t0 = time.perf_counter()

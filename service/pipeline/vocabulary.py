@@ -153,18 +153,23 @@ HALF_ELEM_TYPES = frozenset({onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16
 
 
 def computes_in_half(graph: onnx.GraphProto) -> bool:
-    """Whether the graph holds float16/bfloat16 values: a half input or initializer, or a Cast to
-    half (onnxconverter-common's ``keep_io_types=True`` keeps float32 inputs and casts inside). Read
-    from the graph's declarations only, so external weights stay on disk."""
-    if any(vi.type.tensor_type.elem_type in HALF_ELEM_TYPES for vi in graph.input):
-        return True
+    """Whether the graph holds float16/bfloat16 values: a half input, or (here or in an If/Loop/Scan
+    body) a half initializer, Constant or Cast to half (onnxconverter-common's ``keep_io_types=True``
+    keeps float32 inputs and casts inside). Read from the graph's declarations only, so external
+    weights stay on disk."""
+    return any(vi.type.tensor_type.elem_type in HALF_ELEM_TYPES for vi in graph.input) or _holds_half(graph)
+
+
+def _holds_half(graph: onnx.GraphProto) -> bool:
     if any(t.data_type in HALF_ELEM_TYPES for t in graph.initializer):
         return True
-    for node in all_nodes(graph):
+    for node in graph.node:
         if node.op_type == "Cast" and attribute(node, "to") in HALF_ELEM_TYPES:
             return True
         if node.op_type == "Constant" and any(a.t.data_type in HALF_ELEM_TYPES for a in node.attribute
                                               if a.type == onnx.AttributeProto.TENSOR):
+            return True
+        if any(_holds_half(body) for body in subgraphs(node)):
             return True
     return False
 

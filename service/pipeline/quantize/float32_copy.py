@@ -14,6 +14,7 @@ upload as ORT runs it.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -118,7 +119,8 @@ def _widen_graph(g) -> int:
 def _fold_weight_casts(g) -> None:
     """A Cast to float of a (now float32) initializer becomes that initializer under the Cast's
     output name: a weight stored in float16 and cast where it is read (silero-vad's half model)
-    must be an initializer for ORT's quantizer to quantize it (``find_by_name`` over initializers)."""
+    must be an initializer for ORT's quantizer to quantize it (``find_by_name`` over initializers).
+    The initializer is renamed when the Cast is its only reader, copied otherwise."""
     from onnx import TensorProto
 
     inits = {t.name: t for t in g.initializer}
@@ -126,17 +128,18 @@ def _fold_weight_casts(g) -> None:
     folded = [n for n in g.node if n.op_type == "Cast" and len(n.input) == 1 and n.input[0] in inits
               and inits[n.input[0]].data_type == TensorProto.FLOAT and attribute(n, "to") == TensorProto.FLOAT
               and n.output[0] not in outputs]
+    if not folded:
+        return
+    readers = Counter(name for n in g.node for name in node_reads(n))
     for n in folded:
-        t = g.initializer.add()
-        t.CopyFrom(inits[n.input[0]])
-        t.name = n.output[0]
+        source = n.input[0]
+        if readers[source] == 1 and source not in outputs:
+            inits[source].name = n.output[0]
+        else:
+            g.initializer.add().CopyFrom(inits[source])
+            g.initializer[-1].name = n.output[0]
+        readers[source] -= 1
         g.node.remove(n)
-    if folded:
-        read = set().union(*(node_reads(n) for n in g.node)) | outputs
-        sources = {n.input[0] for n in folded}
-        kept = [t for t in g.initializer if t.name in read or t.name not in sources]
-        del g.initializer[:]
-        g.initializer.extend(kept)
 
 
 def _widen_body(body) -> int:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import os
 import stat
-from collections import deque
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from service.errors import InvalidModel, UnsupportedModel
-from service.pipeline.inputs.node_order import sort_nodes
+from service.pipeline.inputs.node_order import sort_nodes, topological_order
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes, shapeless_outputs
 
 from .budgets import DEFAULT_BUDGETS, Budgets
@@ -362,13 +362,7 @@ def _refuse_repeated_node_names(nodes) -> None:
     graph: a subgraph may reuse a name of its parent). onnx's checker lets it through, so without
     this check every path of such an upload failed inside ORT. Exporters do write it: onnxconverter-
     common's float16 conversion names one boundary Cast per reader of a tensor alike."""
-    seen: dict[str, int] = {}
-    repeated: dict[str, int] = {}
-    for n in nodes:
-        if n.name:
-            seen[n.name] = seen.get(n.name, 0) + 1
-            if seen[n.name] > 1:
-                repeated[n.name] = seen[n.name]
+    repeated = {name: k for name, k in Counter(n.name for n in nodes if n.name).items() if k > 1}
     if repeated:
         shown = ", ".join(f"'{_safe(name)}' ({k} nodes)" for name, k in list(repeated.items())[:3])
         more = f" and {len(repeated) - 3} more names" if len(repeated) > 3 else ""
@@ -485,37 +479,26 @@ class _Walker:
                     raise InvalidModel(f"Value '{_safe(o)}' is produced more than once (graphs must be SSA).",
                                        hint=_UPLOAD_HINT)
                 producer[o] = i
-        indeg = [0] * len(nodes)
-        users: list[list[int]] = [[] for _ in nodes]
+        deps: list[set[int]] = []
         for i, n in enumerate(nodes):
-            deps = set()
+            mine = set()
             for name in list(n.input) + _implicit_inputs(n):
                 if not name:
                     continue
                 if name in producer:
-                    deps.add(producer[name])
+                    mine.add(producer[name])
                 elif name not in defined:
                     raise InvalidModel(
                         f"Node '{_safe(n.name or n.op_type)}' reads '{_safe(name)}', which no node, input or "
                         "initializer defines.", hint=_UPLOAD_HINT)
-            for d in deps:
-                if d == i:
-                    raise InvalidModel(f"Node '{_safe(n.name or n.op_type)}' consumes its own output (a cycle).",
-                                       hint=_UPLOAD_HINT)
-                indeg[i] += 1
-                users[d].append(i)
-        q = deque(i for i, d in enumerate(indeg) if d == 0)
-        order = []
-        while q:
-            i = q.popleft()
-            order.append(nodes[i])
-            for u in users[i]:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    q.append(u)
-        if len(order) != len(nodes):
+            if i in mine:
+                raise InvalidModel(f"Node '{_safe(n.name or n.op_type)}' consumes its own output (a cycle).",
+                                   hint=_UPLOAD_HINT)
+            deps.append(mine)
+        order = topological_order(deps)
+        if order is None:
             raise InvalidModel("The graph has a cycle: some nodes depend on their own outputs.", hint=_UPLOAD_HINT)
-        return order
+        return [nodes[i] for i in order]
 
     # -- nodes --------------------------------------------------------------------------------
 
