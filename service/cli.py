@@ -24,7 +24,7 @@ from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.logs import quiet_toolchain_logs
 from service.pipeline.options import ComparisonOptions
 from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
-from service.render.text import summary_table
+from service.render.text import summary_table, terminal_safe
 
 
 def load_options(text: str | None):
@@ -70,13 +70,13 @@ def _cmd_compare(args) -> int:
 
     request = ComparisonRequest(
         options=options, model_path=model_path, example=args.example, calibration_path=calibration,
-        model_name=model_path.name if model_path else args.example,
+        model_name=model_path.name if model_path else args.example, data_beside_model=True,
     )
     report = run_comparison(request, out, progress=progress)
     if not args.quiet and sys.stderr.isatty():
         print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
     (out / "report.json").write_text(report.model_dump_json(indent=2))
-    print(summary_table(report))
+    print(terminal_safe(summary_table(report)))
     print(f"\nreport: {out / 'report.json'}   artifacts: {out / 'artifacts'}/")
     return 0 if report.verdict.passed else 1
 
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except QuantCompareError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(terminal_safe(f"error: {e}"), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("quantcompare").debug("internal error", exc_info=True)
         if args.verbose:
             raise
-        print(f"error: internal_error: {type(e).__name__}: {e}\n  hint: this is a quantcompare bug; "
-              "rerun with -v for the traceback and report it", file=sys.stderr)
-        return 2
+        print(terminal_safe(f"error: internal_error: {type(e).__name__}: {e}\n  hint: this is a quantcompare bug; "
+                            "rerun with -v for the traceback and report it"), file=sys.stderr)
+        return 3  # not 2: a CI job must tell "my model was refused" from "the tool broke"
 
 
 if __name__ == "__main__":

@@ -97,3 +97,71 @@ def test_a_failing_gate_exits_1(tmp_path):
     proc = _run("compare", "--example", "conv_relu", "--options", gates, "--out", str(tmp_path / "o"))
     assert proc.returncode == 1, proc.stderr
     assert "FAIL" in proc.stdout
+
+
+def test_names_from_the_upload_cannot_drive_the_terminal(tmp_path):
+    """An input named 'x\\x1b[31mRED' was printed as is: the summary turned the reader's terminal red
+    (or worse: escape sequences can retitle windows, move the cursor, hide lines)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    name = "x\x1b[31mRED\x07"
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", [name, "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), tmp_path / "m.onnx")
+    proc = _run("compare", str(tmp_path / "m.onnx"), "--options",
+                '{"latency": {"enabled": false}, "advice": {"enabled": false}, "layers": {"enabled": false}, '
+                '"levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1}', "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    assert "x?[31mRED?" in proc.stdout  # the name is still shown, its control characters as '?'
+    assert "\x1b" not in proc.stdout + proc.stderr and "\x07" not in proc.stdout + proc.stderr
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert report["model"]["inputs"][0]["name"] == name  # the JSON keeps the exact name
+
+
+def test_an_internal_error_exits_3_not_2(monkeypatch, tmp_path, capsys):
+    """2 says "your input was refused, fix it"; a bug in quantcompare must not read like that to CI."""
+    import service.cli as cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(cli, "run_comparison", broken)
+    assert cli.main(["compare", "--example", "conv_relu", "--out", str(tmp_path / "o"), "-q"]) == 3
+    assert "internal_error: RuntimeError: a bug" in capsys.readouterr().err
+
+
+def test_a_model_with_its_external_data_beside_it_is_read_where_it_lies(tmp_path):
+    """torch.onnx.export(dynamo=True) writes model.onnx + model.onnx.data by default; the CLI refused
+    it ("refers to external data file ..., which was not uploaded with the model"). The user's two
+    files are read in place and copied, never moved, into the artifacts."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])], [w])
+    folder = tmp_path / "export"
+    folder.mkdir()
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), folder / "m.onnx",
+              save_as_external_data=True, location="m.onnx.data", size_threshold=0)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert set(before) == {"m.onnx", "m.onnx.data"}
+    proc = _run("compare", str(folder / "m.onnx"), "--options",
+                '{"latency": {"enabled": false}, "advice": {"enabled": false}, "layers": {"enabled": false}, '
+                '"levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1}', "--out", str(tmp_path / "o"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert {n: a["status"] for n, a in report["artifacts"].items()} == dict.fromkeys(
+        ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator"), "ok")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # the user's files, untouched
+    assert (tmp_path / "o" / "artifacts" / "m.onnx.data").read_bytes() == before["m.onnx.data"]
+    # a data file that is not there is named
+    (folder / "m.onnx.data").unlink()
+    proc = _run("compare", str(folder / "m.onnx"), "--out", str(tmp_path / "o2"))
+    assert proc.returncode == 2 and "'m.onnx.data', which is not among the files given" in proc.stderr, proc.stderr

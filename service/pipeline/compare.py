@@ -16,6 +16,7 @@ Each file is parsed once (``files.OnnxFile``) and the report is built once, at t
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import time
 from collections import Counter
@@ -27,7 +28,7 @@ from typing import Callable
 
 import onnx
 
-from service.errors import InvalidModel, InvalidOptions
+from service.errors import InvalidModel, InvalidOptions, UnsupportedModel
 from service.pipeline.environment import cores_idle, environment
 from service.pipeline.files import OnnxFile
 from service.pipeline.inputs import sources
@@ -36,11 +37,13 @@ from service.pipeline.inputs.fp32 import fp32_onnx_from_source
 from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
 from service.pipeline.inputs.output_shapes import AfterSelection, output_positions, tensors_after_selection
 from service.pipeline.inputs.safety import check_input_elements, check_sample_bytes, sniff_model_format
+from service.pipeline.inputs.safety.activations import check_activation_bytes, inferred_at_job_shapes
 from service.pipeline.inputs.samples import Samples, generated_samples, samples_from_npz
 from service.pipeline.inputs.sources import ModelSource
 from service.pipeline.inputs.specs import output_specs_from_onnx, resolved_input_shapes
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
+from service.pipeline.inspect.stored_nonfinite import nonfinite_weights
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
@@ -58,7 +61,7 @@ from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lints import padded_selection_lints, random_op_lints, selection_input_lints
 from service.pipeline.verdict.made_up_data import made_up_data_lints
-from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
+from service.pipeline.vocabulary import GraphIndex, all_nodes, dtype_name, op_key
 from service.schemas.levels import Lint
 from service.schemas.layers import LayersReport
 from service.schemas.report import (Artifact, FileInfo, ModelInfo, PathError, QuantizationInventory, Report, TensorSpec,
@@ -86,6 +89,9 @@ class ComparisonRequest:
     concurrent_jobs: Callable[[], int | None] | None = None
     # PT2E and ORT paths on two threads: None = when two cores are idle (quantize/side_by_side.py).
     parallel_paths: bool | None = None
+    # The CLI reads a model where it lies, external data beside it included; a service upload of one
+    # .onnx has no folder (its external data comes in an archive).
+    data_beside_model: bool = False
 
 
 def _source(request: ComparisonRequest, workdir: Path):
@@ -103,6 +109,8 @@ def _source(request: ComparisonRequest, workdir: Path):
     if fmt == "pt2":
         return sources.source_from_pt2(request.model_path, name=name, budgets=request.budgets,
                                        allow_pt2=request.allow_pt2)
+    if request.data_beside_model:
+        return sources.source_from_onnx_with_local_data(request.model_path, name=name, budgets=request.budgets)
     return sources.source_from_onnx(request.model_path, name=name, budgets=request.budgets)
 
 
@@ -173,7 +181,7 @@ def run_comparison(
     quiet_ort_logs()
 
     prepared = prepare_stage(request, workdir, run)
-    fp32 = fp32_stage(prepared, run)
+    fp32 = fp32_stage(prepared, run, budgets=request.budgets)
     outcomes = quantize_stage(options, prepared, fp32, run, parallel=request.parallel_paths,
                               concurrent_jobs=request.concurrent_jobs)
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
@@ -247,29 +255,61 @@ def prepare_stage(request: ComparisonRequest, workdir: Path, run: _Run) -> Prepa
     return Prepared(source=source, shapes=shapes, shape_notes=shape_notes, samples=samples)
 
 
-def fp32_stage(prepared: Prepared, run: _Run) -> Fp32:
-    """The fp32 reference file (the upload, or exported from torch), read once for its metadata."""
+def fp32_stage(prepared: Prepared, run: _Run, *, budgets=None) -> Fp32:
+    """The fp32 reference file (the upload, or exported from torch), read once for its metadata; its
+    tensors at the job's shapes bounded before any session runs it."""
     source = prepared.source
     with run.stage("fp32"):
         path = fp32_onnx_from_source(source, run.art_dir / "fp32.onnx")
-        _refuse_if_ort_cannot_load(path)
         model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
-        after = tensors_after_selection(model, prepared.shapes)
+        inferred = inferred_at_job_shapes(model, prepared.shapes)
+        check_activation_bytes(inferred, budgets)
+        _refuse_if_ort_cannot_load(path, inferred)
+        after = tensors_after_selection(model, inferred)
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
                 after_selection=after)
 
 
-def _refuse_if_ort_cannot_load(path: Path) -> None:
+def _refuse_if_ort_cannot_load(path: Path, inferred) -> None:
     """An upload ORT refuses to load (a type error onnx's checker, without its full check, lets
     through) would fail every path and level with ORT's words four times over, after minutes of
-    quantizing: the job stops here, once, naming what ORT names."""
+    quantizing: the job stops here, once, naming what ORT names. ``inferred``: the graph after shape
+    inference at the job's shapes, for the types a kernel ORT lacks was asked for."""
     e = ort_refusal(path)
-    if e is not None:
-        raise InvalidModel(
-            f"ONNX Runtime cannot load this model: {scrub(first_line(e))[:500].rstrip('.')}. Every path and level "
-            "would fail.",
-            hint="Fix what ORT names (onnx.shape_inference.infer_shapes(model, strict_mode=True) often shows it too) "
-                 "and upload again.") from e
+    if e is None:
+        return
+    said = scrub(first_line(e))[:500].rstrip(".")
+    missing = _MISSING_KERNEL.search(said)
+    if missing is not None:
+        # ORT's session state (kernel lookup in the CPU EP's registry) found no kernel for the node's
+        # op, opset and input types: a float64 Conv, a bfloat16 MatMul. Nothing is malformed.
+        op, since, node = missing.groups()
+        types = _input_types(inferred, node) if inferred is not None else []
+        at = f" with inputs of type {', '.join(types)}" if types else ""
+        raise UnsupportedModel(
+            f"ONNX Runtime's CPU build has no kernel for {op} (opset {since}) node '{node}'{at}: {said}. Every path "
+            "and level would fail.",
+            hint="export the model in float32 (quantizers read float32; a float16 upload is quantized from a "
+                 "float32 copy), or cast that node's inputs to a type ORT's CPU kernels take, and upload again") from e
+    raise InvalidModel(
+        f"ONNX Runtime cannot load this model: {said}. Every path and level would fail.",
+        hint="Fix what ORT names (onnx.shape_inference.infer_shapes(model, strict_mode=True) often shows it too) "
+             "and upload again.") from e
+
+
+_MISSING_KERNEL = re.compile(r"Could not find an implementation for (\S+)\((\d+)\) node with name '([^']*)'")
+
+
+def _input_types(inferred, node_name: str) -> list[str]:
+    """The element types of ``node_name``'s inputs in ``inferred`` (main graph), as numpy names."""
+    g = inferred.graph
+    typed = {vi.name: vi.type.tensor_type.elem_type for vi in (*g.input, *g.value_info, *g.output)
+             if vi.type.HasField("tensor_type")}
+    typed.update({t.name: t.data_type for t in g.initializer})
+    node = next((n for n in g.node if n.name == node_name), None)
+    if node is None:
+        return []
+    return [dtype_name(typed[i]) for i in node.input if i in typed]
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,
@@ -332,7 +372,28 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
                 and (parallel if parallel is not None else cores_idle(concurrent_jobs)))
         side_by_side(pt2e_side, ort_side, parallel=both)
         log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
+        _blame_stored_nonfinite(outcomes, fp32)
     return {name: outcomes[name] for name in requested}
+
+
+def _blame_stored_nonfinite(outcomes: dict[str, tuple[PathOutcome, float]], fp32: Fp32) -> None:
+    """A path that met NaN or inf while calibrating blames the samples; where the fp32 file stores
+    NaN or inf in a weight, no sample fixes it, so its errors name the weight and say so instead."""
+    failed = [o for o, _ in outcomes.values() if o.error is not None and o.error.type == "NonFiniteCalibration"]
+    if not failed:
+        return
+    stored = nonfinite_weights(fp32.file.model, fp32.file.path.parent)
+    if not stored:
+        return
+    name, bad, size = stored[0]
+    more = f" (and {len(stored) - 1} more tensor(s))" if len(stored) > 1 else ""
+    for outcome in failed:
+        outcome.error = outcome.error.model_copy(update=dict(
+            message=f"{outcome.error.message} The fp32 file itself stores NaN or inf, which no calibration sample "
+                    f"avoids: weight {name!r} holds {bad} of {size} values non-finite{more}.",
+            hint="re-export the model from weights without NaN or inf (a diverged checkpoint), or, for a mask stored "
+                 "with -inf, replace the inf with a large finite value (-1e4) or leave the nodes that read it in "
+                 "float (options.ort.nodes_to_exclude), and upload again"))
 
 
 def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspected: Inspected,

@@ -15,6 +15,12 @@ def _ops(counts: dict[str, int], limit: int = 6) -> str:
     return text + (f", +{len(items) - limit}" if len(items) > limit else "") if text else "-"
 
 
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character but the line break shown as '?': names come from the
+    upload, and an input named 'x\\x1b[31m' would otherwise drive the reader's terminal."""
+    return "".join(ch if ch == "\n" or ch.isprintable() else "?" for ch in text)
+
+
 def summary_table(report: Report) -> str:
     m = report.model
     lines = [

@@ -116,10 +116,11 @@ def _graph(nodes, inputs, outputs, inits=()):
 
 def test_only_tensors_after_a_selection_whose_shape_inference_cannot_fix_count():
     from service.pipeline.inputs.output_shapes import tensors_after_selection
+    from service.pipeline.inputs.safety.activations import inferred_at_job_shapes
     from service.pipeline.verdict.lints import padded_selection_lints
 
     def data_dependent_tensors(model, shapes):
-        return tensors_after_selection(model, shapes).moving
+        return tensors_after_selection(model, inferred_at_job_shapes(model, shapes)).moving
 
     f = TensorProto.FLOAT
     # NonZero's indices scattered back into a fixed-shape tensor: compared element-wise.
@@ -131,7 +132,7 @@ def test_only_tensors_after_a_selection_whose_shape_inference_cannot_fix_count()
         [helper.make_tensor_value_info("x", f, [2, 3])],
         [helper.make_tensor_value_info("fixed", f, [2, 3]), helper.make_tensor_value_info("vals", f, ["k"]),
          helper.make_tensor_value_info("plain", f, [2, 3])])
-    after = tensors_after_selection(scattered, {"x": (2, 3)})
+    after = tensors_after_selection(scattered, inferred_at_job_shapes(scattered, {"x": (2, 3)}))
     assert set(after.moving) >= {"nz", "vals"} and "fixed" not in after.moving and "plain" not in after.moving
     assert "fixed" in after.fixed and "plain" not in after.fixed  # after the selection, of a fixed shape
     lint, = padded_selection_lints({"fixed": after.fixed["fixed"]})  # said so: compared row by row

@@ -71,3 +71,27 @@ def test_a_pt2_upload_names_torch_s_node(tmp_path):
     art = _report(pt2, tmp_path / "pt2").artifacts["pt2e_qdq"]
     assert art.status == "failed" and art.error.type == "NonFiniteCalibration"
     assert "torch node 'sqrt'" in art.error.message
+
+
+def test_a_nan_stored_in_a_weight_is_named_and_the_samples_are_not_blamed(tmp_path):
+    """x -> MatMul(W) -> Relu -> MatMul(W2) with one NaN stored in W: every path met NaN calibrating and
+    pointed at the samples; no sample fixes a stored NaN, so the error names the weight instead."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    w[3, 5] = np.nan
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm1"), helper.make_node("Relu", ["h"], ["r"], name="act"),
+         helper.make_node("MatMul", ["r", "W2"], ["y"], name="mm2")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(w, "W"),
+         numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "stored.onnx")
+    report = _report(tmp_path / "stored.onnx", tmp_path / "stored")
+    failed = [a for a in report.artifacts.values() if a.error is not None and a.error.type == "NonFiniteCalibration"]
+    assert failed, {n: a.error for n, a in report.artifacts.items()}
+    for art in failed:
+        assert "weight 'W' holds 1 of 64 values non-finite" in art.error.message, art.error.message
+        assert "re-export" in art.error.hint and ".npz" not in art.error.hint

@@ -51,3 +51,34 @@ def test_a_failed_pre_process_optimization_is_said_and_its_traceback_kept_out_of
     assert "bound to different types" in note and "ok" not in note.split("(")[0]
     captured = capfd.readouterr()
     assert "Traceback" not in captured.err + captured.out
+
+
+def _conv(path, dtype):
+    np_dtype = {TensorProto.DOUBLE: np.float64, TensorProto.FLOAT: np.float32}[dtype]
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g",
+        [helper.make_tensor_value_info("x", dtype, [1, 3, 8, 8])], [helper.make_tensor_value_info("y", dtype, [1, 4, 6, 6])],
+        [numpy_helper.from_array(np.ones((4, 3, 3, 3), np_dtype), "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+def test_a_kernel_ort_s_cpu_build_lacks_is_named_with_the_types_asked_for(tmp_path):
+    """A float64 Conv is a valid model ORT's CPU registry has no kernel for (NOT_IMPLEMENTED): it was
+    refused as invalid_model with "fix what ORT names"; the types are what to change. The same Conv in
+    float32 loads (the one condition)."""
+    from service.errors import UnsupportedModel
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    ort.InferenceSession(str(_conv(tmp_path / "f32.onnx", TensorProto.FLOAT)), providers=["CPUExecutionProvider"])
+    path = _conv(tmp_path / "f64.onnx", TensorProto.DOUBLE)
+    with pytest.raises(Exception, match=r"NOT_IMPLEMENTED.*Could not find an implementation for Conv"):
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    options = ComparisonOptions.model_validate({"calibration_samples": 2, "eval_samples": 1,
+                                                "latency": {"enabled": False}, "advice": {"enabled": False}})
+    with pytest.raises(UnsupportedModel) as e:
+        run_comparison(ComparisonRequest(model_path=path, model_name="m.onnx", options=options), tmp_path / "job")
+    assert e.value.code == "unsupported_model"
+    assert "no kernel for Conv (opset 11) node 'conv' with inputs of type float64, float64" in e.value.message
+    assert "float32" in e.value.hint

@@ -179,7 +179,7 @@ def test_external_locations_outside_the_folder_are_refused(tmp_path, location):
 
 def test_external_data_that_was_not_uploaded_is_refused(tmp_path):
     p = _external_model(tmp_path, "w.bin")
-    with pytest.raises(InvalidModel, match="not uploaded"):
+    with pytest.raises(InvalidModel, match="not among the files given with the model"):
         onnx_model_from_path(p)  # allowed_data_files=None: nothing was uploaded with it
 
 
@@ -472,3 +472,34 @@ def test_the_renaming_the_hint_gives_makes_a_file_ort_loads(tmp_path):
     exec(snippet, {"model": model})  # noqa: S102 - our own hint text
     assert _ort_refusal(model) is None
     onnx_model_from_path(save(model, tmp_path / "renamed.onnx"))
+
+
+def _with_bytes(model: onnx.ModelProto, placeholder: bytes, raw: bytes, path) -> "Path":
+    assert len(placeholder) == len(raw)  # the field's length prefix stays right
+    path.write_bytes(model.SerializeToString().replace(placeholder, raw))
+    return path
+
+
+def test_text_that_is_not_utf8_is_refused_at_submit_naming_where_it_is(tmp_path):
+    """protobuf's parser takes any bytes in a string field and python hands the field over as bytes:
+    a node name b'NODE\\xff\\xfeNAME' went through all three quantizers and crashed the levels stage
+    (internal_error). ORT loads the file, so only the submit check can say what is wrong."""
+    import onnxruntime as ort
+
+    named = _named("NODENAMEZZ", "r")
+    bad = _with_bytes(named, b"NODENAMEZZ", b"NODE\xff\xfeNAME", tmp_path / "node.onnx")
+    ort.InferenceSession(str(bad), providers=["CPUExecutionProvider"])  # ORT takes it
+    with pytest.raises(InvalidModel) as e:
+        onnx_model_from_path(bad)
+    assert "not valid UTF-8 at model.graph.node[0].name" in e.value.message and "decode" in e.value.hint
+    # anywhere a string field is: a metadata value, a node inside an If body
+    meta = _named("a", "b")
+    onnx.helper.set_model_props(meta, {"note": "METAVALUEZZ"})
+    with pytest.raises(InvalidModel, match=r"model\.metadata_props\[0\]\.value"):
+        onnx_model_from_path(_with_bytes(meta, b"METAVALUEZZ", b"META\xc3\x28VALUE", tmp_path / "meta.onnx"))
+    nested = _subgraph_reusing_a_parent_name()
+    nested.graph.node[1].attribute[0].g.node[0].name = "INNERNAMEZ"
+    with pytest.raises(InvalidModel, match=r"model\.graph\.node\[1\]\.attribute\[0\]\.g\.node\[0\]\.name"):
+        onnx_model_from_path(_with_bytes(nested, b"INNERNAMEZ", b"INNER\xe9NAME", tmp_path / "nested.onnx"))
+    # valid UTF-8 beyond ASCII is text like any other
+    onnx_model_from_path(_with_bytes(named, b"NODENAMEZZ", "NODE\u00e9\u4e2dZ".encode(), tmp_path / "fine.onnx"))

@@ -5,6 +5,7 @@ torch.onnx.export(dynamo=True) of the program."""
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 from service.pipeline.inputs.node_order import sort_nodes
@@ -17,10 +18,12 @@ def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
     if source.onnx_path is not None and source.data_files:
         # An extracted archive lives in the job's own folder: move model + external data into the
         # artifacts (a rename, free even for GBs; onnx refuses hard-linked data files, and the data
-        # is found relative to the model file). Later paths read the model from its new place.
+        # is found relative to the model file); a CLI user's files are copied. Later paths read the
+        # model from its new place.
+        place = shutil.copyfile if source.data_files_are_the_users else os.replace
         for data in source.data_files:
-            os.replace(data, out_path.parent / data.name)
-        os.replace(source.onnx_path, out_path)
+            place(data, out_path.parent / data.name)
+        place(source.onnx_path, out_path)
         source.onnx_path = out_path
         source.data_files = [out_path.parent / d.name for d in source.data_files]
         return out_path

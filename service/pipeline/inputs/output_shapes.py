@@ -155,22 +155,17 @@ class AfterSelection:
     read: list[str] = field(default_factory=list)  # what the selections read (a detector's boxes, scores)
 
 
-def tensors_after_selection(model, input_shapes: dict[str, tuple[int, ...]]) -> AfterSelection:
+def tensors_after_selection(model, inferred) -> AfterSelection:
     """The tensors downstream of a SELECTION_OPS op on a run-time value (or of an If/Loop/Scan whose
     body holds one, or that reads such a tensor from outside), split by whether ONNX shape
-    inference, given the job's concrete ``input_shapes``, fixes every dim. So a NonZero whose result
-    is scattered back into a fixed-shape tensor leaves that tensor compared element-wise, and a
-    graph without a selection op pays for no inference at all."""
-    import onnx
-
+    inference at the job's concrete input shapes (``inferred``: safety/activations.py's
+    ``inferred_at_job_shapes``, None where it failed) fixes every dim. So a NonZero whose result is
+    scattered back into a fixed-shape tensor leaves that tensor compared element-wise."""
     found, read = selection_origins(model.graph)
     origin = {t: f"follows {why}" for t, why in found.items()}
     if not origin:
         return AfterSelection()
-    try:
-        inferred = onnx.shape_inference.infer_shapes(graph_only_copy(model, input_shapes), strict_mode=False,
-                                                     data_prop=True)
-    except Exception:  # noqa: BLE001 - no inference: every tensor after a selection counts as moving
+    if inferred is None:  # no inference: every tensor after a selection counts as moving
         return AfterSelection(moving=origin, read=read)
     fixed = {vi.name for vi in (*inferred.graph.value_info, *inferred.graph.output)
              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")

@@ -36,6 +36,8 @@ class ModelSource:
     onnx_model: Any = None  # its ModelProto, parsed without external data
     program: Any = None  # torch.export.ExportedProgram (pt2 upload / example)
     data_files: list[Path] = field(default_factory=list)  # external data next to onnx_path
+    # data_files in the user's own folder (the CLI): copied into the artifacts, never moved
+    data_files_are_the_users: bool = False
     batch_dims: dict[str, int] = field(default_factory=dict)  # symbol -> default (a .pt2's leading symbols)
     notes: list[str] = field(default_factory=list)
 
@@ -65,6 +67,22 @@ def source_from_onnx(path: Path, *, name: str, budgets=None, allowed_data_files=
     model = onnx_model_from_path(path, budgets=budgets, allowed_data_files=allowed_data_files)
     return ModelSource(name=name, format="onnx", sha256=file_sha256(path), specs=input_specs_from_onnx(model),
                        onnx_path=path, onnx_model=model)
+
+
+def source_from_onnx_with_local_data(path: Path, *, name: str, budgets=None) -> ModelSource:
+    """An ONNX file read where it lies (the CLI): external data files beside it are the user's own, as
+    ``torch.onnx.export(dynamo=True)`` writes ``model.onnx`` + ``model.onnx.data`` by default. The same
+    checks as an archive's (plain names in the model's folder, in range, no links), and the files are
+    copied, not moved, into the job's artifacts."""
+    import onnx
+
+    beside = {p.name for p in path.parent.iterdir() if p.is_file() and p.name != path.name}
+    source = source_from_onnx(path, name=name, budgets=budgets, allowed_data_files=beside)
+    locations = {e.value for t in source.onnx_model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+                 for e in t.external_data if e.key == "location"}
+    source.data_files = [path.parent / loc for loc in sorted(locations)]
+    source.data_files_are_the_users = True
+    return source
 
 
 def is_model_archive(path: Path) -> bool:

@@ -230,7 +230,9 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
 
 
 def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
-    """One lint per output that holds inf or NaN where fp32 has numbers, at any level."""
+    """One lint per output that differs from fp32 where one of the two is inf or NaN, at any level
+    (``numerics.nonfinite_mismatches``: a NaN where fp32 has a number, but also a -inf where fp32's
+    own output is NaN, so the message does not say which side has numbers)."""
     worst: dict[str, tuple[int, list[str]]] = {}  # output -> (most values at one level, the levels)
     for level, opt in per_level.items():
         for o in (opt.numerics.outputs if opt.numerics else []):
@@ -239,8 +241,8 @@ def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> lis
                 worst[o.name] = (max(count, o.nonfinite), [*levels, level])
     return [Lint(
         code="nonfinite_outputs", severity="error", artifact=artifact,
-        message=f"output {name!r} holds {count} inf or NaN values where the fp32 model has numbers (at "
-                f"{', '.join(levels)}): its SQNR is the floor ({SQNR_FLOOR:.0f} dB) and cosine 0, so every "
+        message=f"output {name!r} differs from fp32 at {count} positions where one of the two is inf or NaN (at "
+                f"{', '.join(levels)}; where fp32's own output holds them, lint fp32_output_nonfinite says so): its SQNR is the floor ({SQNR_FLOOR:.0f} dB) and cosine 0, so every "
                 "accuracy gate on it fails (the max abs error figure counts only the finite positions; a gate "
                 "on it fails too).",
         hint="a quantized value reached an op outside its domain, typically a Log or Div of a value that "

@@ -27,6 +27,9 @@ class Budgets:
     max_initializer_bytes: int = 1 * GiB  # dense size: sparse initializers and every external reference counted
     max_tensor_bytes: int = 512 * MiB  # any one initializer / constant / declared weight
     max_constant_output_bytes: int = 64 * MiB  # ConstantOfShape/Expand/Tile/Range/... fed by constants
+    # any one tensor the graph computes, at the job's input shapes (safety/activations.py); the largest
+    # in the real-world corpus is 15 MiB, a 2048x1024 feature map of 64 channels is 512 MiB
+    max_activation_bytes: int = 512 * MiB
     max_subgraph_depth: int = 8  # If/Loop/Scan bodies nested in each other (silero-vad nests 4)
     max_loop_trip_count: int = 100_000  # a Loop's constant trip count
     max_input_elements: int = 64 * 1024 * 1024  # one declared model input (elements), as fed for calibration

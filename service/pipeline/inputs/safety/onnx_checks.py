@@ -118,6 +118,7 @@ def check_onnx_model(
     """
     budgets = budgets or DEFAULT_BUDGETS
     _check_header(model)
+    _refuse_text_not_utf8(model)
     domains = _check_opsets(model)
     walker = _Walker(model, budgets=budgets, model_dir=model_dir, allowed_data_files=allowed_data_files or set(),
                      domains=domains)
@@ -149,10 +150,10 @@ def check_input_elements(name: str, shape: tuple[int, ...] | list[int], budgets:
     """Refuse a resolved input shape (dynamic dims filled in) larger than ``max_input_elements``."""
     budgets = budgets or DEFAULT_BUDGETS
     if any((not isinstance(d, int)) or d < 0 for d in shape):
-        raise InvalidModel(f"Input '{_safe(name)}' has an invalid shape {list(shape)}.")
+        raise InvalidModel(f"Input '{safe_name(name)}' has an invalid shape {list(shape)}.")
     n = math.prod(shape)
     if n > budgets.max_input_elements:
-        raise budgets.refuse("max_input_elements", f"input '{_safe(name)}' with shape {list(shape)}", n)
+        raise budgets.refuse("max_input_elements", f"input '{safe_name(name)}' with shape {list(shape)}", n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,6 +176,39 @@ def _check_header(model) -> None:
                                hint="Export an inference-only model.")
 
 
+def _refuse_text_not_utf8(model) -> None:
+    """ONNX's strings are UTF-8, but protobuf's proto2 parser takes any bytes (onnx's checker and ORT
+    load such a file); python's protobuf then hands the field over as ``bytes``, and every name in
+    the report, the page and the JSON would be the repr of a byte string, or a crash minutes into
+    the job. The first such field is named with its path in the ModelProto."""
+    found = _first_bytes_in_string_field(model, "model")
+    if found is not None:
+        where, value = found
+        raise InvalidModel(
+            f"The model holds text that is not valid UTF-8 at {where}: {safe_name(repr(value[:60]))}. ONNX requires "
+            "UTF-8 strings; no name in the report could be written for it.",
+            hint="Re-save the model with the field decoded (onnx.load, then e.g. node.name = "
+                 "node.name.decode('utf-8', 'replace'), then onnx.save) and upload again.")
+
+
+def _first_bytes_in_string_field(msg, path: str) -> tuple[str, bytes] | None:
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for fd, value in msg.ListFields():
+        if fd.type not in (FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE):
+            continue  # raw_data, string_data, float_data: data, not text
+        for i, v in enumerate(value) if fd.is_repeated else ((None, value),):
+            at = f"{path}.{fd.name}" + (f"[{i}]" if i is not None else "")
+            if fd.type == FieldDescriptor.TYPE_STRING:
+                if isinstance(v, bytes):
+                    return at, v
+            else:
+                found = _first_bytes_in_string_field(v, at)
+                if found is not None:
+                    return found
+    return None
+
+
 def _check_opsets(model) -> set[str]:
     import onnx
 
@@ -187,7 +221,7 @@ def _check_opsets(model) -> set[str]:
             # checker and ORT take it. Two versions of one domain name no opset to run.
             if seen[dom] == imp.version:
                 continue
-            raise InvalidModel(f"The opset_import lists domain '{_safe(dom)}' twice, as versions {seen[dom]} "
+            raise InvalidModel(f"The opset_import lists domain '{safe_name(dom)}' twice, as versions {seen[dom]} "
                                f"and {imp.version}.",
                                hint="Keep one opset_import entry per domain, at the version the nodes were "
                                     "written for, and save the model again.")
@@ -234,19 +268,19 @@ def _check_graph_io(model, budgets: Budgets) -> None:
         raise budgets.refuse("max_graph_outputs", "graph outputs", len(g.output))
     for vi in real_inputs:
         if vi.type.WhichOneof("value") != "tensor_type":
-            raise UnsupportedModel(f"Input '{_safe(vi.name)}' is not a tensor (sequence/map/optional inputs are not supported).")
+            raise UnsupportedModel(f"Input '{safe_name(vi.name)}' is not a tensor (sequence/map/optional inputs are not supported).")
         dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
         # Some exporters (Paddle) write -1 for a dynamic dim: it is dynamic, not an error, and
         # input_shapes gives it a value like any symbolic dim.
         if any(d.WhichOneof("value") == "dim_value" and d.dim_value == 0 for d in dims):
             # it was fed size 1 as if dynamic, and every path failed on ORT's shape check
-            raise UnsupportedModel(f"Input '{_safe(vi.name)}' has a dimension of size 0: an empty tensor has no "
+            raise UnsupportedModel(f"Input '{safe_name(vi.name)}' has a dimension of size 0: an empty tensor has no "
                                    "values to calibrate or compare.",
                                    hint="Export the model with that dimension dynamic (a dim_param) or at its real size.")
         static = [d.dim_value for d in dims if d.WhichOneof("value") == "dim_value" and d.dim_value > 0]
         n = math.prod(static) if static else 0
         if n > budgets.max_input_elements:
-            raise budgets.refuse("max_input_elements", f"input '{_safe(vi.name)}' declares", n)
+            raise budgets.refuse("max_input_elements", f"input '{safe_name(vi.name)}' declares", n)
 
 
 def _run_onnx_checker(model, model_path: Path | None, *, has_external: bool) -> None:
@@ -270,7 +304,7 @@ def _run_onnx_checker(model, model_path: Path | None, *, has_external: bool) -> 
     except onnx.checker.ValidationError as e:
         msg = str(e).splitlines()[0][:300] if str(e) else "validation failed"
         if "No Op registered" in msg or "No Schema registered" in msg:
-            raise UnsupportedModel(f"The model uses an operator onnx does not know: {_safe(msg)}",
+            raise UnsupportedModel(f"The model uses an operator onnx does not know: {safe_name(msg)}",
                                    hint="Use standard ONNX operators only.") from e
         shapeless = [vi.name for vi in (*model.graph.input, *model.graph.output)
                      if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
@@ -280,12 +314,12 @@ def _run_onnx_checker(model, model_path: Path | None, *, has_external: bool) -> 
             return  # fp32.py writes the reference with its nodes sorted (node_order.py), as ORT sorts them
         if "Field 'shape' of 'type' is required" in msg and shapeless:
             # ORT runs such a file; onnx's checker (and so this service) needs the field on graph inputs/outputs
-            raise InvalidModel(f"The model fails ONNX validation: {_safe(msg)} (graph input/output "
-                               f"{', '.join(repr(_safe(n)) for n in shapeless[:5])})",
+            raise InvalidModel(f"The model fails ONNX validation: {safe_name(msg)} (graph input/output "
+                               f"{', '.join(repr(safe_name(n)) for n in shapeless[:5])})",
                                hint="give every graph input and output a shape; its dims may be symbolic "
                                     "(helper.make_tensor_value_info(name, type, ['batch', None]) rather than "
                                     "shape=None), then upload it again") from e
-        raise InvalidModel(f"The model fails ONNX validation: {_safe(msg)}", hint=_UPLOAD_HINT) from e
+        raise InvalidModel(f"The model fails ONNX validation: {safe_name(msg)}", hint=_UPLOAD_HINT) from e
     except Exception as e:
         raise InvalidModel("The model fails ONNX validation.", hint=_UPLOAD_HINT) from e
 
@@ -364,7 +398,7 @@ def _refuse_repeated_node_names(nodes) -> None:
     common's float16 conversion names one boundary Cast per reader of a tensor alike."""
     repeated = {name: k for name, k in Counter(n.name for n in nodes if n.name).items() if k > 1}
     if repeated:
-        shown = ", ".join(f"'{_safe(name)}' ({k} nodes)" for name, k in list(repeated.items())[:3])
+        shown = ", ".join(f"'{safe_name(name)}' ({k} nodes)" for name, k in list(repeated.items())[:3])
         more = f" and {len(repeated) - 3} more names" if len(repeated) > 3 else ""
         raise InvalidModel(
             f"Several nodes share a name: {shown}{more}. ONNX Runtime refuses to load such a file "
@@ -373,7 +407,7 @@ def _refuse_repeated_node_names(nodes) -> None:
                  "`for i, n in enumerate(model.graph.node): n.name = f'{n.name or n.op_type}_{i}'`, and upload again.")
 
 
-def _itemsize(data_type: int) -> int:
+def itemsize_of(data_type: int) -> int:
     return _DTYPE_SIZES.get(data_type, 8)  # STRING (8) counted at 8 bytes a pointer at least
 
 
@@ -406,13 +440,13 @@ class _Walker:
         consts: dict[str, np.ndarray] = dict(outer_consts)
         shapes: dict[str, tuple[int, ...]] = {}
         for t in g.initializer:
-            self._tensor(t, where=f"initializer '{_safe(t.name)}'")
+            self._tensor(t, where=f"initializer '{safe_name(t.name)}'")
             shapes[t.name] = tuple(t.dims)
             v = _small_array(t)
             if v is not None:
                 consts[t.name] = v
         for sp in g.sparse_initializer:
-            self._sparse(sp, where=f"sparse initializer '{_safe(sp.values.name)}'")
+            self._sparse(sp, where=f"sparse initializer '{safe_name(sp.values.name)}'")
             shapes[sp.values.name] = tuple(sp.dims)
 
         defined = set(outer_names) | {i.name for i in g.input} | set(shapes)
@@ -445,11 +479,11 @@ class _Walker:
         if key in self._inlined:
             return self._inlined[key]
         if key in stack:
-            raise InvalidModel(f"Function '{_safe(key[1])}' calls itself (through {len(stack)} functions).",
+            raise InvalidModel(f"Function '{safe_name(key[1])}' calls itself (through {len(stack)} functions).",
                                hint=_UPLOAD_HINT)
         if len(stack) > MAX_FUNCTION_CALL_DEPTH:  # this count recurses with the calls (Python's limit is 1000)
             raise UnsupportedModel(f"Local functions call each other {len(stack)} deep (through "
-                                   f"'{_safe(key[1])}'); this toolchain reads at most {MAX_FUNCTION_CALL_DEPTH}.",
+                                   f"'{safe_name(key[1])}'); this toolchain reads at most {MAX_FUNCTION_CALL_DEPTH}.",
                                    hint="Inline the functions (onnx.inliner.inline_local_functions) and upload again.")
         total = 0
         for node in self.functions[key].node:
@@ -476,7 +510,7 @@ class _Walker:
                 if not o:
                     continue
                 if o in producer or o in defined:
-                    raise InvalidModel(f"Value '{_safe(o)}' is produced more than once (graphs must be SSA).",
+                    raise InvalidModel(f"Value '{safe_name(o)}' is produced more than once (graphs must be SSA).",
                                        hint=_UPLOAD_HINT)
                 producer[o] = i
         deps: list[set[int]] = []
@@ -489,10 +523,10 @@ class _Walker:
                     mine.add(producer[name])
                 elif name not in defined:
                     raise InvalidModel(
-                        f"Node '{_safe(n.name or n.op_type)}' reads '{_safe(name)}', which no node, input or "
+                        f"Node '{safe_name(n.name or n.op_type)}' reads '{safe_name(name)}', which no node, input or "
                         "initializer defines.", hint=_UPLOAD_HINT)
             if i in mine:
-                raise InvalidModel(f"Node '{_safe(n.name or n.op_type)}' consumes its own output (a cycle).",
+                raise InvalidModel(f"Node '{safe_name(n.name or n.op_type)}' consumes its own output (a cycle).",
                                    hint=_UPLOAD_HINT)
             deps.append(mine)
         order = topological_order(deps)
@@ -510,10 +544,10 @@ class _Walker:
         if dom not in self.domains and dom != "ai.onnx":
             imported = any(imp.domain == dom for imp in self.model.opset_import)
             raise UnsupportedModel(
-                f"Node '{_safe(node.name or node.op_type)}' ({_safe(node.op_type)}) uses operator domain '{_safe(dom)}', "
+                f"Node '{safe_name(node.name or node.op_type)}' ({safe_name(node.op_type)}) uses operator domain '{safe_name(dom)}', "
                 + ("which this toolchain cannot run." if imported else "which the model does not import."),
                 hint="Only ai.onnx, ai.onnx.ml and com.microsoft operators (and the model's own functions) are "
-                     "supported; export the model with standard operators.", domain=_safe(dom))
+                     "supported; export the model with standard operators.", domain=safe_name(dom))
         if (dom, node.op_type) in self.functions:
             return
         if dom in _SCHEMA_DOMAINS:
@@ -525,12 +559,12 @@ class _Walker:
                 # LayerNormFusion writes them there: a file ORT saved after optimizing it (optimized_model_filepath).
                 ort_saved = dom in ("", "ai.onnx") and node.op_type in _ORT_ONNX_DOMAIN_CONTRIB
                 hint = ("this file looks saved by ONNX Runtime after optimizing it (ORT writes its own "
-                        f"{_safe(node.op_type)} into the ONNX domain below opset 17): upload the model as exported, "
+                        f"{safe_name(node.op_type)} into the ONNX domain below opset 17): upload the model as exported, "
                         "before any ORT optimization; this report shows what each ORT level does to it"
                         if ort_saved else "Use standard ONNX operators available at the model's opset.")
                 raise UnsupportedModel(
-                    f"Operator '{_safe(node.op_type)}' does not exist in {'ai.onnx' if dom in ('', 'ai.onnx') else dom} "
-                    f"opset {version}.", hint=hint, op_type=_safe(node.op_type)) from e
+                    f"Operator '{safe_name(node.op_type)}' does not exist in {'ai.onnx' if dom in ('', 'ai.onnx') else dom} "
+                    f"opset {version}.", hint=hint, op_type=safe_name(node.op_type)) from e
 
     def _node(self, node, *, depth: int, defined: set[str], consts: dict, shapes: dict, const_derived: set,
               in_function: bool = False) -> None:
@@ -564,11 +598,11 @@ class _Walker:
         if node.op_type == "Loop" and node.input and node.input[0] in consts:
             trips = consts[node.input[0]]
             if trips.size == 1 and int(trips.reshape(-1)[0]) > self.b.max_loop_trip_count:
-                raise self.b.refuse("max_loop_trip_count", f"Loop '{_safe(node.name)}' trip count",
+                raise self.b.refuse("max_loop_trip_count", f"Loop '{safe_name(node.name)}' trip count",
                                     int(trips.reshape(-1)[0]))
 
     def _attribute(self, a, node, *, depth: int, defined: set[str], consts: dict) -> None:
-        where = f"attribute '{_safe(a.name)}' of node '{_safe(node.name or node.op_type)}'"
+        where = f"attribute '{safe_name(a.name)}' of node '{safe_name(node.name or node.op_type)}'"
         if a.HasField("t"):
             self._tensor(a.t, where=where)
         for t in a.tensors:
@@ -593,7 +627,7 @@ class _Walker:
 
         if op == "ConstantOfShape":
             v = next((a.t for a in node.attribute if a.name == "value"), None)
-            itemsize = _itemsize(v.data_type) if v is not None else 4
+            itemsize = itemsize_of(v.data_type) if v is not None else 4
             s = val(ins[0])
             if s is not None:
                 out_elems = _prod_nonneg(s)
@@ -624,7 +658,7 @@ class _Walker:
             if all(v is not None and v.size == 1 for v in vs):
                 start, limit, delta = (float(v.reshape(-1)[0]) for v in vs)
                 if delta == 0 or not all(math.isfinite(x) for x in (start, limit, delta)):
-                    raise InvalidModel(f"Range node '{_safe(node.name)}' has a zero or non-finite delta.")
+                    raise InvalidModel(f"Range node '{safe_name(node.name)}' has a zero or non-finite delta.")
                 out_elems = max(0, math.ceil((limit - start) / delta))
                 itemsize = vs[0].dtype.itemsize
             elif all(i in const_derived for i in ins[:3] if i):
@@ -653,12 +687,12 @@ class _Walker:
                 out_elems = math.prod(int(d * float(s)) for d, s in zip(shapes[x], scales.reshape(-1)))
         if unknown_const:
             raise UnsupportedModel(
-                f"The output size of {op} node '{_safe(node.name)}' is computed from constants this check cannot "
+                f"The output size of {op} node '{safe_name(node.name)}' is computed from constants this check cannot "
                 "evaluate, so it cannot be bounded before running.",
                 hint="Fold constants before uploading (e.g. onnxruntime's offline optimization or onnxscript's optimizer).",
             )
         if out_elems is not None and out_elems * itemsize > self.b.max_constant_output_bytes:
-            raise self.b.refuse("max_constant_output_bytes", f"output of {op} node '{_safe(node.name)}'",
+            raise self.b.refuse("max_constant_output_bytes", f"output of {op} node '{safe_name(node.name)}'",
                                 out_elems * itemsize, unit="bytes")
 
     # -- tensors ------------------------------------------------------------------------------
@@ -670,7 +704,7 @@ class _Walker:
                                hint=_UPLOAD_HINT)
         if any(d < 0 for d in t.dims):
             raise InvalidModel(f"Tensor in {where} has a negative dimension.", hint=_UPLOAD_HINT)
-        n = math.prod(t.dims) * _itemsize(t.data_type)
+        n = math.prod(t.dims) * itemsize_of(t.data_type)
         if n > self.b.max_tensor_bytes:
             raise self.b.refuse("max_tensor_bytes", f"tensor in {where}", n, unit="bytes")
         return n
@@ -700,7 +734,7 @@ class _Walker:
         # ORT densifies sparse initializers at session creation: count the dense size.
         if any(d < 0 for d in sp.dims):
             raise InvalidModel(f"Sparse tensor in {where} has a negative dimension.", hint=_UPLOAD_HINT)
-        dense = math.prod(sp.dims) * _itemsize(sp.values.data_type)
+        dense = math.prod(sp.dims) * itemsize_of(sp.values.data_type)
         if dense > self.b.max_tensor_bytes:
             raise self.b.refuse("max_tensor_bytes", f"sparse tensor in {where} (dense size)", dense, unit="bytes")
         self._tensor(sp.values, where=where)
@@ -738,20 +772,21 @@ def _check_external_location(t, model_dir: Path, allowed: set[str], *, where: st
         )
     if loc not in allowed:
         raise InvalidModel(
-            f"Tensor in {where} refers to external data file '{_safe(loc)}', which was not uploaded with the model.",
-            hint="Upload a .zip or .tar of the .onnx file together with its external data files, or embed the data "
-            "(onnx.save(model, path, save_as_external_data=False)).",
+            f"Tensor in {where} refers to external data file '{safe_name(loc)}', which is not among the files "
+            "given with the model (uploaded with it in an archive, or beside it in its folder for the CLI).",
+            hint="Upload a .zip or .tar of the .onnx file together with its external data files (the CLI reads them "
+            "from the model's folder), or embed the data (onnx.save(model, path, save_as_external_data=False)).",
         )
     full = model_dir / loc
     try:
         st = os.lstat(full)
     except OSError as e:
-        raise InvalidModel(f"External data file '{_safe(loc)}' is missing.") from e
+        raise InvalidModel(f"External data file '{safe_name(loc)}' is missing.") from e
     real_dir = os.path.realpath(model_dir)
     if (not stat.S_ISREG(st.st_mode) or st.st_nlink != 1
             or os.path.dirname(os.path.realpath(full)) != real_dir):
         raise InvalidModel(
-            f"External data file '{_safe(loc)}' is a link or not a regular file inside the model's folder.",
+            f"External data file '{safe_name(loc)}' is a link or not a regular file inside the model's folder.",
             hint="Upload external data as plain files.",
         )
     try:
@@ -760,7 +795,7 @@ def _check_external_location(t, model_dir: Path, allowed: set[str], *, where: st
     except ValueError as e:
         raise InvalidModel(f"Tensor in {where} has a non-integer external data offset or length.") from e
     if offset < 0 or length < 0 or offset + length > st.st_size:
-        raise InvalidModel(f"Tensor in {where} points past the end of external data file '{_safe(loc)}'.",
+        raise InvalidModel(f"Tensor in {where} points past the end of external data file '{safe_name(loc)}'.",
                            hint=_UPLOAD_HINT)
     return length
 
@@ -770,13 +805,13 @@ def _strip_external(model) -> None:
         if _is_external(t):
             del t.external_data[:]
             t.data_location = 0
-            t.raw_data = b"\0" * (math.prod(t.dims) * _itemsize(t.data_type))
+            t.raw_data = b"\0" * (math.prod(t.dims) * itemsize_of(t.data_type))
 
 
 def _iter_model_tensors(model) -> Iterator[tuple["onnx.TensorProto", str]]:
     def graph(g):
         for t in g.initializer:
-            yield t, f"initializer '{_safe(t.name)}'"
+            yield t, f"initializer '{safe_name(t.name)}'"
         for sp in g.sparse_initializer:
             yield sp.values, "sparse initializer"
             yield sp.indices, "sparse initializer"
@@ -786,9 +821,9 @@ def _iter_model_tensors(model) -> Iterator[tuple["onnx.TensorProto", str]]:
     def nodes_attr(n):
         for a in n.attribute:
             if a.HasField("t"):
-                yield a.t, f"attribute '{_safe(a.name)}'"
+                yield a.t, f"attribute '{safe_name(a.name)}'"
             for t in a.tensors:
-                yield t, f"attribute '{_safe(a.name)}'"
+                yield t, f"attribute '{safe_name(a.name)}'"
             if a.HasField("sparse_tensor"):
                 yield a.sparse_tensor.values, "sparse attribute"
                 yield a.sparse_tensor.indices, "sparse attribute"
@@ -950,7 +985,7 @@ def _implicit_inputs(node) -> list[str]:
     return names
 
 
-def _safe(s: str, limit: int = 80) -> str:
+def safe_name(s: str, limit: int = 80) -> str:
     """A name from the upload, shortened and stripped of control characters, for messages."""
     s = "".join(ch if ch.isprintable() else "?" for ch in str(s))
     return s if len(s) <= limit else s[: limit - 3] + "..."

@@ -1,0 +1,36 @@
+"""Float weights a file stores as NaN or inf.
+
+A quantizer that meets NaN or inf on the calibration samples (NonFiniteCalibration) cannot tell
+whether the samples drove the model there or the file stores it; the fix differs (other samples vs
+another export), so the job reads the weights once, only when a path failed that way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
+    """(initializer or Constant output, non-finite values, values) for each float tensor of the main
+    graph holding NaN or inf, in file order; external data read from ``base_dir``."""
+    import onnx
+    from onnx import numpy_helper
+
+    floats = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+    tensors = [(t.name, t) for t in model.graph.initializer]
+    tensors += [(n.output[0], a.t) for n in model.graph.node if n.op_type == "Constant" and n.output
+                for a in n.attribute if a.name == "value" and a.HasField("t")]
+    found = []
+    for name, t in tensors:
+        if t.data_type not in floats:
+            continue
+        try:
+            values = numpy_helper.to_array(t, base_dir=str(base_dir))
+        except Exception:  # noqa: BLE001 - unreadable here: the quantizer's own message stands
+            continue
+        bad = int(values.size - np.count_nonzero(np.isfinite(values.astype(np.float64))))
+        if bad:
+            found.append((name, bad, int(values.size)))
+    return found
