@@ -55,7 +55,7 @@ from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
-from service.pipeline.runtime.ort_sessions import ort_refusal, quiet_ort_logs, seed_random_ops
+from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_ops, session_for
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
@@ -181,7 +181,7 @@ def run_comparison(
     quiet_ort_logs()
 
     prepared = prepare_stage(request, workdir, run)
-    fp32 = fp32_stage(prepared, run, budgets=request.budgets)
+    fp32 = fp32_stage(prepared, run, options, budgets=request.budgets)
     outcomes = quantize_stage(options, prepared, fp32, run, parallel=request.parallel_paths,
                               concurrent_jobs=request.concurrent_jobs)
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
@@ -255,7 +255,7 @@ def prepare_stage(request: ComparisonRequest, workdir: Path, run: _Run) -> Prepa
     return Prepared(source=source, shapes=shapes, shape_notes=shape_notes, samples=samples)
 
 
-def fp32_stage(prepared: Prepared, run: _Run, *, budgets=None) -> Fp32:
+def fp32_stage(prepared: Prepared, run: _Run, options: ComparisonOptions, *, budgets=None) -> Fp32:
     """The fp32 reference file (the upload, or exported from torch), read once for its metadata; its
     tensors at the job's shapes bounded before any session runs it."""
     source = prepared.source
@@ -264,20 +264,45 @@ def fp32_stage(prepared: Prepared, run: _Run, *, budgets=None) -> Fp32:
         model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
         inferred = inferred_at_job_shapes(model, prepared.shapes)
         check_activation_bytes(inferred, budgets)
-        _refuse_if_ort_cannot_load(path, inferred)
+        _refuse_if_fp32_cannot_run(path, inferred, prepared, options)
         after = tensors_after_selection(model, inferred)
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
                 after_selection=after)
 
 
-def _refuse_if_ort_cannot_load(path: Path, inferred) -> None:
+def _refuse_if_fp32_cannot_run(path: Path, inferred, prepared: Prepared, options: ComparisonOptions) -> None:
     """An upload ORT refuses to load (a type error onnx's checker, without its full check, lets
-    through) would fail every path and level with ORT's words four times over, after minutes of
-    quantizing: the job stops here, once, naming what ORT names. ``inferred``: the graph after shape
-    inference at the job's shapes, for the types a kernel ORT lacks was asked for."""
-    e = ort_refusal(path)
-    if e is None:
+    through), or one that does not run at the job's input shapes (a fixed Reshape after a dim the
+    user set), would fail every path and level with ORT's words four times over, after minutes of
+    quantizing, and a job without gates would still read "passed": the job stops here, once, naming
+    what ORT names. One session at disable_all and one fp32 inference on the first calibration
+    sample. ``inferred``: the graph after shape inference at the job's shapes, for the types a kernel
+    ORT lacks was asked for."""
+    try:
+        session = session_for(path, "disable_all")
+    except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
+        raise _load_refusal(e, inferred) from e
+    feed = prepared.samples.calibration[0] if prepared.samples.calibration else None
+    if feed is None:
         return
+    try:
+        session.run(None, feed)
+    except Exception as e:  # noqa: BLE001 - ORT's words name the node
+        said = scrub(first_line(e))[:500].rstrip(".")
+        shown = ", ".join(f"{name}: {list(shape)}" for name, shape in prepared.shapes.items())
+        chosen = bool(options.input_shapes) or prepared.samples.info.source == "uploaded" or any(
+            isinstance(d, str) or d is None for s in prepared.source.specs for d in s.shape)
+        message = (f"The fp32 model does not run at the job's input shapes ({shown}): {said}. Every path and level "
+                   "would fail.")
+        if chosen:  # a dim was set by the options, the data or the batch default: the shapes are what to change
+            raise InvalidOptions(message, hint="give options.input_shapes sizes the model accepts (a Reshape or "
+                                 "Linear after a dynamic dim needs the size it was exported with), or upload an "
+                                 ".npz of real inputs") from e
+        raise InvalidModel(message, hint="the model fails at the shapes it declares: run it in onnxruntime on one "
+                           "input to see the same error, fix the export and upload again") from e
+
+
+def _load_refusal(e: Exception, inferred) -> Exception:
     said = scrub(first_line(e))[:500].rstrip(".")
     missing = _MISSING_KERNEL.search(said)
     if missing is not None:
@@ -286,15 +311,15 @@ def _refuse_if_ort_cannot_load(path: Path, inferred) -> None:
         op, since, node = missing.groups()
         types = _input_types(inferred, node) if inferred is not None else []
         at = f" with inputs of type {', '.join(types)}" if types else ""
-        raise UnsupportedModel(
+        return UnsupportedModel(
             f"ONNX Runtime's CPU build has no kernel for {op} (opset {since}) node '{node}'{at}: {said}. Every path "
             "and level would fail.",
             hint="export the model in float32 (quantizers read float32; a float16 upload is quantized from a "
-                 "float32 copy), or cast that node's inputs to a type ORT's CPU kernels take, and upload again") from e
-    raise InvalidModel(
+                 "float32 copy), or cast that node's inputs to a type ORT's CPU kernels take, and upload again")
+    return InvalidModel(
         f"ONNX Runtime cannot load this model: {said}. Every path and level would fail.",
         hint="Fix what ORT names (onnx.shape_inference.infer_shapes(model, strict_mode=True) often shows it too) "
-             "and upload again.") from e
+             "and upload again.")
 
 
 _MISSING_KERNEL = re.compile(r"Could not find an implementation for (\S+)\((\d+)\) node with name '([^']*)'")

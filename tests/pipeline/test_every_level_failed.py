@@ -1,5 +1,5 @@
-"""A file ORT loads but cannot run at any level is a failed path with ORT's words, not "ok" with an
-error tucked into each level: a CI gate on status_ok, and a person reading the table, must see it."""
+"""A file ORT loads but cannot run is not "ok" with an error tucked into each level: the job stops in
+its fp32 stage with ORT's words (a CI job and a person must see it before any table)."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,13 +32,18 @@ def _report(path, workdir):
     return run_comparison(ComparisonRequest(model_path=path, model_name=path.name, options=options), workdir)
 
 
-def test_an_fp32_file_ort_runs_at_no_level_is_a_failed_path_naming_the_node(tmp_path):
-    report = _report(_gather_out_of_bounds(tmp_path / "bad.onnx", 9), tmp_path / "bad")
-    fp32 = report.artifacts["fp32"]
-    assert fp32.status == "failed"
-    assert fp32.error.stage == "evaluate" and fp32.error.type == "OrtRunFailed"
-    assert "any level (disable_all, all)" in fp32.error.message and "'pick'" in fp32.error.message
-    assert all(ol.error for ol in fp32.optimized.values())  # the levels keep their own errors
+def test_an_fp32_file_ort_cannot_run_stops_the_job_before_any_path_naming_the_node(tmp_path):
+    """Before, every path ran, fp32 failed at every level and a job without gates read "passed"; the
+    fp32 stage now runs the reference once on the first calibration sample and refuses the job with
+    ORT's words (compare._refuse_if_fp32_cannot_run). The shapes are the model's own: invalid_model."""
+    import pytest
+
+    from service.errors import InvalidModel
+
+    with pytest.raises(InvalidModel) as e:
+        _report(_gather_out_of_bounds(tmp_path / "bad.onnx", 9), tmp_path / "bad")
+    assert "does not run at the job's input shapes (x: [2, 8])" in e.value.message and "pick" in e.value.message
+    assert not (tmp_path / "bad" / "artifacts" / "ort_qdq.onnx").exists()
 
 
 def test_the_same_file_with_the_index_in_range_is_ok(tmp_path):
@@ -46,16 +51,3 @@ def test_the_same_file_with_the_index_in_range_is_ok(tmp_path):
     fp32 = report.artifacts["fp32"]
     assert fp32.status == "ok" and fp32.error is None
     assert report.artifacts["ort_qdq"].status == "ok"
-
-
-def test_the_page_says_the_reference_failed_before_any_table(tmp_path):
-    import time
-    from types import SimpleNamespace
-
-    from service.render.page import render_job_page
-
-    report = _report(_gather_out_of_bounds(tmp_path / "bad.onnx", 9), tmp_path / "bad")
-    job = SimpleNamespace(id="j", created_at=time.time(), status="succeeded", model_name="bad.onnx", error=None)
-    page = render_job_page(job, report, [])
-    glance = page[page.index('<section id="glance">'):page.index("<table")]
-    assert "fp32 reference, evaluate: ONNX Runtime could not run this file at any level" in glance

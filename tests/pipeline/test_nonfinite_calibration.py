@@ -95,3 +95,38 @@ def test_a_nan_stored_in_a_weight_is_named_and_the_samples_are_not_blamed(tmp_pa
     for art in failed:
         assert "weight 'W' holds 1 of 64 values non-finite" in art.error.message, art.error.message
         assert "re-export" in art.error.hint and ".npz" not in art.error.hint
+
+
+def _where_mask(path, fill: float):
+    """x -> MatMul -> Where(keep, h, fill) -> Softmax -> MatMul: an attention mask as exporters write
+    it (torch's masked_fill(-inf) under a bool key_padding_mask)."""
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+         helper.make_node("Where", ["keep", "h", "fill"], ["a"], name="masked"),
+         helper.make_node("Softmax", ["a"], ["s"], name="sm"), helper.make_node("MatMul", ["s", "W2"], ["y"], name="mm2")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
+              helper.make_tensor_value_info("keep", TensorProto.BOOL, [2, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "W"),
+         numpy_helper.from_array(np.array(fill, np.float32), "fill"),
+         numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_an_infinite_scale_quantize_static_writes_fails_the_path_instead_of_reading_ok(tmp_path):
+    """quantize_static raises on a NaN range but writes an infinite one as scale = inf: both ORT paths
+    were "ok" at 0 dB with '"scale": [null]' in the inventory. The same mask at -1e4 has finite
+    ranges and quantizes (the one condition)."""
+    report = _report(_where_mask(tmp_path / "inf.onnx", -np.inf), tmp_path / "inf")
+    for name in ("ort_qdq", "ort_qoperator"):
+        art = report.artifacts[name]
+        assert art.status == "failed" and art.error.type == "NonFiniteCalibration", (name, art.error)
+        assert "wrote a scale of inf or NaN" in art.error.message and "'a'" in art.error.message
+        assert "weight 'fill' holds 1 of 1 values non-finite" in art.error.message  # the file stores the -inf
+        assert "-1e4" in art.error.hint and "nodes_to_exclude" in art.error.hint
+    finite = _report(_where_mask(tmp_path / "finite.onnx", -1e4), tmp_path / "finite")
+    assert all(finite.artifacts[n].status == "ok" for n in ("ort_qdq", "ort_qoperator"))

@@ -82,3 +82,45 @@ def test_a_kernel_ort_s_cpu_build_lacks_is_named_with_the_types_asked_for(tmp_pa
     assert e.value.code == "unsupported_model"
     assert "no kernel for Conv (opset 11) node 'conv' with inputs of type float64, float64" in e.value.message
     assert "float32" in e.value.hint
+
+
+def _pool_reshape(path):
+    """x [n, 4, h, w] -> MaxPool 2x2 -> Reshape to [-1, 64] -> MatMul: runs only where 4*h/2*w/2 is a
+    multiple of 64 (h = w = 8), as a torch model with a fixed view(-1, 256) after a dynamic size."""
+    g = helper.make_graph(
+        [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+         helper.make_node("Reshape", ["p", "s"], ["r"], name="flat"),
+         helper.make_node("MatMul", ["r", "w"], ["y"], name="head")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 8])],
+        [numpy_helper.from_array(np.array([-1, 64], np.int64), "s"),
+         numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 8)).astype(np.float32), "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    return path
+
+
+def test_input_shapes_the_model_cannot_run_at_are_refused_before_any_path_runs(tmp_path):
+    """At 12x12 the Reshape fails: fp32 failed at every level, PT2E was skipped, both ORT quantizers
+    failed with "exclude the node", and the job (no gates) exited 0 with verdict passed. Now the job
+    stops in its fp32 stage as invalid_options naming ORT's words; at 8x8 the same model runs."""
+    from service.errors import InvalidOptions
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    path = _pool_reshape(tmp_path / "m.onnx")
+
+    def job(shape, name):
+        options = ComparisonOptions.model_validate({
+            "input_shapes": {"x": shape}, "calibration_samples": 2, "eval_samples": 1, "levels": ["disable_all"],
+            "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})
+        return run_comparison(ComparisonRequest(model_path=path, model_name="m.onnx", options=options), tmp_path / name)
+
+    with pytest.raises(InvalidOptions) as e:
+        job([1, 4, 12, 12], "bad")
+    assert e.value.code == "invalid_options"
+    assert "does not run at the job's input shapes (x: [1, 4, 12, 12])" in e.value.message
+    assert "Reshape" in e.value.message or "flat" in e.value.message
+    assert "options.input_shapes" in e.value.hint
+    assert not (tmp_path / "bad" / "artifacts" / "ort_qdq.onnx").exists()
+    report = job([1, 4, 8, 8], "good")
+    assert all(a.status == "ok" for a in report.artifacts.values())

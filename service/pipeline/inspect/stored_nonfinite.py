@@ -1,4 +1,4 @@
-"""Float weights a file stores as NaN or inf.
+"""Float weights and quantization scales a file stores as NaN or inf.
 
 A quantizer that meets NaN or inf on the calibration samples (NonFiniteCalibration) cannot tell
 whether the samples drove the model there or the file stores it; the fix differs (other samples vs
@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+
+from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, op_key
 
 
 def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
@@ -33,4 +35,27 @@ def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
         bad = int(values.size - np.count_nonzero(np.isfinite(values.astype(np.float64))))
         if bad:
             found.append((name, bad, int(values.size)))
+    return found
+
+
+def nonfinite_scales(graph) -> list[tuple[str, str]]:
+    """(tensor, node) for each quantization scale a quantized file stores as NaN or inf, in node order:
+    the input of a QuantizeLinear, the output of a DequantizeLinear, each operand of a QLinear*
+    kernel (``vocabulary.QLINEAR_OPERANDS``). quantize_static writes such a scale without complaint
+    when a calibration range holds inf (an attention mask filled with -inf: ``compute_scale_zp``
+    divides an infinite range), and every value through it dequantizes to garbage. ``graph``: a
+    ``vocabulary.GraphIndex``."""
+    found = []
+    for node in graph.nodes:
+        key = op_key(node)
+        if key in QDQ_OPS:
+            operands = ((0 if key == QUANTIZE else -1, 1),)
+        else:
+            operands = tuple((d, s) for d, s, _ in QLINEAR_OPERANDS.get(key, ()))
+        for data, scale in operands:
+            if len(node.input) <= scale or not node.input[scale]:
+                continue
+            value = graph.init_array(node.input[scale])
+            if value is not None and value.dtype.kind == "f" and not np.isfinite(value).all():
+                found.append((node.output[0] if data == -1 else node.input[data], node.name))
     return found

@@ -9,14 +9,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.errors import OrtFileRejected
+from service.errors import NonFiniteCalibration, OrtFileRejected
 from service.pipeline.files import has_external_initializers, inline_small_external_tensors
 from service.pipeline.inputs.samples import Feed
-from service.pipeline.quantize.isolation import first_line, scrub
+from service.pipeline.inspect.stored_nonfinite import nonfinite_scales
+from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
 from service.pipeline.runtime.ort_sessions import ort_refusal, session_options_for, session_with_options
+from service.pipeline.vocabulary import graph_from_path
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -211,6 +213,7 @@ def quantized_by_ort(
     except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
         raise failure_from_ort_quantizer(e, quant_format, Path(model_path), calibration_cache) from e
     _ort_loads(out_path, quant_format)
+    _refuse_nonfinite_scales(out_path, quant_format)
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
     return ToolInfo(
@@ -220,6 +223,22 @@ def quantized_by_ort(
         calibration=f"{_CALIBRATION_NAMES[settings['calibrate_method']]} calibrator over {len(calibration)} samples",
         notes=notes,
     )
+
+
+def _refuse_nonfinite_scales(path: Path, quant_format: str) -> None:
+    """quantize_static raises on a NaN range ("scale issue") but writes an infinite one as a scale of
+    inf: the file loads and runs, every value through that tensor comes out NaN or 0, and the path
+    would read "ok" at 0 dB. The same failure as a range ORT refuses, named in the file it wrote."""
+    bad = nonfinite_scales(graph_from_path(path, lazy=True))
+    if not bad:
+        return
+    tensor, node = bad[0]
+    fmt = "QDQ" if quant_format == "qdq" else "QOperator"
+    raise NonFiniteCalibration(
+        f"ORT's quantizer ({fmt} format) wrote a scale of inf or NaN for {len(bad)} tensor(s), the first {tensor!r} "
+        f"(at node {node!r}): its calibration range holds inf or NaN on the calibration samples (a mask filled "
+        "with -inf), and no scale fits such a range; every value through it would dequantize to NaN or 0.",
+        hint=NONFINITE_HINT)
 
 
 def _ort_loads(path: Path, quant_format: str) -> None:
