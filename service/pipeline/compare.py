@@ -16,7 +16,6 @@ Each file is parsed once (``files.OnnxFile``) and the report is built once, at t
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import time
 from collections import Counter
@@ -28,7 +27,7 @@ from typing import Callable
 
 import onnx
 
-from service.errors import InvalidModel, InvalidOptions, UnsupportedModel
+from service.errors import InvalidOptions
 from service.pipeline.environment import cores_idle, environment
 from service.pipeline.files import OnnxFile
 from service.pipeline.inputs import sources
@@ -47,21 +46,22 @@ from service.pipeline.inspect.stored_nonfinite import nonfinite_weights
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
-from service.pipeline.quantize.isolation import PathOutcome, first_line, run_path, scrub
+from service.pipeline.quantize.isolation import PathOutcome, run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side
+from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
-from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_ops, session_for
+from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lints import padded_selection_lints, random_op_lints, selection_input_lints
 from service.pipeline.verdict.made_up_data import made_up_data_lints
-from service.pipeline.vocabulary import GraphIndex, all_nodes, dtype_name, op_key
+from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
 from service.schemas.levels import Lint
 from service.schemas.layers import LayersReport
 from service.schemas.report import (Artifact, FileInfo, ModelInfo, PathError, QuantizationInventory, Report, TensorSpec,
@@ -264,77 +264,11 @@ def fp32_stage(prepared: Prepared, run: _Run, options: ComparisonOptions, *, bud
         model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
         inferred = inferred_at_job_shapes(model, prepared.shapes)
         check_activation_bytes(inferred, budgets)
-        _refuse_if_fp32_cannot_run(path, inferred, prepared, options)
+        refuse_if_fp32_cannot_run(path, inferred, prepared.samples, prepared.shapes, prepared.source.specs,
+                                  options)
         after = tensors_after_selection(model, inferred)
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
                 after_selection=after)
-
-
-def _refuse_if_fp32_cannot_run(path: Path, inferred, prepared: Prepared, options: ComparisonOptions) -> None:
-    """An upload ORT refuses to load (a type error onnx's checker, without its full check, lets
-    through), or one that does not run at the job's input shapes (a fixed Reshape after a dim the
-    user set), would fail every path and level with ORT's words four times over, after minutes of
-    quantizing, and a job without gates would still read "passed": the job stops here, once, naming
-    what ORT names. One session at disable_all and one fp32 inference on the first calibration
-    sample. ``inferred``: the graph after shape inference at the job's shapes, for the types a kernel
-    ORT lacks was asked for."""
-    try:
-        session = session_for(path, "disable_all")
-    except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
-        raise _load_refusal(e, inferred) from e
-    feed = prepared.samples.calibration[0] if prepared.samples.calibration else None
-    if feed is None:
-        return
-    try:
-        session.run(None, feed)
-    except Exception as e:  # noqa: BLE001 - ORT's words name the node
-        said = scrub(first_line(e))[:500].rstrip(".")
-        shown = ", ".join(f"{name}: {list(shape)}" for name, shape in prepared.shapes.items())
-        chosen = bool(options.input_shapes) or prepared.samples.info.source == "uploaded" or any(
-            isinstance(d, str) or d is None for s in prepared.source.specs for d in s.shape)
-        message = (f"The fp32 model does not run at the job's input shapes ({shown}): {said}. Every path and level "
-                   "would fail.")
-        if chosen:  # a dim was set by the options, the data or the batch default: the shapes are what to change
-            raise InvalidOptions(message, hint="give options.input_shapes sizes the model accepts (a Reshape or "
-                                 "Linear after a dynamic dim needs the size it was exported with), or upload an "
-                                 ".npz of real inputs") from e
-        raise InvalidModel(message, hint="the model fails at the shapes it declares: run it in onnxruntime on one "
-                           "input to see the same error, fix the export and upload again") from e
-
-
-def _load_refusal(e: Exception, inferred) -> Exception:
-    said = scrub(first_line(e))[:500].rstrip(".")
-    missing = _MISSING_KERNEL.search(said)
-    if missing is not None:
-        # ORT's session state (kernel lookup in the CPU EP's registry) found no kernel for the node's
-        # op, opset and input types: a float64 Conv, a bfloat16 MatMul. Nothing is malformed.
-        op, since, node = missing.groups()
-        types = _input_types(inferred, node) if inferred is not None else []
-        at = f" with inputs of type {', '.join(types)}" if types else ""
-        return UnsupportedModel(
-            f"ONNX Runtime's CPU build has no kernel for {op} (opset {since}) node '{node}'{at}: {said}. Every path "
-            "and level would fail.",
-            hint="export the model in float32 (quantizers read float32; a float16 upload is quantized from a "
-                 "float32 copy), or cast that node's inputs to a type ORT's CPU kernels take, and upload again")
-    return InvalidModel(
-        f"ONNX Runtime cannot load this model: {said}. Every path and level would fail.",
-        hint="Fix what ORT names (onnx.shape_inference.infer_shapes(model, strict_mode=True) often shows it too) "
-             "and upload again.")
-
-
-_MISSING_KERNEL = re.compile(r"Could not find an implementation for (\S+)\((\d+)\) node with name '([^']*)'")
-
-
-def _input_types(inferred, node_name: str) -> list[str]:
-    """The element types of ``node_name``'s inputs in ``inferred`` (main graph), as numpy names."""
-    g = inferred.graph
-    typed = {vi.name: vi.type.tensor_type.elem_type for vi in (*g.input, *g.value_info, *g.output)
-             if vi.type.HasField("tensor_type")}
-    typed.update({t.name: t.data_type for t in g.initializer})
-    node = next((n for n in g.node if n.name == node_name), None)
-    if node is None:
-        return []
-    return [dtype_name(typed[i]) for i in node.input if i in typed]
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,
