@@ -459,6 +459,24 @@ def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
     return [o.name for o in g.output if o.name in inputs]
 
 
+def grouped_conv_transposes(model_path: Path | None) -> list[tuple[str, int]]:
+    """(node name, group) of each ConvTranspose with group > 1 and a bias, in the main graph."""
+    if model_path is None:
+        return []
+    import onnx
+
+    try:
+        g = onnx.load(str(model_path), load_external_data=False).graph
+    except Exception:  # noqa: BLE001 - a diagnosis must not raise over the failure it explains
+        return []
+    found = []
+    for n in g.node:
+        group = next((a.i for a in n.attribute if a.name == "group"), 1)
+        if n.op_type == "ConvTranspose" and group > 1 and len(n.input) > 2 and n.input[2]:
+            found.append((n.name, group))
+    return found
+
+
 def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path: Path | None = None,
                                calibration_cache: Path | None = None):
     """An OrtQuantizerFailed (NonFiniteCalibration when ORT calibrated NaN or inf) naming ORT's failing
@@ -491,6 +509,20 @@ def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path
             "graph output it quantizes, and a graph input has none.",
             hint="give that output a name of its own (an Identity node, as torch.onnx.export writes a returned input) "
                  "and upload again, or compare the QOperator format (ort_qoperator)")
+    grouped = grouped_conv_transposes(model_path) if "could not be broadcast" in text \
+        and where.endswith("quantize_bias_static_impl") else []
+    if grouped:
+        # operators/conv.py QDQConv.quantize: a ConvTranspose's per-channel weight scales are taken along
+        # default_axis=1, whose size is C_out / group for weights (C_in, C_out / group, kH, kW); its bias
+        # has C_out, so base_quantizer.py quantize_bias_static_impl multiplies (C_out,) by (C_out / group,).
+        shown = ", ".join(f"{name!r} (group={group})" for name, group in grouped[:3])
+        return OrtQuantizerFailed(
+            f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. Cause: grouped "
+            f"ConvTranspose {shown}: ORT takes its per-channel weight scales along axis 1, which holds "
+            "C_out / group channels, and its bias has C_out, so the bias scale (input scale x weight scale) "
+            "cannot be formed.",
+            hint="set options.ort.per_channel to false (per-tensor weights), or keep the node in float with "
+                 f"options.ort.nodes_to_exclude [{grouped[0][0]!r}]; the other paths are unaffected")
     for needle, trigger, todo in _TRIGGERS:
         if needle in text:
             return OrtQuantizerFailed(f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. "

@@ -1,0 +1,49 @@
+"""A grouped ConvTranspose with a bias fails ORT's QDQ quantizer with per-channel weights: QDQConv
+takes a ConvTranspose's weight scales along axis 1 (C_out / group of them) while the bias has C_out
+(onnxruntime/quantization/operators/conv.py, base_quantizer.py quantize_bias_static_impl). The
+failure read "operands could not be broadcast together with shapes (8,) (4,)" and a hint about a node
+the message does not name; now it names the node, the cause and both ways out. group=1 and
+per-tensor weights quantize (the one condition each)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _deconv(path, group: int):
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="up", group=group, strides=[2, 2])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 9, 9])],
+        [numpy_helper.from_array(rng.standard_normal((8, 8 // group, 3, 3)).astype(np.float32), "w"),
+         numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def _ort_qdq(path, workdir, per_channel: bool = True, exclude=()):
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    options = ComparisonOptions.model_validate({
+        "artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
+        "ort": {"per_channel": per_channel, "nodes_to_exclude": list(exclude)}, "latency": {"enabled": False}, "advice": {"enabled": False},
+        "layers": {"enabled": False}})
+    return run_comparison(ComparisonRequest(model_path=path, model_name=path.name, options=options),
+                          workdir).artifacts["ort_qdq"]
+
+
+def test_a_grouped_conv_transpose_names_the_node_and_the_ways_out(tmp_path):
+    grouped = _deconv(tmp_path / "g2.onnx", 2)
+    art = _ort_qdq(grouped, tmp_path / "g2")
+    assert art.status == "failed" and art.error.type == "OrtQuantizerFailed", art.error
+    assert "quantize_bias_static_impl" in art.error.message
+    assert "grouped ConvTranspose 'up' (group=2)" in art.error.message
+    assert "options.ort.per_channel" in art.error.hint and "['up']" in art.error.hint
+    assert _ort_qdq(grouped, tmp_path / "g2_tensor", per_channel=False).status == "ok"  # the hint's first way out
+    assert _ort_qdq(grouped, tmp_path / "g2_excluded", exclude=["up"]).status == "ok"  # and its second
+    assert _ort_qdq(_deconv(tmp_path / "g1.onnx", 1), tmp_path / "g1").status == "ok"
