@@ -281,7 +281,11 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
                       if op_key(n) in INT8_KERNELS)
         int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
         float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
-        coverage = min(1.0, int8_compute / fp32_compute) if fp32_compute else None
+        # Over this graph's own compute: PT2E unrolls an LSTM into a dozen Gemms, and fp32's one LSTM
+        # as the denominator made 3 int8 Gemms of 13 read as coverage 1.0.
+        float_count = sum(float_compute.values())
+        coverage = int8_compute / (int8_compute + float_count) if fp32_compute and int8_compute + float_count else (
+            0.0 if fp32_compute else None)
         unfused = unfused_nodes(graph, level=level, int8_allowed=shared.int8_allowed, previous=extended_rows,
                                 pt2e=name == "pt2e_qdq", float_tail=float_tail)
         if level == "extended":
