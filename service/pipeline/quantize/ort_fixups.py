@@ -445,15 +445,22 @@ _TRIGGERS = (
 )
 
 
-def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
-    """Graph inputs the graph also lists as outputs, under the same name (a pass-through without a node)."""
+def _graph_of(model_path: Path | None):
+    """The main graph of the file quantize_static read (weights not loaded), or None."""
     if model_path is None:
-        return []
+        return None
     import onnx
 
     try:
-        g = onnx.load(str(model_path), load_external_data=False).graph
+        return onnx.load(str(model_path), load_external_data=False).graph
     except Exception:  # noqa: BLE001 - a diagnosis must not raise over the failure it explains
+        return None
+
+
+def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
+    """Graph inputs the graph also lists as outputs, under the same name (a pass-through without a node)."""
+    g = _graph_of(model_path)
+    if g is None:
         return []
     inputs = {i.name for i in g.input}
     return [o.name for o in g.output if o.name in inputs]
@@ -461,13 +468,8 @@ def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
 
 def grouped_conv_transposes(model_path: Path | None) -> list[tuple[str, int]]:
     """(node name, group) of each ConvTranspose with group > 1 and a bias, in the main graph."""
-    if model_path is None:
-        return []
-    import onnx
-
-    try:
-        g = onnx.load(str(model_path), load_external_data=False).graph
-    except Exception:  # noqa: BLE001 - a diagnosis must not raise over the failure it explains
+    g = _graph_of(model_path)
+    if g is None:
         return []
     found = []
     for n in g.node:
