@@ -16,7 +16,7 @@ from service.pipeline.inputs.specs import InputSpec
 from service.pipeline.options import ComparisonOptions
 from service.pipeline.quantize.isolation import first_line, scrub
 from service.pipeline.runtime.ort_sessions import session_for
-from service.pipeline.vocabulary import dtype_name
+from service.pipeline.vocabulary import graph_from_model
 
 
 def refuse_if_fp32_cannot_run(path: Path, inferred, samples: Samples, shapes: dict[str, tuple[int, ...]],
@@ -74,11 +74,6 @@ _MISSING_KERNEL = re.compile(r"Could not find an implementation for (\S+)\((\d+)
 
 def _input_types(inferred, node_name: str) -> list[str]:
     """The element types of ``node_name``'s inputs in ``inferred`` (main graph), as numpy names."""
-    g = inferred.graph
-    typed = {vi.name: vi.type.tensor_type.elem_type for vi in (*g.input, *g.value_info, *g.output)
-             if vi.type.HasField("tensor_type")}
-    typed.update({t.name: t.data_type for t in g.initializer})
-    node = next((n for n in g.node if n.name == node_name), None)
-    if node is None:
-        return []
-    return [dtype_name(typed[i]) for i in node.input if i in typed]
+    graph = graph_from_model(inferred)  # its dtypes: inputs, value_info and initializers
+    node = next((n for n in graph.nodes if n.name == node_name), None)
+    return [graph.dtypes[i] for i in node.input if i in graph.dtypes] if node is not None else []
