@@ -126,7 +126,8 @@ class Gate(_Strict):
     """One CI threshold, evaluated by the server into ``verdict``.
 
     ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
-    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst output), ``int8_coverage``,
+    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst float output), ``mismatch_share`` (worst
+    integer, bool or string output: share of its elements that differ from fp32), ``int8_coverage``,
     ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
     (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths),
     or ``calibration_data_uploaded`` (1 when the uploaded .npz was used, 0 for generated samples).
@@ -141,8 +142,8 @@ class Gate(_Strict):
 
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
     level: Level = "all"
-    metric: Literal["sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
-                    "calibration_data_uploaded"]
+    metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio",
+                    "status_ok", "calibration_data_uploaded"]
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
     # latency_ratio only: a failing figure that is marked noisy fails the gate ("fail", the default:

@@ -23,8 +23,8 @@ def _cell(ol) -> str:
     n = ol.numerics
     if n is None:
         sq = "-"
-    elif n.elementwise_outputs == 0 and n.outputs:  # every output follows a selection (NonMaxSuppression, ...)
-        sq = "shape"
+    elif n.elementwise_outputs == 0 and n.outputs:  # every output is a label, or follows a selection
+        sq = "labels" if n.exact_outputs else "shape"
     else:
         sq = "exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}"
     # "~": the latency is marked noisy (measured under load, or never stable); the legend says so.
@@ -77,6 +77,14 @@ def levels_summary_lines(report) -> list[str]:
             cov.append(f"{name} " + "/".join("-" if v is None else f"{v:.2f}" for v in vals))
     if cov:
         lines.append("int8 coverage per level: " + "; ".join(cov))
+    differ = []  # integer outputs (labels, indices) have no SQNR: the share that differs from fp32
+    for name, art in arts.items():
+        vals = [ol.numerics.worst_mismatch_share if ol.numerics else None
+                for ol in (art.optimized.get(lv) for lv in levels) if ol is not None]
+        if any(vals):
+            differ.append(f"{name} " + "/".join("-" if v is None else f"{100 * v:.1f}%" for v in vals))
+    if differ:
+        lines.append("labels (integer outputs) differing from fp32 per level: " + "; ".join(differ))
     if report.decisions:
         quant = [n for n in arts if n != "fp32"]
         table = [["decision", *quant]]

@@ -52,13 +52,21 @@ def _pct(v: Any) -> str:
     return f"{100 * v:.0f}%" if isinstance(v, (int, float)) else "–"
 
 
+def _pct1(v: Any) -> str:
+    """A share that must not round to 0% when it is not 0 (one label in a thousand differs)."""
+    return f"{100 * v:.1f}%" if isinstance(v, (int, float)) else "–"
+
+
 def _sqnr(v: Any) -> str:
     if v == "shape":  # no output compares element-wise (every one follows a NonMaxSuppression, ...)
         return "shape only"
+    if v == "labels":  # every output compared is an integer (labels, indices): no SQNR
+        return "exact only"
     return "∞ (exact)" if v is None else f"{_num(v, 3)} dB"
 
 
-_env.filters.update(num=_num, size=human_size, pct=_pct, sqnr=_sqnr)
+_env.filters.update(num=_num, size=human_size, pct=_pct, pct1=_pct1, sqnr=_sqnr)
+_env.globals.update(sqnr_cell=lambda level: _sqnr_cell(level or {}))
 
 
 def _levels(report: dict, arts: dict) -> list[str]:
@@ -73,10 +81,13 @@ def _worst_sqnr(level: dict | None) -> float | None:
     return num.get("worst_sqnr_db")
 
 
-def _shape_only(level: dict | None) -> bool:
-    """No output of this level is compared element-wise: each one's shape follows the values."""
-    num = (level or {}).get("numerics") or {}
-    return num.get("elementwise_outputs") == 0 and bool(num.get("outputs"))
+def _sqnr_cell(level: dict) -> float | str | None:
+    """What the SQNR cell of a level shows: its worst SQNR, "shape" when every output follows a
+    selection (NonMaxSuppression, ...), "labels" when every output compared is an integer."""
+    num = level.get("numerics") or {}
+    if num.get("elementwise_outputs") == 0 and num.get("outputs"):
+        return "labels" if num.get("exact_outputs") else "shape"
+    return num.get("worst_sqnr_db")
 
 
 def _noisy(level: dict | None) -> str | None:
@@ -152,7 +163,8 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
             "folded": ", ".join(f"{x.get('op_type')} ×{x.get('count')}" for x in q.get("folded_activations") or []) or "none",
             "act_dtypes": ", ".join(q.get("activation_dtypes") or []) or "–",
             "weight_dtypes": ", ".join(q.get("weight_dtypes") or []) or "–",
-            "coverage": at.get("int8_coverage"), "sqnr": ("shape" if _shape_only(at) else _worst_sqnr(at)) if at.get("numerics") else "na",
+            "coverage": at.get("int8_coverage"), "sqnr": _sqnr_cell(at) if at.get("numerics") else "na",
+            "mismatch": (at.get("numerics") or {}).get("worst_mismatch_share"),
             "cosine": (at.get("numerics") or {}).get("worst_cosine"), "latency": lat,
             "ratio": (lat / ref) if lat and ref else None, "nodes": at.get("node_count"),
             "latency_noisy": _noisy(at) or _noisy(fp32_opt.get(last) if last else None),

@@ -77,7 +77,10 @@ class OutputNumerics(_Model):
     # "shape": the output's shape depends on the values computed (it follows a NonMaxSuppression,
     # NonZero, ...: ``data_dependent`` says which), so fp32 and this file may list different rows and
     # only the shapes are compared; sqnr_db, cosine and max_abs_error are then null.
-    compared: Literal["elementwise", "shape"] = "elementwise"
+    # "exact": an integer, bool or string output (a class label, a TopK index, a count, a mask) is
+    # right or wrong, so it has ``mismatch_share`` and null sqnr_db and cosine (the distance between
+    # two class indices is no error signal); max_abs_error is the largest difference for numbers.
+    compared: Literal["elementwise", "exact", "shape"] = "elementwise"
     data_dependent: str | None = None
     shape: list[int] | None = None  # with compared "shape": this file's, every eval sample concatenated
     reference_shape: list[int] | None = None  # and fp32's
@@ -87,6 +90,7 @@ class OutputNumerics(_Model):
     # Values that are inf or NaN here where fp32 has a number (or another non-finite value); when
     # nonzero, sqnr_db is the floor (-200) and cosine 0.
     nonfinite: int = 0
+    mismatch_share: float | None = None  # with compared "exact": share of elements that differ from fp32
     # Quantization step of this output (scale of the DQ that produces it), when quantized.
     output_step: float | None = None
     # vs the previous level of the same artifact
@@ -96,12 +100,16 @@ class OutputNumerics(_Model):
 
 class LevelNumerics(_Model):
     outputs: list[OutputNumerics]
-    # The worst figures are over the outputs compared element-wise; when there is none (every output
-    # is compared by shape), all three are null and ``elementwise_outputs`` is 0.
+    # The worst figures are over the float outputs compared element-wise; when there is none (every
+    # output is compared by shape or exactly), all three are null and ``elementwise_outputs`` is 0.
     worst_sqnr_db: float | None
     worst_cosine: float | None
     worst_max_abs_error: float | None
     elementwise_outputs: int | None = None
+    # Over the outputs compared exactly (labels, indices): the largest share of elements that differ
+    # from fp32; null when there is none.
+    worst_mismatch_share: float | None = None
+    exact_outputs: int = 0
     samples: int
 
 
@@ -174,9 +182,12 @@ class AgreementRow(_Model):
     b: str
     level: str
     output: str  # output of ``a`` (matched by position)
-    sqnr_db: float | None  # b measured against a
-    cosine: float
-    max_abs_error: float
+    # "exact": an integer, bool or string output (labels, indices): equal_share is its figure, and
+    # sqnr_db and cosine are null
+    compared: Literal["elementwise", "exact"] = "elementwise"
+    sqnr_db: float | None  # b measured against a; null when equal (or compared "exact")
+    cosine: float | None
+    max_abs_error: float | None  # null for strings
     max_diff_steps: float | None = None  # in units of a's output quantization step
     equal_share: float  # share of elements that are bitwise equal
 

@@ -22,14 +22,15 @@ __all__ = ["ARTIFACTS", "LEVELS", "METRICS", "GateSyntaxError", "parse_gate", "f
 
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
-METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio", "status_ok",
            "calibration_data_uploaded")
 _FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
 _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
 _BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 SYNTAX_HINT = (
     "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
-    "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' or 'calibration_data_uploaded'"
+    "'*.all.int8_coverage>=0.9', '*.all.mismatch_share<=0.01', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' "
+    "or 'calibration_data_uploaded'"
 )
 
 
@@ -118,7 +119,7 @@ def figure_from_report(report: Any, artifact: str, level: str, metric: str) -> A
     lv = art.optimized.get(level)
     if lv is None:
         return _MISSING
-    if metric in ("sqnr_db", "cosine", "max_abs_error"):
+    if metric in ("sqnr_db", "cosine", "max_abs_error", "mismatch_share"):
         if lv.numerics is None:
             return _MISSING
         value = getattr(lv.numerics, f"worst_{metric}")  # the client reads an exact SQNR (null) as inf

@@ -84,30 +84,43 @@ class OutputNumerics:
     sqnr_db: Optional[float]
     cosine: Optional[float]
     max_abs_error: Optional[float]
+    # "elementwise" (a float output), "exact" (integer, bool or string: labels, indices; it has
+    # mismatch_share and no SQNR) or "shape" (its rows follow a selection such as NonMaxSuppression)
+    compared: str = "elementwise"
+    mismatch_share: Optional[float] = None
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "OutputNumerics":
         d = _d(d)
-        return cls(str(d.get("name", "")), _sqnr(d, "sqnr_db"), _f(d.get("cosine")), _f(d.get("max_abs_error")), d)
+        compared = str(d.get("compared") or "elementwise")
+        sqnr = _sqnr(d, "sqnr_db") if compared == "elementwise" else None  # null is not "exact" there
+        return cls(str(d.get("name", "")), sqnr, _f(d.get("cosine")), _f(d.get("max_abs_error")), compared,
+                   _f(d.get("mismatch_share")), d)
 
 
 @dataclass(frozen=True)
 class Numerics:
-    """Accuracy against fp32 at one level; ``worst_*`` is over every output."""
+    """Accuracy against fp32 at one level: ``worst_sqnr_db``, ``worst_cosine`` and
+    ``worst_max_abs_error`` over the float outputs (None when there is none), ``worst_mismatch_share``
+    over the integer ones (labels, indices: the share of elements that differ from fp32)."""
 
     worst_sqnr_db: Optional[float]
     worst_cosine: Optional[float]
     worst_max_abs_error: Optional[float]
     outputs: List[OutputNumerics] = field(default_factory=list)
+    worst_mismatch_share: Optional[float] = None
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Numerics":
         d = _d(d)
+        outputs = [OutputNumerics.from_dict(o) for o in d.get("outputs") or []]
+        # No float output compared (every one is a label or follows a selection): null is "none", not "exact".
+        none_compared = d.get("elementwise_outputs") == 0 and bool(outputs)
         return cls(
-            _sqnr(d, "worst_sqnr_db"), _f(d.get("worst_cosine")), _f(d.get("worst_max_abs_error")),
-            [OutputNumerics.from_dict(o) for o in d.get("outputs") or []], d,
+            None if none_compared else _sqnr(d, "worst_sqnr_db"), _f(d.get("worst_cosine")),
+            _f(d.get("worst_max_abs_error")), outputs, _f(d.get("worst_mismatch_share")), d,
         )
 
 

@@ -137,7 +137,7 @@ def _outputs(path: Path, feeds) -> list[np.ndarray]:
 
 
 def _worst_sqnr(reference: list[np.ndarray], actual: list[np.ndarray], data_dependent: frozenset[int]) -> float | None:
-    worst = worst_elementwise_sqnr(reference, actual, data_dependent, floats_only=True)
+    worst = worst_elementwise_sqnr(reference, actual, data_dependent)
     return None if worst is None else round(worst, 4)
 
 

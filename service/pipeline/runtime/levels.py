@@ -53,7 +53,9 @@ from service.pipeline.runtime.level_graphs import (
     self_contained_from_level_graph,
     session_and_level_graph,
 )
-from service.pipeline.runtime.numerics import concat_runs, cosine, level_numerics, max_abs_error, sqnr_db
+from service.pipeline.runtime.numerics import (
+    compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
+)
 from service.pipeline.runtime.ort_sessions import session_for
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
@@ -363,13 +365,19 @@ def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names
             for k, (ya, yb) in enumerate(zip(results[a][level], results[b][level])):
                 if k in skip or ya.shape != yb.shape:
                     continue
+                equal = 1.0 - mismatch_share(ya, yb)
+                if compared_exactly(ya):
+                    rows.append(AgreementRow(
+                        a=a, b=b, level=level, output=output_names[a][k], compared="exact", sqnr_db=None,
+                        cosine=None, max_abs_error=max_abs_error(ya, yb) if ya.dtype.kind in "iub" else None,
+                        equal_share=equal))
+                    continue
                 diff = max_abs_error(ya, yb)
                 step = steps_of[a][k] if k < len(steps_of[a]) else None
                 rows.append(AgreementRow(
                     a=a, b=b, level=level, output=output_names[a][k], sqnr_db=sqnr_db(ya, yb),
                     cosine=cosine(ya, yb), max_abs_error=diff,
-                    max_diff_steps=diff / step if step else None,
-                    equal_share=float(np.mean(ya == yb)) if ya.size else 1.0,
+                    max_diff_steps=diff / step if step else None, equal_share=equal,
                 ))
     return rows
 

@@ -132,13 +132,24 @@ def concat_runs(runs: list[list[np.ndarray]]) -> list[np.ndarray]:
     return out
 
 
+def compared_exactly(reference: np.ndarray) -> bool:
+    """An integer, bool or string output (a class label, a TopK index, a count, a mask) is right or
+    wrong: the distance between two class indices is no error signal, so it gets no SQNR."""
+    return reference.dtype.kind not in "fc"
+
+
+def mismatch_share(reference: np.ndarray, actual: np.ndarray) -> float:
+    """Share of the elements of an exactly compared output that differ from the reference."""
+    return float(np.mean(reference != actual)) if reference.size else 0.0
+
+
 def worst_elementwise_sqnr(reference: list[np.ndarray], actual: list[np.ndarray],
-                           data_dependent=frozenset(), *, floats_only: bool = False) -> float | None:
-    """The worst SQNR over the outputs compared element-wise, as ``level_numerics`` takes it (not the
-    ``data_dependent`` positions: rows a selection kept); None when every one is exact or none is
-    compared. ``floats_only``: integer outputs (labels, indices) left out too."""
+                           data_dependent=frozenset()) -> float | None:
+    """The worst SQNR over the float outputs compared element-wise, as ``level_numerics`` takes it (not
+    the ``data_dependent`` positions: rows a selection kept; not integer outputs, compared exactly);
+    None when every one is exact or none is compared."""
     values = [sqnr_db(r, a) for k, (r, a) in enumerate(zip(reference, actual))
-              if k not in data_dependent and r.shape == a.shape and (r.dtype.kind == "f" or not floats_only)]
+              if k not in data_dependent and r.shape == a.shape and not compared_exactly(r)]
     finite = [v for v in values if v is not None]
     return min(finite) if finite else None
 
@@ -161,6 +172,13 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
             continue
         if ref.shape != got.shape:
             raise ValueError(f"output {names[k]!r} has shape {list(got.shape)}, fp32 has {list(ref.shape)}")
+        if compared_exactly(ref):
+            numeric = ref.dtype.kind in "iub"
+            outs.append(OutputNumerics(
+                name=names[k], reference=reference_names[k], compared="exact", sqnr_db=None, cosine=None,
+                max_abs_error=max_abs_error(ref, got) if numeric else None, mismatch_share=mismatch_share(ref, got),
+                drift_max_abs=max_abs_error(previous[k], got) if numeric and previous is not None else None))
+            continue
         drift = drift_steps = None
         if previous is not None:
             drift = max_abs_error(previous[k], got)
@@ -172,6 +190,7 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
             drift_max_abs=drift, drift_steps=drift_steps,
         ))
     compared = [o for o in outs if o.compared == "elementwise"]
+    exact = [o for o in outs if o.compared == "exact"]
     finite = [o.sqnr_db for o in compared if o.sqnr_db is not None]
     return LevelNumerics(
         outputs=outs,
@@ -179,6 +198,8 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
         worst_cosine=min((o.cosine for o in compared), default=1.0 if compared or not outs else None),
         worst_max_abs_error=max((o.max_abs_error for o in compared), default=0.0 if compared or not outs else None),
         elementwise_outputs=len(compared),
+        worst_mismatch_share=max((o.mismatch_share for o in exact), default=None),
+        exact_outputs=len(exact),
         samples=samples,
     )
 

@@ -12,7 +12,9 @@ import ``service``; keep the two in step (``tests/clients`` pins the client's si
     [artifact.][level.]metric[op value]
     artifact  pt2e_qdq | ort_qdq | ort_qoperator | *        (default *: every requested artifact)
     level     disable_all | basic | extended | layout | all (default all)
-    metric    sqnr_db | cosine | max_abs_error | int8_coverage | latency_ratio | status_ok
+    metric    sqnr_db | cosine | max_abs_error (worst float output) | mismatch_share (worst integer
+              output: share of labels, indices or counts that differ from fp32) | int8_coverage
+              | latency_ratio | status_ok
               | calibration_data_uploaded  (whole report: 1 when the user's .npz was used, 0 when
                 samples were generated; lets CI refuse numbers that describe made-up data)
     op        >= > <= < ==                                   (default >=, value default 1)
@@ -37,13 +39,14 @@ from service.errors import InvalidOptions, validation_errors
 from service.pipeline.options import ARTIFACTS, LEVELS, Gate
 from service.schemas.report import Artifact, GateResult, Report, SamplesInfo, Verdict
 
-METRICS = ("sqnr_db", "cosine", "max_abs_error", "int8_coverage", "latency_ratio", "status_ok",
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio", "status_ok",
            "calibration_data_uploaded")
 # Metrics that read a yes/no of the whole report or its paths: no threshold needed (default >= 1).
 _FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
 # Longest first so ">=" is not read as ">" followed by "=25".
 OPS = (">=", "<=", "==", ">", "<")
-_NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error"}
+_NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error",
+                 "mismatch_share": "worst_mismatch_share"}
 _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
 _BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 
@@ -55,7 +58,8 @@ def gate_from_string(text: str) -> Gate:
     """
     hint = (
         "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
-        "'*.all.int8_coverage>=0.9', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' or 'calibration_data_uploaded'"
+        "'*.all.int8_coverage>=0.9', '*.all.mismatch_share<=0.01', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' "
+        "or 'calibration_data_uploaded'"
     )
     m = _GATE_RE.match(text or "")
     if not m:
@@ -344,6 +348,17 @@ def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> 
         if numerics is None:
             why = f": {level_error}" if level_error else ""
             return None, f"no numerics at level {level!r}{why}"
+        if metric == "mismatch_share":
+            if not numerics.exact_outputs:
+                return None, (f"no output is compared exactly at level {level!r}: mismatch_share reads integer, "
+                              "bool or string outputs (labels, indices), and every output here is float or "
+                              "follows a selection; gate on sqnr_db")
+            return _finite_or_problem(float(numerics.worst_mismatch_share), metric)
+        if numerics.elementwise_outputs == 0 and numerics.exact_outputs:
+            labels = ", ".join(repr(o.name) for o in numerics.outputs if o.compared == "exact")
+            return None, (f"no float output is compared at level {level!r}: {labels} hold integers, bools or "
+                          f"strings (labels, indices), which are right or wrong and have no {metric}; gate on "
+                          f"mismatch_share (e.g. '*.{level}.mismatch_share<=0.01')")
         if numerics.elementwise_outputs == 0 and numerics.outputs:
             moving = numerics.outputs[0]
             return None, (f"no output is compared element-wise at level {level!r}: the shape of every output "

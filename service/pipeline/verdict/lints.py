@@ -83,6 +83,7 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                             source=source))
 
         out.extend(_nonfinite_lints(a, per_level))
+        out.extend(_integer_output_lints(a, per_level))
         out.extend(_data_dependent_lints(a, per_level))
 
         per_channel = [w for w in f.weights if w["per_channel"]]
@@ -250,6 +251,26 @@ def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> lis
              "and its input in float (ort.nodes_to_exclude for the ORT paths), or clamp before it in the model; "
              "the per-tensor table (layers, 'nonfinite') shows the first tensor that holds them",
     ) for name, (count, levels) in worst.items()]
+
+
+def _integer_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
+    """One lint per integer, bool or string output (a label, an index) that differs from fp32 at some
+    level: it has no SQNR, so the headline figures, which cover the float outputs, do not show it."""
+    worst: dict[str, tuple[float, list[str]]] = {}  # output -> (largest share at one level, the levels)
+    for level, opt in per_level.items():
+        for o in (opt.numerics.outputs if opt.numerics else []):
+            if o.compared == "exact" and o.mismatch_share:
+                share, levels = worst.get(o.name, (0.0, []))
+                worst[o.name] = (max(share, o.mismatch_share), [*levels, level])
+    return [Lint(
+        code="integer_outputs_differ", severity="warning", artifact=artifact,
+        message=f"output {name!r} holds integers, bools or strings (a label, an index) and {100 * share:.1f}% of its "
+                f"elements differ from fp32 (at {', '.join(levels)}). It is compared exactly, not by SQNR: the "
+                "distance between two class indices is no error signal, so SQNR, cosine and max abs error cover "
+                "the float outputs only.",
+        hint=(f"gate on it with '{artifact}.all.mismatch_share<=0.01'; when the scores it is taken from are near a tie, "
+              "a small error flips it: the per-tensor table (layers) shows where those scores lose accuracy"),
+    ) for name, (share, levels) in worst.items()]
 
 
 def ort_optimized_upload_lints(fp32: FileFacts | None) -> list[Lint]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+from onnx import helper
 
 from ..registry import ConvertContext, OnnxNode, UnsupportedNode
 
@@ -17,7 +18,11 @@ def torch_dtype(onnx_type: int):
 
     name = ONNX_TO_TORCH.get(int(onnx_type))
     if name is None:
-        raise UnsupportedNode(f"ONNX data type {onnx_type}")
+        try:
+            text = helper.tensor_dtype_to_string(int(onnx_type)).removeprefix("TensorProto.")
+        except (KeyError, ValueError):
+            text = "unknown"
+        raise UnsupportedNode(f"ONNX data type {onnx_type} ({text}), which torch has no tensor type for")
     if name in ("uint16", "uint32", "uint64"):
         return torch.int64  # torch has no general unsigned >8-bit arithmetic; values fit in int64
     return getattr(torch, name)
