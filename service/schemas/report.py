@@ -87,7 +87,10 @@ class FileInfo(_Model):
     producer_version: str
     ir_version: int
     opset_imports: dict[str, int]
+    # The file's metadata_props, at most 32 entries, keys shortened to 200 characters and values to
+    # 2000 (a shortened one ends "... [N more characters in the file]"); the file keeps all of it.
     metadata_props: dict[str, str] = Field(default_factory=dict)
+    metadata_props_left_out: int = 0  # entries beyond the first 32
     node_count: int
 
 

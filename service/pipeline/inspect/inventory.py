@@ -40,16 +40,35 @@ _COMPUTE_WITH_BIAS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
 _STRUCTURAL = {"Constant", "Identity"}
 
 
+# What of a file's free-text metadata the report repeats (per file: fp32 and both ORT files carry the
+# upload's). The file keeps all of it; a 10 MB metadata_props must not become 30 MB of report and page.
+MAX_METADATA_PROPS, MAX_METADATA_KEY, MAX_METADATA_VALUE = 32, 200, 2000
+
+
+def _shortened(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]} ... [{len(text) - limit} more characters in the file]"
+
+
+def _metadata_shown(model) -> tuple[dict[str, str], int]:
+    """The first ``MAX_METADATA_PROPS`` entries, keys and values shortened; and how many were left out."""
+    props = list(model.metadata_props)
+    shown = {_shortened(p.key, MAX_METADATA_KEY): _shortened(p.value, MAX_METADATA_VALUE)
+             for p in props[:MAX_METADATA_PROPS]}
+    return shown, max(0, len(props) - MAX_METADATA_PROPS)
+
+
 def file_info_from_onnx(path: Path, model, *, relative_to: Path | None = None) -> FileInfo:
+    metadata, left_out = _metadata_shown(model)
     return FileInfo(
         path=str(path.relative_to(relative_to)) if relative_to else path.name,
         size=path.stat().st_size,
         sha256=file_sha256(path),
-        producer_name=model.producer_name,
-        producer_version=model.producer_version,
+        producer_name=_shortened(model.producer_name, MAX_METADATA_KEY),
+        producer_version=_shortened(model.producer_version, MAX_METADATA_KEY),
         ir_version=model.ir_version,
         opset_imports={(o.domain or "ai.onnx"): o.version for o in model.opset_import},
-        metadata_props={p.key: p.value for p in model.metadata_props},
+        metadata_props=metadata,
+        metadata_props_left_out=left_out,
         node_count=sum(1 for _ in all_nodes(model.graph)),
     )
 
