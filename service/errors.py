@@ -37,6 +37,11 @@ so the chain stays in the log while the user sees only our words.
         └── InternalError       internal_error       a bug; the traceback is in the log only
 
 A 415 (wrong content type) is an ``invalid_request``; so is any malformed request.
+
+Inside a report, a failed or skipped path's ``error.code`` is one of the codes above, or one that
+has no exception class: ``out_of_memory`` (its toolchain failed to allocate), ``ort_run_failed`` (ORT
+loaded the file and ran it at no level) and ``path_failed`` (a tool raised something we have no
+rule for; ``error.type`` names the exception and the message quotes it).
 """
 
 from __future__ import annotations

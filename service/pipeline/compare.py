@@ -223,7 +223,7 @@ def _with_levels(art: Artifact, optimized: dict) -> Artifact:
         reference = " It is the fp32 reference, so no quantized file could be compared either." if art.name == "fp32" else ""
         update["status"] = "failed"
         update["error"] = PathError(
-            stage="evaluate", type="OrtRunFailed",
+            stage="evaluate", code="ort_run_failed", type="OrtRunFailed",
             message=f"ONNX Runtime could not run this file at any level ({', '.join(lv for lv, _ in errors)}); "
                     f"at {errors[0][0]}: {errors[0][1]}.{reference}",
             hint="load the file in onnxruntime yourself and run one sample to see the same error; "

@@ -74,7 +74,12 @@ class SamplesInfo(_Model):
 
 class PathError(_Model):
     stage: str
-    type: str
+    # What CI switches on: a refusal's stable code (``service/errors.py``: path_skipped,
+    # ort_quantizer_failed, nonfinite_calibration, pt2e_file_rejected, ...), or out_of_memory,
+    # ort_run_failed (ORT ran the file at no level) and path_failed (a tool raised something we have
+    # no rule for: ``type`` names it, the message quotes it).
+    code: str = "path_failed"
+    type: str  # the exception class, e.g. "OrtQuantizerFailed", "RuntimeError"
     message: str
     hint: str | None = None
 

@@ -41,6 +41,7 @@ def test_a_grouped_conv_transpose_names_the_node_and_the_ways_out(tmp_path):
     grouped = _deconv(tmp_path / "g2.onnx", 2)
     art = _ort_qdq(grouped, tmp_path / "g2")
     assert art.status == "failed" and art.error.type == "OrtQuantizerFailed", art.error
+    assert art.error.code == "ort_quantizer_failed"
     assert "quantize_bias_static_impl" in art.error.message
     assert "grouped ConvTranspose 'up' (group=2)" in art.error.message
     assert "options.ort.per_channel" in art.error.hint and "['up']" in art.error.hint

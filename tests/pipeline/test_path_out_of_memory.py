@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.errors import PathSkipped
+from service.errors import NonFiniteCalibration, PathSkipped
 from service.pipeline.quantize.isolation import out_of_memory, run_path
 
 torch = pytest.importorskip("torch")
@@ -39,7 +39,7 @@ def test_an_allocation_failure_is_reported_as_out_of_memory(fn):
     outcome = run_path("pt2e_qdq", "quantize", fn)
     assert not outcome.ok and not outcome.skipped  # the same model would go through with more memory
     err = outcome.error
-    assert err.type == "MemoryError" and err.message.startswith("out of memory: ")
+    assert err.type == "MemoryError" and err.code == "out_of_memory" and err.message.startswith("out of memory: ")
     assert "ran out of memory" in err.hint and "input_shapes" in err.hint
 
 
@@ -49,7 +49,18 @@ def test_other_failures_keep_their_own_message():
 
     outcome = run_path("pt2e_qdq", "quantize", skip)
     assert outcome.skipped and outcome.error.type == "PathSkipped" and outcome.error.hint == "h"
+    assert outcome.error.code == "path_skipped"  # the stable code CI switches on, not the class name
     assert not out_of_memory(ValueError("the model is fine"))
+
+    def refused():
+        raise NonFiniteCalibration("inf in 'x'", hint="h")
+
+    def unexpected():
+        raise KeyError("x_orig")
+
+    assert run_path("ort_qdq", "quantize", refused).error.code == "nonfinite_calibration"
+    err = run_path("ort_qdq", "quantize", unexpected).error
+    assert (err.code, err.type) == ("path_failed", "KeyError") and "x_orig" in err.message
 
 
 def test_the_hint_names_the_worker_s_own_limit():
@@ -61,3 +72,16 @@ def test_the_hint_names_the_worker_s_own_limit():
             "from service.pipeline.quantize.isolation import memory_hint; print(memory_hint())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "8192 MiB" in out and "QUANTCOMPARE_WORKER_MEMORY_MB" in out
+
+
+def test_a_file_ort_ran_at_no_level_fails_its_path_with_a_stable_code():
+    from service.pipeline.compare import _with_levels
+    from service.schemas.levels import OptimizedLevel
+    from service.schemas.report import Artifact
+
+    levels = {lv: OptimizedLevel(level=lv, error="run failed: Gather index 7 out of bounds") for lv in ("basic", "all")}
+    art = _with_levels(Artifact(name="ort_qdq", status="ok"), levels)
+    assert art.status == "failed" and (art.error.code, art.error.type) == ("ort_run_failed", "OrtRunFailed")
+    assert "at basic: run failed: Gather index 7" in art.error.message
+    one_ran = {**levels, "all": OptimizedLevel(level="all")}
+    assert _with_levels(Artifact(name="ort_qdq", status="ok"), one_ran).status == "ok"

@@ -266,6 +266,9 @@ class PathError:
     type: str
     message: str
     hint: Optional[str] = None
+    # the stable code to switch on (path_skipped, ort_quantizer_failed, out_of_memory, path_failed, ...);
+    # None from a server that predates it
+    code: Optional[str] = None
 
     def __str__(self) -> str:
         return f"{self.stage}: {self.type}: {self.message}" + (f" (hint: {self.hint})" if self.hint else "")
@@ -347,7 +350,7 @@ class Artifact:
             name=str(d.get("name", name)),
             status=str(d.get("status", "unknown")),
             error=PathError(str(err.get("stage", "")), str(err.get("type", "")), str(err.get("message", "")),
-                            err.get("hint")) if err else None,
+                            err.get("hint"), err.get("code")) if err else None,
             file=ArtifactFile.from_dict(d["file"]) if isinstance(d.get("file"), dict) else None,
             quantization=Inventory.from_dict(d["quantization"]) if isinstance(d.get("quantization"), dict) else None,
             optimized={lv: OptimizedLevel.from_dict(lv, v) for lv, v in _d(d.get("optimized")).items()},

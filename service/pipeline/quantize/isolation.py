@@ -113,6 +113,9 @@ def _summary(text: str) -> str:
     return text
 
 
+OUT_OF_MEMORY = "out_of_memory"  # PathError.code of a path whose toolchain failed to allocate
+
+
 @dataclass
 class PathOutcome:
     ok: bool
@@ -129,19 +132,20 @@ def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
         conversion = getattr(e, "conversion", None)
         if out_of_memory(e):  # not a skip: the same model would convert with more memory
             return PathOutcome(ok=False, value=conversion, error=PathError(
-                stage=e.stage, type="MemoryError", message=scrub(f"out of memory: {e.message}"), hint=memory_hint()))
-        return PathOutcome(ok=False, skipped=True, value=conversion, error=PathError(stage=e.stage, type="PathSkipped",
-                                                                                     message=scrub(e.message), hint=e.hint))
+                stage=e.stage, code=OUT_OF_MEMORY, type="MemoryError", message=scrub(f"out of memory: {e.message}"),
+                hint=memory_hint()))
+        return PathOutcome(ok=False, skipped=True, value=conversion, error=PathError(
+            stage=e.stage, code=e.code, type="PathSkipped", message=scrub(e.message), hint=e.hint))
     except QuantCompareError as e:
-        return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(e.message),
-                                                     hint=e.hint))
+        return PathOutcome(ok=False, error=PathError(stage=stage, code=e.code, type=type(e).__name__,
+                                                     message=scrub(e.message), hint=e.hint))
     except Exception as e:  # noqa: BLE001 - a path fails alone, by design
         log.warning("path %s failed at %s:\n%s", artifact, stage, traceback.format_exc())
         first = _summary(str(e).strip()) or repr(e)
         if len(first) > 600:
             first = first[:600] + " ..."
         if out_of_memory(e):
-            return PathOutcome(ok=False, error=PathError(stage=stage, type="MemoryError",
+            return PathOutcome(ok=False, error=PathError(stage=stage, code=OUT_OF_MEMORY, type="MemoryError",
                                                          message=scrub(f"out of memory: {first}"), hint=memory_hint()))
-        return PathOutcome(ok=False, error=PathError(stage=stage, type=type(e).__name__, message=scrub(first),
+        return PathOutcome(ok=False, error=PathError(stage=stage, code="path_failed", type=type(e).__name__, message=scrub(first),
                                                      hint=hint_for(artifact, e)))
