@@ -139,4 +139,8 @@ def test_an_input_that_is_itself_a_graph_output_converts_and_runs_on_the_upload_
     feed = samples.evaluation[0]
     y, x = ort.InferenceSession(str(tmp_path / "pt2e.onnx"), providers=["CPUExecutionProvider"]).run(None, feed)
     np.testing.assert_array_equal(x, feed["x"])
-    assert [i.name for i in onnx.load(str(tmp_path / "pt2e.onnx")).graph.input] == ["x"]
+    written = onnx.load(str(tmp_path / "pt2e.onnx"))
+    assert [i.name for i in written.graph.input] == ["x"]
+    # and the outputs are the upload's: 'y', and 'x' the input itself (it read 'dequantize_per_tensor_1', 'x__1')
+    assert [o.name for o in written.graph.output] == ["y", "x"]
+    assert not [n for n in written.graph.node if n.op_type == "Identity"]

@@ -77,8 +77,9 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
     torch.onnx names them after the module: inputs as Python identifiers ("input.1" -> "input_1"),
     outputs after FX nodes ("permute_3"). Where the upload passes an input straight through to an
     output, torch names the output after the input and the input "<name>_orig", so ORT refused the
-    upload's own feed ("Required inputs (['src_mask_orig']) are missing"). Any other tensor of the
-    file that already bears one of the upload's names is renamed out of the way first.
+    upload's own feed ("Required inputs (['src_mask_orig']) are missing"). An upload output that is
+    one of its inputs (valid ONNX) lists that input again, not torch's Identity copy ("x__1"). Any
+    other tensor of the file that already bears one of the upload's names is renamed out of the way first.
     """
     graph = model_proto.graph
     inputs = [vi.name for vi in graph.input]
@@ -89,10 +90,13 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
                    if py != orig and py in inputs}
     copies: dict[int, str] = {}  # output index -> upload name, where the value needs a second name
     same_as: dict[int, int] = {}  # output index -> the earlier output index whose value it lists again
+    inputs_out: dict[int, str] = {}  # output index -> the upload input it lists (valid ONNX: an input passed out)
     outputs = [vi.name for vi in graph.output]
-    # An upload output that bears an input's name is that input, passed through: torch's names stay.
-    if output_names is not None and len(outputs) == len(output_names) and not set(output_names) & set(input_names):
+    if output_names is not None and len(outputs) == len(output_names):
         for k, (old, new) in enumerate(zip(outputs, output_names)):
+            if new in input_names:  # torch wrote it as Identity(input) under its own name: list the input
+                inputs_out[k] = new
+                continue
             if output_names.index(new) != k:
                 # the upload lists one tensor twice (valid ONNX); torch wrote the second as an Identity
                 # alias: both outputs name the first's value, or 'new' would be defined twice
@@ -104,7 +108,7 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
                 copies[k] = new  # a graph input, or one value that is two outputs: an Identity names it
             else:
                 renames[old] = new
-    if not renames and not copies and not same_as:
+    if not renames and not copies and not same_as and not inputs_out:
         return 0
     taken = set(renames.values()) | set(copies.values())
     existing = all_tensor_names(graph)
@@ -131,8 +135,16 @@ def restore_io_names(model_proto, input_names: list[str], output_names: list[str
             vi.name = value
     for k, first in same_as.items():
         graph.output[k].name = graph.output[first].name
-    _drop_dead_aliases(graph, {renames.get(outputs[k], outputs[k]) for k in same_as})
-    return len(renames) + len(copies) + len(same_as)
+    producers = {out: node for node in graph.node for out in node.output}
+    passed = {}  # output index -> the Identity output it named before
+    for k, name in inputs_out.items():
+        value = graph.output[k].name
+        node = producers.get(value)
+        # only where the file's value is the input itself; anything else keeps torch's name
+        if value == name or (node is not None and node.op_type == "Identity" and node.input[0] == name):
+            graph.output[k].name, passed[k] = name, value
+    _drop_dead_aliases(graph, {renames.get(outputs[k], outputs[k]) for k in same_as} | set(passed.values()))
+    return len(renames) + len(copies) + len(same_as) + sum(1 for k, v in passed.items() if v != outputs[k])
 
 
 def _drop_dead_aliases(graph, names: set[str]) -> None:
