@@ -58,7 +58,7 @@ def _run(tmp_path, *, float_output: bool, gates):
     report = run_comparison(ComparisonRequest(model_path=tmp_path / "clf.onnx", model_name="clf.onnx",
                                               calibration_path=tmp_path / "samples.npz", options=options), tmp_path / "job")
     feeds = [{"x": x[i]} for i in range(N_CAL, N_CAL + N_EVAL)]
-    return report, feeds
+    return report, _outputs(tmp_path / "clf.onnx", feeds), _outputs(tmp_path / "job" / "artifacts" / "ort_qdq.onnx", feeds)
 
 
 def _outputs(path, feeds):
@@ -70,10 +70,8 @@ def _outputs(path, feeds):
 
 
 def test_labels_are_compared_exactly_and_the_sqnr_reads_the_logits(tmp_path):
-    report, feeds = _run(tmp_path, float_output=True,
-                         gates=["ort_qdq.all.sqnr_db>=25", "ort_qdq.all.mismatch_share<=0.01"])
-    ref = _outputs(tmp_path / "clf.onnx", feeds)
-    got = _outputs(tmp_path / "job" / "artifacts" / "ort_qdq.onnx", feeds)
+    report, ref, got = _run(tmp_path, float_output=True,
+                            gates=["ort_qdq.all.sqnr_db>=25", "ort_qdq.all.mismatch_share<=0.01"])
     label_share = float(np.mean(ref[1] != got[1]))
     top_share = float(np.mean(ref[2] != got[2]))
     assert 0 < label_share < 0.5 and top_share > 0  # the case this test is about: int8 flipped some labels
@@ -107,10 +105,8 @@ def test_labels_are_compared_exactly_and_the_sqnr_reads_the_logits(tmp_path):
 
 
 def test_a_model_with_only_labels_gates_on_mismatch_share(tmp_path):
-    report, feeds = _run(tmp_path, float_output=False,
-                         gates=["ort_qdq.all.sqnr_db>=25", "ort_qdq.all.mismatch_share<=0.5"])
-    ref = _outputs(tmp_path / "clf.onnx", feeds)
-    got = _outputs(tmp_path / "job" / "artifacts" / "ort_qdq.onnx", feeds)
+    report, ref, got = _run(tmp_path, float_output=False,
+                            gates=["ort_qdq.all.sqnr_db>=25", "ort_qdq.all.mismatch_share<=0.5"])
     share = float(np.mean(ref[0] != got[0]))
     assert share > 0
 

@@ -230,16 +230,23 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
     )]
 
 
+def _worst_per_output(per_level: dict[str, OptimizedLevel], figure) -> dict[str, tuple[float, list[str]]]:
+    """output -> (the largest nonzero ``figure(output)`` at one level, the levels where it is nonzero)."""
+    worst: dict[str, tuple[float, list[str]]] = {}
+    for level, opt in per_level.items():
+        for o in (opt.numerics.outputs if opt.numerics else []):
+            value = figure(o)
+            if value:
+                top, levels = worst.get(o.name, (0, []))
+                worst[o.name] = (max(top, value), [*levels, level])
+    return worst
+
+
 def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
     """One lint per output that differs from fp32 where one of the two is inf or NaN, at any level
     (``numerics.nonfinite_mismatches``: a NaN where fp32 has a number, but also a -inf where fp32's
     own output is NaN, so the message does not say which side has numbers)."""
-    worst: dict[str, tuple[int, list[str]]] = {}  # output -> (most values at one level, the levels)
-    for level, opt in per_level.items():
-        for o in (opt.numerics.outputs if opt.numerics else []):
-            if o.nonfinite:
-                count, levels = worst.get(o.name, (0, []))
-                worst[o.name] = (max(count, o.nonfinite), [*levels, level])
+    worst = _worst_per_output(per_level, lambda o: o.nonfinite)
     return [Lint(
         code="nonfinite_outputs", severity="error", artifact=artifact,
         message=f"output {name!r} differs from fp32 at {count} positions where one of the two is inf or NaN (at "
@@ -256,12 +263,7 @@ def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> lis
 def _integer_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
     """One lint per integer, bool or string output (a label, an index) that differs from fp32 at some
     level: it has no SQNR, so the headline figures, which cover the float outputs, do not show it."""
-    worst: dict[str, tuple[float, list[str]]] = {}  # output -> (largest share at one level, the levels)
-    for level, opt in per_level.items():
-        for o in (opt.numerics.outputs if opt.numerics else []):
-            if o.compared == "exact" and o.mismatch_share:
-                share, levels = worst.get(o.name, (0.0, []))
-                worst[o.name] = (max(share, o.mismatch_share), [*levels, level])
+    worst = _worst_per_output(per_level, lambda o: o.mismatch_share if o.compared == "exact" else None)
     return [Lint(
         code="integer_outputs_differ", severity="warning", artifact=artifact,
         message=f"output {name!r} holds integers, bools or strings (a label, an index) and {100 * share:.1f}% of its "
