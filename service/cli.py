@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.api.cli_serve import add_serve_parser
-from service.errors import InvalidOptions, QuantCompareError, validation_detail, validation_errors
+from service.errors import InvalidOptions, QuantCompareError, error_from_os, validation_detail, validation_errors
 from service.examples import list_examples
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.logs import quiet_toolchain_logs
@@ -119,13 +119,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # noqa: BLE001 - an internal bug: say so plainly, traceback only with -v
-        logging.getLogger("quantcompare").debug("internal error", exc_info=True)
-        if args.verbose:
-            raise
-        print(terminal_safe(f"error: internal_error: {type(e).__name__}: {e}\n  hint: this is a quantcompare bug; "
-                            "rerun with -v for the traceback and report it"), file=sys.stderr)
-        return 3  # not 2: a CI job must tell "my model was refused" from "the tool broke"
+    except OSError as e:  # a full disk or a denied path is the machine's state, not a quantcompare bug
+        ours = error_from_os(e, f"running `quantcompare {args.command}`")
+        if ours is None:
+            return _internal_error(e, args)
+        print(terminal_safe(f"error: {ours}"), file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001
+        return _internal_error(e, args)
+
+
+def _internal_error(e: Exception, args) -> int:
+    """An internal bug: say so plainly, the traceback only with -v."""
+    logging.getLogger("quantcompare").debug("internal error", exc_info=e)
+    if args.verbose:
+        raise e
+    print(terminal_safe(f"error: internal_error: {type(e).__name__}: {e}\n  hint: this is a quantcompare bug; "
+                        "rerun with -v for the traceback and report it"), file=sys.stderr)
+    return 3  # not 2: a CI job must tell "my model was refused" from "the tool broke"
 
 
 if __name__ == "__main__":

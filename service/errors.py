@@ -34,7 +34,9 @@ so the chain stays in the log while the user sees only our words.
         ├── WorkerMemoryLimit   worker_memory_limit  past QUANTCOMPARE_WORKER_MEMORY_MB
         ├── Interrupted         interrupted          the service or its worker went away, twice
         ├── JobFolderMissing    job_folder_missing   the job's files were removed before it ran
+        ├── DiskFull            disk_full       507  no space left where the job writes (ENOSPC, EDQUOT)
         └── InternalError       internal_error       a bug; the traceback is in the log only
+    FileAccessDenied    file_access_denied   403  the CLI cannot read or write a path (EACCES, EPERM, EROFS)
 
 A 415 (wrong content type) is an ``invalid_request``; so is any malformed request.
 
@@ -45,6 +47,8 @@ rule for; ``error.type`` names the exception and the message quotes it).
 """
 
 from __future__ import annotations
+
+import errno
 
 
 class QuantCompareError(Exception):
@@ -221,6 +225,33 @@ class JobFolderMissing(JobFailed):
 
 class InternalError(JobFailed):
     code, status, title = "internal_error", 500, "Internal error"
+
+
+class DiskFull(JobFailed):
+    code, status, title = "disk_full", 507, "No space left to write the job's files"
+
+
+class FileAccessDenied(QuantCompareError):
+    code, status, title = "file_access_denied", 403, "A file could not be read or written"
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def error_from_os(e: BaseException, during: str) -> QuantCompareError | None:
+    """Our words for a failed read or write of a file (``during``: what was being done), or None when
+    ``e`` is no such failure. A full disk or a denied path is the machine's state, not a quantcompare
+    bug, and the user (or the operator) can act on it."""
+    if not isinstance(e, OSError) or e.errno not in _DISK_FULL | _DENIED:
+        return None
+    where = f" ({e.filename})" if e.filename else ""
+    if e.errno in _DISK_FULL:
+        return DiskFull(f"no space left on the disk while {during}{where}: {e.strerror}",
+                        hint="free space on that disk (or point the output or QUANTCOMPARE_DATA_DIR at a larger one; "
+                             "the service's QUANTCOMPARE_MAX_DATA_GB keeps finished jobs within a budget), then retry")
+    return FileAccessDenied(f"cannot read or write a file while {during}{where}: {e.strerror}",
+                            hint="check the path's permissions (and that the disk is not read-only), then retry")
 
 
 # Pydantic's error types whose own message reads as jargon to a person.

@@ -165,3 +165,18 @@ def test_a_model_with_its_external_data_beside_it_is_read_where_it_lies(tmp_path
     (folder / "m.onnx.data").unlink()
     proc = _run("compare", str(folder / "m.onnx"), "--out", str(tmp_path / "o2"))
     assert proc.returncode == 2 and "'m.onnx.data', which is not among the files given" in proc.stderr, proc.stderr
+
+
+def test_a_full_disk_says_so_and_exits_2_not_3(tmp_path):
+    """Writing report.json onto a full disk (here /dev/full, whose writes fail with ENOSPC in the
+    kernel) surfaced as internal_error, exit 3: "a quantcompare bug". It is the machine's state."""
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "report.json").symlink_to("/dev/full")
+    proc = _run("compare", "--example", "conv_relu", "--options",
+                '{"latency": {"enabled": false}, "advice": {"enabled": false}, "layers": {"enabled": false}, '
+                '"levels": ["disable_all"], "artifacts": ["ort_qdq"], "calibration_samples": 2, "eval_samples": 1}',
+                "--out", str(out), "-q")
+    assert proc.returncode == 2, proc.stderr
+    assert "error: disk_full: no space left on the disk while running `quantcompare compare`" in proc.stderr
+    assert "free space" in proc.stderr and "Traceback" not in proc.stderr

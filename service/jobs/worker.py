@@ -31,7 +31,7 @@ import traceback
 import warnings
 from pathlib import Path
 
-from service.errors import InternalError, QuantCompareError, WorkerMemoryLimit
+from service.errors import InternalError, QuantCompareError, WorkerMemoryLimit, error_from_os
 from service.jobs.spec import JobSpec
 from service.schemas.api import problem_from_error
 
@@ -154,12 +154,15 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
             result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(WorkerMemoryLimit(
                 f"the job ran out of memory (worker limit {memory_mb} MiB) during {last[1] or 'start'}",
                 hint="try a smaller model, fewer samples, or raise QUANTCOMPARE_WORKER_MEMORY_MB"))}
-        except BaseException:
-            # An internal bug: the traceback goes to the log, never into the response.
-            log.error("job %s failed with an internal error:\n%s", spec.id, traceback.format_exc())
-            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(InternalError(
-                f"the job failed with an internal error during {last[1] or 'start'}",
-                hint="this is a bug in quantcompare; the server log has the details"))}
+        except BaseException as e:
+            # A full disk is the machine's state (disk_full, with what to do); anything else is an
+            # internal bug: the traceback goes to the log, never into the response.
+            error = error_from_os(e, f"the job's {last[1] or 'start'} stage wrote or read its files")
+            if error is None:
+                log.error("job %s failed with an internal error:\n%s", spec.id, traceback.format_exc())
+                error = InternalError(f"the job failed with an internal error during {last[1] or 'start'}",
+                                      hint="this is a bug in quantcompare; the server log has the details")
+            result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(error)}
         finally:
             os.chdir(idle_dir)
         try:

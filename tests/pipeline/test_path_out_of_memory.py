@@ -85,3 +85,16 @@ def test_a_file_ort_ran_at_no_level_fails_its_path_with_a_stable_code():
     assert "at basic: run failed: Gather index 7" in art.error.message
     one_ran = {**levels, "all": OptimizedLevel(level="all")}
     assert _with_levels(Artifact(name="ort_qdq", status="ok"), one_ran).status == "ok"
+
+
+def test_a_full_disk_stops_the_job_instead_of_failing_one_path():
+    """Each later path and the report would fail the same way: the job says disk_full once."""
+    from service.errors import DiskFull
+
+    def write():
+        with open("/dev/full", "wb") as f:  # the kernel fails its writes with ENOSPC
+            f.write(b"x" * 4096)
+            f.flush()
+
+    with pytest.raises(DiskFull, match="no space left on the disk while the ort_qdq path wrote its files"):
+        run_path("ort_qdq", "quantize", write)

@@ -8,7 +8,7 @@ import resource
 import traceback
 from dataclasses import dataclass
 
-from service.errors import PathSkipped, QuantCompareError
+from service.errors import DiskFull, PathSkipped, QuantCompareError, error_from_os
 from service.schemas.report import PathError
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,9 @@ def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
         return PathOutcome(ok=False, error=PathError(stage=stage, code=e.code, type=type(e).__name__,
                                                      message=scrub(e.message), hint=e.hint))
     except Exception as e:  # noqa: BLE001 - a path fails alone, by design
+        disk_full = error_from_os(e, f"the {artifact} path wrote its files")
+        if isinstance(disk_full, DiskFull):  # not this path's failure: every later write fails too
+            raise disk_full from e
         log.warning("path %s failed at %s:\n%s", artifact, stage, traceback.format_exc())
         first = _summary(str(e).strip()) or repr(e)
         if len(first) > 600:
