@@ -173,6 +173,8 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         quantizer.module_name_config[module_name] = None
     prepared = prepare_pt2e(program.module(), quantizer)
     notes = _shared_weight_notes(prepared)
+    if conversion is not None:  # what parity could not check is the reader's to know, on the page too
+        notes += conversion.caveats
     names = [s.name for s in specs]
     with torch.no_grad():
         for i, feed in enumerate(calibration):

@@ -48,11 +48,13 @@ class Conversion:
     parity: dict[str, Any] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # What parity could not check (outputs after a tie): the PT2E tool's notes repeat it, so the page shows it.
+    caveats: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"converter": self.converter, "ops": self.ops, "folded": self.folded,
                 "max_abs_error_vs_onnx": self.max_abs_error_vs_onnx, "parity": self.parity,
-                "seconds": self.seconds, "notes": self.notes}
+                "seconds": self.seconds, "notes": [*self.caveats, *self.notes]}
 
 
 class ConversionSkipped(PathSkipped):
@@ -127,6 +129,10 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     conv.seconds["parity"] = round(time.perf_counter() - t0, 3)
     conv.max_abs_error_vs_onnx = parity.max_abs_error
     conv.parity = parity.to_dict()
+    if parity.after_ties:
+        conv.caveats.append("parity left out " + "; ".join(f"output {o!r}, which follows {why}" for o, why in
+                                                          parity.after_ties.items()) + ": no value after a tie tells "
+                          "a conversion fault from the other order")
     if not parity.ok:
         raise ConversionSkipped(f"the converted torch module does not match ORT on the fp32 ONNX: {parity.reason}",
                                 stage="convert", hint="report the model with this message; " + PT2_HINT,

@@ -168,8 +168,8 @@ def topk(ctx, node, inputs):
         k = int(node.attr("k"))
     axis = int(node.attr("axis", -1))
     largest = bool(node.attr("largest", 1))
-    sort = bool(node.attr("sorted", 1))
-    if not sort:
-        raise UnsupportedNode("TopK sorted=0") if False else None
+    # sorted=0 leaves the order to the runtime: sorted is one. Equal values may come out in another
+    # order than ONNX's (lower index first): torch.sort(stable=True) would match it, but has no
+    # ONNX export; parity.py tells such a tie from a conversion fault instead.
     values, idx = torch.topk(x, k, dim=axis, largest=largest, sorted=True)
     return [values, idx]
