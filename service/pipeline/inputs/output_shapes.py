@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.pipeline.vocabulary import RANDOM_OPS, SELECTION_OPS, all_nodes, node_reads, subgraphs
+from service.pipeline.vocabulary import RANDOM_OPS, ROW_PICKING_OPS, SELECTION_OPS, all_nodes, node_reads, subgraphs
 
 
 def shapeless_outputs(model) -> list[str]:
@@ -90,11 +90,11 @@ def node_label(node, index: int) -> str:
     return f"{node.op_type} '{node.name}'" if node.name else f"{node.op_type} (node #{index}, unnamed)"
 
 
-def body_selection(node) -> str | None:
-    """The first SELECTION_OPS op inside ``node``'s bodies (If/Loop/Scan), searched recursively."""
+def body_selection(node, ops=SELECTION_OPS) -> str | None:
+    """The first of ``ops`` inside ``node``'s bodies (If/Loop/Scan), searched recursively."""
     for body in subgraphs(node):
         for inner in all_nodes(body):
-            if inner.op_type in SELECTION_OPS and inner.domain in ("", "ai.onnx"):
+            if inner.op_type in ops and inner.domain in ("", "ai.onnx"):
                 return inner.op_type
     return None
 
@@ -113,24 +113,24 @@ def constant_tensors(graph) -> set[str]:
     return fixed
 
 
-def is_selection(node, constants: set[str]) -> bool:
-    """A SELECTION_OPS node that reads a value computed at run time."""
-    return (node.op_type in SELECTION_OPS and node.domain in ("", "ai.onnx")
+def is_selection(node, constants: set[str], ops=SELECTION_OPS) -> bool:
+    """A node of ``ops`` that reads a value computed at run time."""
+    return (node.op_type in ops and node.domain in ("", "ai.onnx")
             and not all(i in constants for i in node.input if i))
 
 
-def selection_origins(graph) -> tuple[dict[str, str], list[str]]:
+def selection_origins(graph, ops=SELECTION_OPS) -> tuple[dict[str, str], list[str]]:
     """(tensor -> the selection it follows, e.g. ``"NonMaxSuppression 'nms'"``, for every tensor of
-    the main graph downstream of a SELECTION_OPS op on a run-time value, of an If/Loop/Scan whose
-    body holds one, or of a node reading such a tensor; the tensors the selections themselves read)."""
+    the main graph downstream of an ``ops`` node on a run-time value, of an If/Loop/Scan whose body
+    holds one, or of a node reading such a tensor; the tensors the selections themselves read)."""
     origin: dict[str, str] = {}
     read: list[str] = []
     constants = constant_tensors(graph)
     for index, node in enumerate(graph.node):  # ONNX nodes are in topological order
         reads = node_reads(node)
-        if is_selection(node, constants):
+        if is_selection(node, constants, ops):
             why = node_label(node, index)
-        elif (inner := body_selection(node)) is not None:
+        elif (inner := body_selection(node, ops)) is not None:
             why = f"{node_label(node, index)} (its body holds a {inner})"
         else:
             why = next((origin[i] for i in sorted(reads & origin.keys())), None)
@@ -156,19 +156,23 @@ class AfterSelection:
 
 
 def tensors_after_selection(model, inferred) -> AfterSelection:
-    """The tensors downstream of a SELECTION_OPS op on a run-time value (or of an If/Loop/Scan whose
-    body holds one, or that reads such a tensor from outside), split by whether ONNX shape
+    """The tensors downstream of a ROW_PICKING_OPS op on a run-time value (or of an If/Loop/Scan
+    whose body holds one, or that reads such a tensor from outside), split by whether ONNX shape
     inference at the job's concrete input shapes (``inferred``: safety/activations.py's
     ``inferred_at_job_shapes``, None where it failed) fixes every dim. So a NonZero whose result is
-    scattered back into a fixed-shape tensor leaves that tensor compared element-wise."""
-    found, read = selection_origins(model.graph)
+    scattered back into a fixed-shape tensor, or the 300 rows a TopK of constant k kept, are
+    compared element-wise."""
+    found, read = selection_origins(model.graph, ROW_PICKING_OPS)
     origin = {t: f"follows {why}" for t, why in found.items()}
     if not origin:
         return AfterSelection()
-    if inferred is None:  # no inference: every tensor after a selection counts as moving
-        return AfterSelection(moving=origin, read=read)
-    fixed = {vi.name for vi in (*inferred.graph.value_info, *inferred.graph.output)
-             if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
-             and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+    # Only after a TopK (k rows, whatever the values): a fixed shape, inferred or not.
+    fixed = set(origin) - set(selection_origins(model.graph)[0])
+    if inferred is None:  # no inference: every other tensor after a selection counts as moving
+        return AfterSelection(moving={t: why for t, why in origin.items() if t not in fixed},
+                              fixed={t: why for t, why in origin.items() if t in fixed}, read=read)
+    fixed |= {vi.name for vi in (*inferred.graph.value_info, *inferred.graph.output)
+              if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+              and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
     return AfterSelection(moving={t: why for t, why in origin.items() if t not in fixed},
                           fixed={t: why for t, why in origin.items() if t in fixed}, read=read)

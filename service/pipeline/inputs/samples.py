@@ -47,6 +47,15 @@ def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None
                     lambda rng, shape: rng.uniform(iv.low, iv.high, size=shape).astype(dtype))
         return "normal(0, 1)", lambda rng, shape: rng.standard_normal(shape).astype(dtype)
     if spec.dtype == "bool":
+        if iv is None and _MASK_NAME.search(spec.name.lower()):
+            # A bool mask drawn at random masks whole rows out (every key of a query: a softmax of
+            # -inf is NaN, and the quantizers then calibrate NaN). torch's key_padding_mask marks
+            # padding with True; other masks (attention_mask, src_mask) mark what is attended.
+            attend = "padding" not in spec.name.lower()
+            return ((f"constant {attend}: a bool mask by its name, "
+                     + ("every position attended" if attend else "no position padded (True marks padding)")
+                     + " (unpadded input; set options.input_values or upload an .npz for padded batches)"),
+                    lambda rng, shape: np.full(shape, attend, dtype=bool))
         return "bernoulli(0.5)", lambda rng, shape: rng.random(shape) < 0.5
     if spec.dtype in _INTS:
         if iv is None and _MASK_NAME.search(spec.name.lower()):

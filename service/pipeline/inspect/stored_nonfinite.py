@@ -38,6 +38,29 @@ def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
     return found
 
 
+def selected_by_where(model, tensor: str) -> tuple[list[str], list[str]] | None:
+    """Where ``tensor`` (a stored -inf, a masked fill) is read only as a value of Where nodes, so a
+    condition decides whether it reaches anything: (those Where nodes, the graph inputs their
+    conditions are computed from); None when some node reads it otherwise."""
+    graph = model.graph
+    readers = [n for n in graph.node if tensor in n.input]
+    if not readers or any(n.op_type != "Where" or list(n.input).index(tensor) == 0 for n in readers):
+        return None
+    producers = {o: n for n in graph.node for o in n.output}
+    inputs = {vi.name for vi in graph.input} - {t.name for t in graph.initializer}
+    found, todo, seen = [], [n.input[0] for n in readers], set()
+    while todo:  # the graph inputs upstream of the conditions
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in inputs:
+            found.append(t)
+        elif t in producers:
+            todo.extend(i for i in producers[t].input if i)
+    return [n.name or "(unnamed)" for n in readers], sorted(found)
+
+
 def nonfinite_scales(graph) -> list[tuple[str, str]]:
     """(tensor, node) for each quantization scale a quantized file stores as NaN or inf, in node order:
     the input of a QuantizeLinear, the output of a DequantizeLinear, each operand of a QLinear*

@@ -158,9 +158,10 @@ def padded_selection_lints(outputs: dict[str, str]) -> list[Lint]:
     )]
 
 
-def selection_input_lints(read: list[str], layers) -> list[Lint]:
+def selection_input_lints(read: list[str], layers, *, by_shape: bool = True) -> list[Lint]:
     """When outputs follow a selection, what the selections read (``read``: a detector's boxes and
-    scores) as the per-tensor table measured it: the accuracy figure those outputs cannot have."""
+    scores) as the per-tensor table measured it: the accuracy figure those outputs cannot have
+    (``by_shape``: some are compared by shape only; else they are rows compared position by position)."""
     if layers is None or not layers.rows:
         return []
     rows = {r.tensor: r for r in layers.rows}
@@ -172,7 +173,9 @@ def selection_input_lints(read: list[str], layers) -> list[Lint]:
     return [Lint(
         code="selection_inputs", severity="info", artifact=None,
         message=(f"what the model's selections read, per file, at {layers.level} (report.json 'layers'): {figures}. "
-                 "Outputs after a selection are compared by shape only; these are the figures quantization moves."),
+                 + ("Outputs after a selection are compared by shape only" if by_shape else
+                    "Outputs after a selection compare the rows each file kept, position by position")
+                 + "; these are the figures quantization moves."),
         hint="gate on an output before the selection, or export the model up to it, to hold CI to these figures",
     )]
 

@@ -94,3 +94,27 @@ def test_a_ranking_that_picked_other_values_is_still_a_fault(tmp_path):
     record["top_scores"] = record["top_scores"] + 1.0  # values the converter got wrong
     first, ties = first_diverging(model, record, feed)
     assert first is not None and first.startswith("'top_scores' (output of TopK node 'rank'") and not ties
+
+
+def test_the_job_quantizes_such_a_head_and_says_which_rows_it_compares(tmp_path):
+    """End to end: the PT2E path is ok, and the report says the outputs after the TopK hold the rows
+    each file kept (compared position by position) and quotes the per-tensor SQNR of what it ranked."""
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+
+    upload = _ranking_head(tmp_path / "head.onnx", logit_offset=-40.0)
+    options = ComparisonOptions.model_validate({
+        "artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all", "all"], "calibration_samples": 4,
+        "eval_samples": 2, "latency": {"enabled": False}, "advice": {"enabled": False}})
+    report = run_comparison(ComparisonRequest(model_path=upload, model_name="head.onnx", options=options), tmp_path / "job")
+    assert report.artifacts["pt2e_qdq"].status == "ok", report.artifacts["pt2e_qdq"].error
+    lints = {lt.code: lt for lt in report.lints}
+    assert "'picked' follows TopK 'rank'" in lints["padded_selection_outputs"].message
+    assert "'top_scores' follows TopK 'rank'" in lints["padded_selection_outputs"].message
+    quoted = lints["selection_inputs"].message
+    rows = {r.tensor: r for r in report.layers.rows}
+    sqnr = rows["scores"].artifacts["ort_qdq"].sqnr_db
+    assert f"'scores': ort_qdq {'exact' if sqnr is None else f'{sqnr:.1f} dB'}" in quoted
+    assert "compare the rows each file kept, position by position" in quoted
+    # still compared element-wise, as before: the shape is k rows whatever the values
+    assert all(o.compared == "elementwise" for o in report.artifacts["ort_qdq"].optimized["all"].numerics.outputs)
