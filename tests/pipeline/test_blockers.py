@@ -386,3 +386,22 @@ def test_relu_between_conv_and_q_shares_the_conv_units_fate(tmp_path, level):
     if not fused:
         assert rows["relu"].blocker == rows["conv"].blocker == "fusion_starts_at_extended"
         assert "part of conv's unit" in rows["relu"].detail
+
+
+def test_an_add_of_an_activation_and_an_int8_constant_groups_by_dtype(tmp_path):
+    """PT2E writes a bias Add whose constant is an int8 DQ; QDQS8ToU8 turns the activation uint8, so
+    ORT's QDQ Add sees two dtypes. The grouped line read "inputs uint8, _frozen_param0 mixed" (a
+    tensor name where int8 belongs): one group per node instead of one per reason."""
+    b = Builder()
+    x = b.input("x", [1, 8])
+    for k in range(2):
+        y = b.node("Add", [b.qdq(x, "uint8")[0], b.weight([1, 8], "int8")], f"add{k}")
+        for d in b.qdq(y, "uint8"):
+            b.output(b.node("Sigmoid", [d], b.name("tail")))
+    g, rows = saved(b.save(tmp_path / "adds.onnx"))
+    assert {"add0", "add1"} <= set(rows)
+    adds = [r for r in rows.values() if r.op_type == "Add"]
+    assert all(r.blocker == "io_dtype_mismatch" and r.detail.startswith("inputs of different types") for r in adds)
+    assert "Add" in ops(g)  # the oracle: ORT left both Adds in float
+    groups = grouped_blockers(adds)
+    assert [(count, phrase) for count, _, _, phrase, _ in groups] == [(2, "inputs int8 and uint8 mixed")]

@@ -294,7 +294,7 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
         ins = [_dq_in(v, d) for d in dqs]
         outs = [_q_out(v, q) for q in qs]
         if len(set(ins)) > 1:
-            kinds = ", ".join(f"{d.input[0]}: {_why_dtype(v, d.input[0], int8_allowed)}" for d in dqs[:4])
+            kinds = "; ".join(f"{d.input[0]}: {_why_dtype(v, d.input[0], int8_allowed)}" for d in dqs[:4])
             return "io_dtype_mismatch", f"inputs of different types: {kinds}"
         if len(set(outs)) > 1 or ins[0] != outs[0]:
             return _mismatch(v, dqs[0], qs[0], int8_allowed)
@@ -492,9 +492,9 @@ def unfused_by_level(graphs: dict[str, GraphIndex], *, int8_allowed: bool) -> di
 def _phrase(row: UnfusedNode) -> str:
     """The part of a row's detail that groups well ("read by 2 nodes" stays, node names go)."""
     if row.blocker == "io_dtype_mismatch" and row.detail.startswith("inputs of different types"):
-        return "inputs " + " and ".join(sorted({seg.split(": ")[1].split(" (")[0]
-                                               for seg in row.detail.split(": ", 1)[1].split("), ")
-                                               if ": " in seg})) + " mixed"
+        # "inputs of different types: <tensor>: <dtype> (<why>); <tensor>: <dtype>": the dtypes group
+        dtypes = {seg.split(": ", 1)[1].split(" ")[0] for seg in row.detail.split(": ", 1)[1].split("; ") if ": " in seg}
+        return "inputs " + " and ".join(sorted(dtypes)) + " mixed"
     if row.blocker in ("io_dtype_mismatch", "int8_activation_on_x86"):
         d = row.detail
         parts = []
