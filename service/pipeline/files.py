@@ -27,6 +27,19 @@ def has_external_initializers(model) -> bool:
     return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
+def external_data_bytes(model, base_dir: Path) -> int:
+    """Bytes of the external data files ``model``'s initializers name (each file once), as they lie
+    in ``base_dir``; files that are not there count 0."""
+    locations = {e.value for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+                 for e in t.external_data if e.key == "location"}
+    total = 0
+    for name in locations:
+        path = Path(base_dir) / name
+        if path.is_file():
+            total += path.stat().st_size
+    return total
+
+
 def inline_small_external_tensors(graph, base_dir: Path, max_elements: int = 4096) -> None:
     """Read integer and small external tensors into the graph: shape inference needs the values of
     the constants that shapes are computed from (a Reshape's target shape, Slice bounds), and some

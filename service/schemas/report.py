@@ -86,7 +86,8 @@ class PathError(_Model):
 
 class FileInfo(_Model):
     path: str  # relative to the job's artifact folder, e.g. "ort_qdq.onnx"
-    size: int
+    size: int  # bytes on disk: the .onnx file and the external data files it names
+    external_data_bytes: int = 0  # of which in external data files (model.onnx.data)
     sha256: str
     producer_name: str
     producer_version: str

@@ -46,6 +46,11 @@ def test_zip_with_external_data_runs_every_path(zipped_external_data_model, tmp_
     assert report.artifacts["ort_qdq"].optimized["all"].numerics.worst_sqnr_db > sqnr_floor("all", clean=20)
     # The fp32 artifact keeps its external data beside it, inside the job folder.
     assert (tmp_path / "artifacts" / "fp32.onnx").is_file() and (tmp_path / "artifacts" / "net.weights").is_file()
+    # and its size is the model's, weights included (it read 1-2 KiB, below every int8 file's)
+    fp32 = report.artifacts["fp32"].file
+    data = (tmp_path / "artifacts" / "net.weights").stat().st_size
+    assert fp32.external_data_bytes == data and fp32.size == (tmp_path / "artifacts" / "fp32.onnx").stat().st_size + data
+    assert fp32.size > report.artifacts["ort_qdq"].file.size
 
 
 def test_zip_without_the_data_file_is_refused_by_name(zipped_external_data_model, tmp_path):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.pipeline.files import file_sha256
+from service.pipeline.files import external_data_bytes, file_sha256
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
     DEQUANTIZE,
@@ -59,9 +59,11 @@ def _metadata_shown(model) -> tuple[dict[str, str], int]:
 
 def file_info_from_onnx(path: Path, model, *, relative_to: Path | None = None) -> FileInfo:
     metadata, left_out = _metadata_shown(model)
+    data = external_data_bytes(model, path.parent)
     return FileInfo(
         path=str(path.relative_to(relative_to)) if relative_to else path.name,
-        size=path.stat().st_size,
+        size=path.stat().st_size + data,
+        external_data_bytes=data,
         sha256=file_sha256(path),
         producer_name=_shortened(model.producer_name, MAX_METADATA_KEY),
         producer_version=_shortened(model.producer_version, MAX_METADATA_KEY),
