@@ -131,6 +131,21 @@ def test_ids_into_an_embedding_table_are_drawn_below_its_row_count(tmp_path):
     assert _stack(override, "ids").max() < 3  # the option still wins
 
 
+def test_ids_fed_as_float_are_drawn_as_whole_numbers_below_the_row_count(tmp_path):
+    """Keras exports (tf2onnx) take token ids as float and Cast them to int64 for the Gather: they were
+    drawn normal(0, 1), so the ids were -2..2, and ORT's Gather reads -1 and -2 from the table's end."""
+    table = nh.from_array(np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32), "emb.weight")
+    path = _save(tmp_path, [h.make_node("Cast", ["ids"], ["ids64"], to=T.INT64),
+                            h.make_node("Gather", ["emb.weight", "ids64"], ["e"]),
+                            h.make_node("ReduceMean", ["e"], ["y"], keepdims=0)],
+                 [h.make_tensor_value_info("ids", T.FLOAT, [1, 16])], [table])
+    samples, _ = _samples(path)
+    ids = _stack(samples, "ids")
+    assert ids.dtype == np.float32 and np.array_equal(ids, np.round(ids))
+    assert ids.min() >= 0 and ids.max() < 50 and ids.max() >= 40
+    assert "50 rows of 'emb.weight'" in samples.info.generators["ids"]
+
+
 def test_an_id_input_used_elsewhere_too_gets_no_guessed_range(tmp_path):
     table = nh.from_array(np.zeros((50, 8), np.float32), "emb.weight")
     path = _save(tmp_path, [h.make_node("Gather", ["emb.weight", "ids"], ["e"]),

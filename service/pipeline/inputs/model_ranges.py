@@ -4,7 +4,8 @@ Generated ``normal(0, 1)`` data says nothing about a real input. Some graphs say
 first ops on an input, and samples drawn from that are closer to what the model was built for:
 
 * ids: an input used as the indices of a ``Gather`` on an initializer (an embedding table) is
-  valid in ``[0, rows)``: the table's size on the gathered axis; an input one-hot encoded by
+  valid in ``[0, rows)``: the table's size on the gathered axis (a float input cast to an integer
+  on the way, as Keras exports ids, is drawn as whole numbers in that range too); an input one-hot encoded by
   ``Equal`` with a constant ``arange(K)`` (jax's ``one_hot``, as in magika) in ``[0, K)``.
 * normalized inputs: ``(x - mean) / std`` (``Sub`` then ``Div``/``Mul`` by constants) or a
   ``BatchNormalization`` directly on the input: ``x`` is drawn as ``mean + std * normal(0, 1)``
@@ -270,7 +271,10 @@ def input_ranges_from_onnx(model, specs) -> dict[str, InputRange]:
             r = (_ids_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype)
                  or _byte_range(spec.name, consumers, spec.dtype) or _nms_knob_range(spec.name, consumers, spec.dtype))
         elif kind == "f":
-            r = (_normalization_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype, len(spec.shape))
+            # ids fed as float (Keras exports: float -> Cast to int64 -> Gather on an embedding table)
+            # first: normal(0, 1) there is -2..2, and negative ids index from the end
+            r = (_ids_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype)
+                 or _normalization_range(spec.name, consumers, tables_and_consts, numpy_helper, spec.dtype, len(spec.shape))
                  or _nms_knob_range(spec.name, consumers, spec.dtype))
         else:
             r = None
