@@ -207,7 +207,7 @@ def run_comparison(
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
-        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes) + random_op_lints(fp32.file.model)
+        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options) + random_op_lints(fp32.file.model)
         + padded_selection_lints(fp32.padded_selection())
         + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
            if fp32.after_selection.moving or fp32.padded_selection() else []),
@@ -386,19 +386,23 @@ def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspect
             quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs)
 
 
-def _symbolic_dim_lints(specs, shapes) -> list[Lint]:
+def _symbolic_dim_lints(specs, shapes, options: ComparisonOptions) -> list[Lint]:
     """The artifacts keep the model's symbolic dims, but every run here used one value for each."""
-    fixed = []
+    fixed, chosen = [], []
     for spec in specs:
         for i, d in enumerate(spec.shape):
             if not isinstance(d, int) and spec.name in shapes and i < len(shapes[spec.name]):
                 fixed.append(f"{spec.name}[{i}] '{d or '?'}' = {shapes[spec.name][i]}")
+                chosen.append(spec.name in options.input_shapes)
     if not fixed:
         return []
+    ran = ["calibration", "evaluation"] + [s for s, on in (("latency", options.latency.enabled),
+                                                            ("advice", options.advice.enabled)) if on]
     return [Lint(code="symbolic_dims_measured_at_one_size", severity="info",
-                 message="the artifacts keep symbolic input dims, but calibration, evaluation, latency and advice "
-                         "ran with " + ", ".join(fixed),
-                 hint="set options.input_shapes to measure the size you deploy with")]
+                 message=f"the artifacts keep symbolic input dims, but {', '.join(ran)} ran with " + ", ".join(fixed),
+                 hint=("the figures hold for these sizes, the ones options.input_shapes gives; a job per size you "
+                       "deploy with measures the others" if all(chosen) else
+                       "set options.input_shapes to measure the size you deploy with"))]
 
 
 def _input_for_ort(fp32: Fp32, ort_settings: dict, run: _Run) -> tuple[Path, str | None]:

@@ -198,3 +198,21 @@ def test_attribution_names_no_transformer_it_refutes(compared, tmp_path):
             for r in (ol.diff.rewrites if ol.diff else []):
                 if r.confirmed is False:
                     assert r.transformer is None, r
+
+
+def test_the_symbolic_dim_hint_does_not_ask_for_shapes_the_user_gave():
+    """Every run with input_shapes set was told "set options.input_shapes", and that latency and
+    advice ran at that size when both were off."""
+    from service.pipeline.compare import _symbolic_dim_lints
+    from service.pipeline.inputs.specs import InputSpec
+    from service.pipeline.options import ComparisonOptions
+
+    specs = [InputSpec(name="x", dtype="float32", shape=("batch", 3, "h", "w"))]
+    shapes = {"x": (1, 3, 64, 64)}
+    given = ComparisonOptions.model_validate({"input_shapes": {"x": [1, 3, 64, 64]}, "latency": {"enabled": False},
+                                              "advice": {"enabled": False}})
+    lint, = _symbolic_dim_lints(specs, shapes, given)
+    assert "calibration, evaluation ran with x[0] 'batch' = 1" in lint.message and "latency" not in lint.message
+    assert "set options.input_shapes" not in lint.hint and "a job per size" in lint.hint
+    lint, = _symbolic_dim_lints(specs, shapes, ComparisonOptions())
+    assert "latency, advice ran with" in lint.message and lint.hint.startswith("set options.input_shapes")
