@@ -55,6 +55,8 @@ CASES = {
     "LeakyRelu": one("LeakyRelu", {"A": X}, alpha=0.2),
     "PRelu per channel": one("PRelu", {"A": X4}, {"S": rand(RNG, 3, 1, 1)}),
     "PRelu scalar": one("PRelu", {"A": X4}, {"S": np.array([0.3], np.float32)}),
+    "PRelu per channel 4-d slope": one("PRelu", {"A": X4}, {"S": rand(RNG, 1, 3, 1, 1)}),  # Keras exports
+    "PRelu per channel on 2-d": one("PRelu", {"A": rand(RNG, 2, 6)}, {"S": rand(RNG, 6)}),
     "PRelu full": one("PRelu", {"A": X}, {"S": rand(RNG, 3, 4)}),
     "HardSigmoid": one("HardSigmoid", {"A": X * 4}, alpha=0.3, beta=0.4),
     "HardSigmoid torch": one("HardSigmoid", {"A": X * 4}, alpha=1 / 6, beta=0.5),

@@ -166,13 +166,17 @@ def prelu(ctx, node, inputs):
 
     x, slope = inputs
     # ONNX slope broadcasts unidirectionally to x; torch.prelu wants [C] for a per-channel slope.
+    # Aligned from the right as ONNX broadcasts: [C, 1, 1], [1, C, 1, 1] (Keras exports) and [C] on a
+    # [N, C] input are all per channel. The where() form reads x three times, so the int8 Q/DQ of the
+    # Conv before it had three readers and that Conv stayed float on x86 (MTCNN: no int8 kernel).
     shape = ctx.shape(node.inputs[1])
-    if shape is not None and x.dim() >= 2 and len([d for d in shape if d != 1]) <= 1:
-        dims = list(shape)
-        if len(dims) == x.dim() - 1 and all(d == 1 for d in dims[1:]) and dims[0] == x.shape[1]:
-            return torch.prelu(x, slope.reshape(-1))
-        if all(d == 1 for d in dims):
+    if shape is not None and x.dim() >= 2 and len(shape) <= x.dim():
+        aligned = [1] * (x.dim() - len(shape)) + list(shape)
+        channels = [i for i, d in enumerate(aligned) if d != 1]
+        if not channels:
             return torch.prelu(x, slope.reshape(-1)[:1])
+        if channels == [1] and aligned[1] == x.shape[1]:
+            return torch.prelu(x, slope.reshape(-1))
     return torch.where(x >= 0, x, x * slope)
 
 
