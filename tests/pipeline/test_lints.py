@@ -198,3 +198,32 @@ def test_quantize_static_leaves_if_bodies_alone_and_the_lint_says_so(tmp_path, f
     lint = next(x for x in lints_for(names=["fp32", art], files={art: facts[True]}, optimized={art: {}},
                                      options=ComparisonOptions(), cpu=VNNI) if x.code == "nothing_quantized")
     assert "Conv x2 sit inside If/Loop/Scan bodies" in lint.message and "EnableSubgraph" in lint.source
+
+
+@pytest.mark.parametrize("gain", [200.0, 0.5])
+def test_a_softmax_saturated_by_the_samples_is_said_to_count_flips(tmp_path, gain):
+    """A captcha reader's softmax heads came out exactly one-hot on normal(0, 1) images: fp32 read 341 dB
+    against itself and PT2E 234-868 dB, with no word about it. The one condition: how large the logits are."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.verdict.reference_noise import SATURATED_CODE
+
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((16, 10)) * gain).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["logits"], name="fc"),
+                               helper.make_node("Softmax", ["logits"], ["probs"], axis=-1, name="sm")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [4, 10])], [w])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    options = ComparisonOptions(artifacts=["ort_qdq"], levels=["disable_all"], calibration_samples=2, eval_samples=2,
+                                latency={"enabled": False}, advice={"enabled": False}, layers={"enabled": False})
+    report = run_comparison(ComparisonRequest(options=options, model_path=model, model_name="m"), tmp_path / "job")
+    lints = [lint for lint in report.lints if lint.code == SATURATED_CODE]
+    if gain > 1:
+        assert len(lints) == 1 and "output 'probs' holds only 2 distinct value(s) (0, 1)" in lints[0].message
+        assert "input_values" in lints[0].hint
+    else:
+        assert not lints
