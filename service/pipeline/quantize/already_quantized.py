@@ -37,11 +37,16 @@ def quantization_in_model(model) -> Quantization | None:
     if not ops:
         return None
     kinds = []
-    if any(k.endswith(("QuantizeLinear", "DequantizeLinear")) and "Dynamic" not in k for k in ops):
+    dynamic = any("Dynamic" in k for k in ops)
+    # quantize_dynamic writes its int8 weights with a DequantizeLinear where no integer kernel takes
+    # them, and MatMulInteger/ConvInteger for the rest: both are its own, not QDQ or QOperator.
+    static_qdq = ("QuantizeLinear",) if dynamic else ("QuantizeLinear", "DequantizeLinear")
+    if any(k.endswith(static_qdq) and "Dynamic" not in k for k in ops):
         kinds.append("QDQ")
-    if any("QLinear" in k or k.endswith(("Integer", "QGemm", "QAttention", "MatMulNBits")) for k in ops):
+    qoperator = ("QGemm", "QAttention", "MatMulNBits") if dynamic else ("Integer", "QGemm", "QAttention", "MatMulNBits")
+    if any("QLinear" in k or k.endswith(qoperator) for k in ops):
         kinds.append("QOperator")
-    if any("Dynamic" in k for k in ops):
+    if dynamic:
         kinds.append("dynamic (DynamicQuantizeLinear)")
     return Quantization(ops=dict(sorted(ops.items())), kind=" + ".join(kinds) or "quantized")
 
