@@ -351,9 +351,10 @@ def _blame_stored_nonfinite(outcomes: dict[str, tuple[PathOutcome, float]], fp32
     masked = selected_by_where(fp32.file.model, name)
     for outcome in failed:
         if masked is not None:  # a masked fill: the samples' mask decides, so the samples are the thing to change
-            wheres, conditions = masked
+            wheres, conditions, taken_when_true = masked
             named = ", ".join(map(repr, conditions)) or "the mask inputs"
-            example = {c: {"constant": 1} for c in conditions[:1]} or {"mask": {"constant": 1}}
+            keep_out = {"constant": 0 if taken_when_true else 1}  # the condition that keeps the inf out
+            example = {c: keep_out for c in conditions[:1]} or {"mask": keep_out}
             update = dict(
                 message=f"{outcome.error.message} The fp32 file stores NaN or inf in weight {name!r} ({bad} of {size} "
                         f"values{more}), and selects it through Where {', '.join(map(repr, wheres))} where the "

@@ -38,10 +38,11 @@ def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
     return found
 
 
-def selected_by_where(model, tensor: str) -> tuple[list[str], list[str]] | None:
+def selected_by_where(model, tensor: str) -> tuple[list[str], list[str], bool] | None:
     """Where ``tensor`` (a stored -inf, a masked fill) is read only as a value of Where nodes, so a
     condition decides whether it reaches anything: (those Where nodes, the graph inputs their
-    conditions are computed from); None when some node reads it otherwise."""
+    conditions are computed from, whether a false condition keeps it out everywhere: it is each
+    Where's X, taken where the condition holds); None when some node reads it otherwise."""
     graph = model.graph
     readers = [n for n in graph.node if tensor in n.input]
     if not readers or any(n.op_type != "Where" or list(n.input).index(tensor) == 0 for n in readers):
@@ -58,7 +59,8 @@ def selected_by_where(model, tensor: str) -> tuple[list[str], list[str]] | None:
             found.append(t)
         elif t in producers:
             todo.extend(i for i in producers[t].input if i)
-    return [n.name or "(unnamed)" for n in readers], sorted(found)
+    return ([n.name or "(unnamed)" for n in readers], sorted(found),
+            all(list(n.input).index(tensor) == 1 for n in readers))
 
 
 def nonfinite_scales(graph) -> list[tuple[str, str]]:

@@ -7,12 +7,13 @@ outputs that differ in more than ``INT_MISMATCH`` of their elements (an argmax m
 Then the first diverging tensor is found by running both with every intermediate exposed.
 
 A ranking (TopK, ArgMax, ArgMin) whose input agrees but which picked other positions among values
-within the tolerance has broken a tie, not converted wrongly: ORT's Sigmoid gives 0.0 where torch
-gives 8.9e-10 (onnxruntime/core/mlas/lib/logistic.cpp: the input clamped to [-18, 18]
-(MlasLogisticConstants), the result to [0, 1], and the polynomial is below 0 at -18), and ONNX
-orders equal values by index (TopK: "the element with the lower index will appear first"), so a detector's end-to-end head (TopK of 300
-of 336 anchors, 217 of them at 0.0 in ORT) picks other anchors than torch. Everything downstream of
-such a ranking is then not compared (``Parity.after_ties``), and parity is judged on the rest.
+within the tolerance has broken a tie, not converted wrongly. ORT's Sigmoid gives 0.0 where torch
+gives 8.9e-10 (onnxruntime/core/mlas/lib/logistic.cpp: the input clamped to [-18, 18] by
+MlasLogisticConstants, the result to [0, 1], and the polynomial is below 0 at -18), and ONNX orders
+equal values by index (TopK: "the element with the lower index will appear first"), so a
+detector's end-to-end head (TopK of 300 of 336 anchors, 217 of them at 0.0 in ORT) picks other
+anchors than torch. Everything downstream of such a ranking's indices is then not compared
+(``Parity.after_ties``), and parity is judged on the rest.
 """
 from __future__ import annotations
 
