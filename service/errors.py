@@ -28,15 +28,15 @@ so the chain stays in the log while the user sees only our words.
     ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
     ├── Pt2eFileRejected    pt2e_file_rejected   (inside a report: ORT cannot load the file PT2E wrote)
     ├── OrtFileRejected     ort_file_rejected    (inside a report: ORT cannot load the file quantize_static wrote)
+    ├── FileAccessDenied    file_access_denied   403  a path cannot be read or written (EACCES, EPERM, EROFS)
     └── JobFailed                                (the ``error`` of a failed job; never an HTTP error)
         ├── WorkerDied          worker_died          the worker process died (signal, stage)
         ├── JobTimeout          job_timeout          ran past QUANTCOMPARE_JOB_TIMEOUT_S
         ├── WorkerMemoryLimit   worker_memory_limit  past QUANTCOMPARE_WORKER_MEMORY_MB
         ├── Interrupted         interrupted          the service or its worker went away, twice
         ├── JobFolderMissing    job_folder_missing   the job's files were removed before it ran
-        ├── DiskFull            disk_full       507  no space left where the job writes (ENOSPC, EDQUOT)
+        ├── DiskFull            disk_full            no space left where it writes (ENOSPC, EDQUOT)
         └── InternalError       internal_error       a bug; the traceback is in the log only
-    FileAccessDenied    file_access_denied   403  the CLI cannot read or write a path (EACCES, EPERM, EROFS)
 
 A 415 (wrong content type) is an ``invalid_request``; so is any malformed request.
 
