@@ -471,8 +471,8 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
     for name in graph_inputs:
         scope.values[name] = to_torch(example[name])
     nodes = list(model.graph.node)
-    parsed = [onnx_node(raw) for raw in nodes]
     outputs = [o.name for o in model.graph.output]
+    parsed = fused_linear_bias([onnx_node(raw) for raw in nodes], scope.consts, set(outputs))
     frees = _frees_after(parsed, set(outputs))
     with torch.no_grad():
         for k, node in enumerate(parsed):
@@ -574,6 +574,41 @@ class OnnxModule:
             else:
                 outs.append(scope.get(name))
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def fused_linear_bias(nodes: list[OnnxNode], consts: dict[str, np.ndarray], keep: set[str]) -> list[OnnxNode]:
+    """``nodes`` with each MatMul(x, W) whose one reader is Add(y, b) made one node (ops/math.py,
+    ``MatMulAdd``): W a constant 2-D float weight, b a constant 1-D float bias of W's N columns, y
+    read by nothing else (no other node, no subgraph, not a graph output). Named and annotated as the
+    Add (the PT2E file's tensor keeps the Add's name); the MatMul's own output is then not computed."""
+    from .ops.math import FUSED_DOMAIN
+
+    readers: Counter = Counter()
+    for node in nodes:
+        for name in {*node.inputs, *_subgraph_outer_reads(node)}:
+            if name:
+                readers[name] += 1
+    producer = {o: k for k, node in enumerate(nodes) for o in node.outputs if o}
+    fused: dict[int, OnnxNode] = {}
+    dropped: set[int] = set()
+    for k, add in enumerate(nodes):
+        if add.op_type != "Add" or add.domain != "" or len(add.inputs) != 2:
+            continue
+        for y, b in (add.inputs, add.inputs[::-1]):
+            m = producer.get(y)
+            matmul = nodes[m] if m is not None else None
+            if (matmul is None or matmul.op_type != "MatMul" or matmul.domain != "" or readers[y] != 1 or y in keep
+                    or b not in consts):
+                continue
+            w, bias = consts.get(matmul.inputs[1]), consts[b]
+            if (w is None or w.ndim != 2 or w.dtype.kind != "f" or bias.ndim != 1 or bias.dtype != w.dtype
+                    or bias.shape[0] != w.shape[1]):
+                continue
+            fused[k] = OnnxNode(op_type="MatMulAdd", domain=FUSED_DOMAIN, name=add.name,
+                                inputs=(matmul.inputs[0], matmul.inputs[1], b), outputs=add.outputs)
+            dropped.add(m)
+            break
+    return [fused.get(k, node) for k, node in enumerate(nodes) if k not in dropped]
 
 
 def _frees_after(nodes: list[OnnxNode], keep: set[str]) -> list[list[str]]:

@@ -28,6 +28,22 @@ def matmul(ctx, node, inputs):
     return torch.matmul(a, b)
 
 
+# The domain of nodes the module builder makes by fusing upload nodes (module.fused_linear_bias).
+FUSED_DOMAIN = "quantcompare"
+
+
+@converter("MatMulAdd", domain=FUSED_DOMAIN)
+def matmul_add(ctx, node, inputs):
+    """MatMul(x, W[K, N]) then Add(bias[N]): one ``F.linear`` with its bias, as torch's own Linear is.
+    Two ops left the bias to a separate add, which PT2E's XNNPACK quantizer quantizes as an int8
+    activation (a constant operand, per tensor) between two requantizations: 2.2 dB of SQNR lost on a
+    3-layer MLP where the same weights written as Gemm lost none (ORT: 37.3 dB either way)."""
+    import torch.nn.functional as F
+
+    x, weight, bias = inputs
+    return F.linear(x, weight.t(), bias)
+
+
 @converter("Gemm")
 def gemm(ctx, node, inputs):
     import torch
