@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .ops.math import FUSED_DOMAIN
 from .registry import ConvertContext, OnnxNode, UnsupportedNode, find_converter
 
 # ops whose output only depends on the (static) shape of their input
@@ -581,8 +582,6 @@ def fused_linear_bias(nodes: list[OnnxNode], consts: dict[str, np.ndarray], keep
     ``MatMulAdd``): W a constant 2-D float weight, b a constant 1-D float bias of W's N columns, y
     read by nothing else (no other node, no subgraph, not a graph output). Named and annotated as the
     Add (the PT2E file's tensor keeps the Add's name); the MatMul's own output is then not computed."""
-    from .ops.math import FUSED_DOMAIN
-
     readers: Counter = Counter()
     for node in nodes:
         for name in {*node.inputs, *_subgraph_outer_reads(node)}:
