@@ -160,14 +160,18 @@ def _run(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
         proj = F.linear(xs, w[d], wb)  # [seq, batch, gates]: the input half of every step at once
         h = h0[d] if h0 is not None else torch.zeros(batch, hidden, dtype=x.dtype)
         c = (c0[d] if c0 is not None else torch.zeros(batch, hidden, dtype=x.dtype)) if kind == "LSTM" else None
+        # Each recurrent weight is sliced once, before the steps: one weight node that every step's
+        # linear reads, so convert_pt2e folds one quantized constant. Sliced inside the loop, each step
+        # had a slice node of its own and the PT2E file stored the int8 weight once per step.
+        rec = _gru_weights(node, r[d], rb, hidden) if kind == "GRU" else (r[d], rb)
         out = []
         for t in range(seq):
             if kind == "RNN":
-                h_new, c_new = acts[d][0](clamp(proj[t] + F.linear(h, r[d], rb))), None
+                h_new, c_new = acts[d][0](clamp(proj[t] + F.linear(h, *rec))), None
             elif kind == "GRU":
-                h_new, c_new = _gru_cell(node, proj[t], h, r[d], rb, hidden, acts[d], clamp), None
+                h_new, c_new = _gru_cell(node, proj[t], h, rec, hidden, acts[d], clamp), None
             else:
-                h_new, c_new = _lstm_cell(node, proj[t], h, c, r[d], rb, p[d] if p is not None else None,
+                h_new, c_new = _lstm_cell(node, proj[t], h, c, rec, p[d] if p is not None else None,
                                           hidden, acts[d], clamp)
             live = steps.live(t)
             if live is None:
@@ -249,25 +253,35 @@ def _whole(kind, x, w, r, b, h0, c0, hidden, direction):
     return y.reshape(seq, batch, dirs, hidden).transpose(1, 2), y_h, y_c
 
 
-def _gru_cell(node, xp, h, r, rb, hidden, acts, clamp):
+def _gru_weights(node, r, rb, hidden) -> tuple:
+    """(weight, bias) of the whole recurrence (``linear_before_reset``), or of its update/reset half
+    followed by those of its hidden part."""
+    if int(node.attrs.get("linear_before_reset", 0)):
+        return r, rb
+    return (r[:2 * hidden], rb[:2 * hidden] if rb is not None else None,
+            r[2 * hidden:], rb[2 * hidden:] if rb is not None else None)
+
+
+def _gru_cell(node, xp, h, rec_weights, hidden, acts, clamp):
     f, g = acts
     x_z, x_r, x_h = xp[:, :hidden], xp[:, hidden:2 * hidden], xp[:, 2 * hidden:]
     if int(node.attrs.get("linear_before_reset", 0)):
-        rec = F.linear(h, r, rb)
+        rec = F.linear(h, *rec_weights)
         z = f(clamp(x_z + rec[:, :hidden]))
         rr = f(clamp(x_r + rec[:, hidden:2 * hidden]))
         h_tilde = g(clamp(x_h + rr * rec[:, 2 * hidden:]))
     else:
-        rec = F.linear(h, r[:2 * hidden], rb[:2 * hidden] if rb is not None else None)
+        r_zr, rb_zr, r_h, rb_h = rec_weights
+        rec = F.linear(h, r_zr, rb_zr)
         z = f(clamp(x_z + rec[:, :hidden]))
         rr = f(clamp(x_r + rec[:, hidden:]))
-        h_tilde = g(clamp(x_h + F.linear(rr * h, r[2 * hidden:], rb[2 * hidden:] if rb is not None else None)))
+        h_tilde = g(clamp(x_h + F.linear(rr * h, r_h, rb_h)))
     return (1 - z) * h_tilde + z * h
 
 
-def _lstm_cell(node, xp, h, c, r, rb, p, hidden, acts, clamp):
+def _lstm_cell(node, xp, h, c, rec_weights, p, hidden, acts, clamp):
     f, g, hfn = acts
-    pre = xp + F.linear(h, r, rb)
+    pre = xp + F.linear(h, *rec_weights)
     i_pre, o_pre, f_pre, c_pre = (pre[:, k * hidden:(k + 1) * hidden] for k in range(4))
     if p is not None:
         i_pre = i_pre + p[:hidden] * c
