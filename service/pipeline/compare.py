@@ -60,7 +60,12 @@ from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_op
 from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
-from service.pipeline.verdict.lints import padded_selection_lints, random_op_lints, selection_input_lints
+from service.pipeline.verdict.lints import (
+    padded_selection_lints,
+    random_op_lints,
+    repeated_weight_lints,
+    selection_input_lints,
+)
 from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
 from service.schemas.levels import Lint
@@ -209,6 +214,7 @@ def run_comparison(
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options) + random_op_lints(fp32.file.model)
         + padded_selection_lints(fp32.padded_selection())
+        + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
         + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
            if fp32.after_selection.moving or fp32.padded_selection() else []),
         platform=decided.platform,

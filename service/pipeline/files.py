@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
+from onnx import numpy_helper
 from onnx.external_data_helper import load_external_data_for_tensor
 
 from service.pipeline.vocabulary import GraphIndex, graph_from_model
@@ -38,6 +40,63 @@ def external_data_bytes(model, base_dir: Path) -> int:
         if path.is_file():
             total += path.stat().st_size
     return total
+
+
+# A repeated initializer smaller than this is a scale, a zero point or a shape: exporters repeat those
+# by design, and they cost nothing. A weight is larger.
+REPEATED_MIN_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class RepeatedContent:
+    """Initializers of one file with the same dtype, shape and bytes, stored under several names."""
+
+    names: list[str]
+    nbytes: int  # of one copy
+
+
+def _stored_bytes(t, base_dir: Path) -> bytes | None:
+    """The bytes ``t`` stores, read from its external data file if it has one; None when unreadable."""
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        info = {e.key: e.value for e in t.external_data}
+        path = Path(base_dir) / info.get("location", "")
+        try:
+            with open(path, "rb") as f:
+                f.seek(int(info.get("offset", 0)))
+                return f.read(int(info["length"])) if "length" in info else None
+        except (OSError, ValueError):
+            return None
+    return t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
+
+
+def repeated_initializers(model, base_dir: Path, *, min_bytes: int = REPEATED_MIN_BYTES) -> list[RepeatedContent]:
+    """The main graph's initializers of ``min_bytes`` or more that store the same content as another
+    (same dtype, shape and bytes), grouped; largest waste first. Only tensors that share dtype and shape
+    with another are read, so a file without repeats costs a pass over its initializer headers."""
+    by_kind: dict[tuple, list] = defaultdict(list)
+    for t in model.graph.initializer:
+        if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+            continue
+        n = 1
+        for d in t.dims:
+            n *= d
+        try:
+            nbytes = n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        except (KeyError, TypeError, ValueError):  # a dtype this onnx has no numpy type for
+            continue
+        if nbytes >= min_bytes:
+            by_kind[(t.data_type, tuple(t.dims))].append((t, nbytes))
+    groups = []
+    for tensors in by_kind.values():
+        if len(tensors) < 2:
+            continue
+        by_content: dict[bytes, list[str]] = defaultdict(list)
+        for t, nbytes in tensors:
+            data = _stored_bytes(t, base_dir)
+            if data is not None:
+                by_content[hashlib.blake2b(data, digest_size=16).digest()].append(t.name)
+        groups += [RepeatedContent(names, nbytes) for names in by_content.values() if len(names) > 1]
+    return sorted(groups, key=lambda g: -(len(g.names) - 1) * g.nbytes)
 
 
 def inline_small_external_tensors(graph, base_dir: Path, max_elements: int = 4096) -> None:

@@ -84,6 +84,19 @@ class PathError(_Model):
     hint: str | None = None
 
 
+class RepeatedGroup(_Model):
+    copies: int  # names that store this content
+    bytes_each: int
+    names: list[str]  # the first 4
+
+
+class RepeatedInitializers(_Model):
+    groups: int  # distinct contents stored more than once
+    extra_copies: int  # copies beyond the first of each
+    extra_bytes: int  # bytes those copies take
+    largest: list[RepeatedGroup] = Field(default_factory=list)  # the 5 groups that waste the most
+
+
 class FileInfo(_Model):
     path: str  # relative to the job's artifact folder, e.g. "ort_qdq.onnx"
     size: int  # bytes on disk: the .onnx file and the external data files it names
@@ -98,6 +111,9 @@ class FileInfo(_Model):
     metadata_props: dict[str, str] = Field(default_factory=dict)
     metadata_props_left_out: int = 0  # entries beyond the first 32
     node_count: int
+    # Weights (initializers of 1 KiB or more) the file stores more than once under other names, with
+    # the same dtype, shape and bytes: torch's export writes a quantized copy per use of a shared weight.
+    repeated_initializers: RepeatedInitializers | None = None
 
 
 class QuantizedTensor(_Model):

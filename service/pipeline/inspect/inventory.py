@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from service.pipeline.files import external_data_bytes, file_sha256
+from service.pipeline.files import external_data_bytes, file_sha256, repeated_initializers
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
     DEQUANTIZE,
@@ -34,6 +34,8 @@ from service.schemas.report import (
     FoldedActivation,
     QuantizationInventory,
     QuantizedTensor,
+    RepeatedGroup,
+    RepeatedInitializers,
 )
 
 _COMPUTE_WITH_BIAS = {"Conv": 2, "ConvTranspose": 2, "Gemm": 2}
@@ -72,6 +74,19 @@ def file_info_from_onnx(path: Path, model, *, relative_to: Path | None = None) -
         metadata_props=metadata,
         metadata_props_left_out=left_out,
         node_count=sum(1 for _ in all_nodes(model.graph)),
+        repeated_initializers=_repeated_summary(model, path.parent),
+    )
+
+
+def _repeated_summary(model, base_dir: Path) -> RepeatedInitializers | None:
+    groups = repeated_initializers(model, base_dir)
+    if not groups:
+        return None
+    return RepeatedInitializers(
+        groups=len(groups), extra_copies=sum(len(g.names) - 1 for g in groups),
+        extra_bytes=sum((len(g.names) - 1) * g.nbytes for g in groups),
+        largest=[RepeatedGroup(copies=len(g.names), bytes_each=g.nbytes,
+                               names=[_shortened(n, MAX_METADATA_KEY) for n in g.names[:4]]) for g in groups[:5]],
     )
 
 

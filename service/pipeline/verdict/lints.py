@@ -13,10 +13,10 @@ from service.pipeline.runtime.numerics import SQNR_FLOOR
 from service.pipeline.runtime.ort_sessions import JOB_RANDOM_SEED
 from service.pipeline.vocabulary import ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes
 from service.schemas.levels import Lint, OptimizedLevel
-from service.schemas.report import CpuInfo
+from service.schemas.report import CpuInfo, FileInfo
 
 __all__ = ["lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
-           "selection_input_lints"]
+           "repeated_weight_lints", "selection_input_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
 
@@ -178,6 +178,48 @@ def selection_input_lints(read: list[str], layers, *, by_shape: bool = True) -> 
                  + "; these are the figures quantization moves."),
         hint="gate on an output before the selection, or export the model up to it, to hold CI to these figures",
     )]
+
+
+# Below this share of the file, repeated copies are not worth a word.
+REPEATED_WEIGHTS_MIN_SHARE = 0.05
+
+
+def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
+    """One lint per quantized file that stores a weight more times than the upload does (same dtype,
+    shape and bytes under several names), when those copies are a noticeable share of the file."""
+    fp32 = files.get("fp32")
+    upload = fp32.repeated_initializers if fp32 is not None else None
+    out = []
+    for name, info in files.items():
+        r = info.repeated_initializers
+        if name == "fp32" or r is None or r.extra_bytes <= (upload.extra_bytes if upload else 0) \
+                or r.extra_bytes < REPEATED_WEIGHTS_MIN_SHARE * info.size:
+            continue
+        examples = "; ".join(f"{g.copies} x {_size(g.bytes_each)}: " + " = ".join(g.names)
+                             + (" = ..." if g.copies > len(g.names) else "") for g in r.largest[:3])
+        stored = ("the upload stores each once" if upload is None
+                  else f"the upload's own repeats take {_size(upload.extra_bytes)}")
+        why = (" convert_pt2e folds each weight node's quantized value into a constant of its own: the converter "
+               "gives each Conv after the first its own copy of a shared weight (torchao's XNNPACK quantizer skips a "
+               "Conv whose weight another Conv already annotated; tool.conversion.notes says when it did), and a "
+               "weight computed once per use becomes one constant per use."
+               if name == "pt2e_qdq" else "")
+        out.append(Lint(
+            code="repeated_weights", severity="warning", artifact=name,
+            message=(f"{name} stores {r.extra_copies} extra copies of {r.groups} weight(s), the same dtype, shape and "
+                     f"bytes under other names ({examples}): {_size(r.extra_bytes)}, "
+                     f"{r.extra_bytes / info.size:.0%} of the file's {_size(info.size)}, where {stored}."
+                     f"{why} ONNX Runtime keeps every copy in memory too: its ConstantSharing pass shares scalar "
+                     "initializers only."),
+            hint=("the copies hold equal bytes, so pointing every reader of a copy at the first one gives the same "
+                  "outputs from a smaller file; ort_qdq quantizes a shared weight once"),
+            source="onnxruntime/core/optimizer/constant_sharing.h ('only scalar-valued initializers are handled')",
+        ))
+    return out
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
 
 
 def _db(v: float | None) -> str:
