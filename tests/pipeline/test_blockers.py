@@ -105,7 +105,8 @@ def ops(g) -> set[str]:
 
 
 def conv_model(tmp_path, name="m", *, in_dtype="uint8", out_dtype="uint8", in_readers=1, out_readers=1,
-               bias_dtype="int32", weight_dtype="int8", with_q=True, output_too=False, opset=17, dq_out=False):
+               bias_dtype="int32", weight_dtype="int8", with_q=True, output_too=False, opset=17, dq_out=False,
+               bias_scale=0.001):
     """x -> Q -> DQ -> Conv(W, B) -> Q -> DQ (x out_readers) -> outputs."""
     b = Builder(opset)
     x = b.input("x", [1, 4, 8, 8])
@@ -116,7 +117,7 @@ def conv_model(tmp_path, name="m", *, in_dtype="uint8", out_dtype="uint8", in_re
         b.output(b.node("Relu", [extra], b.name("other")))
     inputs = [dqs[0], b.weight([4, 4, 3, 3], weight_dtype)]
     if bias_dtype:
-        inputs.append(b.bias(4, bias_dtype))
+        inputs.append(b.bias(4, bias_dtype, scale=bias_scale))
     y = b.node("Conv", inputs, "conv", pads=[1, 1, 1, 1])
     if output_too:
         b.output(y)
@@ -270,6 +271,16 @@ def test_bias_not_int32(tmp_path, bias):
         assert rows["conv"].blocker == "bias_not_int32"
 
 
+@pytest.mark.parametrize("factor, fused", [(1.0, True), (1.009, True), (0.991, True), (1.013, False), (0.987, False),
+                                           (1.5, False)])
+def test_bias_scale_mismatch(tmp_path, factor, fused):
+    """input scale 0.05 x weight scale 0.02 = 1e-3: ORT 1.32 fuses a bias scale within 1e-2 x 1e-3 + 1e-6
+    (1.1%) of it, on either side, and no further (BIAS_SCALE_RTOL, BIAS_SCALE_ATOL)."""
+    g, rows = saved(conv_model(tmp_path, bias_scale=0.001 * factor))
+    assert ("QLinearConv" in ops(g)) == fused
+    assert (rows.get("conv") and rows["conv"].blocker) == (None if fused else "bias_scale_mismatch")
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "uint16"])
 def test_int16_not_supported(tmp_path, dtype):
     g, rows = saved(conv_model(tmp_path, in_dtype=dtype, out_dtype=dtype, opset=21))
@@ -364,7 +375,7 @@ def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
 
 PINNED = {"not_in_xnnpack_config", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
-          "bias_not_int32", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
+          "bias_not_int32", "bias_scale_mismatch", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
           "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
 
 

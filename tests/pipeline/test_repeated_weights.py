@@ -1,10 +1,11 @@
 """A weight stored more than once: the report counts the copies (``file.repeated_initializers``)
 and the lint ``repeated_weights`` says so when a quantized file holds more than the upload.
 
-The PT2E file of an upload whose Convs share one weight stores a copy per Conv (the converter's copies
-for torchao's annotation rule), where ORT's quantize_static quantizes the shared weight once. The
-lint's two claims are pinned in the installed ORT: ConstantSharing shares scalar initializers only,
-so every copy stays in memory; and pointing each reader at the first copy gives the same outputs."""
+The PT2E file of an upload whose Convs share one weight stored a copy per Conv (the converter's copies
+for torchao's annotation rule), where ORT's quantize_static quantizes the shared weight once; the PT2E
+path now points every reader at one copy (``own_weights.shared_again``). Pinned in the installed ORT:
+ConstantSharing shares scalar initializers only, so every copy would stay in memory; and one copy read
+by every reader computes what the copies computed."""
 from __future__ import annotations
 
 import numpy as np
@@ -82,44 +83,87 @@ def _shared_conv(path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
 
 
-def _readers_pointed_at_first_copy(model, groups) -> None:
-    for g in groups:
-        first, rest = g.names[0], set(g.names[1:])
-        for node in model.graph.node:
-            node.input[:] = [first if i in rest else i for i in node.input]
-        kept = [t for t in model.graph.initializer if t.name not in rest]
-        del model.graph.initializer[:]
-        model.graph.initializer.extend(kept)
+def _copied_per_conv(upload, path) -> None:
+    """The upload with a copy of its shared weight per Conv, as the converter makes for torchao."""
+    from service.pipeline.quantize.onnx_torch.own_weights import own_weight_copies
+
+    model = onnx.load(str(upload))
+    assert own_weight_copies(model, []) == CONVS - 1
+    onnx.save(model, str(path))
 
 
-def test_pt2e_file_of_a_shared_conv_weight_is_counted_and_linted(tmp_path):
+def test_pt2e_file_of_a_shared_conv_weight_stores_it_once(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.files import repeated_initializers
     from service.pipeline.options import ComparisonOptions
 
     _shared_conv(tmp_path / "shared.onnx")
-    options = ComparisonOptions.model_validate({
-        "artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 2,
-        "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})
+    options = {"artifacts": ["pt2e_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 2,
+               "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}}
     report = run_comparison(ComparisonRequest(model_path=tmp_path / "shared.onnx", model_name="shared.onnx",
-                                              options=options), tmp_path / "job")
-    files = {n: a.file for n, a in report.artifacts.items()}
-    pt2e = files["pt2e_qdq"].repeated_initializers
-    w_int8 = 16 * 16 * 3 * 3
-    assert (pt2e.groups, pt2e.extra_copies, pt2e.extra_bytes) == (1, CONVS - 1, (CONVS - 1) * w_int8)
-    assert pt2e.largest[0].copies == CONVS and pt2e.largest[0].bytes_each == w_int8
-    assert files["fp32"].repeated_initializers is None and files["ort_qdq"].repeated_initializers is None
-    lints = [lint for lint in report.lints if lint.code == "repeated_weights"]
-    assert [lint.artifact for lint in lints] == ["pt2e_qdq"]
-    assert f"{CONVS - 1} extra copies of 1 weight" in lints[0].message and "stores each once" in lints[0].message
-
-    # The hint: one copy read by every reader computes what the file computed, at ORT's default level.
-    path = tmp_path / "job" / "artifacts" / "pt2e_qdq.onnx"
-    model = onnx.load(str(path))
-    _readers_pointed_at_first_copy(model, repeated_initializers(model, path.parent))
-    onnx.save(model, str(tmp_path / "one_copy.onnx"))
+                                              options=ComparisonOptions.model_validate(options)), tmp_path / "job")
+    art = report.artifacts["pt2e_qdq"]
+    assert art.status == "ok" and art.file.repeated_initializers is None  # was 3 copies of 2.2 KiB
+    assert any(f"{CONVS - 1} initializers of the exported file repeated another's bytes" in n
+               for n in art.tool.conversion["notes"])
+    assert not [lint for lint in report.lints if lint.code == "repeated_weights"]
+    model = onnx.load(str(tmp_path / "job" / "artifacts" / "pt2e_qdq.onnx"))
+    producer = {o: n for n in model.graph.node for o in n.output}
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    assert len(convs) == CONVS + 1 and all(producer[c.input[1]].op_type == "DequantizeLinear" for c in convs)
+    assert len({producer[c.input[1]].input[0] for c in convs}) == 2  # every Conv still int8, two weights
     assert repeated_initializers(model, tmp_path) == []
-    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    outs = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-            for p in (path, tmp_path / "one_copy.onnx")]
+
+
+def _qdq_convs_with_weight_copies(path) -> None:
+    """A QDQ chain of CONVS Convs, each reading its own int8 copy of one weight."""
+    rng = np.random.default_rng(3)
+    w = rng.integers(-60, 60, (16, 16, 3, 3)).astype(np.int8)  # 2.25 KiB: a weight, not a scale
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+             numpy_helper.from_array(np.float32(0.01), "ws"), numpy_helper.from_array(np.int8(0), "wz")]
+    nodes, prev = [], "x"
+    for i in range(CONVS):
+        inits.append(numpy_helper.from_array(w.copy(), f"w{i}"))
+        nodes += [helper.make_node("QuantizeLinear", [prev, "s", "z"], [f"q{i}"]),
+                  helper.make_node("DequantizeLinear", [f"q{i}", "s", "z"], [f"d{i}"]),
+                  helper.make_node("DequantizeLinear", [f"w{i}", "ws", "wz"], [f"wd{i}"]),
+                  helper.make_node("Conv", [f"d{i}", f"wd{i}"], [f"c{i}"], pads=[1, 1, 1, 1])]
+        prev = f"c{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 16, 8, 8])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_one_copy_read_by_every_reader_computes_what_the_copies_computed(tmp_path):
+    from service.pipeline.files import repeated_initializers
+    from service.pipeline.quantize.onnx_torch.own_weights import shared_again
+
+    _qdq_convs_with_weight_copies(tmp_path / "copies.onnx")
+    model = onnx.load(str(tmp_path / "copies.onnx"))
+    assert shared_again(model, tmp_path) == (CONVS - 1, (CONVS - 1) * 16 * 16 * 3 * 3)
+    assert repeated_initializers(model, tmp_path) == [] and len(model.graph.initializer) == 5
+    onnx.save(model, str(tmp_path / "one.onnx"))
+    x = np.random.default_rng(2).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    outs = [ort.InferenceSession(str(tmp_path / f), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+            for f in ("copies.onnx", "one.onnx")]  # ORT's default level: the QLinearConv fusion included
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_repeated_weights_lint_names_a_file_with_more_copies_than_the_upload(tmp_path):
+    from service.pipeline.inspect.inventory import file_info_from_onnx
+    from service.pipeline.verdict.lints import repeated_weight_lints
+
+    _shared_conv(tmp_path / "shared.onnx")
+    _copied_per_conv(tmp_path / "shared.onnx", tmp_path / "copied.onnx")
+    info = {name: file_info_from_onnx(tmp_path / f, onnx.load(str(tmp_path / f)))
+            for name, f in (("shared", "shared.onnx"), ("copied", "copied.onnx"))}
+    copied = info["copied"].repeated_initializers
+    w_bytes = 16 * 16 * 3 * 3 * 4
+    assert (copied.groups, copied.extra_copies, copied.extra_bytes) == (1, CONVS - 1, (CONVS - 1) * w_bytes)
+    assert copied.largest[0].copies == CONVS and info["shared"].repeated_initializers is None
+
+    lints = repeated_weight_lints({"fp32": info["shared"], "ort_qdq": info["copied"]})
+    assert [(lint.code, lint.artifact) for lint in lints] == [("repeated_weights", "ort_qdq")]
+    assert f"{CONVS - 1} extra copies of 1 weight" in lints[0].message and "stores each once" in lints[0].message
+    # an upload that already stores those copies: the file adds none, no lint
+    assert repeated_weight_lints({"fp32": info["copied"], "ort_qdq": info["copied"]}) == []

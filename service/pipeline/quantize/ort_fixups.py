@@ -37,14 +37,20 @@ Why each step, in ORT's own code:
     inputs nothing reads, and calibration fails on "Required inputs ... are missing".
   Unlisted, the initializers are constants just the same, so ORT runs the same graph; the IR goes
   to what the opsets need (at least 4).
-* **A bias that several nodes share gets a name no other tensor extends.** In QDQ format each
-  reader of a shared bias needs its own copy (its scale is input scale x weight scale), and
-  ``QDQQuantizer._dup_initializer`` (``qdq_quantizer.py``) names copy k ``f"{bias}{k}"``, unique
-  among *initializers* only (``ONNXModel.get_largest_initializer_name_suffix``). tf2onnx names
-  tensors ``.../conv1d_25`` and ``.../conv1d_252``: the copy then takes an activation's name, and
-  that activation's readers are wired to the bias's DequantizeLinear (basic-pitch's ``nmp.onnx``:
-  a Transpose of a [36] tensor, so ORT refuses the file; with a Relu reader the file loads and
-  computes wrong numbers). Renaming an initializer changes nothing ORT computes.
+* **Each reader of a shared bias gets its own copy.** A Conv's int32 bias has the scale input scale x
+  weight scale, so two Convs that read one bias initializer need two quantized biases, and ORT's
+  quantizers write one per name (pinned by ``tests/pipeline/test_shared_bias.py``):
+  - QOperator: ``ONNXQuantizer.quantize_bias_static`` (``onnx_quantizer.py``) returns the bias
+    already in ``quantized_value_map``, so every QLinearConv reads the int32 bias quantized with the
+    first reader's scale and adds a wrong bias (two Convs: 10 dB where QDQ reaches 39 dB).
+  - QDQ: ``QDQQuantizer`` makes a copy per reader but wires every reader to the last copy's
+    DequantizeLinear, whose scale fits the last reader only; ORT's Conv fusion refuses a bias scale
+    that is not input x weight scale, so the other Convs stay float. It also names copy k
+    ``f"{bias}{k}"`` (``_dup_initializer``), unique among *initializers* only: tf2onnx names tensors
+    ``.../conv1d_25`` and ``.../conv1d_252``, the copy then took an activation's name and that
+    activation's readers were wired to the bias (basic-pitch's ``nmp.onnx``).
+  With a copy each, no bias is shared and ORT makes no copies; a copy holds the same values, so the
+  graph computes the same.
 * **A tensor named like one ORT derives from another is renamed.** ORT's quantizers name what they
   add after the tensor they quantize: its scale ``<T>_scale`` and zero point ``<T>_zero_point``
   (``base_quantizer.py``, ``qdq_quantizer.py``), ``<T>_quantized``, ``<T>_QuantizeLinear_Output``, ...
@@ -68,12 +74,10 @@ Why each step, in ORT's own code:
 
 from __future__ import annotations
 
-import re
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from service.errors import NonFiniteCalibration, OrtQuantizerFailed
 from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
@@ -92,7 +96,7 @@ class OrtFixups:
     outer_scope_reads: list[str] = field(default_factory=list)
     ir_version: tuple[int, int] | None = None  # (before, after) when an IR < 4 file was raised
     initializer_inputs: int = 0  # initializers that file listed as graph inputs
-    shared_biases: dict[str, str] = field(default_factory=dict)  # old name -> new name
+    shared_biases: dict[str, int] = field(default_factory=dict)  # bias -> copies made for its other readers
 
     where_reads: list[str] = field(default_factory=list)  # tensors a Where now reads through an Identity
     repeated_opset_imports: int = 0  # opset_import entries that repeated an earlier one
@@ -119,8 +123,10 @@ class OrtFixups:
             parts.append(f"IR {before} raised to IR {after}{unlisted} (ORT's calibrator and optimizer break "
                          "IR < 4 files; ORT runs the same graph)")
         if self.shared_biases:
-            parts.append(f"shared bias {_first_rename(self.shared_biases)} (ORT's QDQ quantizer names the bias "
-                         "copies it makes '<bias>0', '<bias>1', ..., which here were other tensors' names)")
+            shown = ", ".join(repr(b) for b in list(self.shared_biases)[:3]) + (" ..." if len(self.shared_biases) > 3 else "")
+            parts.append(f"{len(self.shared_biases)} biases read by several nodes ({shown}) given one copy per reader "
+                         f"({sum(self.shared_biases.values())} copies): ORT's quantizers quantize a bias once per name, "
+                         "where each reader needs its own scale (input scale x weight scale)")
         if self.where_reads:
             shown = ", ".join(self.where_reads[:3]) + (" ..." if len(self.where_reads) > 3 else "")
             parts.append(f"an Identity inserted before {len(self.where_reads)} Where inputs ({shown}); ORT's "
@@ -250,36 +256,35 @@ def _shared_biases(model) -> list[str]:
     return [b for b, k in readers.items() if k > 1 and b in inits and b not in interface]
 
 
-def _extended(name: str, names: set[str]) -> bool:
-    """Some tensor is ``name`` followed by digits: the name ORT would give a copy of ``name``."""
-    pattern = re.compile(re.escape(name) + r"\d+")
-    return any(pattern.fullmatch(n) for n in names)
-
-
-def _unused_name(stem: str, names: set[str], clashes: Callable[[str], bool] = lambda n: False) -> str:
-    """``stem``, or ``stem_1``, ``stem_2``, ... : the first that is not in ``names`` and does not
-    ``clash``; it is added to ``names``."""
+def _unused_name(stem: str, names: set[str]) -> str:
+    """``stem``, or ``stem_1``, ``stem_2``, ... : the first that is not in ``names``; it is added to ``names``."""
     new, k = stem, 0
-    while new in names or clashes(new):
+    while new in names:
         k += 1
         new = f"{stem}_{k}"
     names.add(new)
     return new
 
 
-def shared_biases_renamed(model) -> dict[str, str]:
-    """Rename shared biases whose ORT copy names would collide; {old: new}."""
+def shared_biases_copied(model) -> dict[str, int]:
+    """Give every reader of a shared bias initializer after the first its own copy, in place;
+    {bias: copies made}."""
     shared = _shared_biases(model)
     if not shared:
         return {}
-    names = all_tensor_names(model.graph)
-    renames = {bias: _unused_name(f"{bias}_bias", names, clashes=lambda n: _extended(n, names))
-               for bias in shared if _extended(bias, names)}
-    if renames:
-        for t in model.graph.initializer:
-            t.name = renames.get(t.name, t.name)
-        rename_reads(model.graph, renames)
-    return renames
+    g = model.graph
+    tensors = {t.name: t for t in g.initializer}
+    names = all_tensor_names(g)
+    copies: dict[str, int] = {}
+    for bias in shared:
+        readers = [n for n in g.node if len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT] == bias]
+        for k, node in enumerate(readers[1:], 1):
+            copy = g.initializer.add()
+            copy.CopyFrom(tensors[bias])
+            copy.name = _unused_name(f"{bias}__reader{k}", names)
+            node.input[_BIAS_INPUT] = copy.name
+        copies[bias] = len(readers) - 1
+    return copies
 
 
 WHERE_SUFFIX = "__where_read"
@@ -371,7 +376,7 @@ def fixups_for_ort_quantizer(model, *, identities: bool = True) -> OrtFixups:
     dropped, ir = initializer_inputs_unlisted(model)
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
                      outer_scope_reads=outer_scope_reads_through_identity(model) if identities else [],
-                     ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_renamed(model),
+                     ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_copied(model),
                      where_reads=where_inputs_through_identity(model) if identities else [],
                      repeated_opset_imports=repeated_opset_imports_removed(model),
                      derived_names=derived_names_renamed(model))
@@ -386,8 +391,7 @@ def needs_fixups(model, *, identities: bool = True) -> bool:
         return True
     if identities and (any(True for n in g.node for _ in subgraphs(n)) or _where_reads(model)):
         return True
-    shared = _shared_biases(model)
-    return bool(shared) and any(_extended(b, all_tensor_names(model.graph)) for b in shared)
+    return bool(_shared_biases(model))
 
 
 def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None,

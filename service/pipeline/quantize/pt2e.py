@@ -10,8 +10,9 @@ from pathlib import Path
 from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
-from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint, scrub
+from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
+from service.pipeline.quantize.onnx_torch.own_weights import shared_again
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
 from service.pipeline.quantize.selection_tail import prefix_file, selection_split, splice_tail
 from service.pipeline.quantize.shortcuts.pt2e import (
@@ -212,6 +213,11 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         named = annotate_onnx(proto, onnx_program.exported_program.graph_module)
         conversion.notes.append(f"{named} nodes of the PT2E file name the upload node and tensors they compute "
                                 "(metadata_props quantcompare.onnx_node/onnx_op/onnx_outputs)")
+        copies, saved = shared_again(proto, out_path.parent)
+        if copies:
+            conversion.notes.append(f"{copies} initializers of the exported file repeated another's bytes ({saved / 2**20:.1f} "
+                                    "MiB: the int8 copies of weights the upload shares); every reader now reads the "
+                                    "first, so the file stores each once, as the upload does (equal bytes, equal outputs)")
         if _drop_stack_traces(proto):
             conversion.notes.append("torch's per-node stack traces (pkg.torch.onnx.stack_trace) are removed: for an "
                                     "ONNX upload they name the converter's Python frames, not the upload")

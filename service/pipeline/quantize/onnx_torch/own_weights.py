@@ -12,6 +12,10 @@ merged equal ones, and ORT's quantizer quantizes every reader, so the PT2E path 
 after the first reads a copy. Linear layers need no copy: the converters' ``Gemm``/``MatMul`` weights
 reach ``aten.linear`` through their own transpose or constant (measured: both of two Gemms sharing a
 weight are quantized).
+
+The copies are the converter's, not the upload's: once torch.onnx.export has written the PT2E file,
+``shared_again`` points every reader of equal int8 copies back at one initializer (equal bytes, so
+equal outputs), and the file stores a shared weight once, as the upload and ORT's quantizer do.
 """
 from __future__ import annotations
 
@@ -19,9 +23,10 @@ from collections import defaultdict
 
 import onnx
 
-from service.pipeline.vocabulary import all_tensor_names
+from service.pipeline.files import repeated_initializers
+from service.pipeline.vocabulary import all_nodes, all_tensor_names
 
-__all__ = ["OWN_WEIGHT_OPS", "COPY_LIMIT_BYTES", "own_weight_copies"]
+__all__ = ["OWN_WEIGHT_OPS", "COPY_LIMIT_BYTES", "own_weight_copies", "shared_again"]
 
 OWN_WEIGHT_OPS = {"Conv", "ConvTranspose"}
 _SLOTS = (1, 2)  # weight, bias
@@ -82,3 +87,25 @@ def own_weight_copies(model, notes: list[str], *, limit_bytes: int = COPY_LIMIT_
                      f"copy (more than {limit_bytes >> 20} MiB of copies): torchao's XNNPACK quantizer leaves them "
                      f"in float ({', '.join(sorted(left)[:3])}{', ...' if len(left) > 3 else ''})")
     return copies
+
+
+def shared_again(model, base_dir) -> tuple[int, int]:
+    """Point every reader of an initializer that repeats another's bytes (dtype, shape and content,
+    1 KiB or more) at the first of them and drop the rest, in place; (copies dropped, bytes saved).
+    A copy that is also a graph output keeps its name."""
+    outputs = {o.name for o in model.graph.output}
+    first_of: dict[str, str] = {}
+    saved = 0
+    for group in repeated_initializers(model, base_dir):
+        for name in group.names[1:]:
+            if name not in outputs:
+                first_of[name] = group.names[0]
+                saved += group.nbytes
+    if not first_of:
+        return 0, 0
+    for node in all_nodes(model.graph):
+        node.input[:] = [first_of.get(i, i) for i in node.input]
+    kept = [t for t in model.graph.initializer if t.name not in first_of]
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(kept)
+    return len(first_of), saved
