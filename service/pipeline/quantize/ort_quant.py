@@ -31,32 +31,42 @@ _CALIBRATION_NAMES = {
 def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
     """Run ORT's recommended pre-processing (shape inference + basic optimization).
 
-    It fails on many real models (symbolic shape inference); quantization then goes on from the
-    fp32 file, and the returned note says so. Both ORT formats share the one result. A model whose
-    weights are in external data goes through the same three steps with its weights left on disk
-    (``_pre_process_weights_on_disk``).
+    Its first step, ORT's symbolic shape inference, fails on many real models ("Incomplete symbolic
+    shape inference": an op it has no rule for, such as ai.onnx.ml's Scaler, or PaddleOCR's and
+    MiniLM exports); quant_pre_process's own ``skip_symbolic_shape=True`` then runs the other two
+    steps, so ORT's basic optimization (the Conv+BatchNorm folding among them) still happens before
+    quantizing. When both fail, quantization goes on from the fp32 file. The returned note says which.
+    Both ORT formats share the one result. A model whose weights are in external data goes through
+    the same steps with its weights left on disk (``_pre_process_weights_on_disk``).
     """
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     try:
-        with _cwd(out_path.parent):
-            graph = _weights_on_disk(fp32_path)
-            if graph is not None:
-                _pre_process_weights_on_disk(fp32_path, graph, out_path)
-                how = ("quant_pre_process: ok, its three steps with the weights left in external data (symbolic "
-                       "shape inference, ORT basic optimization, ONNX shape inference)")
-            else:
-                with _ort_log_records("onnxruntime.quantization.shape_inference") as records:
-                    quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()))
-                failed = next((r for r in records if "Optimization Failed" in r), None)
-                how = ("quant_pre_process: ok (shape inference + ORT basic optimization before quantizing)"
-                       if failed is None else
-                       f"quant_pre_process: its ORT basic optimization failed ({_last_line(records)}); "
-                       "quantized its shape-inferred graph")
-        return out_path, how
+        return out_path, "quant_pre_process: " + _pre_processed(fp32_path, out_path, skip_symbolic=False)
     except Exception as e:  # noqa: BLE001 - any failure here is survivable by design
         log.info("quant_pre_process failed: %r", e)
-        return fp32_path, f"quant_pre_process failed ({first_line(e)}); quantized the fp32 file as is"
+        first = first_line(e)
+    try:
+        how = _pre_processed(fp32_path, out_path, skip_symbolic=True)
+    except Exception as e:  # noqa: BLE001
+        log.info("quant_pre_process(skip_symbolic_shape=True) failed: %r", e)
+        return fp32_path, f"quant_pre_process failed ({first}); quantized the fp32 file as is"
+    return out_path, (f"quant_pre_process failed ({first}); run again with skip_symbolic_shape=True, its ORT basic "
+                      f"optimization and ONNX shape inference: {how}")
+
+
+def _pre_processed(fp32_path: Path, out_path: Path, *, skip_symbolic: bool) -> str:
+    """quant_pre_process of ``fp32_path`` into ``out_path``; how it went, for the note. Raises as it does."""
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with _cwd(out_path.parent):
+        graph = _weights_on_disk(fp32_path)
+        if graph is not None:
+            _pre_process_weights_on_disk(fp32_path, graph, out_path, skip_symbolic=skip_symbolic)
+            return "ok, its steps with the weights left in external data"
+        with _ort_log_records("onnxruntime.quantization.shape_inference") as records:
+            quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()), skip_symbolic_shape=skip_symbolic)
+    if any("Optimization Failed" in r for r in records):
+        return f"its ORT basic optimization failed ({_last_line(records)}); quantized its shape-inferred graph"
+    return "ok (shape inference + ORT basic optimization before quantizing)"
 
 
 def _weights_on_disk(fp32_path: Path):
@@ -70,7 +80,7 @@ def _weights_on_disk(fp32_path: Path):
     return graph if external and opset is not None and opset > 10 else None
 
 
-def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None:
+def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path, *, skip_symbolic: bool = False) -> None:
     """quant_pre_process's steps (onnxruntime/quantization/shape_inference.py) without reading the weights.
 
     ``quant_pre_process`` loads every weight into Python, copies the model for symbolic shape
@@ -87,7 +97,7 @@ def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path) -> None
 
     fp32_path, out_path = Path(fp32_path).resolve(), Path(out_path).resolve()  # the cwd is the scratch folder
     inline_small_external_tensors(graph, fp32_path.parent)
-    inferred = SymbolicShapeInference.infer_shapes(graph, 2**31 - 1, False, False, 0)  # quant_pre_process's defaults
+    inferred = graph if skip_symbolic else SymbolicShapeInference.infer_shapes(graph, 2**31 - 1, False, False, 0)
     beside_data = fp32_path.with_name(f".{out_path.stem}.symbolic.onnx")
     optimized = out_path.with_name(f"{out_path.stem}.optimized.onnx")
     try:
