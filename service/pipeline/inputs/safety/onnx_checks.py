@@ -245,6 +245,12 @@ def _check_opsets(model) -> set[str]:
             )
         domains.add(dom)
     if "" not in domains and "ai.onnx" not in domains:
+        if domains == {"ai.onnx.ml"}:  # onnxmltools / skl2onnx of a classic estimator: ORT runs it
+            raise UnsupportedModel(
+                "The model imports only the ai.onnx.ml domain (a scikit-learn or similar export: trees, linear "
+                "models, scalers): it has no ai.onnx op, so there is no Conv, MatMul or Gemm for int8 to quantize.",
+                hint="Quantization pays off for neural networks; a model like this runs in float as it is. If it "
+                     "does use ai.onnx ops, add the missing opset_import entry ('' at its version) and upload it again.")
         raise UnsupportedModel("The model does not import the default ONNX domain (ai.onnx).", hint=_UPLOAD_HINT)
     # A domain only imported is harmless: real files import ai.onnx.training, com.microsoft.experimental
     # or their framework's own domain without a node in it, and ORT runs them. Only a domain a node
