@@ -149,6 +149,27 @@ def test_no_qdq_in_file(tmp_path):
     assert "Conv" in ops(g) and rows["conv"].blocker == "no_qdq_in_file"
 
 
+@pytest.mark.parametrize("op, code", [("Add", "no_qdq_in_file"), ("Sub", "no_int8_form"), ("Relu", "no_qdq_in_file")])
+def test_an_op_without_qdq_is_told_apart_by_whether_quantizing_it_helps(tmp_path, op, code):
+    """No Q/DQ around it: quantizing an Add gives a QLinearAdd (test_no_qdq_rule), a Relu is removed
+    by the QuantizeLinear after it; a Sub has no rule, so the advice "quantize this op" would not help."""
+    b = Builder()
+    x = b.input("x", [1, 4])
+    b.output(b.node(op, [x] if op == "Relu" else [x, x], "op"))
+    g, rows = saved(b.save(tmp_path / f"{op}.onnx"))
+    assert op in ops(g) and rows["op"].blocker == code
+
+
+def test_a_relu_before_a_quantize_linear_is_removed(tmp_path):
+    """The pin for _ABSORBED_BY_Q: Relu -> QuantizeLinear whose zero point is the dtype's minimum (the
+    clamp Relu does) loses the Relu at extended (ReluQuantFusion), with or without a Q/DQ before it."""
+    b = Builder()
+    x = b.input("x", [1, 4])
+    b.output(b.qdq(b.node("Relu", [x], "op"), zp=0)[0])
+    g, _ = saved(b.save(tmp_path / "relu_q.onnx"), level="extended")
+    assert "Relu" not in ops(g)
+
+
 @pytest.mark.parametrize("op, fused", [("Add", True), ("Sub", False)], ids=["Add has a rule", "Sub has none"])
 def test_no_qdq_rule(tmp_path, op, fused):
     b = Builder()
@@ -373,7 +394,7 @@ def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
     assert rows["MatMul"].blocker == "not_in_xnnpack_config" and "two activations" in rows["MatMul"].detail
 
 
-PINNED = {"not_in_xnnpack_config", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
+PINNED = {"not_in_xnnpack_config", "no_int8_form", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "bias_scale_mismatch", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
           "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)

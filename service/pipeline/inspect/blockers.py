@@ -46,6 +46,10 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
     Blocker("no_qdq_in_file", "no DequantizeLinear on its inputs and no QuantizeLinear on its output: "
             "the quantizer left it in float", "quantize this op (op_types_to_quantize / the quantizer's "
             "annotation); ORT never quantizes a float op by itself", "the file"),
+    Blocker("no_int8_form", "no Q/DQ around it in the file, and ORT has no QDQ rule for this op type on the CPU "
+            "EP either: it runs in float however it is quantized", "nothing to change here: Q/DQ around it would "
+            "add an int8<->float round trip and no int8 kernel", "qdq_selector_action_transformer.cc (no selector "
+            "registered for the op type)"),
     Blocker("not_in_xnnpack_config", "torchao's XNNPACK quantizer has no static pattern for this op: its STATIC_OPS "
             "annotate linear (a constant weight), conv, a ConvTranspose only together with the Relu after it, "
             "adaptive_avg_pool2d, add, mul, cat and GRU inputs/outputs",
@@ -116,6 +120,9 @@ RULE_KIND: dict[str, str] = {
     **{op: "binary" for op in _BINARY}, "Concat": "variadic", "Conv": "conv", "MatMul": "matmul",
     "Gemm": "gemm", "Split": "split", "Where": "where",
 }
+# No selector of their own, yet a QuantizeLinear after them removes them (ReluQuantFusion,
+# ClipQuantFusion, level extended): quantizing their output is the change that helps.
+_ABSORBED_BY_Q = {"Relu", "Clip"}
 # ORT's layout/extended passes rename float ops; the selector saw the original one.
 _BASE_OP = {"com.microsoft.FusedConv": "Conv", "com.microsoft.nchwc.Conv": "Conv",
             "com.microsoft.FusedMatMul": "MatMul", "com.microsoft.FusedGemm": "Gemm",
@@ -437,8 +444,12 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             continue
         if not _has_qdq(v, n):
             why = _not_in_xnnpack_config(v, n, base) if pt2e else None
-            rows.append(_row(n, key, "not_in_xnnpack_config", why) if why else
-                        _row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
+            if why:
+                rows.append(_row(n, key, "not_in_xnnpack_config", why))
+            elif kind is None and base not in _ABSORBED_BY_Q:
+                rows.append(_row(n, key, "no_int8_form", f"no Q/DQ in the file; no rule for {base}"))
+            else:
+                rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
             continue
         if kind is None:
             unit = _unit_head(v, n)
