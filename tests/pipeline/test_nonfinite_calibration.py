@@ -6,6 +6,8 @@ a .pt2, and ORT's "AssertionError: scale issue" with the hint to exclude nodes: 
 nor the samples (a BERT-like export whose generated attention mask padded every position)."""
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -27,13 +29,14 @@ def _sqrt_of(path, shift: float):
     return path
 
 
-def _report(path, workdir):
+def _report(path, workdir, **extra):
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["pt2e_qdq", "ort_qdq", "ort_qoperator"], "levels": ["disable_all"], "calibration_samples": 2,
-        "eval_samples": 1, "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})
+        "eval_samples": 1, "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False},
+        **extra})
     return run_comparison(ComparisonRequest(model_path=path, model_name=path.name, options=options), workdir)
 
 
@@ -135,6 +138,13 @@ def test_an_infinite_scale_quantize_static_writes_fails_the_path_instead_of_read
         assert "-1e4" in art.error.hint and "nodes_to_exclude" in art.error.hint
     finite = _report(_where_mask(tmp_path / "finite.onnx", -1e4), tmp_path / "finite")
     assert all(finite.artifacts[n].status == "ok" for n in ("ort_qdq", "ort_qoperator"))
+    # The nodes the message lists, excluded as it says, in one run: the QDQ path is ok.
+    message = report.artifacts["ort_qdq"].error.message
+    listed = ast.literal_eval(message.split("options.ort.nodes_to_exclude = ", 1)[1].split("]", 1)[0] + "]")
+    assert listed == ["masked", "sm"]  # the Where that writes 'a', the Softmax that reads it
+    excluded = _report(tmp_path / "inf.onnx", tmp_path / "excluded", artifacts=["ort_qdq"],
+                       ort={"nodes_to_exclude": listed})
+    assert excluded.artifacts["ort_qdq"].status == "ok", excluded.artifacts["ort_qdq"].error
 
 
 def test_a_bool_mask_by_its_name_attends_every_position(tmp_path):

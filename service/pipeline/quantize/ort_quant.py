@@ -223,7 +223,7 @@ def quantized_by_ort(
     except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
         raise failure_from_ort_quantizer(e, quant_format, Path(model_path), calibration_cache) from e
     _ort_loads(out_path, quant_format)
-    _refuse_nonfinite_scales(out_path, quant_format)
+    _refuse_nonfinite_scales(out_path, quant_format, Path(model_path))
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
     return ToolInfo(
@@ -235,19 +235,36 @@ def quantized_by_ort(
     )
 
 
-def _refuse_nonfinite_scales(path: Path, quant_format: str) -> None:
+# How many tensors and reader nodes a refusal names; past that, how many more.
+_NAMED = 6
+_EXCLUDE_LISTED = 40
+
+
+def _refuse_nonfinite_scales(path: Path, quant_format: str, model_path: Path) -> None:
     """quantize_static raises on a NaN range ("scale issue") but writes an infinite one as a scale of
     inf: the file loads and runs, every value through that tensor comes out NaN or 0, and the path
-    would read "ok" at 0 dB. The same failure as a range ORT refuses, named in the file it wrote."""
+    would read "ok" at 0 dB. The same failure as a range ORT refuses, named in the file it wrote, with
+    every tensor it concerns and the nodes of ``model_path`` (the file quantize_static read) that read
+    them or write them: an inf spreads downstream, so excluding the first node alone only moves it on."""
     bad = nonfinite_scales(graph_from_path(path, lazy=True))
     if not bad:
         return
-    tensor, node = bad[0]
+    # ORT names a weight's DequantizeLinear output '<weight>_DequantizeLinear_Output' (quant_utils.py).
+    floats = list(dict.fromkeys(t.removesuffix("_DequantizeLinear_Output") for t, _ in bad))
+    source = graph_from_path(model_path, lazy=True)
+    # its producer quantizes a tensor's output as much as its readers do: both stay float
+    readers = list(dict.fromkeys(n.name for t in floats for n in (source.producer.get(t), *source.consumers.get(t, []))
+                                 if n is not None and n.name))
     fmt = "QDQ" if quant_format == "qdq" else "QOperator"
+    named = ", ".join(repr(t) for t in floats[:_NAMED]) + (f" and {len(floats) - _NAMED} more" if len(floats) > _NAMED else "")
+    exclude = (f" To keep them in float in one run: options.ort.nodes_to_exclude = "
+               f"{readers[:_EXCLUDE_LISTED]}" + (f" and {len(readers) - _EXCLUDE_LISTED} more nodes"
+                                                 if len(readers) > _EXCLUDE_LISTED else "") + "." if readers else "")
     raise NonFiniteCalibration(
-        f"ORT's quantizer ({fmt} format) wrote a scale of inf or NaN for {len(bad)} tensor(s), the first {tensor!r} "
-        f"(at node {node!r}): its calibration range holds inf or NaN on the calibration samples (a mask filled "
-        "with -inf), and no scale fits such a range; every value through it would dequantize to NaN or 0.",
+        f"ORT's quantizer ({fmt} format) wrote a scale of inf or NaN for {len(floats)} tensor(s): {named}. Their "
+        "calibration ranges hold inf or NaN on the calibration samples (an attention mask filled with -inf, or a "
+        "weight that stores it, and what is computed from it), and no scale fits such a range; every value "
+        f"through them would dequantize to NaN or 0.{exclude}",
         hint=NONFINITE_HINT)
 
 
