@@ -41,6 +41,23 @@ def _where(in_file: bool, levels, per_level, pred) -> str:
     return f"at session level {lv}" if lv else NEVER
 
 
+def _batchnorm_folding(left: int, n_bn: int, levels, per_level: dict[str, OptimizedLevel]) -> tuple[str, str]:
+    """(where, detail) of Conv+BatchNorm folding for a file that keeps ``left`` of the fp32 model's
+    ``n_bn`` BatchNormalization: where the first one folds, with the share when not all of them do
+    (a BatchNormalization after an Identity or a Transpose has no Conv to fold into)."""
+    bn = lambda ol: ol.op_histogram.get("BatchNormalization", 0)  # noqa: E731
+    ran = [ol for lv in levels if (ol := per_level.get(lv)) is not None and ol.error is None and ol.node_count]
+    fewest = min([left] + [bn(ol) for ol in ran])
+    detail = f"{left} of {n_bn} in the file" + (f"; {fewest} still run at every level" if fewest else "")
+    if left == 0:
+        return FILE, detail
+    lv = _first_level(levels, per_level, lambda ol: bn(ol) < left)
+    share = "" if fewest == 0 else f" ({n_bn - fewest} of {n_bn})"
+    if lv:
+        return f"at session level {lv}{share}", detail
+    return (f"{FILE}{share}", detail) if left < n_bn else (NEVER, detail)
+
+
 def decisions_table(*, names: list[str], files: dict, optimized: dict[str, dict[str, OptimizedLevel]],
                     inventories: dict[str, QuantizationInventory | None], levels: list[str],
                     options: ComparisonOptions, batchnorm_in_source: int = 0) -> list[DecisionRow]:
@@ -70,10 +87,8 @@ def decisions_table(*, names: list[str], files: dict, optimized: dict[str, dict[
         if not n_bn:
             where[a] = "n/a (no BatchNormalization in the fp32 model)"
             continue
-        in_file = files[a].op_histogram.get("BatchNormalization", 0) == 0
-        where[a] = _where(in_file, levels, optimized.get(a, {}),
-                          lambda ol: ol.op_histogram.get("BatchNormalization", 0) == 0)
-        detail[a] = f"{files[a].op_histogram.get('BatchNormalization', 0)} of {n_bn} in the file"
+        where[a], detail[a] = _batchnorm_folding(files[a].op_histogram.get("BatchNormalization", 0), n_bn, levels,
+                                                 optimized.get(a, {}))
     rows.append(DecisionRow(decision="Conv+BatchNorm folding", where=where, detail=detail))
 
     # bias to int32 --------------------------------------------------------------------------
