@@ -217,3 +217,44 @@ SCANS = {
 def test_scan_unrolls_over_the_static_scan_length(case):
     model, feeds = _scan_model(**SCANS[case])
     assert_matches_ort(model, feeds, export=case == "axis 0 forward")
+
+
+def _counter_loop(*, limit_from_shape: bool):
+    """tf2onnx's while loop of a Keras RNN: v += X while And(Less(i, n), Less(k + 1, n)), k a carried
+    counter from 0, n the number of rows of X (from its Shape when ``limit_from_shape``) or a
+    constant; the trip count (10) is larger than n, so the body's condition decides."""
+    body_nodes = [helper.make_node("Add", ["v_in", "X"], ["v_out"]),
+                  helper.make_node("Add", ["k_in", "one"], ["k_out"]),
+                  helper.make_node("Less", ["i", "n"], ["i_less"]),
+                  helper.make_node("Less", ["k_out", "n"], ["k_less"]),
+                  helper.make_node("And", ["i_less", "k_less"], ["c_out"]),
+                  helper.make_node("Mul", ["v_out", "two"], ["s_out"])]
+    body = helper.make_graph(
+        body_nodes, "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_in", F32, None), helper.make_tensor_value_info("k_in", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, None), helper.make_tensor_value_info("v_out", F32, None),
+         helper.make_tensor_value_info("k_out", TensorProto.INT64, None), helper.make_tensor_value_info("s_out", F32, None)])
+    inits = {"M": np.array(10, np.int64), "cond": np.array(True), "k0": np.array(0, np.int64),
+             "one": np.array(1, np.int64), "two": np.array(2.0, np.float32)}
+    nodes = []
+    if limit_from_shape:
+        inits.update(start=np.array([0], np.int64), stop=np.array([1], np.int64))
+        nodes += [helper.make_node("Shape", ["X"], ["shape"]), helper.make_node("Slice", ["shape", "start", "stop"], ["rows"]),
+                  helper.make_node("Squeeze", ["rows"], ["n"])]
+    else:
+        inits["n"] = np.array(4, np.int64)
+    nodes.append(helper.make_node("Loop", ["M", "cond", "X0", "k0"], ["V", "K", "S"], name="loop0", body=body))
+    feeds = {"X": rand(RNG, 4, 3), "X0": rand(RNG, 4, 3)}
+    return make_model(nodes, feeds, ["V", "S"], initializers=inits), feeds
+
+
+@pytest.mark.parametrize("limit_from_shape", [False, True], ids=["constant limit", "limit from a shape"])
+def test_loop_whose_exit_reads_a_carried_counter_unrolls_to_its_static_exit(limit_from_shape):
+    """The chars2vec LSTM (tf2onnx): refused as a data-dependent exit before; the exit reads only the
+    iteration number, a counter that starts at a constant, and a limit that folds. ORT stops after 4
+    of the 10 trips (the 4th makes k + 1 < 4 false), and the unrolled module does too."""
+    model, feeds = _counter_loop(limit_from_shape=limit_from_shape)
+    _, s = ort_outputs(model, feeds)
+    assert s.shape[0] == 4
+    assert_matches_ort(model, feeds, export=True)

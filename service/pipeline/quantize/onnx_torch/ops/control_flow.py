@@ -11,6 +11,9 @@ predicates, which PT2E does not quantize through).
   must have no data-dependent exit: its condition output is the condition input passed through
   (possibly via Identity) or a constant. Then the body is run M times (or 0 times when the initial
   condition is false), loop-carried values threaded through, scan outputs stacked on a new axis 0.
+  A condition computed from static values only (the iteration number, constants, shapes, and
+  loop-carried values that start constant and are updated from static values: tf2onnx's
+  ``And(Less(i, n), Less(counter + 1, n))`` of a Keras LSTM) is read after each unrolled iteration.
 - Scan (opset 9+): the number of iterations is the static length of the scan inputs, so it is
   always unrolled: each step reads slice t (or len-1-t for a reverse input) of every scan input,
   state threaded through, scan outputs stacked on their axis (reversed for a reverse output).
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+
+from service.pipeline.vocabulary import RANDOM_OPS
 
 from ..registry import ConvertContext, OnnxNode, UnsupportedNode, converter
 
@@ -88,6 +93,61 @@ def _static_condition(body) -> bool | None:
     return None
 
 
+def _static_part(ctx: ConvertContext, node: OnnxNode, body) -> tuple[list, list[int], dict] | None:
+    """When the body's condition output depends on static values only, (the body nodes that compute
+    static values, the indices of the loop-carried values among them, the outer constants they
+    read); else None. Static: the iteration number, the condition input, constants (the body's, and
+    outer names the converter folds) and loop-carried values whose initial value folds and whose
+    update is static (a fixed point over the carried values)."""
+    from onnx import AttributeProto
+
+    names = [i.name for i in body.input]
+    carried_in = names[2:]
+    static_carried = {k for k, name in enumerate(node.inputs[2:]) if name and ctx.const(name) is not None}
+    produced = {o for n in body.node for o in n.output}
+    while True:
+        static = {names[0], names[1], *(i.name for i in body.initializer), *(carried_in[k] for k in static_carried)}
+        nodes, outer = [], {}
+        for n in body.node:  # topological order
+            if n.op_type in RANDOM_OPS or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute):
+                continue
+            reads = [i for i in n.input if i]
+            folded = {i: ctx.const(i) for i in reads if i not in static and i not in produced and i not in names}
+            if all(v is not None for v in folded.values()) and all(i in static or i in folded for i in reads):
+                static.update(o for o in n.output if o)
+                nodes.append(n)
+                outer.update(folded)
+        kept = {k for k in static_carried if body.output[1 + k].name in static}
+        if kept == static_carried:
+            return (nodes, sorted(kept), outer) if body.output[0].name in static else None
+        static_carried = kept
+
+
+def _iterations_until_exit(ctx: ConvertContext, node: OnnxNode, body, part, limit: int) -> int:
+    """How many iterations run before the body's static condition output turns false (at most
+    ``limit``), by running the static part of the body with onnx's reference evaluator: the count is
+    the same for every input, so the unrolled graph has no exit to trace."""
+    from onnx import helper, numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    nodes, carried, outer = part
+    names = [i.name for i in body.input]
+    outputs = [body.output[0].name] + [body.output[1 + k].name for k in carried]
+    fed = [n for i, n in enumerate(names) if i < 2 or i - 2 in carried]
+    graph = helper.make_graph(nodes, "static_exit", [helper.make_empty_tensor_value_info(n) for n in fed],
+                              [helper.make_empty_tensor_value_info(o) for o in outputs],
+                              list(body.initializer) + [numpy_helper.from_array(np.asarray(v), k) for k, v in outer.items()])
+    evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)]))
+    values = {names[2 + k]: np.asarray(ctx.const(node.inputs[2 + k])) for k in carried}
+    for i in range(limit):
+        feeds = {names[0]: np.array(i, dtype=np.int64), names[1]: np.array(True), **values}
+        outs = evaluator.run(None, {k: v for k, v in feeds.items() if k in fed})
+        values = {names[2 + k]: v for k, v in zip(carried, outs[1:])}
+        if not bool(np.asarray(outs[0]).ravel()[0]):
+            return i + 1
+    return limit
+
+
 @converter("Loop", since=1)
 def loop(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]):
     body = node.attrs["body"]
@@ -102,7 +162,8 @@ def loop(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
     # ORT reads the body's condition output after every iteration, also in the "for" form
     # (no condition input), so it must be static in both forms
     keeps_going = _static_condition(body)
-    if keeps_going is None:
+    part = _static_part(ctx, node, body) if keeps_going is None else None
+    if keeps_going is None and part is None:
         raise UnsupportedNode(f"Loop {node.name!r}: the body's condition output {body.output[0].name!r} is "
                               "computed from data (a data-dependent exit)")
     if trip is None:
@@ -110,8 +171,10 @@ def loop(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
     iterations = int(np.asarray(trip).ravel()[0])
     if cond0 is not None and not bool(np.asarray(cond0).ravel()[0]):
         iterations = 0
-    elif not keeps_going:
+    elif keeps_going is False:
         iterations = min(iterations, 1)  # a constant-false body condition stops after one pass
+    elif part is not None:
+        iterations = _iterations_until_exit(ctx, node, body, part, min(iterations, MAX_UNROLL + 1))
     if iterations > MAX_UNROLL:
         raise UnsupportedNode(f"Loop {node.name!r}: {iterations} iterations to unroll (limit {MAX_UNROLL})")
 
