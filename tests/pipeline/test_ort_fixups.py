@@ -413,3 +413,28 @@ def test_before_quant_pre_process_the_identity_reroutes_wait_and_a_failing_rewri
     broken.write_bytes(b"\x08\x07" + b"\xff" * 64)  # no ONNX model: the rewrite cannot even parse it
     path, note = fixed_for_ort_quantizer(broken, tmp_path / "out.onnx")
     assert path == broken and "could not be applied" in note and "quantized the file as is" in note
+
+
+@pytest.mark.parametrize("quant_format", [QuantFormat.QDQ, QuantFormat.QOperator])
+def test_a_gemm_bias_of_shape_1xn_breaks_ort_s_quantizer_and_is_flattened_for_it(tmp_path, quant_format):
+    """What quant_pre_process's MatMulAddFusion writes for jax2tf's magika: Gemm(x, W, C[1, N]).
+    quantize_static with per-channel weights (the service's preset) fails on the 2-D bias; with C[N] (the one condition) it quantizes, and the
+    rewrite changes nothing fp32 computes."""
+    rng = np.random.default_rng(0)
+    g = h.make_graph([h.make_node("Gemm", ["x", "W", "C"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [2, 8])], [h.make_tensor_value_info("y", T.FLOAT, [2, 4])],
+                     [nh.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W"),
+                      nh.from_array(rng.standard_normal((1, 4)).astype(np.float32), "C")])
+    raw = tmp_path / "gemm.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(raw))
+    with pytest.raises(ValueError, match="truth value of an array"):
+        quantize_static(str(raw), str(tmp_path / "raw.q.onnx"), _Reader("x", (2, 8)), quant_format=quant_format,
+                        per_channel=True)
+    fixed, note = fixed_for_ort_quantizer(raw, tmp_path / "fixed.onnx")
+    assert "1 Gemm biases of shape [1, N] given shape [N]" in note
+    assert [list(t.dims) for t in onnx.load(str(fixed)).graph.initializer if t.name == "C"] == [[4]]
+    feed = {"x": RNG.random((2, 8), dtype=np.float32)}
+    np.testing.assert_array_equal(_run(fixed, feed), _run(raw, feed))
+    quantize_static(str(fixed), str(tmp_path / "q.onnx"), _Reader("x", (2, 8)), quant_format=quant_format,
+                    per_channel=True)
+    _run(tmp_path / "q.onnx", feed)

@@ -51,6 +51,11 @@ Why each step, in ORT's own code:
     activation's readers were wired to the bias (basic-pitch's ``nmp.onnx``).
   With a copy each, no bias is shared and ORT makes no copies; a copy holds the same values, so the
   graph computes the same.
+* **A Gemm bias of shape [1, N] becomes [N].** ORT's basic optimization (``MatMulAddFusion``, run by
+  ``quant_pre_process``) writes a MatMul + Add of a [1, N] constant as a Gemm whose C is [1, N]
+  (jax2tf's magika), and ``QDQQuantizer._adjust_weight_scale_for_int32_bias`` (``qdq_quantizer.py``),
+  like QOperator's, then fails on it: "The truth value of an array with more than one element is
+  ambiguous". Gemm broadcasts C to [M, N] the same way from [N], so the graph computes the same.
 * **A tensor named like one ORT derives from another is renamed.** ORT's quantizers name what they
   add after the tensor they quantize: its scale ``<T>_scale`` and zero point ``<T>_zero_point``
   (``base_quantizer.py``, ``qdq_quantizer.py``), ``<T>_quantized``, ``<T>_QuantizeLinear_Output``, ...
@@ -97,6 +102,7 @@ class OrtFixups:
     ir_version: tuple[int, int] | None = None  # (before, after) when an IR < 4 file was raised
     initializer_inputs: int = 0  # initializers that file listed as graph inputs
     shared_biases: dict[str, int] = field(default_factory=dict)  # bias -> copies made for its other readers
+    gemm_biases: list[str] = field(default_factory=list)  # Gemm C initializers reshaped [1, N] -> [N]
 
     where_reads: list[str] = field(default_factory=list)  # tensors a Where now reads through an Identity
     repeated_opset_imports: int = 0  # opset_import entries that repeated an earlier one
@@ -105,7 +111,8 @@ class OrtFixups:
     @property
     def changed(self) -> bool:
         return bool(self.constants_to_initializers or self.outer_scope_reads or self.ir_version
-                    or self.shared_biases or self.where_reads or self.repeated_opset_imports or self.derived_names)
+                    or self.shared_biases or self.gemm_biases or self.where_reads or self.repeated_opset_imports
+                    or self.derived_names)
 
     def note(self) -> str | None:
         parts = []
@@ -127,6 +134,9 @@ class OrtFixups:
             parts.append(f"{len(self.shared_biases)} biases read by several nodes ({shown}) given one copy per reader "
                          f"({sum(self.shared_biases.values())} copies): ORT's quantizers quantize a bias once per name, "
                          "where each reader needs its own scale (input scale x weight scale)")
+        if self.gemm_biases:
+            parts.append(f"{len(self.gemm_biases)} Gemm biases of shape [1, N] given shape [N] (ORT's quantizer fails on "
+                         "a 2-D bias; Gemm broadcasts both alike)")
         if self.where_reads:
             shown = ", ".join(self.where_reads[:3]) + (" ..." if len(self.where_reads) > 3 else "")
             parts.append(f"an Identity inserted before {len(self.where_reads)} Where inputs ({shown}); ORT's "
@@ -246,11 +256,19 @@ def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
 
 
 _BIAS_INPUT = 2  # Conv/ConvTranspose/Gemm bias, a normalization's B: what quantize_bias_tensor reads
+# The ops whose input 2 ORT's quantizers quantize as a bias (scale from the reader's own scales); a
+# Concat's third input is a shape piece (magika shares one between two Concats), not a bias.
+_BIAS_READERS = {"Conv", "ConvTranspose", "Gemm", "InstanceNormalization", "LayerNormalization"}
+
+
+def _bias_readers(g) -> list:
+    return [n for n in g.node if n.op_type in _BIAS_READERS and n.domain in _DEFAULT_DOMAINS
+            and len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT]]
 
 
 def _shared_biases(model) -> list[str]:
     g = model.graph
-    readers = Counter(n.input[_BIAS_INPUT] for n in g.node if len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT])
+    readers = Counter(n.input[_BIAS_INPUT] for n in _bias_readers(g))
     inits = {t.name for t in g.initializer}
     interface = {v.name for v in (*g.input, *g.output)}  # an overridable initializer or an output keeps its name
     return [b for b, k in readers.items() if k > 1 and b in inits and b not in interface]
@@ -277,7 +295,7 @@ def shared_biases_copied(model) -> dict[str, int]:
     names = all_tensor_names(g)
     copies: dict[str, int] = {}
     for bias in shared:
-        readers = [n for n in g.node if len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT] == bias]
+        readers = [n for n in _bias_readers(g) if n.input[_BIAS_INPUT] == bias]
         for k, node in enumerate(readers[1:], 1):
             copy = g.initializer.add()
             copy.CopyFrom(tensors[bias])
@@ -285,6 +303,38 @@ def shared_biases_copied(model) -> dict[str, int]:
             node.input[_BIAS_INPUT] = copy.name
         copies[bias] = len(readers) - 1
     return copies
+
+
+def _row_gemm_biases(model) -> list[str]:
+    """Initializers of shape [1, N] that a Gemm reads as its C."""
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    return sorted({n.input[2] for n in g.node if n.op_type == "Gemm" and (n.domain or "") in _DEFAULT_DOMAINS
+                   and len(n.input) > 2 and n.input[2] in inits and len(inits[n.input[2]].dims) == 2
+                   and inits[n.input[2]].dims[0] == 1})
+
+
+def gemm_biases_flattened(model) -> list[str]:
+    """Give each [1, N] Gemm bias of ``_row_gemm_biases`` the shape [N], in place (the Gemms read a
+    reshaped copy when another node reads the [1, N] tensor too); the names changed."""
+    from onnx import numpy_helper
+
+    names = _row_gemm_biases(model)
+    g = model.graph
+    inits = {t.name: t for t in g.initializer}
+    taken = all_tensor_names(g)
+    for name in names:
+        as_bias = [n for n in g.node if n.op_type == "Gemm" and len(n.input) > 2 and n.input[2] == name]
+        other = sum(x == name for n in g.node for x in n.input) > len(as_bias)
+        flat = numpy_helper.from_array(numpy_helper.to_array(inits[name]).reshape(-1),
+                                       _unused_name(f"{name}__flat", taken) if other else name)
+        if other:
+            g.initializer.append(flat)
+            for n in as_bias:
+                n.input[2] = flat.name
+        else:
+            inits[name].CopyFrom(flat)
+    return names
 
 
 WHERE_SUFFIX = "__where_read"
@@ -377,6 +427,7 @@ def fixups_for_ort_quantizer(model, *, identities: bool = True) -> OrtFixups:
     return OrtFixups(constants_to_initializers=constants_to_initializers(model),
                      outer_scope_reads=outer_scope_reads_through_identity(model) if identities else [],
                      ir_version=ir, initializer_inputs=dropped, shared_biases=shared_biases_copied(model),
+                     gemm_biases=gemm_biases_flattened(model),
                      where_reads=where_inputs_through_identity(model) if identities else [],
                      repeated_opset_imports=repeated_opset_imports_removed(model),
                      derived_names=derived_names_renamed(model))
@@ -391,7 +442,7 @@ def needs_fixups(model, *, identities: bool = True) -> bool:
         return True
     if identities and (any(True for n in g.node for _ in subgraphs(n)) or _where_reads(model)):
         return True
-    return bool(_shared_biases(model))
+    return bool(_shared_biases(model)) or bool(_row_gemm_biases(model))
 
 
 def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None,
