@@ -83,3 +83,20 @@ def test_retry_through_the_spine_feeds_advice_items(compared):
         assert len(r.excluded_nodes) == 1 and r.latency_ms_before and r.latency_ms_after
     items = advice_from_retry(retry)
     assert {i["artifact"] for i in items} == {r.artifact for r in done}
+
+
+def test_the_explanation_blames_the_op_when_both_files_feed_it_alike():
+    """refinenet's ASPP Conv under the shared-bias QOperator defect: the same step in both files and
+    inputs at 34.1 dB in both, yet 24 dB apart after the op. The explanation said the difference came
+    from the inputs; it now says this op loses it. Inputs apart (the control): the inputs, as before."""
+    from service.pipeline.runtime.layers import _explanation
+    from service.schemas.layers import LayerCell
+
+    def cell(own, inputs):
+        return LayerCell(sqnr_db=own, cosine=0.9, max_abs_error=0.1, scale=0.01, zero_point=0, file_tensor="t",
+                         alignment="by name", drop_db=inputs - own)
+
+    alike = _explanation({"pt2e_qdq": cell(32.0, 34.1), "ort_qoperator": cell(8.0, 34.1)}, {})
+    assert "same step and inputs alike (34.1 dB vs 34.1 dB): ort_qoperator loses it in this op" in alike
+    apart = _explanation({"pt2e_qdq": cell(32.0, 34.1), "ort_qoperator": cell(8.0, 9.0)}, {})
+    assert "the difference comes from the inputs this op reads" in apart

@@ -432,6 +432,10 @@ def _origins(rows: list[LayerRow], artifacts: list[str], per_artifact: int = 10)
     return out
 
 
+def _db_text(v: float) -> str:
+    return "exact" if v >= CLEAN_DB else f"{v:.1f} dB"
+
+
 def _explanation(cells: dict[str, LayerCell], calibration: dict[str, str]) -> str | None:
     finite = {a: c for a, c in cells.items() if c.sqnr_db is not None}
     if len(finite) < 2:
@@ -456,7 +460,15 @@ def _explanation(cells: dict[str, LayerCell], calibration: dict[str, str]) -> st
         elif ratio > 1.05:
             parts.append(f"{worst}'s wider range spends its 256 levels on a tail, coarser rounding elsewhere")
         if abs(ratio - 1) <= 0.05:
-            parts.append("same step: the difference comes from the inputs this op reads")
+            # What its inputs carried in, per file (the SQNR before this op's drop): alike, the op
+            # itself loses it (its weights or bias as that file stores them), not its inputs.
+            inherited = {a: None if c.drop_db is None else (CLEAN_DB if c.sqnr_db is None else c.sqnr_db) + c.drop_db
+                         for a, c in ((worst, w), (best, b))}
+            if None not in inherited.values() and abs(inherited[worst] - inherited[best]) < DISAGREE_DB:
+                parts.append(f"same step and inputs alike ({_db_text(inherited[worst])} vs {_db_text(inherited[best])}): "
+                             f"{worst} loses it in this op, in its weights or bias as the file stores them")
+            else:
+                parts.append("same step: the difference comes from the inputs this op reads")
     for a in (worst, best):
         if calibration.get(a):
             parts.append(f"{a}: {calibration[a]}")
