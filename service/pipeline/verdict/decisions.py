@@ -152,7 +152,9 @@ def decisions_table(*, names: list[str], files: dict, optimized: dict[str, dict[
         run_by_level = {lv: sorted(k for k, v in ol.kernel_activation_dtypes.items() if v)
                         for lv, ol in per_level.items() if not ol.error}
         last = next((run_by_level[lv] for lv in reversed(levels) if run_by_level.get(lv)), [])
-        if not last:
+        if not last and not written:
+            r_where[a] = "n/a (no quantized activations)"
+        elif not last:
             r_where[a] = "never in an int8 kernel (float kernels between Q/DQ)"
         elif last == written:
             first = next(lv for lv in levels if run_by_level.get(lv) == last)
