@@ -199,10 +199,10 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
                              + (" = ..." if g.copies > len(g.names) else "") for g in r.largest[:3])
         stored = ("the upload stores each once" if upload is None
                   else f"the upload's own repeats take {_size(upload.extra_bytes)}")
-        why = (" convert_pt2e folds each weight node's quantized value into a constant of its own: the converter "
-               "gives each Conv after the first its own copy of a shared weight (torchao's XNNPACK quantizer skips a "
-               "Conv whose weight another Conv already annotated; tool.conversion.notes says when it did), and a "
-               "weight computed once per use becomes one constant per use."
+        # An ONNX upload's PT2E file is stored with one copy each (own_weights.shared_again): this is
+        # a .pt2 program's, or another tool's file.
+        why = (" convert_pt2e folds each weight node's quantized value into a constant of its own, so a weight the "
+               "program computes once per use (sliced inside a loop, say) becomes one constant per use."
                if name == "pt2e_qdq" else "")
         out.append(Lint(
             code="repeated_weights", severity="warning", artifact=name,
@@ -211,8 +211,9 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
                      f"{r.extra_bytes / info.size:.0%} of the file's {_size(info.size)}, where {stored}."
                      f"{why} ONNX Runtime keeps every copy in memory too: its ConstantSharing pass shares scalar "
                      "initializers only."),
-            hint=("the copies hold equal bytes, so pointing every reader of a copy at the first one gives the same "
-                  "outputs from a smaller file; ort_qdq quantizes a shared weight once"),
+            hint=("compute a shared weight once, outside the loop or module that reuses it; the copies hold equal "
+                  "bytes, so pointing every reader of a copy at the first one gives the same outputs from a smaller "
+                  "file; ort_qdq quantizes a shared weight once"),
             source="onnxruntime/core/optimizer/constant_sharing.h ('only scalar-valued initializers are handled')",
         ))
     return out

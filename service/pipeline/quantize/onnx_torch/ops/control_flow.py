@@ -11,9 +11,10 @@ predicates, which PT2E does not quantize through).
   must have no data-dependent exit: its condition output is the condition input passed through
   (possibly via Identity) or a constant. Then the body is run M times (or 0 times when the initial
   condition is false), loop-carried values threaded through, scan outputs stacked on a new axis 0.
-  A condition computed from static values only (the iteration number, constants, shapes, and
-  loop-carried values that start constant and are updated from static values: tf2onnx's
-  ``And(Less(i, n), Less(counter + 1, n))`` of a Keras LSTM) is read after each unrolled iteration.
+  A condition computed from static values only (the iteration number, constants and outer names
+  the converter folds, loop-carried values that start constant and are updated from static values:
+  tf2onnx's ``And(Less(i, n), Less(counter + 1, n))`` of a Keras LSTM) is run ahead with onnx's
+  reference evaluator, and the body is unrolled up to the exit it gives.
 - Scan (opset 9+): the number of iterations is the static length of the scan inputs, so it is
   always unrolled: each step reads slice t (or len-1-t for a reverse input) of every scan input,
   state threaded through, scan outputs stacked on their axis (reversed for a reverse output).
