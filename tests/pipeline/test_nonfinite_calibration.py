@@ -100,16 +100,17 @@ def test_a_nan_stored_in_a_weight_is_named_and_the_samples_are_not_blamed(tmp_pa
         assert "re-export" in art.error.hint and ".npz" not in art.error.hint
 
 
-def _where_mask(path, fill: float, mask: str = "keep", *, padding: bool = False):
+def _where_mask(path, fill: float, mask: str = "keep", *, padding: bool = False, prefix: str = ""):
     """x -> MatMul -> Where(mask, h, fill) -> Softmax -> MatMul: an attention mask as exporters write
     it (torch's masked_fill(-inf)); with ``padding``, Where(padding, fill, h): True marks padding, as
     torch's key_padding_mask."""
     rng = np.random.default_rng(0)
-    where = (helper.make_node("Where", [mask, "fill", "h"], ["a"], name="masked") if padding else
-             helper.make_node("Where", [mask, "h", "fill"], ["a"], name="masked"))
+    where = (helper.make_node("Where", [mask, "fill", "h"], ["a"], name=prefix + "masked") if padding else
+             helper.make_node("Where", [mask, "h", "fill"], ["a"], name=prefix + "masked"))
     graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"), where,
-         helper.make_node("Softmax", ["a"], ["s"], name="sm"), helper.make_node("MatMul", ["s", "W2"], ["y"], name="mm2")],
+        [helper.make_node("MatMul", ["x", "W"], ["h"], name=prefix + "mm"), where,
+         helper.make_node("Softmax", ["a"], ["s"], name=prefix + "sm"),
+         helper.make_node("MatMul", ["s", "W2"], ["y"], name=prefix + "mm2")],
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8]),
               helper.make_tensor_value_info(mask, TensorProto.BOOL, [2, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
@@ -145,6 +146,19 @@ def test_an_infinite_scale_quantize_static_writes_fails_the_path_instead_of_read
     excluded = _report(tmp_path / "inf.onnx", tmp_path / "excluded", artifacts=["ort_qdq"],
                        ort={"nodes_to_exclude": listed})
     assert excluded.artifacts["ort_qdq"].status == "ok", excluded.artifacts["ort_qdq"].error
+
+
+def test_node_names_shaped_like_paths_reach_the_message_whole(tmp_path):
+    """torch.onnx.export names nodes '/encoder/attn/Softmax': the message scrubber took them for server
+    paths and wrote '<path>/Softmax', so the nodes_to_exclude it listed matched no node (rxnmap).
+    Server paths still go."""
+    from service.pipeline.quantize.isolation import scrub
+
+    report = _report(_where_mask(tmp_path / "inf.onnx", -np.inf, prefix="/encoder/attn/"), tmp_path / "inf",
+                     artifacts=["ort_qdq"])
+    message = report.artifacts["ort_qdq"].error.message
+    assert "nodes_to_exclude = ['/encoder/attn/masked', '/encoder/attn/sm']" in message, message
+    assert scrub(f"failed in {tmp_path}/job/scratch/fp32.onnx") == "failed in <path>/fp32.onnx"
 
 
 def test_a_bool_mask_by_its_name_attends_every_position(tmp_path):

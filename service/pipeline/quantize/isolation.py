@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
 import resource
 import traceback
@@ -20,7 +21,20 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
 
 
-_ABS_PATH = re.compile(r"(/[\w.\-+@]+){2,}")
+def _root_dirs() -> list[str]:
+    """The top-level directories a server path starts with: this machine's, and the usual ones."""
+    try:
+        here = {d for d in os.listdir("/") if re.fullmatch(r"[\w.\-+@]+", d)}
+    except OSError:
+        here = set()
+    return sorted(here | {"tmp", "root", "home", "usr", "opt", "var", "work", "srv", "mnt", "etc", "lib", "app",
+                          "private", "Users", "proc", "run"})
+
+
+# A server path starts at a root directory. ONNX node and tensor names are path-like too
+# ('/encoder/layer.0/attention/MatMul', tf2onnx's 'model/conv1/BiasAdd'): a message that names them
+# must keep them, or a nodes_to_exclude it lists cannot be used.
+_ABS_PATH = re.compile(r"/(?:" + "|".join(map(re.escape, _root_dirs())) + r")(?:/[\w.\-+@]+)+")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 # What to do when a quantizer calibrated NaN or inf (ort_fixups.py: ORT's ranges; pt2e.py: its observers).
