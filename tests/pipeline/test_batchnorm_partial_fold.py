@@ -39,4 +39,4 @@ def test_a_partial_fold_reads_as_a_share_not_never(tmp_path):
     assert [fp32[lv].op_histogram.get("BatchNormalization", 0) for lv in ("disable_all", "basic")] == [2, 1]
     row = next(d for d in report.decisions if d.decision == "Conv+BatchNorm folding")
     assert row.where["fp32"] == "at session level basic (1 of 2)"  # was "never"
-    assert row.detail["fp32"] == "2 of 2 in the file; 1 still run at every level"
+    assert row.detail["fp32"] == "2 of 2 in the file; 1 fold at no level"

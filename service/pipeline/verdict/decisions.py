@@ -44,11 +44,11 @@ def _where(in_file: bool, levels, per_level, pred) -> str:
 def _batchnorm_folding(left: int, n_bn: int, levels, per_level: dict[str, OptimizedLevel]) -> tuple[str, str]:
     """(where, detail) of Conv+BatchNorm folding for a file that keeps ``left`` of the fp32 model's
     ``n_bn`` BatchNormalization: where the first one folds, with the share when not all of them do
-    (a BatchNormalization after an Identity or a Transpose has no Conv to fold into)."""
+    (a BatchNormalization after a Relu has no Conv to fold into)."""
     bn = lambda ol: ol.op_histogram.get("BatchNormalization", 0)  # noqa: E731
     ran = [ol for lv in levels if (ol := per_level.get(lv)) is not None and ol.error is None and ol.node_count]
     fewest = min([left] + [bn(ol) for ol in ran])
-    detail = f"{left} of {n_bn} in the file" + (f"; {fewest} still run at every level" if fewest else "")
+    detail = f"{left} of {n_bn} in the file" + (f"; {fewest} fold at no level" if fewest else "")
     if left == 0:
         return FILE, detail
     lv = _first_level(levels, per_level, lambda ol: bn(ol) < left)
