@@ -110,7 +110,9 @@ def _static_part(ctx: ConvertContext, node: OnnxNode, body) -> tuple[list, list[
         static = {names[0], names[1], *(i.name for i in body.initializer), *(carried_in[k] for k in static_carried)}
         nodes, outer = [], {}
         for n in body.node:  # topological order
-            if n.op_type in RANDOM_OPS or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute):
+            # only ai.onnx ops: what the reference evaluator below runs (the model it builds imports ai.onnx alone)
+            if (n.domain not in ("", "ai.onnx") or n.op_type in RANDOM_OPS
+                    or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute)):
                 continue
             reads = [i for i in n.input if i]
             folded = {i: ctx.const(i) for i in reads if i not in static and i not in produced and i not in names}
@@ -138,14 +140,18 @@ def _iterations_until_exit(ctx: ConvertContext, node: OnnxNode, body, part, limi
     graph = helper.make_graph(nodes, "static_exit", [helper.make_empty_tensor_value_info(n) for n in fed],
                               [helper.make_empty_tensor_value_info(o) for o in outputs],
                               list(body.initializer) + [numpy_helper.from_array(np.asarray(v), k) for k, v in outer.items()])
-    evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)]))
     values = {names[2 + k]: np.asarray(ctx.const(node.inputs[2 + k])) for k in carried}
-    for i in range(limit):
-        feeds = {names[0]: np.array(i, dtype=np.int64), names[1]: np.array(True), **values}
-        outs = evaluator.run(None, {k: v for k, v in feeds.items() if k in fed})
-        values = {names[2 + k]: v for k, v in zip(carried, outs[1:])}
-        if not bool(np.asarray(outs[0]).ravel()[0]):
-            return i + 1
+    try:
+        evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", ctx.opset)]))
+        for i in range(limit):
+            feeds = {names[0]: np.array(i, dtype=np.int64), names[1]: np.array(True), **values}
+            outs = evaluator.run(None, {k: v for k, v in feeds.items() if k in fed})
+            values = {names[2 + k]: v for k, v in zip(carried, outs[1:])}
+            if not bool(np.asarray(outs[0]).ravel()[0]):
+                return i + 1
+    except Exception as e:  # noqa: BLE001 - a refusal that names the Loop, not the evaluator's traceback
+        raise UnsupportedNode(f"Loop {node.name!r}: its exit condition reads only static values, but onnx's "
+                              f"reference evaluator could not compute it ({type(e).__name__})") from e
     return limit
 
 
