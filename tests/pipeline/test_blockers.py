@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.vocabulary import graph_from_path
-from service.pipeline.inspect.blockers import BLOCKERS, grouped_blockers, unfused_nodes
+from service.pipeline.inspect.blockers import BLOCKERS, grouped_blockers, unfused_by_level, unfused_nodes
 from service.pipeline.runtime.ort_sessions import session_options_for
 
 X86 = cpu_info().arch not in ("aarch64", "arm64", "ARM64")
@@ -397,7 +397,67 @@ def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
 PINNED = {"not_in_xnnpack_config", "no_int8_form", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "bias_scale_mismatch", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
-          "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
+          "inserted_by_layout", "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
+
+
+def residual_model(tmp_path, dtype):
+    """Conv -> Relu -> (Conv -> Add, Add) -> Conv: the Relu's output has two readers, so on x86 its int8
+    Q/DQ stay int8 (QDQS8ToU8 converts single-reader pairs only) and the second Conv and the Add stay float."""
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    y = b.node("Conv", [b.qdq(x, dtype)[0], b.weight([4, 4, 3, 3]), b.bias(4)], "c1", pads=[1, 1, 1, 1])
+    r1, r2 = b.qdq(b.node("Relu", [b.qdq(y, dtype)[0]], "relu"), dtype, readers=2)
+    y2 = b.node("Conv", [r1, b.weight([4, 4, 3, 3]), b.bias(4)], "c2", pads=[1, 1, 1, 1])
+    s = b.node("Add", [b.qdq(y2, dtype)[0], r2], "add")
+    s = b.node("Conv", [b.qdq(s, dtype)[0], b.weight([4, 4, 3, 3]), b.bias(4)], "c3", pads=[1, 1, 1, 1])
+    b.output(b.node("Sigmoid", [b.qdq(s, dtype)[0]], "tail"))
+    return b.save(tmp_path / f"residual_{dtype}.onnx")
+
+
+def _float_transposes(g):
+    return [n.name for n in g.nodes if n.op_type == "Transpose" and g.dtypes.get(n.input[0]) == "float32"]
+
+
+@pytest.mark.skipif(not X86, reason="the int8 Q/DQ that keep the neighbours float are x86's (QDQS8ToU8)")
+@pytest.mark.parametrize("nhwc", [True, False], ids=["NhwcTransformer", "NhwcTransformer-disabled"])
+def test_a_float_transpose_only_the_layout_level_has_is_nhwc_transformers(tmp_path, nhwc):
+    """yahoo open_nsfw at `layout`: 35 Transposes where `extended` had 4, the new ones between a
+    DequantizeLinear and a QuantizeLinear, read "unexplained: Transpose selector (drop) conditions all
+    hold". NhwcTransformer (Level3) wraps each channels-last QLinearConv in Transposes and pushes them;
+    disabled, ORT writes no Transpose at all."""
+    graphs = _levels(tmp_path, residual_model(tmp_path, "int8"), () if nhwc else ("NhwcTransformer",))
+    assert not _float_transposes(graphs["extended"])
+    added = _float_transposes(graphs["layout"])
+    assert bool(added) == nhwc  # the oracle: ORT's own saved graph
+    rows = {r.node: r for r in unfused_by_level(graphs, int8_allowed=False)["layout"]}
+    for name in added:
+        assert rows[name].blocker == "inserted_by_layout"
+        assert rows[name].detail == "not in the extended graph: DequantizeLinear -> Transpose -> QuantizeLinear"
+    assert not any(r.blocker == "unexplained" for r in rows.values())
+    # The rows the extended graph had still read as they did there.
+    assert rows["add"].blocker == rows["c2"].blocker == "io_dtype_mismatch"
+
+
+def _levels(tmp_path, path, disabled=()):
+    import onnxruntime as ort
+
+    graphs = {}
+    for level in ("extended", "layout"):
+        out = tmp_path / f"{path.stem}.{level}.onnx"
+        ort.InferenceSession(str(path), session_options_for(level, optimized_model_path=out),
+                             providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled))
+        graphs[level] = graph_from_path(out)
+    return graphs
+
+
+@pytest.mark.skipif(not X86, reason="uint8 vs int8 activations is x86's condition")
+def test_with_uint8_activations_the_layout_transposes_stay_on_8_bit_data(tmp_path):
+    """The blocker's fix: where the neighbours fuse (uint8 activations), NhwcTransformer's Transposes
+    sit between int8 kernels and move uint8 tensors: no row."""
+    graphs = _levels(tmp_path, residual_model(tmp_path, "uint8"))
+    layout = graphs["layout"]
+    assert any(n.op_type == "Transpose" for n in layout.nodes) and not _float_transposes(layout)
+    assert not [r for r in unfused_by_level(graphs, int8_allowed=False)["layout"] if r.op_type == "Transpose"]
 
 
 def test_every_code_in_the_table_is_pinned_by_a_test_above():

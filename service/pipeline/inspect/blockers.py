@@ -15,7 +15,10 @@ So the dtypes, readers and Q/DQ placement in the saved ``extended`` graph are wh
 saw. Checks follow the selector's own order, and the row names the first one that fails.
 Levels above ``extended`` run no QDQ fusion; a node there keeps the blocker it had at
 ``extended`` (the layout passes rename Conv to ``nchwc.Conv`` and put Reorder nodes between it
-and its DQ, which would hide the reason).
+and its DQ, which would hide the reason). A float Transpose that only a layout level has is
+NhwcTransformer's (Level3): it wraps each QLinearConv it turns channels-last in Transposes and
+pushes them with the transpose optimizer (``nhwc_transformer.cc``), which can leave one between a
+DequantizeLinear and a QuantizeLinear that no QDQ rule will see.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from service.pipeline.options import LEVEL_VALUES
 from service.pipeline.vocabulary import INT8_KERNELS, GraphIndex, is_float, op_key
 from service.schemas.advice import UnfusedNode
 
-__all__ = ["BLOCKERS", "Blocker", "grouped_blockers", "reasons_by_op", "rows_index", "unfused_by_level", "unfused_nodes"]
+__all__ = ["BLOCKERS", "Blocker", "ExtendedRows", "grouped_blockers", "reasons_by_op", "rows_index", "unfused_by_level",
+           "unfused_nodes"]
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,13 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
             "qdq_selectors.cc: DropQDQNodeGroupSelector, IsQDQPairSupported"),
     Blocker("scale_not_positive", "MaxPool/ReduceMax/ReduceMin need a positive constant scalar scale",
             "use a positive per-tensor scale", "qdq_selectors.cc: IsQOrDQScalePositiveConstantScalar"),
+    Blocker("inserted_by_layout", "ORT put this Transpose here at a layout level: NhwcTransformer wraps every "
+            "QLinearConv it runs channels-last in Transposes and pushes them with the transpose optimizer, after "
+            "the QDQ fusions of level extended; no QDQ rule runs after it, so it moves float data",
+            "nothing in the file holds it: compare this level's latency with extended's; where the neighbouring "
+            "ops fuse too (uint8 activations on x86, no io_dtype_mismatch rows) the Transposes stay on 8-bit data",
+            "nhwc_transformer.cc: NhwcTransformer::ApplyImpl (WrapTransposesAroundNode, Optimize); "
+            "graph_transformer_utils.cc: NhwcTransformer in Level3"),
     Blocker("unexplained", "every condition modelled here holds, yet ORT left it in float",
             "run with ORT's verbose log to see the selector's decision", "-"),
 )}
@@ -413,13 +424,23 @@ def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ExtendedRows:
+    """What the layout levels need of the ``extended`` graph: its rows, by node name and by the first
+    data input they read (``_previous_row``), and the names of all its nodes."""
+
+    rows: dict[str, UnfusedNode]
+    nodes: frozenset[str]
+
+
 def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
-                  previous: dict[str, UnfusedNode] | None = None, pt2e: bool = False,
+                  previous: ExtendedRows | None = None, pt2e: bool = False,
                   float_tail: dict[str, str] | None = None) -> list[UnfusedNode]:
     """One row per node of the model that ORT runs in float in ``graph`` (saved at ``level``).
 
-    ``previous``: the rows of the ``extended`` graph by node name; levels above it run no QDQ
-    fusion, so a node they only renamed or re-laid out keeps that reason. ``pt2e``: the graph is of
+    ``previous``: the ``extended`` graph's rows (``rows_index``); levels above it run no QDQ
+    fusion, so a node they only renamed or re-laid out keeps that reason, and a float Transpose
+    that graph did not have is NhwcTransformer's. ``pt2e``: the graph is of
     a PT2E file, where an op the XNNPACK quantizer has no pattern for says so. ``float_tail``: node
     name -> selection, for the nodes the PT2E path kept in float after it (``float_tail_nodes``).
     """
@@ -427,12 +448,17 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
     level_value = LEVEL_VALUES.get(level, 99)
     rows = []
     heads: list[tuple[int, onnx.NodeProto]] = []
+    above_extended = previous is not None and level_value > LEVEL_VALUES["extended"]
+    channels_last = above_extended and _runs_channels_last(graph)
     for n in graph.nodes:
         if not _is_candidate(v, n):
             continue
         key = op_key(n)
-        prev = _previous_row(v, n, previous) if previous is not None and level_value > LEVEL_VALUES["extended"] \
-            else None
+        if channels_last and key == "Transpose" and n.name not in previous.nodes:
+            # Before the extended rows: a new Transpose reads a tensor some extended row read too.
+            rows.append(_row(n, key, "inserted_by_layout", f"not in the extended graph: {_neighbours(v, n)}"))
+            continue
+        prev = _previous_row(v, n, previous) if above_extended else None
         if prev is not None:
             prev = prev.model_copy(update={"node": n.name})
             rows.append(prev.model_copy(update={"op_type": key}) if prev.op_type != key else prev)
@@ -494,20 +520,32 @@ def _unit_head(v: _View, n) -> onnx.NodeProto | None:
     return p if len(readers) == 1 and _is_q(readers[0]) else None
 
 
-def _previous_row(v: _View, n, previous: dict[str, UnfusedNode]) -> UnfusedNode | None:
+def _runs_channels_last(graph: GraphIndex) -> bool:
+    """NhwcTransformer ran here: a com.microsoft QLinearConv (or other node) with channels_last=1."""
+    return any(n.domain == "com.microsoft" and any(a.name == "channels_last" and a.i == 1 for a in n.attribute)
+               for n in graph.nodes)
+
+
+def _neighbours(v: _View, n) -> str:
+    p = v.producer(n.input[0]) if n.input else None
+    readers = sorted({r.op_type for o in n.output if o for r in v.readers(o)})
+    return f"{p.op_type if p is not None else 'a graph input'} -> Transpose -> {', '.join(readers) or 'a graph output'}"
+
+
+def _previous_row(v: _View, n, previous: ExtendedRows) -> UnfusedNode | None:
     """The extended row of the node a layout pass rewrote: same name, NchwcTransformer's
     ``<name>_nchwc``, or the node that read the same tensor before a ReorderInput was put in between."""
     name = n.name[:-len("_nchwc")] if n.name.endswith("_nchwc") else n.name
-    if name in previous:
-        return previous[name]
+    if name in previous.rows:
+        return previous.rows[name]
     first = next((i for i in n.input if i), None)
     p = v.producer(first) if first else None
     if p is not None and op_key(p) in _PLUMBING and p.input:
         first = p.input[0]
-    return previous.get(f"input:{first}")
+    return previous.rows.get(f"input:{first}")
 
 
-def rows_index(rows: list[UnfusedNode], graph: GraphIndex) -> dict[str, UnfusedNode]:
+def rows_index(rows: list[UnfusedNode], graph: GraphIndex) -> ExtendedRows:
     """Extended rows by node name and by the first data input they read (see ``_previous_row``)."""
     out = {r.node: r for r in rows}
     by_name = {n.name: n for n in graph.nodes}
@@ -516,13 +554,13 @@ def rows_index(rows: list[UnfusedNode], graph: GraphIndex) -> dict[str, UnfusedN
         first = next((i for i in n.input if i), None) if n is not None else None
         if first:
             out.setdefault(f"input:{first}", r)
-    return out
+    return ExtendedRows(rows=out, nodes=frozenset(by_name))
 
 
 def unfused_by_level(graphs: dict[str, GraphIndex], *, int8_allowed: bool) -> dict[str, list[UnfusedNode]]:
     """``graphs``: level -> ORT's saved graph, in level order. Rows per level."""
     out: dict[str, list[UnfusedNode]] = {}
-    extended: dict[str, UnfusedNode] | None = None
+    extended: ExtendedRows | None = None
     for level in sorted(graphs, key=lambda lv: LEVEL_VALUES.get(lv, 99)):
         rows = unfused_nodes(graphs[level], level=level, int8_allowed=int8_allowed, previous=extended)
         out[level] = rows
