@@ -8,6 +8,7 @@ after optimization (``optimized_model_filepath``); the op sets it counts come fr
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -15,6 +16,7 @@ from onnx import helper
 
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
+    CONVERTER_METADATA_PREFIX,
     DATA_MOVEMENT_OPS,
     INT8_KERNELS,
     MS,
@@ -175,6 +177,78 @@ def weight_quant_params(graph: GraphIndex) -> list[dict]:
         elif key in ("QLinearConv", f"{MS}.QLinearConv", "QLinearMatMul", f"{MS}.QGemm"):
             add(n.input[3], n.input[4], n.input[5] if len(n.input) > 5 else None, n.op_type)
     return out
+
+
+# torchao's XNNPACK config builds every observer with eps=2**-12 (get_symmetric_quantization_config):
+# a scale below it is raised to it, so a weight channel whose largest |w| is under 127 * 2**-12 keeps
+# fewer than 127 steps, and values under half a step become 0.
+TORCHAO_XNNPACK_EPS = 2.0 ** -12
+
+
+@dataclass(frozen=True)
+class FlooredWeight:
+    name: str
+    reader: str  # the node that reads it, as the upload names it where the file says (PT2E of an ONNX upload)
+    channels: int  # channels whose scale is the floor and whose largest |q| is under qmax: the floor bit
+    of: int
+    zero_share: float  # share of those channels' int8 values that are 0
+
+
+def scales_at_floor(graph: GraphIndex, floor: float = TORCHAO_XNNPACK_EPS) -> tuple[list[FlooredWeight], list[str]]:
+    """Weights and activations whose scale is exactly ``floor`` where the floor decided it.
+
+    A weight channel counts when its scale equals the floor and its largest |q - zero point| is below
+    127: a scale the observer computed itself maps the largest |w| to 127. An activation counts when its
+    QuantizeLinear scale equals the floor (a HistogramObserver's own search does not land on 2**-12).
+    Only weights with a channel at the floor are read, so a large file costs one pass over its scales."""
+    at = np.float32(floor)
+    weights: list[FlooredWeight] = []
+    activations: list[str] = []
+    seen: set[str] = set()  # a weight a DequantizeLinear copy reads again
+    for n in graph.nodes:
+        if n.op_type not in ("DequantizeLinear", "QuantizeLinear") or len(n.input) < 2:
+            continue
+        s = graph.init_array(n.input[1])
+        if s is None or not np.any(s.astype(np.float32) == at):
+            continue
+        if n.op_type == "QuantizeLinear":
+            if n.input[0] not in graph.initializers and s.size == 1:
+                activations.append(n.input[0])
+            continue
+        if n.input[0] in seen:
+            continue
+        seen.add(n.input[0])
+        q = graph.init_array(n.input[0])
+        if q is None or q.ndim < 2 or not np.issubdtype(q.dtype, np.integer):
+            continue
+        z = graph.init_array(n.input[2]) if len(n.input) > 2 and n.input[2] else None
+        if s.size > 1:
+            axis = next((a.i for a in n.attribute if a.name == "axis"), 1) % q.ndim
+            per = np.moveaxis(q, axis, 0).reshape(q.shape[axis], -1).astype(np.int32)
+        else:
+            per = q.reshape(1, -1).astype(np.int32)
+        per = np.abs(per - (z.reshape(-1, 1).astype(np.int32) if z is not None else 0))
+        floored = s.reshape(-1).astype(np.float32) == at
+        bit = floored & (per.max(axis=1) < np.iinfo(q.dtype).max)
+        if bit.any():
+            weights.append(FlooredWeight(name=n.input[0], reader=_reader_named(graph, n.output[0]),
+                                         channels=int(bit.sum()), of=int(per.shape[0]),
+                                         zero_share=float((per[bit] == 0).mean())))
+    return weights, activations
+
+
+def _reader_named(graph: GraphIndex, tensor: str) -> str:
+    """'Conv writing 'y'' for a PT2E file's node the converter annotated with the upload's op and outputs
+    (its node names are torch's), else the node's own op type and name."""
+    readers = graph.consumers.get(tensor, [])
+    if not readers:
+        return "no node"
+    r = readers[0]
+    meta = {p.key: p.value for p in r.metadata_props}
+    outputs = meta.get(CONVERTER_METADATA_PREFIX + "onnx_outputs")
+    if outputs:
+        return f"{meta.get(CONVERTER_METADATA_PREFIX + 'onnx_op', r.op_type)} writing {outputs.split(',')[0]!r}"
+    return f"{r.op_type} {r.name!r}"
 
 
 def quantized_activation_dtypes(graph: GraphIndex) -> list[str]:

@@ -110,6 +110,7 @@ def _fold_constants(model, notes: list[str]):
         install_multi_output_match_shortcut()  # the same rewrites without a whole-graph index per node
         before = Counter(n.op_type for n in model.graph.node)
         folded = optimizer.optimize(model, num_iterations=3)
+        _restore_node_names(model.graph, folded.graph)
         after = Counter(n.op_type for n in folded.graph.node)
         removed = sum(before.values()) - sum(after.values())
         if removed > 0:
@@ -123,6 +124,20 @@ def _fold_constants(model, notes: list[str]):
         log.info("constant folding failed: %r", e)
         notes.append(f"constant folding skipped ({type(e).__name__})")
         return model
+
+
+def _restore_node_names(before, after) -> None:
+    """A node onnxscript's rewrites replaced comes back as ``node_<Op>_<i>`` (a Conv whose zero bias
+    RemoveOptionalBiasFromConv drops): give it the upload's name again where the same op type writes
+    the same first output, so the converter's metadata and every message name the upload's node."""
+    by_output = {(n.op_type, n.output[0]): n.name for n in before.node if n.output and n.name}
+    taken = {n.name for n in after.node}
+    for n in after.node:
+        name = by_output.get((n.op_type, n.output[0])) if n.output else None
+        if name and n.name != name and name not in taken:
+            taken.discard(n.name)
+            n.name = name
+            taken.add(name)
 
 
 # onnx2torch's converters stop at opset 17 for ops whose inputs changed in 18 (Reduce*, Split, Pad).

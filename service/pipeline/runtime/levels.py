@@ -29,6 +29,7 @@ from service.pipeline.environment import cores_idle, cpu_info
 from service.pipeline.inspect.blockers import reasons_by_op, rows_index, unfused_nodes
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
+    FlooredWeight,
     bias_state,
     compute_op_count,
     layout_info,
@@ -37,6 +38,7 @@ from service.pipeline.inspect.graph_summary import (
     ops_on_float,
     output_steps,
     quantized_activation_dtypes,
+    scales_at_floor,
     weight_quant_params,
 )
 from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
@@ -87,6 +89,9 @@ class FileFacts:
     subgraph_compute_ops: dict[str, int] = field(default_factory=dict)
     # dtype of the first input of each main-graph compute op: {"float64": 3} says why nothing was quantized
     compute_input_dtypes: dict[str, int] = field(default_factory=dict)
+    # scales exactly at torchao's XNNPACK eps where it decided them (``scales_at_floor``)
+    floored_weights: list[FlooredWeight] = field(default_factory=list)
+    floored_activations: list[str] = field(default_factory=list)
 
 
 def file_facts_from_graph(g: GraphIndex) -> FileFacts:
@@ -94,7 +99,9 @@ def file_facts_from_graph(g: GraphIndex) -> FileFacts:
     kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
     acts = quantized_activation_dtypes(g)
     in_bodies = Counter(op_key(n) for n in all_nodes(g.model.graph)) - Counter(hist)
+    floored_weights, floored_activations = scales_at_floor(g)
     return FileFacts(opset=g.opset, op_histogram=hist, bias_summary=bias_state(g).summary,
+                     floored_weights=floored_weights, floored_activations=floored_activations,
                      weights=weight_quant_params(g), activation_dtypes=acts, int8_kernels=kernels,
                      transposes=hist.get("Transpose", 0),
                      subgraph_compute_ops={k: v for k, v in sorted(in_bodies.items()) if k in COMPUTE_OPS},

@@ -82,6 +82,8 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
             out.append(Lint(code="nothing_quantized", severity="warning", artifact=a, message=message, hint=hint,
                             source=source))
 
+        if a == "pt2e_qdq":
+            out.extend(_scale_floor_lints(f))
         out.extend(_nonfinite_lints(a, per_level))
         out.extend(_integer_output_lints(a, per_level))
         out.extend(_data_dependent_lints(a, per_level))
@@ -217,6 +219,40 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
             source="onnxruntime/core/optimizer/constant_sharing.h ('only scalar-valued initializers are handled')",
         ))
     return out
+
+
+def _scale_floor_lints(f) -> list[Lint]:
+    """PT2E weights (and activations) whose scale torchao's eps raised: what quantized them to 0."""
+    if not f.floored_weights and not f.floored_activations:
+        return []
+    parts = []
+    if f.floored_weights:
+        ws = sorted(f.floored_weights, key=lambda w: -w.channels * w.zero_share)
+        shown = "; ".join(f"the {w.reader}: {w.channels} of {w.of} channels, {w.zero_share:.0%} of their int8 values 0"
+                          for w in ws[:_LISTED])
+        more = f" and {len(ws) - _LISTED} more" if len(ws) > _LISTED else ""
+        parts.append(f"{len(ws)} weight(s) have channels whose largest |w| is under 127 x 2**-12 = 0.031, so their "
+                     f"scale is the floor and they keep fewer than 127 steps ({shown}{more})")
+    if f.floored_activations:
+        acts = ", ".join(repr(t) for t in f.floored_activations[:_LISTED])
+        more = f" and {len(f.floored_activations) - _LISTED} more" if len(f.floored_activations) > _LISTED else ""
+        parts.append(f"{len(f.floored_activations)} activation(s) range under 255 x 2**-12 = 0.062 and are "
+                     f"quantized at the floor ({acts}{more})")
+    zeroed = any(w.zero_share >= 0.5 for w in f.floored_weights)
+    return [Lint(
+        code="pt2e_scale_floor", severity="error" if zeroed else "warning", artifact="pt2e_qdq",
+        message="torchao's XNNPACK config builds every observer with eps=2**-12, the smallest scale it writes: "
+                + "; ".join(parts) + ". Values under half a step of 2**-12 quantize to 0"
+                + (", so those weights are mostly 0 in the file" if zeroed else "") + ".",
+        hint="the weights are too small for that floor (a BatchNorm folded into a Conv can make them so): "
+             "rescale them in the model (the next layer absorbing the factor), or quantize with a QuantizationSpec "
+             "whose observer has a smaller eps; ORT's quantize_static has no such floor (quant_utils.compute_scale_zp "
+             "raises only a scale under float32's smallest normal, MinimumRealRange unset)",
+        source="torchao/testing/pt2e/_xnnpack_quantizer.py: get_symmetric_quantization_config, extra_args eps=2**-12",
+    )]
+
+
+_LISTED = 4
 
 
 def _size(n: int) -> str:

@@ -161,3 +161,23 @@ def test_a_pt2e_file_ort_cannot_load_fails_the_path_with_ort_s_reason(tmp_path):
     with pytest.raises(Pt2eFileRejected) as info:
         _ort_loads(path)
     assert "node_quantize_per_tensor" in info.value.message and "tensor(float16)" in info.value.message
+
+
+def test_a_node_onnxscripts_folding_rewrites_keeps_the_upload_s_name(tmp_path):
+    """The cleanup's constant folding (onnxscript's optimizer) replaces a Conv whose bias is all zero
+    (RemoveOptionalBiasFromConv) by a node named 'node_Conv_0': the PT2E file, the per-tensor table and
+    every message then named a node the upload does not have."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(4, np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["y"], name="relu")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    pt2e_of_upload(tmp_path / "m.onnx", tmp_path / "pt2e.onnx")
+    named = [p.value for n in onnx.load(str(tmp_path / "pt2e.onnx")).graph.node for p in n.metadata_props
+             if p.key == "quantcompare.onnx_node"]
+    assert "conv" in named and not any(v.startswith("node_Conv") for v in named), named
