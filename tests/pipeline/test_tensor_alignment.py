@@ -196,3 +196,55 @@ def test_an_integer_tensor_with_no_step_is_left_out_not_compared_raw(tmp_path):
             t.CopyFrom(numpy_helper.from_array(np.full(8, numpy_helper.to_array(t), np.float32), t.name))
     al = aligned_tensors(fp32, q, names_shared=True)
     assert "emb" not in al.located and "states nowhere" in al.left_out["emb"]
+
+
+def _mlp(path, *, gemm: bool):
+    """x -> MatMul + Add (or the Gemm quant_pre_process fuses them into) -> a1 -> Relu -> MatMul + Add -> y."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1"),
+             numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32), "w2"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b2")]
+    first = ([helper.make_node("Gemm", ["x", "w1", "b1"], ["a1"], name="add1")] if gemm else
+             [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
+              helper.make_node("Add", ["m1", "b1"], ["a1"], name="add1")])
+    nodes = first + [helper.make_node("Relu", ["a1"], ["r1"], name="relu1"),
+                     helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="mm2"),
+                     helper.make_node("Add", ["m2", "b2"], ["y"], name="add2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return model
+
+
+def test_a_fused_qoperator_op_that_absorbed_the_relu_leaves_the_pre_relu_value_out(tmp_path):
+    """quant_pre_process fuses MatMul + Add into a Gemm, and QOperator's QGemm writes 'a1_quantized' at
+    the Relu's range: the value after the Relu. Matched by name, fp32's pre-Relu 'a1' read as a 3.5 dB
+    row and the per-tensor table's origin ("falls 18.2 dB at a1") on a file at 22 dB."""
+    from onnxruntime.quantization import QuantFormat
+    from service.pipeline.vocabulary import graph_from_model
+
+    fp32 = _mlp(tmp_path / "m.onnx", gemm=False)
+    _mlp(tmp_path / "pre.onnx", gemm=True)
+    rng = np.random.default_rng(1)
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    quantize_static(str(tmp_path / "pre.onnx"), str(tmp_path / "q.onnx"), Reader(), quant_format=QuantFormat.QOperator,
+                    activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    q = onnx.load(str(tmp_path / "q.onnx"))
+    g = graph_from_model(q)
+    gemm = g.producer["a1_quantized"]
+    assert gemm.op_type == "QGemm" and not any(n.op_type == "Relu" for n in q.graph.node)  # the oracle
+    al = aligned_tensors(fp32, q, names_shared=True)
+    assert "a1" in al.left_out and "as integers" in al.left_out["a1"], al.located.get("a1")
+    assert al.located["r1"].tensor == "a1_quantized"
