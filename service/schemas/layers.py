@@ -23,6 +23,9 @@ class LayerCell(_Model):
     # values that are inf or NaN in the file where fp32 has a number (or another non-finite value);
     # when nonzero, sqnr_db is the floor (-200) and cosine 0
     nonfinite: int = 0
+    # fp32's value is 0 at every position and the file's is not: sqnr_db is the floor (-200) by
+    # convention, and the tensor is left out of ``worst``, ``origins`` and its readers' drops.
+    zero_reference: bool = False
     # max_abs_error / scale: how many quantization steps the worst element is off.
     max_abs_error_lsb: float | None = None
     # Share of the fp32 values beyond [scale*(qmin-zp), scale*(qmax-zp)] by more than half a

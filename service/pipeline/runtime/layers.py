@@ -152,7 +152,8 @@ def layers_from_files(
     origins = _origins(rows, list(quantized))
     worst = {}
     for a in quantized:
-        scored = [(r.artifacts[a].sqnr_db, r.tensor) for r in rows if a in r.artifacts and r.artifacts[a].sqnr_db is not None]
+        scored = [(r.artifacts[a].sqnr_db, r.tensor) for r in rows if a in r.artifacts
+                  and r.artifacts[a].sqnr_db is not None and not r.artifacts[a].zero_reference]
         if scored:
             worst[a] = min(scored)[1]
     full = [r for r in rows if all(a in r.artifacts for a in quantized)]
@@ -290,9 +291,15 @@ class _Acc:
         if loc.scale is not None and loc.qmin is not None:
             self.clipped += ref.clipped(loc)
 
+    @property
+    def zero_reference(self) -> bool:
+        """fp32 holds 0 at every position and the file does not: no ratio to take (PP-OCRv4's detector
+        has a Relu that is 0 on generated images; its -200 dB led the table and its origins)."""
+        return self.ref2 == 0.0 and self.err2 > 0.0 and not self.nonfinite
+
     def cell(self, drop_db: float | None = None) -> LayerCell:
         loc = self.loc
-        return LayerCell(
+        return LayerCell(zero_reference=self.zero_reference,
             sqnr_db=SQNR_FLOOR if self.nonfinite else sqnr_from_sums(self.ref2, self.err2),
             cosine=0.0 if self.nonfinite else _cos(self.dot, self.ref2, self.act2),
             max_abs_error=self.max_abs, nonfinite=self.nonfinite,
@@ -356,7 +363,8 @@ def _cos(dot: float, a2: float, b2: float) -> float:
 def _rows(ref: GraphView, tensors: list[str], alignments, acc, left_out, artifacts, calibration,
           by_level) -> list[LayerRow]:
     depth = _depths(ref)
-    sqnr = {k: a.cell().sqnr_db for k, a in acc.items()}
+    # A tensor fp32 holds as all zeros has no SQNR to inherit: what reads it looks through it to its inputs.
+    sqnr = {k: a.cell().sqnr_db for k, a in acc.items() if not a.zero_reference}
     rows = []
     for t in tensors:
         producer = ref.producer.get(t)
@@ -366,8 +374,9 @@ def _rows(ref: GraphView, tensors: list[str], alignments, acc, left_out, artifac
             if (a, t) in acc:
                 # A graph input has no drop: it is exact in fp32 by construction; its own SQNR says it all.
                 inherited = _inherited(a, inputs, sqnr, ref) if producer is not None else None
-                own = sqnr[(a, t)]
-                drop = None if inherited is None else round(inherited - (CLEAN_DB if own is None else own), 3)
+                own = sqnr.get((a, t))
+                drop = None if inherited is None or acc[(a, t)].zero_reference else \
+                    round(inherited - (CLEAN_DB if own is None else own), 3)
                 cells[a] = acc[(a, t)].cell(drop)
                 if (a, t) in by_level:
                     cells[a] = cells[a].model_copy(update={"by_level": by_level[(a, t)]})
@@ -437,7 +446,7 @@ def _db_text(v: float) -> str:
 
 
 def _explanation(cells: dict[str, LayerCell], calibration: dict[str, str]) -> str | None:
-    finite = {a: c for a, c in cells.items() if c.sqnr_db is not None}
+    finite = {a: c for a, c in cells.items() if c.sqnr_db is not None and not c.zero_reference}
     if len(finite) < 2:
         return None
     best = max(finite, key=lambda a: finite[a].sqnr_db)
