@@ -314,3 +314,15 @@ def test_a_tensor_fp32_holds_as_zeros_is_no_worst_and_no_origin(tmp_path):
     assert not rows["back"].zero_reference and rows["back"].drop_db < 100  # inherited through 'zero', not from -200
     assert report.worst["ort_qdq"] != "zero"
     assert all(o.tensor != "zero" for o in report.origins)
+
+
+def test_an_origin_after_exact_inputs_says_so_whatever_the_rounding():
+    """rnet's layers read "SQNR falls 64.3 dB at adjusted_input2 (Transpose): 100.0 dB -> 35.7 dB":
+    its inputs were exact, but 35.7188 + the rounded drop 64.281 is 99.9998."""
+    from service.pipeline.runtime.layers import _origins
+    from service.schemas.layers import LayerCell, LayerRow
+
+    cell = LayerCell(sqnr_db=35.7188, cosine=0.99, max_abs_error=0.1, file_tensor="t", alignment="-", drop_db=64.281)
+    row = LayerRow(tensor="t", op_type="Transpose", node="tr", depth=1, artifacts={"ort_qdq": cell})
+    (origin,) = _origins([row], ["ort_qdq"])
+    assert origin.inherited_sqnr_db is None and "exact inputs -> 35.7 dB" in origin.summary

@@ -430,7 +430,8 @@ def _origins(rows: list[LayerRow], artifacts: list[str], per_artifact: int = 10)
         for r in ranked[:per_artifact]:
             c = r.artifacts[a]
             before = None if c.drop_db is None else (c.sqnr_db if c.sqnr_db is not None else CLEAN_DB) + c.drop_db
-            inherited = None if before is None or before >= CLEAN_DB else round(before, 2)
+            # drop_db is rounded to 1e-3: an exact input can come back as 99.9995 dB
+            inherited = None if before is None or before >= CLEAN_DB - 1e-2 else round(before, 2)
             own = "exact" if c.sqnr_db is None else f"{c.sqnr_db:.1f} dB"
             was = "exact inputs" if inherited is None else f"{inherited:.1f} dB"
             out.append(LayerOrigin(
