@@ -42,12 +42,21 @@ def test_qoperator_inventory_counts_ops_reading_8bit_tensors_as_quantized(compar
     inv = report.artifacts["ort_qoperator"].quantization
     m = onnx.load(str(workdir / "artifacts" / "ort_qoperator.onnx"))
     producer = {o: n for n in m.graph.node for o in n.output}
-    on_8bit = {n.op_type for n in m.graph.node if n.op_type in ("MaxPool", "Reshape", "Transpose")
-               and n.input[0] in producer and (producer[n.input[0]].op_type == "QuantizeLinear"
-                                              or producer[n.input[0]].op_type.startswith("QLinear"))}
+    from collections import Counter
+
+    kinds = ("MaxPool", "Reshape", "Transpose")
+    on_8bit = Counter(n.op_type for n in m.graph.node if n.op_type in kinds
+                      and n.input[0] in producer and (producer[n.input[0]].op_type == "QuantizeLinear"
+                                                     or producer[n.input[0]].op_type.startswith("QLinear")))
     assert on_8bit
+    every = Counter(n.op_type for n in m.graph.node if n.op_type in kinds)
     for op in on_8bit:
-        assert op not in inv.ops_float and inv.ops_quantized.get(op)
+        # a reader of a Q / QLinear output runs on 8-bit data, and so does what reads it in turn
+        assert inv.ops_quantized.get(op, 0) >= on_8bit[op]
+        assert inv.ops_quantized.get(op, 0) + inv.ops_float.get(op, 0) == every[op]
+    # op_zoo_net's Transpose after the float Sub -> Reshape reads a float tensor: float, whatever Q follows
+    assert inv.ops_float.get("Transpose") == 1
+    assert inv.ops_float_reasons["Transpose"] == "output is quantized but the inputs are float"
 
 
 def test_reasons_below_extended_name_the_level_not_s8_to_u8(compared):

@@ -26,6 +26,7 @@ from service.pipeline.vocabulary import (
     attribute,
     dtype_name,
     graph_from_model,
+    is_float,
     op_key,
 )
 from service.schemas.report import (
@@ -265,17 +266,45 @@ def _bias_scale_matches(g: GraphIndex, node, bias_dq) -> bool | None:
         return None
 
 
+# Ops whose operand 1 is a weight: stored in float, it reaches no int8 kernel whatever Q/DQ the
+# activations have (a ConvTranspose PT2E or QOperator left alone).
+_WEIGHT_SLOT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1}
+# A float op between another op and its QuantizeLinear belongs to that op's unit only when the
+# quantizer absorbs it (ORT's ReluQuantFusion / ClipQuantFusion, PT2E's conv-relu patterns).
+_UNIT_TAIL = {"Relu", "Clip"}
+
+
 def _classify_ops(g: GraphIndex, nodes):
-    """An op is quantized when its data inputs come from DequantizeLinear (directly, or through a
-    single-consumer float op of the same unit, e.g. Conv -> Relu) and its output reaches a
-    QuantizeLinear the same way. int8 kernels are counted separately."""
+    """An op is quantized when its data inputs come from DequantizeLinear and its output reaches a
+    QuantizeLinear, a Relu/Clip between it and that QuantizeLinear counting as part of its unit
+    (Conv -> Relu -> Q). An operand-1 weight stored in float keeps it float, and so does Q/DQ around
+    a float op in a QOperator file (the quantizer's bridge around what it did not quantize).
+    int8 kernels are counted separately."""
+    qoperator = any(op_key(n) in QUANTIZED_KERNELS for n in nodes)
+
     def data_inputs(node):
         return [i for i in node.input if i and not g.is_constant(i)
                 and not (i in g.producer and g.producer[i].op_type == DEQUANTIZE and g.is_constant(g.producer[i].input[0]))]
 
+    def weight(node) -> str:
+        k = _WEIGHT_SLOT.get(node.op_type)
+        return node.input[k] if k is not None and len(node.input) > k else ""
+
+    def float_weight(node) -> bool:
+        w = weight(node)
+        return bool(w) and g.is_constant(w) and is_float(g.dtype_of_constant(w))
+
+    def bridged(node) -> bool:
+        """In a QOperator file, Q/DQ around an op are a bridge unless it reads a dequantized integer
+        weight: a QDQ unit in a file that mixes both formats ("mixed")."""
+        if not qoperator:
+            return False
+        p = g.producer.get(weight(node))
+        return not (p is not None and p.op_type == DEQUANTIZE and g.is_constant(p.input[0]))
+
     memo_in, memo_out = {}, {}
 
-    def fed_by_dq(node, depth=0) -> bool:
+    def fed_by_dq(node) -> bool:
         if id(node) in memo_in:
             return memo_in[id(node)]
         ins = [i for i in node.input if i and not g.is_constant(i)]
@@ -286,14 +315,15 @@ def _classify_ops(g: GraphIndex, nodes):
                 ok = False
             elif p.op_type == DEQUANTIZE:
                 continue
-            elif depth < 2 and p.op_type not in QDQ_OPS and len(g.consumers.get(i, [])) == 1 and fed_by_dq(p, depth + 1):
-                continue
+            elif (node.op_type in _UNIT_TAIL and p.op_type not in QDQ_OPS and len(g.consumers.get(i, [])) == 1
+                  and fed_by_dq(p)):
+                continue  # the Relu of a Conv -> Relu -> Q unit
             else:
                 ok = False
         memo_in[id(node)] = ok
         return ok
 
-    def feeds_q(node, depth=0) -> bool:
+    def feeds_q(node) -> bool:
         if id(node) in memo_out:
             return memo_out[id(node)]
         ok = False
@@ -301,7 +331,7 @@ def _classify_ops(g: GraphIndex, nodes):
             cons = g.consumers.get(o, [])
             if cons and all(c.op_type == QUANTIZE for c in cons):
                 ok = True
-            elif depth < 2 and len(cons) == 1 and cons[0].op_type not in QDQ_OPS and feeds_q(cons[0], depth + 1):
+            elif len(cons) == 1 and cons[0].op_type in _UNIT_TAIL and feeds_q(cons[0]):
                 ok = True
         memo_out[id(node)] = ok
         return ok
@@ -328,11 +358,16 @@ def _classify_ops(g: GraphIndex, nodes):
         if not data_inputs(node) and not any(
             g.producer.get(i) is not None and g.producer[i].op_type == DEQUANTIZE for i in node.input if i):
             continue  # shape arithmetic on constants
-        if fed_by_dq(node) and feeds_q(node):
+        if fed_by_dq(node) and feeds_q(node) and not float_weight(node) and not bridged(node):
             quantized[key] += 1
         else:
             floating[key] += 1
-            if fed_by_dq(node):
+            if float_weight(node):
+                reasons.setdefault(key, "its weight is stored in float (no DequantizeLinear on it)")
+            elif bridged(node) and fed_by_dq(node) and feeds_q(node):
+                reasons.setdefault(key, "QOperator file: the quantizer left it in float between a DequantizeLinear "
+                                        "and a QuantizeLinear (a quantized op is a QLinear kernel there)")
+            elif fed_by_dq(node):
                 reasons.setdefault(key, "inputs are dequantized but the output is not quantized")
             elif feeds_q(node):
                 reasons.setdefault(key, "output is quantized but the inputs are float")
