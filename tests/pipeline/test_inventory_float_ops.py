@@ -58,6 +58,7 @@ def test_a_float_weight_and_an_unquantized_output_are_float():
     assert inv.ops_float == {"ConvTranspose": 1, "MaxPool": 1, "PRelu": 1}
     assert inv.ops_float_reasons["ConvTranspose"] == "its weight is stored in float (no DequantizeLinear on it)"
     assert inv.ops_float_reasons["PRelu"] == "inputs are dequantized but the output is not quantized"
+    assert inv.weights == "mixed"  # one int8 weight, one float32 ("weights: int8" read as all of them)
 
 
 def test_in_a_qoperator_file_q_dq_around_a_float_op_are_a_bridge():

@@ -212,7 +212,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
             biases.append(BiasInfo(node=node.name, op_type=node.op_type, dtype=dtype, quantized_in_file=False))
 
     # 4. Which ops sit inside Q/DQ, which run in float.
-    ops_quantized, ops_float, reasons = _classify_ops(g, nodes)
+    ops_quantized, ops_float, reasons, float_weights = _classify_ops(g, nodes)
     hist = Counter(op_key(n) for n in all_nodes(model.graph))
     kernels = {k: v for k, v in sorted(hist.items()) if k in QUANTIZED_KERNELS}
 
@@ -231,6 +231,8 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
     weights = [t for t in tlist if t.role == "weight"]
     storages = {t.storage for t in weights}
     weight_summary = "none" if not storages else (storages.pop() if len(storages) == 1 else "mixed")
+    if float_weights and weight_summary != "none":
+        weight_summary = "mixed"  # a ConvTranspose PT2E or QOperator left alone keeps its float32 weight
     bias_dtypes = {"int32" if b.quantized_in_file else "float32" for b in biases}
     bias_summary = "none" if not bias_dtypes else (bias_dtypes.pop() if len(bias_dtypes) == 1 else "mixed")
     n_q, n_dq = hist.get(QUANTIZE, 0), hist.get(DEQUANTIZE, 0)
@@ -373,4 +375,5 @@ def _classify_ops(g: GraphIndex, nodes):
                 reasons.setdefault(key, "output is quantized but the inputs are float")
             else:
                 reasons.setdefault(key, "not quantized by this tool (no Q/DQ around it)")
-    return quantized, floating, reasons
+    float_weights = sum(1 for node in nodes if float_weight(node))
+    return quantized, floating, reasons, float_weights
