@@ -178,6 +178,14 @@ class _FeedReader:
         self._i = 0
 
 
+# calibrate.py create_calibrator: EntropyCalibrater(num_bins=128, num_quantized_bins=128), and
+# quantize_static passes no extra_options key for either (quantize.py calib_extra_options_keys);
+# get_entropy_threshold tries range(num_quantized_bins // 2, num_bins // 2 + 1): one candidate.
+ENTROPY_NOTE = ("ORT's Entropy calibrator ran with the 128 histogram bins and 128 quantized bins quantize_static "
+                "gives it (no option reaches them), so its KL search has one candidate threshold, the whole "
+                "histogram: the ranges are MinMax's, and no outlier is clipped (use 'percentile' to clip)")
+
+
 def quantized_by_ort(
     model_path: Path, out_path: Path, calibration: list[Feed], input_names: list[str], *,
     quant_format: str, settings: dict[str, Any], pre_process_note: str | None = None,
@@ -206,6 +214,8 @@ def quantized_by_ort(
     if settings.get("nodes_to_exclude"):
         kwargs["nodes_to_exclude"] = settings["nodes_to_exclude"]
     notes = [pre_process_note] if pre_process_note else []
+    if settings["calibrate_method"] == "entropy":
+        notes.append(ENTROPY_NOTE)
     if calibration_cache is not None:
         kwargs["calibration_cache_path"] = str(calibration_cache)
     install_minmax_augment_shortcut()  # ORT's MinMax calibrator, same augmented graph, in linear time
