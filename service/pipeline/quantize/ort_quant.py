@@ -49,21 +49,49 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
     except Exception as e:  # noqa: BLE001
         log.info("quant_pre_process(skip_symbolic_shape=True) failed: %r", e)
         return fp32_path, f"quant_pre_process failed ({first}); quantized the fp32 file as is"
+    lost = _untyped_outputs(out_path) - _untyped_outputs(fp32_path)
+    if lost:
+        # ORT's basic optimization removes a float -> float Cast, and with it the only type ONNX shape
+        # inference had after an op it cannot infer (ai.onnx.ml's Scaler): quantize_static then skips
+        # every untyped tensor, and the file it writes quantizes weights only.
+        try:
+            how = _pre_processed(fp32_path, out_path, skip_symbolic=True, skip_optimization=True)
+        except Exception as e:  # noqa: BLE001
+            log.info("quant_pre_process(skip_optimization=True) failed: %r", e)
+            return fp32_path, f"quant_pre_process failed ({first}); quantized the fp32 file as is"
+        return out_path, (f"quant_pre_process failed ({first}); run again with skip_symbolic_shape=True, whose ORT "
+                          f"basic optimization left {len(lost)} tensor(s) without a type (e.g. {sorted(lost)[0]!r}: a "
+                          "Cast it removed typed them), so a third time without that optimization: " + how)
     return out_path, (f"quant_pre_process failed ({first}); run again with skip_symbolic_shape=True, its ORT basic "
                       f"optimization and ONNX shape inference: {how}")
 
 
-def _pre_processed(fp32_path: Path, out_path: Path, *, skip_symbolic: bool) -> str:
+def _untyped_outputs(path: Path) -> set[str]:
+    """Node outputs of the main graph that ONNX shape inference gives no element type (the weights are
+    not read); quantize_static, which infers the same way, leaves such tensors unquantized."""
+    import onnx
+
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(path), load_external_data=False))
+    g = model.graph
+    typed = {v.name for v in (*g.value_info, *g.output, *g.input) if v.type.tensor_type.elem_type}
+    return {o for n in g.node for o in n.output if o and o not in typed}
+
+
+def _pre_processed(fp32_path: Path, out_path: Path, *, skip_symbolic: bool, skip_optimization: bool = False) -> str:
     """quant_pre_process of ``fp32_path`` into ``out_path``; how it went, for the note. Raises as it does."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     with _cwd(out_path.parent):
         graph = _weights_on_disk(fp32_path)
         if graph is not None:
-            _pre_process_weights_on_disk(fp32_path, graph, out_path, skip_symbolic=skip_symbolic)
+            _pre_process_weights_on_disk(fp32_path, graph, out_path, skip_symbolic=skip_symbolic,
+                                         skip_optimization=skip_optimization)
             return "ok, its steps with the weights left in external data"
         with _ort_log_records("onnxruntime.quantization.shape_inference") as records:
-            quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()), skip_symbolic_shape=skip_symbolic)
+            quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()), skip_symbolic_shape=skip_symbolic,
+                              skip_optimization=skip_optimization)
+    if skip_optimization:
+        return "ok (ONNX shape inference only before quantizing)"
     if any("Optimization Failed" in r for r in records):
         return f"its ORT basic optimization failed ({_last_line(records)}); quantized its shape-inferred graph"
     return "ok (shape inference + ORT basic optimization before quantizing)"
@@ -80,7 +108,8 @@ def _weights_on_disk(fp32_path: Path):
     return graph if external and opset is not None and opset > 10 else None
 
 
-def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path, *, skip_symbolic: bool = False) -> None:
+def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path, *, skip_symbolic: bool = False,
+                                 skip_optimization: bool = False) -> None:
     """quant_pre_process's steps (onnxruntime/quantization/shape_inference.py) without reading the weights.
 
     ``quant_pre_process`` loads every weight into Python, copies the model for symbolic shape
@@ -89,7 +118,8 @@ def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path, *, skip
     alone: symbolic shape inference needs shapes and the values of small constants (read into the
     graph: ``files.inline_small_external_tensors``); the graph is saved next to its data
     so the references resolve; ORT optimizes at basic and writes the weights to a file of its own
-    beside ``out_path``; ONNX shape inference runs on the paths.
+    beside ``out_path``; ONNX shape inference runs on the paths. ``skip_optimization``: ORT writes the
+    graph at ``disable_all`` instead, only to move the weights beside ``out_path``.
     """
     import onnx
     from onnxruntime.quantization.quant_utils import add_pre_process_metadata
@@ -102,7 +132,7 @@ def _pre_process_weights_on_disk(fp32_path: Path, graph, out_path: Path, *, skip
     optimized = out_path.with_name(f"{out_path.stem}.optimized.onnx")
     try:
         onnx.save(inferred, str(beside_data))
-        so = session_options_for("basic", optimized_model_path=optimized,
+        so = session_options_for("disable_all" if skip_optimization else "basic", optimized_model_path=optimized,
                                  external_initializers_file=f"{out_path.name}.data")
         del inferred
         session_with_options(beside_data, so)

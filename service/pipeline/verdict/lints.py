@@ -84,6 +84,16 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
 
         if a == "pt2e_qdq":
             out.extend(_scale_floor_lints(f))
+        if not nothing_quantized and not f.int8_kernels and not hist.get("QuantizeLinear") and f.weights:
+            out.append(Lint(
+                code="weights_only", severity="error", artifact=a,
+                message=f"the file dequantizes {len(f.weights)} integer weight(s) but quantizes no activation (no "
+                        "QuantizeLinear, no int8 kernel): every op computes in float on the dequantized weights, so "
+                        "its figures are those of weight rounding, not of static int8.",
+                hint="the quantizer calibrated no activation: read tool.notes (pre-processing), and give the "
+                     "inputs a float type and shape it can follow; ORT's quantize_static skips tensors whose "
+                     "type ONNX shape inference cannot give",
+            ))
         out.extend(_nonfinite_lints(a, per_level))
         out.extend(_integer_output_lints(a, per_level))
         out.extend(_data_dependent_lints(a, per_level))
