@@ -266,12 +266,23 @@ def _bias_readers(g) -> list:
             and len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT]]
 
 
-def _shared_biases(model) -> list[str]:
+def _other_reads(g) -> Counter:
+    """How often each tensor is read other than as a bias (an Add's operand: ALBERT's shared layer once
+    quant_pre_process fused one of its MatMul + Add into a Gemm, the others not)."""
+    at_bias = {id(n) for n in _bias_readers(g)}
+    return Counter(i for n in g.node for k, i in enumerate(n.input)
+                   if i and not (id(n) in at_bias and k == _BIAS_INPUT))
+
+
+def _shared_biases(model) -> dict[str, bool]:
+    """Bias initializers read by more than one node -> whether something reads them other than as a bias."""
     g = model.graph
     readers = Counter(n.input[_BIAS_INPUT] for n in _bias_readers(g))
+    other = _other_reads(g)
     inits = {t.name for t in g.initializer}
     interface = {v.name for v in (*g.input, *g.output)}  # an overridable initializer or an output keeps its name
-    return [b for b, k in readers.items() if k > 1 and b in inits and b not in interface]
+    return {b: other[b] > 0 for b, k in readers.items()
+            if (k > 1 or other[b]) and b in inits and b not in interface}
 
 
 def _unused_name(stem: str, names: set[str]) -> str:
@@ -285,8 +296,10 @@ def _unused_name(stem: str, names: set[str]) -> str:
 
 
 def shared_biases_copied(model) -> dict[str, int]:
-    """Give every reader of a shared bias initializer after the first its own copy, in place;
-    {bias: copies made}."""
+    """Give every reader of a shared bias initializer after the first its own copy, in place, and
+    every bias reader one where another node reads the tensor as an operand (ORT's QOperator quantizer
+    would feed that node the int32 bias it writes; its QDQ quantizer quantizes the tensor as an
+    activation-like int8 and the Gemm reads that); {bias: copies made}."""
     shared = _shared_biases(model)
     if not shared:
         return {}
@@ -294,14 +307,15 @@ def shared_biases_copied(model) -> dict[str, int]:
     tensors = {t.name: t for t in g.initializer}
     names = all_tensor_names(g)
     copies: dict[str, int] = {}
-    for bias in shared:
+    for bias, read_otherwise in shared.items():
         readers = [n for n in _bias_readers(g) if n.input[_BIAS_INPUT] == bias]
-        for k, node in enumerate(readers[1:], 1):
+        first = 0 if read_otherwise else 1
+        for k, node in enumerate(readers[first:], 1):
             copy = g.initializer.add()
             copy.CopyFrom(tensors[bias])
             copy.name = _unused_name(f"{bias}__reader{k}", names)
             node.input[_BIAS_INPUT] = copy.name
-        copies[bias] = len(readers) - 1
+        copies[bias] = len(readers) - first
     return copies
 
 
