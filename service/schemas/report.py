@@ -156,7 +156,9 @@ class QuantizationInventory(_Model):
     tensors: list[QuantizedTensor]
     weights: Literal["quantized_initializer", "float_initializer_plus_quantize", "mixed", "none"]
     bias: list[BiasInfo]
-    bias_summary: Literal["int32", "float32", "mixed", "none"]
+    # "int32", "float32", "mixed", "none", or the integer dtype every quantized bias is stored in
+    # when it is not int32 (int8: a quantizer that took a bias for an activation)
+    bias_summary: str
     # op_type (domain-qualified when not ai.onnx) -> count
     ops_quantized: dict[str, int]  # compute ops with every float input coming from a DequantizeLinear
     ops_float: dict[str, int]  # ops that run in float on float inputs

@@ -74,3 +74,21 @@ def test_in_a_qoperator_file_q_dq_around_a_float_op_are_a_bridge():
     assert inv.ops_quantized == {} and inv.ops_float == {"HardSigmoid": 1}
     assert inv.ops_float_reasons["HardSigmoid"].startswith("QOperator file: the quantizer left it in float")
     assert inv.format == "qoperator"
+
+
+def test_a_bias_stored_as_int8_reads_int8_not_int32():
+    """sudachi-b-imitator's QDQ file quantized a Gemm's shared bias as an int8 activation; the summary
+    read "bias int32" and the decisions row "file: int32; disable_all: mixed"."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.float32(0.1), "s"), numpy_helper.from_array(np.uint8(128), "z"),
+             numpy_helper.from_array(rng.integers(-50, 50, (8, 8)).astype(np.int8), "wq"),
+             numpy_helper.from_array(np.float32(0.01), "ws"), numpy_helper.from_array(np.int8(0), "wz"),
+             numpy_helper.from_array(rng.integers(-50, 50, 8).astype(np.int8), "bq")]
+    nodes = [Q("x", "xq"), DQ("xq", "xd"), helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["w"]),
+             helper.make_node("DequantizeLinear", ["bq", "ws", "wz"], ["b"]),
+             helper.make_node("Gemm", ["xd", "w", "b"], ["g"]), Q("g", "gq"), DQ("gq", "y")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    inv = inventory_from_onnx(model)
+    assert [b.dtype for b in inv.bias] == ["int8"] and inv.bias_summary == "int8"

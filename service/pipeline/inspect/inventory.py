@@ -233,7 +233,8 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
     weight_summary = "none" if not storages else (storages.pop() if len(storages) == 1 else "mixed")
     if float_weights and weight_summary != "none":
         weight_summary = "mixed"  # a ConvTranspose PT2E or QOperator left alone keeps its float32 weight
-    bias_dtypes = {"int32" if b.quantized_in_file else "float32" for b in biases}
+    # the stored dtype: a quantizer that took a shared bias for an activation wrote it as int8
+    bias_dtypes = {b.dtype if b.quantized_in_file else "float32" for b in biases}
     bias_summary = "none" if not bias_dtypes else (bias_dtypes.pop() if len(bias_dtypes) == 1 else "mixed")
     n_q, n_dq = hist.get(QUANTIZE, 0), hist.get(DEQUANTIZE, 0)
     if kernels:
