@@ -15,10 +15,18 @@ from service.schemas.report import PathError
 log = logging.getLogger(__name__)
 
 
-def first_line(e: BaseException) -> str:
-    """``Type: first line of the message`` (a toolchain's message can run to pages)."""
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """``Type: first line of the message`` (a toolchain's message can run to pages). A line past
+    ``limit`` keeps its start and its end: ORT ends a load failure with the node it names
+    ("... in node (<name>)"), which is what a hint to exclude that node needs."""
     text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0][:300]}" if text else type(e).__name__
+    if not text:
+        return type(e).__name__
+    line = text.splitlines()[0]
+    if len(line) > limit:
+        tail = limit // 3
+        line = f"{line[:limit - tail - 5]} ... {line[-tail:]}"
+    return f"{type(e).__name__}: {line}"
 
 
 def _root_dirs() -> list[str]:
