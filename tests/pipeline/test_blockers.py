@@ -497,3 +497,30 @@ def test_an_add_of_an_activation_and_an_int8_constant_groups_by_dtype(tmp_path):
     assert "Add" in ops(g)  # the oracle: ORT left both Adds in float
     groups = grouped_blockers(adds)
     assert [(count, phrase) for count, _, _, phrase, _ in groups] == [(2, "inputs int8 and uint8 mixed")]
+
+
+def test_xnnpack_s_observer_sharing_ops_are_the_ones_the_blocker_takes_for_quantized():
+    """XNNPACK_QUANTIZED_OPS lists, in ONNX words, STATIC_OPS and the ops that share their input's
+    observer: the installed torchao's list."""
+    import torch
+    from torchao.testing.pt2e._xnnpack_quantizer_utils import _is_share_obs_or_fq_op
+
+    aten = torch.ops.aten
+    shared = [aten.relu.default, aten.hardtanh.default, aten.max_pool2d.default, aten.mean.dim, aten.permute.default,
+              aten.squeeze.dim, aten.view.default, aten.slice_copy.Tensor, aten.flatten.using_ints]
+    assert all(_is_share_obs_or_fq_op(op) for op in shared)
+    assert not any(_is_share_obs_or_fq_op(op) for op in (aten.sigmoid.default, aten.tanh.default, aten.softmax.int))
+
+
+@pytest.mark.parametrize("tail", ["Sigmoid", "Relu"])
+def test_a_pt2e_op_without_a_pattern_after_a_quantized_one_is_not_in_the_xnnpack_config(tmp_path, tail):
+    """madmom's chroma DNN: its output Sigmoid after a quantized MatMul read "no_q_on_output: quantize its
+    output", a change the XNNPACK config cannot make (a Sigmoid that feeds a Conv gets a Q from the Conv's
+    input annotation and fuses); a Relu there joins the Conv's unit."""
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(tail, ["c"], ["y"])]
+    rows = _pt2e_rows(tmp_path, nodes, {"x": [1, 3, 8, 8]}, {"w": w}, [1, 4, 8, 8])
+    if tail == "Sigmoid":
+        assert rows["Sigmoid"].blocker == "not_in_xnnpack_config" and "no pattern for Sigmoid" in rows["Sigmoid"].detail
+    else:
+        assert "Relu" not in rows

@@ -411,6 +411,15 @@ def _has_qdq(v: _View, n) -> bool:
     return any(_is_q(c) for o in n.output if o for c in v.readers(o))
 
 
+# ONNX op types of what torchao's XNNPACK quantizer annotates (STATIC_OPS: linear, conv, conv_transpose_relu,
+# adaptive_avg_pool2d, gru_io_only, add, mul, cat) or lets share its input's observer
+# (_xnnpack_quantizer_utils._is_share_obs_or_fq_op: relu, hardtanh, max_pool2d, mean, permute, squeeze,
+# view, slice, flatten). Any other op's output gets no QuantizeLinear in a PT2E file.
+XNNPACK_QUANTIZED_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "GlobalAveragePool", "AveragePool", "GRU", "Add",
+                         "Mul", "Concat", "Relu", "Clip", "MaxPool", "ReduceMean", "Transpose", "Squeeze", "Reshape",
+                         "Slice", "Flatten"}
+
+
 def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
     """Why torchao's XNNPACK quantizer wrote no Q/DQ around ``n`` in a PT2E file, where its pattern
     list decides it (pinned in tests/pipeline/test_blockers.py); None where it does not."""
@@ -476,6 +485,11 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
                 rows.append(_row(n, key, "no_int8_form", f"no Q/DQ in the file; no rule for {base}"))
             else:
                 rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
+            continue
+        if pt2e and base not in XNNPACK_QUANTIZED_OPS and not any(_is_q(c) for o in n.output if o for c in v.readers(o)):
+            # The DequantizeLinear before it is its producer's output quantization: no Q after it to ask for.
+            rows.append(_row(n, key, "not_in_xnnpack_config", f"no pattern for {base}: the XNNPACK config quantizes "
+                             "what feeds it, not its output"))
             continue
         if kind is None:
             unit = _unit_head(v, n)
