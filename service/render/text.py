@@ -69,6 +69,19 @@ def summary_table(report: Report) -> str:
             top = next((o for o in report.layers.origins if o.artifact == art), None)
             lines.append(f"  {art:<14}worst {tensor} ({row.op_type}) {row.artifacts[art].sqnr_db:.1f} dB"
                          + (f"; {top.summary}" if top else ""))
+    retry = report.layers.retry if report.layers is not None else None
+    if retry is not None and (retry.artifacts or retry.skipped):
+        lines += ["", f"exclude and retry (the {retry.k} worst origin node(s) left in float; report.json 'layers.retry'):"]
+        for r in retry.artifacts:
+            if r.error:
+                lines.append(f"  {r.artifact:<14}failed: {r.error}")
+                continue
+            db = lambda v: "exact" if v is None else f"{v:.1f} dB"  # noqa: E731
+            ms = (f", {r.latency_ms_before:.3g} -> {r.latency_ms_after:.3g} ms at all"
+                  if r.latency_ms_before and r.latency_ms_after else "")
+            lines.append(f"  {r.artifact:<14}{', '.join(r.excluded_nodes)}: {db(r.sqnr_db_before)} -> "
+                         f"{db(r.sqnr_db_after)}{ms}")
+        lines += [f"  not run: {s}" for s in retry.skipped]
     v = report.verdict
     if report.options.gates:
         lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]

@@ -83,6 +83,12 @@ def test_retry_through_the_spine_feeds_advice_items(compared):
         assert len(r.excluded_nodes) == 1 and r.latency_ms_before and r.latency_ms_after
     items = advice_from_retry(retry)
     assert {i["artifact"] for i in items} == {r.artifact for r in done}
+    from service.render.text import summary_table
+
+    text = summary_table(report)  # the CLI said nothing of the retry: report.json only
+    assert "exclude and retry (the 1 worst origin node(s) left in float" in text
+    for r in done:
+        assert f"{r.excluded_nodes[0]}: " in text
 
 
 def test_the_explanation_blames_the_op_when_both_files_feed_it_alike():

@@ -47,6 +47,7 @@ def qdq_from_pt2e(
     per_channel: bool = True,
     evaluation: list[Feed] | None = None,
     skip_modules: tuple[str, ...] = (),
+    skip_onnx_nodes: tuple[str, ...] = (),
     max_graph_ops: int | None = None,
 ) -> ToolInfo:
     try:
@@ -58,12 +59,13 @@ def qdq_from_pt2e(
         if split is None:
             raise
         return _prefix_then_tail(split, source, shapes, calibration, out_path, per_channel=per_channel,
-                                 evaluation=evaluation, skip_modules=skip_modules, max_graph_ops=max_graph_ops)
+                                 evaluation=evaluation, skip_modules=skip_modules, skip_onnx_nodes=skip_onnx_nodes,
+                                 max_graph_ops=max_graph_ops)
     if max_graph_ops is not None:
         refuse_oversized_program(program, conversion, max_graph_ops)
     try:
         return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
-                                  skip_modules)
+                                  skip_modules, skip_onnx_nodes)
     except (Pt2eFileRejected, NonFiniteCalibration):
         raise  # a failure of the path (the file exists; the samples make NaN), not a module PT2E refused
     except Exception as e:  # noqa: BLE001
@@ -157,7 +159,7 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
 
 
 def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
-                       skip_modules: tuple[str, ...] = ()) -> ToolInfo:
+                       skip_modules: tuple[str, ...] = (), skip_onnx_nodes: tuple[str, ...] = ()) -> ToolInfo:
     import onnx
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
@@ -172,6 +174,8 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     # listed in module_name_config, so the entry is written directly.
     for module_name in skip_modules:
         quantizer.module_name_config[module_name] = None
+    if skip_onnx_nodes:
+        _annotating_all_but(quantizer, set(skip_onnx_nodes))
     prepared = prepare_pt2e(program.module(), quantizer)
     notes = _shared_weight_notes(prepared)
     if conversion is not None:  # what parity could not check is the reader's to know, on the page too
@@ -244,6 +248,23 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
 
 
 _STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def _annotating_all_but(quantizer, onnx_nodes: set[str]) -> None:
+    """Exclude-and-retry on an ONNX upload: the converter calls functions, not modules, so no module
+    name selects a node; the FX nodes it made from ``onnx_nodes`` (``meta["custom"]["onnx_node"]``,
+    onnx_torch/module.py) lose the annotation XNNPACK gave them, and run in float between what the
+    neighbours quantize."""
+    annotate = quantizer.annotate
+
+    def annotate_all_but(model):
+        model = annotate(model)
+        for n in model.graph.nodes:
+            if n.meta.get("custom", {}).get("onnx_node") in onnx_nodes:
+                n.meta.pop("quantization_annotation", None)
+        return model
+
+    quantizer.annotate = annotate_all_but
 
 
 def _drop_stack_traces(proto) -> int:

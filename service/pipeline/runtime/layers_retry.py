@@ -4,8 +4,10 @@ that buys (worst output SQNR at ``disable_all``) and costs (median latency at ``
 Each tool's own filter does the excluding: ORT's ``quantize_static(nodes_to_exclude=...)`` with
 the fp32 node names (ORT keeps them), and PT2E's ``XNNPACKQuantizer`` per-module config set to None
 with the torch module the node came from (``pkg.torch.onnx.name_scopes``, written by
-``torch.onnx.export`` and kept by the ONNX->torch converter); a node with no module scope (a
-functional op at the top level) cannot be excluded in PT2E and is listed as skipped.
+``torch.onnx.export``); a node with no module scope (a functional op at the top level of a .pt2)
+cannot be excluded in PT2E and is listed as skipped. On an ONNX upload the converter's FX nodes
+carry the ONNX node they came from, and those lose their XNNPACK annotation instead. A node ORT's
+pre-processing renamed is found by the output it writes.
 
 ``advice_from_retry`` turns the result into the plain dicts the ``advice`` list (verdict/advice)
 consumes; the shape is pinned in docs/CONTRACTS.md.
@@ -130,6 +132,21 @@ def module_of_node(fp32_model, node_name: str) -> str | None:
     return None
 
 
+def _nodes_in(model, fp32_model, nodes: list[str]) -> list[str]:
+    """The names ``nodes`` (of the fp32 model) have in ``model``, the file ORT quantizes: the same name,
+    or the node that writes the same output (quant_pre_process fuses MatMul + Add into a Gemm named
+    '<MatMul>/MatMulAddFusion' that writes the Add's output)."""
+    names = {n.name for n in model.graph.node}
+    writer = {o: n.name for n in model.graph.node for o in n.output if o}
+    outputs = {n.name: [o for o in n.output if o] for n in fp32_model.graph.node}
+    kept: list[str] = []
+    for name in nodes:
+        found = name if name in names else next((writer[o] for o in outputs.get(name, []) if o in writer), None)
+        if found and found not in kept:
+            kept.append(found)
+    return kept
+
+
 def _outputs(path: Path, feeds) -> list[np.ndarray]:
     session = session_for(path, "disable_all")
     names = {i.name for i in session.get_inputs()}
@@ -155,6 +172,9 @@ def requantizer(*, source, shapes, calibration, input_names: list[str], ort_inpu
     calibration samples as the first run."""
 
     def run(artifact: str, nodes: list[str], out: Path) -> str:
+        if artifact == "pt2e_qdq" and source.program is None:  # an ONNX upload, through the converter
+            qdq_from_pt2e(source, shapes, calibration, out, per_channel=per_channel, skip_onnx_nodes=tuple(nodes))
+            return "XNNPACKQuantizer annotations removed from the nodes converted from " + ", ".join(nodes)
         if artifact == "pt2e_qdq":
             modules = {n: module_of_node(fp32_model, n) for n in nodes}
             missing = [n for n, m in modules.items() if not m]
@@ -166,10 +186,9 @@ def requantizer(*, source, shapes, calibration, input_names: list[str], ort_inpu
             return "XNNPACKQuantizer module_name_config[" + ", ".join(sorted(set(modules.values()))) + "] = None"
         import onnx
 
-        present = {n.name for n in onnx.load(str(ort_input), load_external_data=False).graph.node}
-        kept = [n for n in nodes if n in present]
+        kept = _nodes_in(onnx.load(str(ort_input), load_external_data=False), fp32_model, nodes)
         if not kept:
-            raise ValueError(f"none of {', '.join(nodes)} is a node of the file ORT quantizes (renamed by pre-processing)")
+            raise ValueError(f"none of {', '.join(nodes)} is a node of the file ORT quantizes, by name or by output")
         settings = {**ort_settings, "nodes_to_exclude": kept}
         quantized_by_ort(ort_input, out, calibration, input_names,
                          quant_format="qdq" if artifact == "ort_qdq" else "qoperator", settings=settings)
