@@ -46,7 +46,8 @@ def summary_table(report: Report) -> str:
                          f"{art.error.stage}: {art.error.message[:70] if art.error else ''}")
             continue
         if q is None or q.format == "float":
-            lines.append(f"{name:<14}{'ok':<9}{'-':>8}  {'-':<8}{'-':<10}{size:>9}  (float reference)")
+            what = "(float reference)" if name == "fp32" else "(nothing quantized: the float model; see the lints)"
+            lines.append(f"{name:<14}{'ok':<9}{'-':>8}  {'-':<8}{'-':<10}{size:>9}  {what}")
             continue
         weights = {"quantized_initializer": "int8", "float_initializer_plus_quantize": "fp32+Q"}.get(q.weights, q.weights)
         ops = _ops(q.ops_quantized)

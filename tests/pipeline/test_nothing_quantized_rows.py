@@ -25,3 +25,7 @@ def test_a_file_without_quantized_activations_reads_n_a_for_the_dtype_it_runs(tm
     assert rows["activation dtype (as written)"]["ort_qdq"] == "n/a (no quantized activations)"
     assert rows["activation dtype (as run)"]["ort_qdq"] == "n/a (no quantized activations)"
     assert any(lint.code == "nothing_quantized" for lint in report.lints)
+    from service.render.text import summary_table
+
+    line = next(ln for ln in summary_table(report).splitlines() if ln.startswith("ort_qdq "))
+    assert "nothing quantized" in line and "float reference" not in line  # the fp32 row keeps that word
