@@ -57,8 +57,8 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
     Blocker("not_in_xnnpack_config", "torchao's XNNPACK quantizer has no static pattern for this op: its STATIC_OPS "
             "annotate linear (a constant weight), conv, a ConvTranspose only together with the Relu after it, "
             "adaptive_avg_pool2d, add, mul, cat and GRU inputs/outputs",
-            "nothing in PT2E's XNNPACK config quantizes it; the ORT paths do (quantize_static annotates MatMul of "
-            "two activations and a lone ConvTranspose)",
+            "nothing in PT2E's XNNPACK config quantizes it; the ORT paths do where quantize_static lists the op "
+            "(a MatMul of two activations, a lone ConvTranspose, Sigmoid, Softmax, ...)",
             "torchao/testing/pt2e/_xnnpack_quantizer.py: XNNPACKQuantizer.STATIC_OPS"),
     Blocker("float_tail", "the upload's post-processing after a selection (NonMaxSuppression, NonZero, ...): "
             "quantcompare's PT2E path appends it in float as the upload wrote it, since torch.export has no form "
@@ -486,7 +486,8 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             else:
                 rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
             continue
-        if pt2e and base not in XNNPACK_QUANTIZED_OPS and not any(_is_q(c) for o in n.output if o for c in v.readers(o)):
+        if pt2e and kind is not None and base not in XNNPACK_QUANTIZED_OPS \
+                and not any(_is_q(c) for o in n.output if o for c in v.readers(o)):
             # The DequantizeLinear before it is its producer's output quantization: no Q after it to ask for.
             rows.append(_row(n, key, "not_in_xnnpack_config", f"no pattern for {base}: the XNNPACK config quantizes "
                              "what feeds it, not its output"))
