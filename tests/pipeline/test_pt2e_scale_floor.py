@@ -71,10 +71,12 @@ def _dq_weight(q: np.ndarray, scale: np.ndarray):
 
 
 def test_a_scale_that_only_equals_the_floor_is_not_taken_for_it():
-    """A channel whose largest |q| is 127 had its scale computed, not raised: it is not counted."""
+    """A channel whose largest |q| is 127 had its scale computed, not raised: it is not counted; nor is
+    a channel of zeros only, which a pruned model stores as it was."""
+    assert scales_at_floor(_dq_weight(np.zeros((2, 2, 1, 1), np.int8), np.array([TORCHAO_XNNPACK_EPS] * 2))) == []
     q = np.zeros((2, 2, 1, 1), np.int8)
     q[0, 0] = 127  # channel 0: the observer's own scale, which happens to be 2**-12
     q[1, 0] = 3    # channel 1: three steps of the floor
-    (w,), acts = scales_at_floor(_dq_weight(q, np.array([TORCHAO_XNNPACK_EPS, TORCHAO_XNNPACK_EPS])))
-    assert (w.name, w.reader, w.channels, w.of, w.zero_share) == ("wq", "Conv ''", 1, 2, 0.5) and acts == []
-    assert scales_at_floor(_dq_weight(q, np.array([TORCHAO_XNNPACK_EPS, 1e-3]))) == ([], [])
+    (w,) = scales_at_floor(_dq_weight(q, np.array([TORCHAO_XNNPACK_EPS, TORCHAO_XNNPACK_EPS])))
+    assert (w.name, w.reader, w.channels, w.of, w.zero_share) == ("wq", "Conv ''", 1, 2, 0.5)
+    assert scales_at_floor(_dq_weight(q, np.array([TORCHAO_XNNPACK_EPS, 1e-3]))) == []

@@ -194,26 +194,20 @@ class FlooredWeight:
     zero_share: float  # share of those channels' int8 values that are 0
 
 
-def scales_at_floor(graph: GraphIndex, floor: float = TORCHAO_XNNPACK_EPS) -> tuple[list[FlooredWeight], list[str]]:
-    """Weights and activations whose scale is exactly ``floor`` where the floor decided it.
-
-    A weight channel counts when its scale equals the floor and its largest |q - zero point| is below
-    127: a scale the observer computed itself maps the largest |w| to 127. An activation counts when its
-    QuantizeLinear scale equals the floor (a HistogramObserver's own search does not land on 2**-12).
-    Only weights with a channel at the floor are read, so a large file costs one pass over its scales."""
+def scales_at_floor(graph: GraphIndex, floor: float = TORCHAO_XNNPACK_EPS) -> list[FlooredWeight]:
+    """Weights whose scale is exactly ``floor`` where the floor decided it: a channel counts when its
+    scale equals the floor and its largest |q - zero point| is below 127 but not 0, since a scale the
+    observer computed itself maps the largest |w| to 127. (An activation at the floor cannot be told from the
+    file alone: an all-zero mask sits there and loses nothing.) Only weights with a channel at the
+    floor are read, so a large file costs one pass over its scales."""
     at = np.float32(floor)
     weights: list[FlooredWeight] = []
-    activations: list[str] = []
     seen: set[str] = set()  # a weight a DequantizeLinear copy reads again
     for n in graph.nodes:
-        if n.op_type not in ("DequantizeLinear", "QuantizeLinear") or len(n.input) < 2:
+        if n.op_type != "DequantizeLinear" or len(n.input) < 2 or n.input[0] not in graph.initializers:
             continue
         s = graph.init_array(n.input[1])
         if s is None or not np.any(s.astype(np.float32) == at):
-            continue
-        if n.op_type == "QuantizeLinear":
-            if n.input[0] not in graph.initializers and s.size == 1:
-                activations.append(n.input[0])
             continue
         if n.input[0] in seen:
             continue
@@ -229,12 +223,14 @@ def scales_at_floor(graph: GraphIndex, floor: float = TORCHAO_XNNPACK_EPS) -> tu
             per = q.reshape(1, -1).astype(np.int32)
         per = np.abs(per - (z.reshape(-1, 1).astype(np.int32) if z is not None else 0))
         floored = s.reshape(-1).astype(np.float32) == at
-        bit = floored & (per.max(axis=1) < np.iinfo(q.dtype).max)
+        # a channel of zeros only (pruned, dead) may have been zero in fp32 too: no loss to name
+        peak = per.max(axis=1)
+        bit = floored & (peak < np.iinfo(q.dtype).max) & (peak > 0)
         if bit.any():
             weights.append(FlooredWeight(name=n.input[0], reader=_reader_named(graph, n.output[0]),
                                          channels=int(bit.sum()), of=int(per.shape[0]),
                                          zero_share=float((per[bit] == 0).mean())))
-    return weights, activations
+    return weights
 
 
 def _reader_named(graph: GraphIndex, tensor: str) -> str:

@@ -89,9 +89,8 @@ class FileFacts:
     subgraph_compute_ops: dict[str, int] = field(default_factory=dict)
     # dtype of the first input of each main-graph compute op: {"float64": 3} says why nothing was quantized
     compute_input_dtypes: dict[str, int] = field(default_factory=dict)
-    # scales exactly at torchao's XNNPACK eps where it decided them (``scales_at_floor``)
+    # weights whose scale torchao's XNNPACK eps decided (``scales_at_floor``)
     floored_weights: list[FlooredWeight] = field(default_factory=list)
-    floored_activations: list[str] = field(default_factory=list)
 
 
 def file_facts_from_graph(g: GraphIndex) -> FileFacts:
@@ -99,9 +98,8 @@ def file_facts_from_graph(g: GraphIndex) -> FileFacts:
     kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
     acts = quantized_activation_dtypes(g)
     in_bodies = Counter(op_key(n) for n in all_nodes(g.model.graph)) - Counter(hist)
-    floored_weights, floored_activations = scales_at_floor(g)
     return FileFacts(opset=g.opset, op_histogram=hist, bias_summary=bias_state(g).summary,
-                     floored_weights=floored_weights, floored_activations=floored_activations,
+                     floored_weights=scales_at_floor(g),
                      weights=weight_quant_params(g), activation_dtypes=acts, int8_kernels=kernels,
                      transposes=hist.get("Transpose", 0),
                      subgraph_compute_ops={k: v for k, v in sorted(in_bodies.items()) if k in COMPUTE_OPS},

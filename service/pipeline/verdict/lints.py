@@ -232,28 +232,20 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
 
 
 def _scale_floor_lints(f) -> list[Lint]:
-    """PT2E weights (and activations) whose scale torchao's eps raised: what quantized them to 0."""
-    if not f.floored_weights and not f.floored_activations:
+    """PT2E weights whose scale torchao's eps raised: what quantized them to 0."""
+    if not f.floored_weights:
         return []
-    parts = []
-    if f.floored_weights:
-        ws = sorted(f.floored_weights, key=lambda w: -w.channels * w.zero_share)
-        shown = "; ".join(f"the {w.reader}: {w.channels} of {w.of} channels, {w.zero_share:.0%} of their int8 values 0"
-                          for w in ws[:_LISTED])
-        more = f" and {len(ws) - _LISTED} more" if len(ws) > _LISTED else ""
-        parts.append(f"{len(ws)} weight(s) have channels whose largest |w| is under 127 x 2**-12 = 0.031, so their "
-                     f"scale is the floor and they keep fewer than 127 steps ({shown}{more})")
-    if f.floored_activations:
-        acts = ", ".join(repr(t) for t in f.floored_activations[:_LISTED])
-        more = f" and {len(f.floored_activations) - _LISTED} more" if len(f.floored_activations) > _LISTED else ""
-        parts.append(f"{len(f.floored_activations)} activation(s) range under 255 x 2**-12 = 0.062 and are "
-                     f"quantized at the floor ({acts}{more})")
-    zeroed = any(w.zero_share >= 0.5 for w in f.floored_weights)
+    ws = sorted(f.floored_weights, key=lambda w: -w.channels * w.zero_share)
+    shown = "; ".join(f"the {w.reader}: {w.channels} of {w.of} channels, {w.zero_share:.0%} of their int8 values 0"
+                      for w in ws[:_LISTED])
+    more = f" and {len(ws) - _LISTED} more" if len(ws) > _LISTED else ""
+    zeroed = any(w.zero_share >= 0.5 for w in ws)
     return [Lint(
         code="pt2e_scale_floor", severity="error" if zeroed else "warning", artifact="pt2e_qdq",
         message="torchao's XNNPACK config builds every observer with eps=2**-12, the smallest scale it writes: "
-                + "; ".join(parts) + ". Values under half a step of 2**-12 quantize to 0"
-                + (", so those weights are mostly 0 in the file" if zeroed else "") + ".",
+                f"{len(ws)} weight(s) have channels whose largest |w| is under 127 x 2**-12 = 0.031, so their scale "
+                f"is the floor and they keep fewer than 127 steps ({shown}{more}). Values under half a step of "
+                "2**-12 quantize to 0" + (", so those weights are mostly 0 in the file" if zeroed else "") + ".",
         hint="the weights are too small for that floor (a BatchNorm folded into a Conv can make them so): "
              "rescale them in the model (the next layer absorbing the factor), or quantize with a QuantizationSpec "
              "whose observer has a smaller eps; ORT's quantize_static has no such floor (quant_utils.compute_scale_zp "
