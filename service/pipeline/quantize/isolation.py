@@ -16,13 +16,14 @@ log = logging.getLogger(__name__)
 
 
 def first_line(e: BaseException, limit: int = 300) -> str:
-    """``Type: first line of the message`` (a toolchain's message can run to pages). A line past
-    ``limit`` keeps its start and its end: ORT ends a load failure with the node it names
-    ("... in node (<name>)"), which is what a hint to exclude that node needs."""
+    """``Type: first line of the message`` (a toolchain's message can run to pages), server paths
+    scrubbed first (a job folder's path is 100 characters of nothing). A line still past ``limit``
+    keeps its start and its end: ORT ends a load failure with the node it names ("... in node
+    (<name>)"), which is what a hint to exclude that node needs."""
     text = str(e).strip()
     if not text:
         return type(e).__name__
-    line = text.splitlines()[0]
+    line = scrub(text.splitlines()[0])
     if len(line) > limit:
         tail = limit // 3
         line = f"{line[:limit - tail - 5]} ... {line[-tail:]}"
