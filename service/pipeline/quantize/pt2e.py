@@ -222,9 +222,11 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
             conversion.notes.append(f"{copies} initializers of the exported file repeated another's bytes ({saved / 2**20:.1f} "
                                     "MiB: the int8 copies of weights the upload shares); every reader now reads the "
                                     "first, so the file stores each once, as the upload does (equal bytes, equal outputs)")
-        if _drop_stack_traces(proto):
-            conversion.notes.append("torch's per-node stack traces (pkg.torch.onnx.stack_trace) are removed: for an "
-                                    "ONNX upload they name the converter's Python frames, not the upload")
+        if _drop_converter_traces(proto):
+            conversion.notes.append("torch's per-node stack traces, FX nodes, class hierarchies and namespaces "
+                                    f"({', '.join(sorted(_CONVERTER_TRACE_KEYS))}) are removed: for an ONNX upload "
+                                    "they name the converter's Python frames and classes, not the upload (the "
+                                    "quantcompare.onnx_* keys name the upload's nodes; name_scopes stay)")
     onnx.save(proto, out_path)
     _ort_loads(out_path)
     act = config.input_activation
@@ -247,7 +249,11 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     )
 
 
-_STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+# What torch.onnx writes per node about the FX graph it exported: for a module converted from ONNX,
+# the converter's frames (file paths of the server included) and classes, read by nothing after
+# names.annotate_onnx (fx_node) has mapped them. They were 67% of a 393 KiB PT2E file (madmom's TCN).
+_CONVERTER_TRACE_KEYS = {"pkg.torch.onnx.stack_trace", "pkg.torch.onnx.fx_node", "pkg.torch.onnx.class_hierarchy",
+                         "namespace"}
 
 
 def _annotating_all_but(quantizer, onnx_nodes: set[str]) -> None:
@@ -267,13 +273,11 @@ def _annotating_all_but(quantizer, onnx_nodes: set[str]) -> None:
     quantizer.annotate = annotate_all_but
 
 
-def _drop_stack_traces(proto) -> int:
-    """Remove ``pkg.torch.onnx.stack_trace`` from every node; returns how many had one. torch.onnx
-    writes the FX node's stack trace, which for a module converted from ONNX is this service's own
-    source (file paths of the server included); the other metadata stays (names.py reads fx_node)."""
+def _drop_converter_traces(proto) -> int:
+    """Remove ``_CONVERTER_TRACE_KEYS`` from every node; returns how many had one."""
     dropped = 0
     for node in all_nodes(proto.graph):
-        keep = [p for p in node.metadata_props if p.key != _STACK_TRACE_KEY]
+        keep = [p for p in node.metadata_props if p.key not in _CONVERTER_TRACE_KEYS]
         if len(keep) != len(node.metadata_props):
             dropped += 1
             del node.metadata_props[:]

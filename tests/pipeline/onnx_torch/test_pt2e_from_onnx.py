@@ -78,10 +78,12 @@ def test_pt2e_file_of_an_onnx_upload_names_no_server_source(pt2e_from_onnx):
     _, pt2e_path, tool, _ = pt2e_from_onnx
     model = onnx.load(str(pt2e_path))
     keys = {p.key for n in model.graph.node for p in n.metadata_props}
-    assert "pkg.torch.onnx.stack_trace" not in keys
-    assert {"pkg.torch.onnx.fx_node", "quantcompare.onnx_outputs"} <= keys
+    gone = {"pkg.torch.onnx.stack_trace", "pkg.torch.onnx.fx_node", "pkg.torch.onnx.class_hierarchy", "namespace"}
+    assert not keys & gone, keys & gone
+    assert {"pkg.torch.onnx.name_scopes", "quantcompare.onnx_outputs"} <= keys  # what the tensor mapping reads
     server_source = str(Path(service.__file__).resolve().parent)
     assert server_source.encode() not in pt2e_path.read_bytes()
+    assert b"service.pipeline" not in pt2e_path.read_bytes()  # nor the converter's class names
     assert any("stack traces" in n for n in tool.conversion["notes"])
 
 
