@@ -221,6 +221,8 @@ def scales_at_floor(graph: GraphIndex, floor: float = TORCHAO_XNNPACK_EPS) -> li
             per = np.moveaxis(q, axis, 0).reshape(q.shape[axis], -1).astype(np.int32)
         else:
             per = q.reshape(1, -1).astype(np.int32)
+        if s.size != per.shape[0] or (z is not None and z.size not in (1, per.shape[0])):
+            continue  # a scale per something else than the DQ's axis: not a file ORT would run
         per = np.abs(per - (z.reshape(-1, 1).astype(np.int32) if z is not None else 0))
         floored = s.reshape(-1).astype(np.float32) == at
         # a channel of zeros only (pruned, dead) may have been zero in fp32 too: no loss to name

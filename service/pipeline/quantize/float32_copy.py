@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from service.pipeline.files import has_external_initializers
-from service.pipeline.quantize.isolation import first_line, scrub
+from service.pipeline.quantize.isolation import first_line
 from service.pipeline.vocabulary import HALF_ELEM_TYPES, attribute, computes_in_half, node_reads, rename_reads
 
 NOTE = ("the upload computes in float16: quantized as its float32 copy ({count} half tensors, Casts and dtype "
@@ -77,7 +77,7 @@ def float32_copy_for_ort(fp32_path: Path, out_path: Path, *, model) -> tuple[Pat
         onnx.save(full, str(out_path), save_as_external_data=large,
                   location=out_path.name + ".data" if large else None)
     except Exception as e:  # noqa: BLE001 - quantize the file as it is, and say so
-        return fp32_path, (f"the float32 copy of the float16 upload could not be written ({scrub(first_line(e))}); "
+        return fp32_path, (f"the float32 copy of the float16 upload could not be written ({first_line(e)}); "
                            "quantized as is")
     return out_path, notes[0]
 

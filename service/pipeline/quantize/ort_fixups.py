@@ -85,7 +85,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.errors import NonFiniteCalibration, OrtQuantizerFailed
-from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
+from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
 from service.pipeline.vocabulary import all_tensor_names, rename_outer_reads, rename_reads, subgraphs
@@ -337,9 +337,11 @@ def gemm_biases_flattened(model) -> list[str]:
     g = model.graph
     inits = {t.name: t for t in g.initializer}
     taken = all_tensor_names(g)
+    gemms = [n for n in _bias_readers(g) if n.op_type == "Gemm"]
+    read_otherwise = _other_reads(g)
     for name in names:
-        as_bias = [n for n in g.node if n.op_type == "Gemm" and len(n.input) > 2 and n.input[2] == name]
-        other = sum(x == name for n in g.node for x in n.input) > len(as_bias)
+        as_bias = [n for n in gemms if n.input[_BIAS_INPUT] == name]
+        other = read_otherwise[name] > 0
         flat = numpy_helper.from_array(numpy_helper.to_array(inits[name]).reshape(-1),
                                        _unused_name(f"{name}__flat", taken) if other else name)
         if other:
@@ -484,7 +486,7 @@ def fixed_for_ort_quantizer(fp32_path: Path, out_path: Path, *, model=None,
                   location=out_path.name + ".data" if large else None)
     except Exception as e:  # noqa: BLE001 - quantize the file as it is, and say so
         return fp32_path, (f"the lossless rewrites before quantize_static could not be applied "
-                           f"({scrub(first_line(e))}); quantized the file as is")
+                           f"({first_line(e)}); quantized the file as is")
     return out_path, fixups.note()
 
 

@@ -44,11 +44,12 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
     except Exception as e:  # noqa: BLE001 - any failure here is survivable by design
         log.info("quant_pre_process failed: %r", e)
         first = first_line(e)
+    as_is = f"quant_pre_process failed ({first}); quantized the fp32 file as is"
     try:
         how = _pre_processed(fp32_path, out_path, skip_symbolic=True)
     except Exception as e:  # noqa: BLE001
         log.info("quant_pre_process(skip_symbolic_shape=True) failed: %r", e)
-        return fp32_path, f"quant_pre_process failed ({first}); quantized the fp32 file as is"
+        return fp32_path, as_is
     lost = _untyped_outputs(out_path) - _untyped_outputs(fp32_path)
     if lost:
         # ORT's basic optimization removes a float -> float Cast, and with it the only type ONNX shape
@@ -58,7 +59,7 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
             how = _pre_processed(fp32_path, out_path, skip_symbolic=True, skip_optimization=True)
         except Exception as e:  # noqa: BLE001
             log.info("quant_pre_process(skip_optimization=True) failed: %r", e)
-            return fp32_path, f"quant_pre_process failed ({first}); quantized the fp32 file as is"
+            return fp32_path, as_is
         return out_path, (f"quant_pre_process failed ({first}); run again with skip_symbolic_shape=True, whose ORT "
                           f"basic optimization left {len(lost)} tensor(s) without a type (e.g. {sorted(lost)[0]!r}: a "
                           "Cast it removed typed them), so a third time without that optimization: " + how)
@@ -316,7 +317,7 @@ def _ort_loads(path: Path, quant_format: str) -> None:
         return
     fmt = "QDQ" if quant_format == "qdq" else "QOperator"
     raise OrtFileRejected(
-        f"ORT cannot load the file quantize_static ({fmt}) wrote: {scrub(first_line(e))[:500]}",
+        f"ORT cannot load the file quantize_static ({fmt}) wrote: {first_line(e)[:500]}",
         hint="the quantizer wrote this node wrong for this graph (a defect of onnxruntime.quantization); "
              "options.ort.nodes_to_exclude can keep the node ORT names in float; the other paths are unaffected",
     ) from e

@@ -10,7 +10,7 @@ from pathlib import Path
 from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
-from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint, scrub
+from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.onnx_torch.own_weights import shared_again
 from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
@@ -293,7 +293,7 @@ def _ort_loads(path: Path) -> None:
     e = ort_refusal(path)
     if e is None:
         return
-    raise Pt2eFileRejected(f"ORT cannot load the file torch.onnx.export wrote: {scrub(first_line(e))[:500]}",
+    raise Pt2eFileRejected(f"ORT cannot load the file torch.onnx.export wrote: {first_line(e)[:500]}",
                            hint="ORT's message names the node it refuses; the ORT paths are unaffected") from e
 
 

@@ -14,7 +14,7 @@ from service.errors import InvalidModel, InvalidOptions, UnsupportedModel
 from service.pipeline.inputs.samples import Samples
 from service.pipeline.inputs.specs import InputSpec
 from service.pipeline.options import ComparisonOptions
-from service.pipeline.quantize.isolation import first_line, scrub
+from service.pipeline.quantize.isolation import first_line
 from service.pipeline.runtime.ort_sessions import session_for
 from service.pipeline.vocabulary import graph_from_model
 
@@ -35,7 +35,7 @@ def refuse_if_fp32_cannot_run(path: Path, inferred, samples: Samples, shapes: di
     try:
         session.run(None, feed)
     except Exception as e:  # noqa: BLE001 - ORT's words name the node
-        said = scrub(first_line(e))[:500].rstrip(".")
+        said = first_line(e)[:500].rstrip(".")
         shown = ", ".join(f"{name}: {list(shape)}" for name, shape in shapes.items())
         chosen = bool(options.input_shapes) or samples.info.source == "uploaded" or any(
             isinstance(d, str) or d is None for s in specs for d in s.shape)
@@ -50,7 +50,7 @@ def refuse_if_fp32_cannot_run(path: Path, inferred, samples: Samples, shapes: di
 
 
 def _load_refusal(e: Exception, inferred) -> Exception:
-    said = scrub(first_line(e))[:500].rstrip(".")
+    said = first_line(e)[:500].rstrip(".")
     missing = _MISSING_KERNEL.search(said)
     if missing is not None:
         # ORT's session state (kernel lookup in the CPU EP's registry) found no kernel for the node's

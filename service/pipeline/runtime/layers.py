@@ -429,9 +429,8 @@ def _origins(rows: list[LayerRow], artifacts: list[str], per_artifact: int = 10)
                         key=lambda r: -r.artifacts[a].drop_db)
         for r in ranked[:per_artifact]:
             c = r.artifacts[a]
-            before = None if c.drop_db is None else (c.sqnr_db if c.sqnr_db is not None else CLEAN_DB) + c.drop_db
-            # drop_db is rounded to 1e-3: an exact input can come back as 99.9995 dB
-            inherited = None if before is None or before >= CLEAN_DB - 1e-2 else round(before, 2)
+            before = _inherited_db(c)
+            inherited = None if before >= CLEAN_DB else round(before, 2)
             own = "exact" if c.sqnr_db is None else f"{c.sqnr_db:.1f} dB"
             was = "exact inputs" if inherited is None else f"{inherited:.1f} dB"
             out.append(LayerOrigin(
@@ -440,6 +439,15 @@ def _origins(rows: list[LayerRow], artifacts: list[str], per_artifact: int = 10)
                 summary=f"SQNR falls {c.drop_db:.1f} dB at {r.tensor} ({r.op_type}): {was} -> {own}",
             ))
     return out
+
+
+def _inherited_db(c: LayerCell) -> float | None:
+    """What the tensor's inputs carried in (its SQNR plus its drop), CLEAN_DB for exact inputs;
+    None without a drop. drop_db is rounded to 1e-3, so exact inputs can come back as 99.9995 dB."""
+    if c.drop_db is None:
+        return None
+    before = (CLEAN_DB if c.sqnr_db is None else c.sqnr_db) + c.drop_db
+    return CLEAN_DB if before >= CLEAN_DB - 1e-2 else before
 
 
 def _db_text(v: float) -> str:
@@ -472,8 +480,7 @@ def _explanation(cells: dict[str, LayerCell], calibration: dict[str, str]) -> st
         if abs(ratio - 1) <= 0.05:
             # What its inputs carried in, per file (the SQNR before this op's drop): alike, the op
             # itself loses it (its weights or bias as that file stores them), not its inputs.
-            inherited = {a: None if c.drop_db is None else (CLEAN_DB if c.sqnr_db is None else c.sqnr_db) + c.drop_db
-                         for a, c in ((worst, w), (best, b))}
+            inherited = {a: _inherited_db(c) for a, c in ((worst, w), (best, b))}
             if None not in inherited.values() and abs(inherited[worst] - inherited[best]) < DISAGREE_DB:
                 parts.append(f"same step and inputs alike ({_db_text(inherited[worst])} vs {_db_text(inherited[best])}): "
                              f"{worst} loses it in this op, in its weights or bias as the file stores them")
