@@ -31,6 +31,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         budgets=Budgets(**spec.budgets) if spec.budgets else None,  # the server's QUANTCOMPARE_BUDGET_* settings
         keep_level_graphs=False,  # level graphs are made again on download (service/jobs/storage/level_downloads.py)
         concurrent_jobs=running_jobs_probe(job_dir),
+        pt2e_time_limit_s=spec.pt2e_time_limit_s,
     )
     with running_marker(job_dir):
         report = run_comparison(request, job_dir, progress=progress, report_id=spec.id)

@@ -40,6 +40,8 @@ class JobSpec:
     allow_pt2: bool = True  # the server's setting, carried so a remote worker applies the same policy
     # The server's static budgets (dataclasses.asdict of Budgets), carried for the same reason; {} = defaults.
     budgets: dict[str, Any] = field(default_factory=dict)
+    # The PT2E path's time limit unless the options set one (the server's share of its job time limit).
+    pt2e_time_limit_s: float | None = None
     kind: str = "comparison"
 
     def to_json(self) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from service.errors import InternalError, QuantCompareError, WorkerMemoryLimit, error_from_os
 from service.jobs.spec import JobSpec
+from service.pipeline import time_limit
 from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.worker")
@@ -142,10 +143,13 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
                 conn.send({"type": "progress", "job": _id, "stage": stage, "done": int(done), "total": int(total)})
 
         exit_after = False
+        stops_before = time_limit.stops
         try:
             os.chdir(job_dir)
             fn(spec, job_dir, progress)
             result = {"type": "done", "job": spec.id, "status": "succeeded", "error": None}
+            # A path stopped at its time limit may have left a toolchain's state half-made: a fresh worker next.
+            exit_after = time_limit.stops != stops_before
         except QuantCompareError as e:
             result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(e)}
         except MemoryError:

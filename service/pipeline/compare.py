@@ -47,7 +47,7 @@ from service.pipeline.inspect.stored_nonfinite import nonfinite_weights, selecte
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
-from service.pipeline.quantize.isolation import PathOutcome, run_path
+from service.pipeline.quantize.isolation import PATH_TIME_LIMIT, PathOutcome, run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
@@ -98,6 +98,9 @@ class ComparisonRequest:
     # The CLI reads a model where it lies, external data beside it included; a service upload of one
     # .onnx has no folder (its external data comes in an archive).
     data_beside_model: bool = False
+    # The PT2E path's time limit when options.pt2e.time_limit_s leaves it open: the service's share
+    # of its job time limit (jobs/submission.py), so that the ORT paths' results outlive a slow PT2E.
+    pt2e_time_limit_s: float | None = None
 
 
 def _source(request: ComparisonRequest, workdir: Path):
@@ -189,7 +192,8 @@ def run_comparison(
     prepared = prepare_stage(request, workdir, run)
     fp32 = fp32_stage(prepared, run, options, budgets=request.budgets)
     outcomes = quantize_stage(options, prepared, fp32, run, parallel=request.parallel_paths,
-                              concurrent_jobs=request.concurrent_jobs)
+                              concurrent_jobs=request.concurrent_jobs,
+                              pt2e_time_limit_s=options.pt2e.time_limit_s or request.pt2e_time_limit_s)
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
     levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                             out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded,
@@ -281,7 +285,7 @@ def fp32_stage(prepared: Prepared, run: _Run, options: ComparisonOptions, *, bud
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, run: _Run, *,
                    parallel: bool | None = None, concurrent_jobs: Callable[[], int | None] | None = None,
-                   ) -> dict[str, tuple[PathOutcome, float]]:
+                   pt2e_time_limit_s: float | None = None) -> dict[str, tuple[PathOutcome, float]]:
     """Each requested path, each failing alone: artifact -> (outcome, seconds).
 
     The PT2E path runs here and the ORT paths on a second thread when two cores are idle
@@ -312,7 +316,10 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
             else:
                 outcome = run_path("pt2e_qdq", "quantize", qdq_from_pt2e, source, prepared.shapes, samples.calibration,
                                    run.art_dir / "pt2e_qdq.onnx", per_channel=options.pt2e.per_channel,
-                                   evaluation=samples.evaluation, max_graph_ops=options.pt2e.max_graph_ops)
+                                   evaluation=samples.evaluation, max_graph_ops=options.pt2e.max_graph_ops,
+                                   time_limit_s=pt2e_time_limit_s)
+                if outcome.error is not None and outcome.error.code == PATH_TIME_LIMIT:
+                    _remove_artifact_files(run.art_dir, "pt2e_qdq")  # stopped mid-way: a half-written file
             finished("pt2e_qdq", outcome, t0)
 
         def ort_side() -> None:
@@ -341,6 +348,13 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
         log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
         _blame_stored_nonfinite(outcomes, fp32)
     return {name: outcomes[name] for name in requested}
+
+
+def _remove_artifact_files(art_dir: Path, artifact: str) -> None:
+    """What a stopped path left in the artifacts folder: before the levels stage, every
+    ``<artifact>.*`` there is that path's own (its file, its external data)."""
+    for leftover in art_dir.glob(f"{artifact}.*"):
+        leftover.unlink(missing_ok=True)
 
 
 def _blame_stored_nonfinite(outcomes: dict[str, tuple[PathOutcome, float]], fp32: Fp32) -> None:

@@ -45,6 +45,10 @@ class Pt2eOptions(_Strict):
     # Ops of the torch graph PT2E may start on (pt2e.refuse_oversized_program): past it the path is
     # skipped at once, with the nodes that made it big, instead of running past the job's time limit.
     max_graph_ops: int = Field(8000, ge=1, le=10_000_000)
+    # Wall-clock seconds the PT2E path may run (time_limit.py): past it the path fails with
+    # path_time_limit and the job goes on with the ORT paths. None: half the job's time limit on a
+    # server (QUANTCOMPARE_JOB_TIMEOUT_S), no limit in the CLI.
+    time_limit_s: float | None = Field(None, gt=0, le=7 * 24 * 3600)
 
 
 # The extra_options keys onnxruntime 1.32's quantize_static and its calibrators read (from its

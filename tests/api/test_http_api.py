@@ -137,6 +137,14 @@ def test_a_job_past_the_time_limit_is_killed(client):
     assert "options.artifacts without pt2e_qdq" in quantizing["error"]["hint"]
 
 
+def test_a_job_gives_the_pt2e_path_half_its_time_limit(server, client):
+    """The server's share of its 5 s job limit travels in the job's spec (jobs/submission.py), so a
+    slow PT2E path stops there and the ORT paths' results are reported (test_pt2e_time_limit.py)."""
+    job = upload(client, "ok", {"seed": 161}, wait=30).json()
+    spec = json.loads((server.data_dir / "jobs" / job["id"] / "job.json").read_text())
+    assert spec["pt2e_time_limit_s"] == 2.5
+
+
 def test_user_errors_and_internal_errors_in_a_job(client):
     user = upload(client, "user_error", wait=20).json()
     assert user["error"]["code"] == "invalid_model" and user["error"]["status"] == 422

@@ -139,6 +139,20 @@ def test_workers_are_recycled_after_max_jobs(tmp_path):
         ex.stop()
 
 
+def test_a_worker_in_which_a_path_was_stopped_at_its_time_limit_retires(tmp_path):
+    """A toolchain stopped mid-way may keep half-made state (time_limit.py): the next job gets a fresh
+    worker, while a job with no stopped path leaves its worker serving."""
+    ex = LocalExecutor(make_settings(tmp_path, workers=1))
+    ex.start()
+    try:
+        jobs = [wait_finished(ex, submit(ex, command)) for command in ("ok", "ok", "stopped_path", "ok")]
+        assert all(rec.status == "succeeded" for rec in jobs), [rec.error for rec in jobs]
+        pids = [int(ex.job_dir(rec.id).joinpath("ran.txt").read_text()) for rec in jobs]
+        assert pids[0] == pids[1] == pids[2] != pids[3]
+    finally:
+        ex.stop()
+
+
 def test_restart_requeues_running_jobs_fails_twice_interrupted_and_sweeps_stale_folders(tmp_path):
     settings = make_settings(tmp_path)
     ex = LocalExecutor(settings, start_pool=False)

@@ -11,7 +11,7 @@ from service.pipeline.runtime.layers_retry import (RetryInputs, advice_from_retr
 
 
 @pytest.fixture(scope="module")
-def retried(compared, tmp_path_factory):
+def retry_inputs(compared, tmp_path_factory):
     from service.pipeline.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_example
@@ -30,10 +30,24 @@ def retried(compared, tmp_path_factory):
     run = requantizer(source=source, shapes=shapes, calibration=samples.calibration, input_names=["x"],
                       ort_input=art / "fp32.onnx", ort_settings=resolved_ort_settings(options), per_channel=True,
                       fp32_model=fp32_model)
-    retry = retry_without_origins(layers, RetryInputs(fp32_path=art / "fp32.onnx", artifact_paths=paths,
-                                                      eval_feeds=samples.evaluation, requantize=run, out_dir=out,
-                                                      latency_runs=3), k=1, max_seconds=120)
-    return layers, retry, out
+    return layers, RetryInputs(fp32_path=art / "fp32.onnx", artifact_paths=paths, eval_feeds=samples.evaluation,
+                               requantize=run, out_dir=out, latency_runs=3), out
+
+
+@pytest.fixture(scope="module")
+def retried(retry_inputs):
+    layers, inputs, out = retry_inputs
+    return layers, retry_without_origins(layers, inputs, k=1, max_seconds=120), out
+
+
+def test_a_re_quantization_past_the_retry_budget_is_stopped_there(retry_inputs):
+    """The budget was checked only between artifacts, so one PT2E re-run (as long as the first PT2E
+    path) could run on past it and past the job's time limit; it is now stopped at the budget."""
+    layers, inputs, _ = retry_inputs
+    retry = retry_without_origins(layers, inputs, k=1, max_seconds=1.0)  # the PT2E re-run alone takes longer
+    pt2e = next(r for r in retry.artifacts if r.artifact == "pt2e_qdq")
+    assert pt2e.error == "stopped at the time budget (options.layers.retry_seconds=1) while re-quantizing"
+    assert any(s.startswith("ort_qdq: time budget spent") for s in retry.skipped)
 
 
 def test_the_excluded_node_runs_in_float_in_the_retried_ort_file(retried):

@@ -10,6 +10,7 @@ import traceback
 from dataclasses import dataclass
 
 from service.errors import DiskFull, PathSkipped, QuantCompareError, error_from_os
+from service.pipeline.time_limit import TimeLimitReached, time_limited
 from service.schemas.report import PathError
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,10 @@ NONFINITE_HINT = ("the samples are likely outside what the model accepts (sample
 
 # (artifact or "*", exception type name or "*", message substring, hint). First match wins.
 _HINTS: list[tuple[str, str, str, str]] = [
+    ("pt2e_qdq", "TimeLimitReached", "",
+     "PT2E's time grows with the torch graph's ops (unrolled LSTM/GRU/Loop steps above all): a shorter sequence "
+     "in options.input_shapes shrinks it; a higher options.pt2e.time_limit_s lets it finish (on a server, within "
+     "QUANTCOMPARE_JOB_TIMEOUT_S); options.artifacts without pt2e_qdq skips it. The ORT paths are unaffected"),
     ("ort_qoperator", "AttributeError", "",
      "quantize_static crashed in QOperator format, a known ORT failure on some graphs; "
      "the QDQ format (ort_qdq) usually works on the same model"),
@@ -137,6 +142,7 @@ def _summary(text: str) -> str:
 
 
 OUT_OF_MEMORY = "out_of_memory"  # PathError.code of a path whose toolchain failed to allocate
+PATH_TIME_LIMIT = "path_time_limit"  # PathError.code of a path stopped at its time limit (time_limit.py)
 
 
 @dataclass
@@ -147,9 +153,19 @@ class PathOutcome:
     skipped: bool = False
 
 
-def run_path(artifact: str, stage: str, fn, *args, **kwargs) -> PathOutcome:
+def run_path(artifact: str, stage: str, fn, *args, time_limit_s: float | None = None, **kwargs) -> PathOutcome:
+    """``fn(*args, **kwargs)`` as the path's outcome; stopped past ``time_limit_s`` seconds (the timer is
+    armed and disarmed inside the ``try``, so an alarm that lands as ``fn`` returns is still caught)."""
     try:
-        return PathOutcome(ok=True, value=fn(*args, **kwargs))
+        with time_limited(time_limit_s):
+            value = fn(*args, **kwargs)
+        return PathOutcome(ok=True, value=value)
+    except TimeLimitReached as e:
+        where = f" in {e.step}" if e.step else ""
+        return PathOutcome(ok=False, error=PathError(
+            stage=stage, code=PATH_TIME_LIMIT, type="TimeLimitReached",
+            message=f"the {artifact} path ran past its time limit of {e.seconds:g} s{where}, and was stopped there "
+                    "so that the other paths' results are reported", hint=hint_for(artifact, e)))
     except PathSkipped as e:
         # value: what the path learnt before it stopped (the ONNX -> torch conversion), or None
         conversion = getattr(e, "conversion", None)

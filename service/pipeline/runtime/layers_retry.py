@@ -26,6 +26,7 @@ from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.runtime.numerics import concat_runs, latency_of, worst_elementwise_sqnr
 from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.time_limit import TimeLimitReached, time_limited
 from service.schemas.layers import LayersReport, LayersRetry, RetryArtifact
 
 # ops a quantizer quantizes for their own sake; a data-movement op is never worth excluding
@@ -78,7 +79,13 @@ def retry_without_origins(layers: LayersReport, inputs: RetryInputs, *, k: int, 
             continue
         out = inputs.out_dir / f"{artifact}.retry.onnx"
         try:
-            how = inputs.requantize(artifact, nodes, out)
+            # A re-quantization (PT2E above all) may run as long as the first one did: bounded by what is left.
+            with time_limited(max(max_seconds - (time.perf_counter() - t0), 1e-3)):
+                how = inputs.requantize(artifact, nodes, out)
+        except TimeLimitReached:
+            done.append(RetryArtifact(artifact=artifact, excluded_nodes=nodes, how="", error=(
+                f"stopped at the time budget (options.layers.retry_seconds={max_seconds:g}) while re-quantizing")))
+            continue
         except Exception as e:  # noqa: BLE001 - one tool failing leaves the others' results
             done.append(RetryArtifact(artifact=artifact, excluded_nodes=nodes, how="", error=f"{type(e).__name__}: {e}"[:300]))
             continue
