@@ -123,6 +123,7 @@ def check_onnx_model(
     walker = _Walker(model, budgets=budgets, model_dir=model_dir, allowed_data_files=allowed_data_files or set(),
                      domains=domains)
     walker.run()
+    _refuse_classic_ml_only(walker.stats.op_types)
     _check_graph_io(model, budgets)
     if structural_check:
         _run_onnx_checker(model, _model_path, has_external=walker.stats.external_bytes > 0)
@@ -246,17 +247,28 @@ def _check_opsets(model) -> set[str]:
         domains.add(dom)
     if "" not in domains and "ai.onnx" not in domains:
         if domains == {"ai.onnx.ml"}:  # onnxmltools / skl2onnx of a classic estimator: ORT runs it
-            raise UnsupportedModel(
-                "The model imports only the ai.onnx.ml domain (a scikit-learn or similar export: trees, linear "
-                "models, scalers): it has no ai.onnx op, so there is no Conv, MatMul or Gemm for int8 to quantize.",
-                hint="Quantization pays off for neural networks; a model like this runs in float as it is. If it "
-                     "does use ai.onnx ops, add the missing opset_import entry ('' at its version) and upload it again.")
+            raise _classic_ml_only("imports only the ai.onnx.ml domain")
         raise UnsupportedModel("The model does not import the default ONNX domain (ai.onnx).", hint=_UPLOAD_HINT)
     # A domain only imported is harmless: real files import ai.onnx.training, com.microsoft.experimental
     # or their framework's own domain without a node in it, and ORT runs them. Only a domain a node
     # (graph, subgraph or function body) uses must be one the toolchain runs: _Walker._check_op.
     function_domains = {f.domain for f in model.functions}
     return (domains & KNOWN_DOMAINS) | function_domains
+
+
+def _classic_ml_only(what: str) -> UnsupportedModel:
+    return UnsupportedModel(
+        f"The model {what} (a scikit-learn or similar export: trees, linear models, scalers): it has no "
+        "ai.onnx op, so there is no Conv, MatMul or Gemm for int8 to quantize.",
+        hint="Quantization pays off for neural networks; a model like this runs in float as it is. If it "
+             "does use ai.onnx ops, add the missing opset_import entry ('' at its version) and upload it again.")
+
+
+def _refuse_classic_ml_only(op_types: set[str]) -> None:
+    """The same refusal when the default domain is imported but no node uses it (skl2onnx imports
+    both): each quantizer would write the float model again, and every SQNR would read 'exact'."""
+    if op_types and all(op.startswith("ai.onnx.ml.") for op in op_types):
+        raise _classic_ml_only(f"uses only ai.onnx.ml operators ({', '.join(sorted(o[len('ai.onnx.ml.'):] for o in op_types)[:6])})")
 
 
 def _check_graph_io(model, budgets: Budgets) -> None:
