@@ -39,6 +39,31 @@ def test_bad_input_shapes_are_refused_with_the_reason(given, needle):
         resolved_input_shapes([IMG], given)
 
 
+def test_the_wrong_rank_hint_gives_a_shape_built_from_the_values_given():
+    """The hint's example filled every symbolic dim with 1: for MTCNN's P-Net (batch, h, w, 3 from
+    tf2onnx) given [48, 48, 3], it offered [1, 1, 1, 3], which the net cannot run."""
+    pnet = InputSpec("input_1", "float32", ("unk__batch", "unk__h", "unk__w", 3))
+    with pytest.raises(InvalidOptions, match="has 3 dims but the input has rank 4") as e:
+        resolved_input_shapes([pnet], {"input_1": [48, 48, 3]})
+    assert e.value.hint.endswith('{"input_shapes": {"input_1": [1, 48, 48, 3]}}')
+    with pytest.raises(InvalidOptions) as e:  # one leading 1 too many
+        resolved_input_shapes([pnet], {"input_1": [1, 1, 48, 48, 3]})
+    assert e.value.hint.endswith('[1, 48, 48, 3]}}')
+    with pytest.raises(InvalidOptions) as e:  # the values do not fit the fixed dims: a placeholder, never 1
+        resolved_input_shapes([IMG], {"image": [1, 8, 8]})
+    assert e.value.hint.endswith('{"input_shapes": {"image": ["<value>", 3, "<value>", "<value>"]}}')
+
+
+def test_the_integer_input_hint_leads_with_a_constant_for_a_scalar():
+    """A 0-d integer input is a sample rate, a length or a flag: the hint's first example is a constant."""
+    with pytest.raises(InvalidOptions) as e:
+        generated_samples([InputSpec("sr", "int64", ())], {"sr": ()}, ComparisonOptions())
+    assert e.value.hint.startswith('give the one value a real input holds, e.g. {"input_values": {"sr": {"constant": 16000}}}')
+    with pytest.raises(InvalidOptions) as e:
+        generated_samples([TOKENS], {"tokens": (1, 5)}, ComparisonOptions())
+    assert e.value.hint.startswith('give the values a real input holds: a range, e.g. {"input_values": {"tokens": {"low"')
+
+
 def test_generated_samples_are_seeded_and_evaluation_is_held_out():
     opts = ComparisonOptions(calibration_samples=3, eval_samples=2, seed=7)
     shapes = {"x": (1, 2, 4)}

@@ -7,6 +7,7 @@ held out); uploaded ``.npz`` files have one array per input with the samples on 
 
 from __future__ import annotations
 
+import json
 import re
 import zipfile
 from dataclasses import dataclass
@@ -67,13 +68,24 @@ def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None
         if iv is None or iv.low is None or iv.high is None:
             raise InvalidOptions(
                 f"input {spec.name!r} is {spec.dtype}: quantcompare cannot guess valid values for it",
-                hint=(f'give a range or a constant, e.g. {{"input_values": {{"{spec.name}": {{"low": 0, "high": 100}}}}}}'
-                      " (high is exclusive), or upload calibration data as .npz"),
+                hint=_integer_values_hint(spec),
             )
         lo, hi = int(iv.low), int(iv.high)
         return f"uniform int [{lo}, {hi})", lambda rng, shape: rng.integers(lo, hi, size=shape).astype(dtype)
     raise InvalidOptions(f"input {spec.name!r} has dtype {spec.dtype}, which quantcompare cannot generate",
                          hint="upload calibration data as .npz")
+
+
+def _integer_values_hint(spec: InputSpec) -> str:
+    """The option for an integer input, a constant first where the input is one number (a sample rate,
+    a length, a flag), a range first otherwise (ids into a table)."""
+    constant = json.dumps({"input_values": {spec.name: {"constant": 16000}}})
+    span = json.dumps({"input_values": {spec.name: {"low": 0, "high": 100}}})
+    if len(spec.shape) == 0:
+        return (f"give the one value a real input holds, e.g. {constant} for a sample rate, or a range, "
+                f"e.g. {span} (high is exclusive); or upload calibration data as .npz")
+    return (f"give the values a real input holds: a range, e.g. {span} (high is exclusive; token ids run from 0 "
+            f"to the vocabulary size), or a constant, e.g. {constant}; or upload calibration data as .npz")
 
 
 def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions,

@@ -125,6 +125,21 @@ def _mismatch(name: str, i: int, data: tuple[int, ...], what: str, value) -> Inv
     )
 
 
+def _rank_hint(spec: InputSpec, given) -> str:
+    """One value per dim: the given values aligned to the right (a missing or an extra leading batch
+    of 1 is the usual slip) when that fits the fixed dims, else the fixed dims and a placeholder."""
+    rank, given = len(spec.shape), [int(d) for d in given]
+    while len(given) > rank and given[0] == 1:
+        given = given[1:]
+    if len(given) <= rank:
+        lead = [d if isinstance(d, int) else 1 for d in spec.shape[:rank - len(given)]]
+        aligned = lead + given
+        if all(not isinstance(d, int) or d == a for d, a in zip(spec.shape, aligned)):
+            return "give one value per dim; with the values you gave: " + json.dumps({"input_shapes": {spec.name: aligned}})
+    example = [d if isinstance(d, int) else "<value>" for d in spec.shape]
+    return "give one value per dim, e.g. " + json.dumps({"input_shapes": {spec.name: example}})
+
+
 def resolved_input_shapes(
     specs: list[InputSpec], input_shapes: dict[str, list[int]], *,
     data_shapes: dict[str, tuple[int, ...]] | None = None,
@@ -195,7 +210,7 @@ def resolved_input_shapes(
                 raise InvalidOptions(
                     f"input_shapes[{spec.name!r}] has {len(given)} dims but the input has rank {len(spec.shape)} "
                     f"(declared shape {list(spec.shape)})",
-                    hint="give one value per dim, e.g. " + json.dumps({"input_shapes": {spec.name: [d if isinstance(d, int) else 1 for d in spec.shape]}}),
+                    hint=_rank_hint(spec, given),
                 )
             for i, (want, got) in enumerate(zip(spec.shape, given)):
                 if isinstance(want, int) and want != got:
