@@ -69,22 +69,28 @@ def _stored_bytes(t, base_dir: Path) -> bytes | None:
     return t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
 
 
+def declared_bytes(t) -> int | None:
+    """The bytes a tensor's dims and dtype declare (its data unread); None for strings and for a dtype
+    this onnx has no numpy type for."""
+    if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return None
+    n = 1
+    for d in t.dims:
+        n *= d
+    try:
+        return n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def repeated_initializers(model, base_dir: Path, *, min_bytes: int = REPEATED_MIN_BYTES) -> list[RepeatedContent]:
     """The main graph's initializers of ``min_bytes`` or more that store the same content as another
     (same dtype, shape and bytes), grouped; largest waste first. Only tensors that share dtype and shape
     with another are read, so a file without repeats costs a pass over its initializer headers."""
     by_kind: dict[tuple, list] = defaultdict(list)
     for t in model.graph.initializer:
-        if t.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
-            continue
-        n = 1
-        for d in t.dims:
-            n *= d
-        try:
-            nbytes = n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
-        except (KeyError, TypeError, ValueError):  # a dtype this onnx has no numpy type for
-            continue
-        if nbytes >= min_bytes:
+        nbytes = declared_bytes(t)
+        if nbytes is not None and nbytes >= min_bytes:
             by_kind[(t.data_type, tuple(t.dims))].append((t, nbytes))
     groups = []
     for tensors in by_kind.values():

