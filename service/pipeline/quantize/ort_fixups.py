@@ -261,17 +261,22 @@ _BIAS_INPUT = 2  # Conv/ConvTranspose/Gemm bias, a normalization's B: what quant
 _BIAS_READERS = {"Conv", "ConvTranspose", "Gemm", "InstanceNormalization", "LayerNormalization"}
 
 
+def _reads_a_bias(n) -> bool:
+    return (n.op_type in _BIAS_READERS and n.domain in _DEFAULT_DOMAINS
+            and len(n.input) > _BIAS_INPUT and bool(n.input[_BIAS_INPUT]))
+
+
 def _bias_readers(g) -> list:
-    return [n for n in g.node if n.op_type in _BIAS_READERS and n.domain in _DEFAULT_DOMAINS
-            and len(n.input) > _BIAS_INPUT and n.input[_BIAS_INPUT]]
+    return [n for n in g.node if _reads_a_bias(n)]
 
 
 def _other_reads(g) -> Counter:
     """How often each tensor is read other than as a bias (an Add's operand: ALBERT's shared layer once
-    quant_pre_process fused one of its MatMul + Add into a Gemm, the others not)."""
-    at_bias = {id(n) for n in _bias_readers(g)}
+    quant_pre_process fused one of its MatMul + Add into a Gemm, the others not). Asked of each node,
+    not by ``id()``: protobuf makes a new wrapper per iteration of ``g.node`` and recycles the ids,
+    which had counted a Conv's own bias as read otherwise in one run and not in the next."""
     return Counter(i for n in g.node for k, i in enumerate(n.input)
-                   if i and not (id(n) in at_bias and k == _BIAS_INPUT))
+                   if i and not (k == _BIAS_INPUT and _reads_a_bias(n)))
 
 
 def _shared_biases(model) -> dict[str, bool]:
