@@ -6,7 +6,7 @@ never from what the tool was asked to do: the point is to show what each tool ac
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -275,6 +275,10 @@ _WEIGHT_SLOT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1}
 # A float op between another op and its QuantizeLinear belongs to that op's unit only when the
 # quantizer absorbs it (ORT's ReluQuantFusion / ClipQuantFusion, PT2E's conv-relu patterns).
 _UNIT_TAIL = {"Relu", "Clip"}
+# What torch.onnx.export puts between a weight's DequantizeLinear and its reader (nn.Linear on a 3-D
+# input: DQ(w) -> Transpose -> MatMul): ORT's transpose optimizer moves it into the constant at level
+# basic, so the reader reads a dequantized weight all the same.
+_WEIGHT_LAYOUT = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
 
 
 def _classify_ops(g: GraphIndex, nodes):
@@ -284,10 +288,35 @@ def _classify_ops(g: GraphIndex, nodes):
     a float op in a QOperator file (the quantizer's bridge around what it did not quantize).
     int8 kernels are counted separately."""
     qoperator = any(op_key(n) in QUANTIZED_KERNELS for n in nodes)
+    derived: dict[str, bool] = {}
+
+    def dequantized_weight(tensor: str, depth: int = 0) -> bool:
+        """DequantizeLinear of a constant, possibly through _WEIGHT_LAYOUT ops on nothing else."""
+        if tensor not in derived:
+            p = g.producer.get(tensor)
+            if p is None or depth > 8:
+                derived[tensor] = False
+            elif p.op_type == DEQUANTIZE:
+                derived[tensor] = g.is_constant(p.input[0])
+            else:
+                ins = [i for i in p.input if i and not g.is_constant(i)]
+                derived[tensor] = (p.op_type in _WEIGHT_LAYOUT and bool(ins)
+                                   and all(dequantized_weight(i, depth + 1) for i in ins))
+        return derived[tensor]
 
     def data_inputs(node):
-        return [i for i in node.input if i and not g.is_constant(i)
-                and not (i in g.producer and g.producer[i].op_type == DEQUANTIZE and g.is_constant(g.producer[i].input[0]))]
+        return [i for i in node.input if i and not g.is_constant(i) and not dequantized_weight(i)]
+
+    def bias_add(node) -> bool:
+        """An Add of a constant to a MatMul's only output: ORT's MatMulAddFusion (level basic) makes the
+        two one Gemm, whose QDQ unit ends at the QuantizeLinear after the Add (torch.onnx.export writes
+        nn.Linear on a 3-D input as MatMul + Add)."""
+        ins = [i for i in node.input if i]
+        if node.op_type != "Add" or (node.domain or "") not in ("", "ai.onnx") or len(ins) != 2:
+            return False
+        live = [i for i in ins if not g.is_constant(i) and not dequantized_weight(i)]
+        p = g.producer.get(live[0]) if len(live) == 1 else None
+        return p is not None and p.op_type == "MatMul" and len(g.consumers.get(live[0], [])) == 1
 
     def weight(node) -> str:
         k = _WEIGHT_SLOT.get(node.op_type)
@@ -316,11 +345,11 @@ def _classify_ops(g: GraphIndex, nodes):
             p = g.producer.get(i)
             if p is None:
                 ok = False
-            elif p.op_type == DEQUANTIZE:
+            elif p.op_type == DEQUANTIZE or dequantized_weight(i):
                 continue
-            elif (node.op_type in _UNIT_TAIL and p.op_type not in QDQ_OPS and len(g.consumers.get(i, [])) == 1
-                  and fed_by_dq(p)):
-                continue  # the Relu of a Conv -> Relu -> Q unit
+            elif ((node.op_type in _UNIT_TAIL or bias_add(node)) and p.op_type not in QDQ_OPS
+                  and len(g.consumers.get(i, [])) == 1 and fed_by_dq(p)):
+                continue  # the Relu of a Conv -> Relu -> Q unit, the Add of a MatMul -> Add -> Q one
             else:
                 ok = False
         memo_in[id(node)] = ok
@@ -334,7 +363,7 @@ def _classify_ops(g: GraphIndex, nodes):
             cons = g.consumers.get(o, [])
             if cons and all(c.op_type == QUANTIZE for c in cons):
                 ok = True
-            elif len(cons) == 1 and cons[0].op_type in _UNIT_TAIL and feeds_q(cons[0]):
+            elif len(cons) == 1 and (cons[0].op_type in _UNIT_TAIL or bias_add(cons[0])) and feeds_q(cons[0]):
                 ok = True
         memo_out[id(node)] = ok
         return ok
@@ -351,6 +380,7 @@ def _classify_ops(g: GraphIndex, nodes):
         return depth < 8 and p.op_type not in QDQ_OPS and reads_8bit(p, depth + 1)
 
     quantized, floating, reasons = Counter(), Counter(), {}
+    why: dict[str, Counter] = defaultdict(Counter)
     for node in nodes:
         key = op_key(node)
         if node.op_type in QDQ_OPS or node.op_type in _STRUCTURAL or key in QUANTIZED_KERNELS:
@@ -361,20 +391,26 @@ def _classify_ops(g: GraphIndex, nodes):
         if not data_inputs(node) and not any(
             g.producer.get(i) is not None and g.producer[i].op_type == DEQUANTIZE for i in node.input if i):
             continue  # shape arithmetic on constants
+        if node.op_type in _WEIGHT_LAYOUT and all(dequantized_weight(o) for o in node.output if o):
+            continue  # a weight laid out for its reader, not a computation
         if fed_by_dq(node) and feeds_q(node) and not float_weight(node) and not bridged(node):
             quantized[key] += 1
         else:
             floating[key] += 1
             if float_weight(node):
-                reasons.setdefault(key, "its weight is stored in float (no DequantizeLinear on it)")
+                why[key]["its weight is stored in float (no DequantizeLinear on it)"] += 1
             elif bridged(node) and fed_by_dq(node) and feeds_q(node):
-                reasons.setdefault(key, "QOperator file: the quantizer left it in float between a DequantizeLinear "
-                                        "and a QuantizeLinear (a quantized op is a QLinear kernel there)")
+                why[key]["QOperator file: the quantizer left it in float between a DequantizeLinear "
+                         "and a QuantizeLinear (a quantized op is a QLinear kernel there)"] += 1
             elif fed_by_dq(node):
-                reasons.setdefault(key, "inputs are dequantized but the output is not quantized")
+                why[key]["inputs are dequantized but the output is not quantized"] += 1
             elif feeds_q(node):
-                reasons.setdefault(key, "output is quantized but the inputs are float")
+                why[key]["output is quantized but the inputs are float"] += 1
             else:
-                reasons.setdefault(key, "not quantized by this tool (no Q/DQ around it)")
+                why[key]["not quantized by this tool (no Q/DQ around it)"] += 1
+    # One reason per op type; where its nodes differ, each reason with its count, the commonest first.
+    for key, counted in why.items():
+        reasons[key] = (next(iter(counted)) if len(counted) == 1
+                        else "; ".join(f"{r} (x{k})" for r, k in counted.most_common()))
     float_weights = sum(1 for node in nodes if float_weight(node))
     return quantized, floating, reasons, float_weights
