@@ -13,7 +13,7 @@ from service.pipeline.environment import cpu_info
 from service.pipeline.options import ComparisonOptions
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.verdict.decisions import decisions_table
-from service.pipeline.verdict.lints import lints_for, ort_optimized_upload_lints
+from service.pipeline.verdict.lints import lints_for, ort_optimized_upload_lints, sentinel_range_lints
 from service.pipeline.verdict.platform_notes import platform_notes
 from service.pipeline.verdict.reference_noise import (
     nonfinite_reference_lints, saturated_reference_lints, unstable_reference_lints,
@@ -42,6 +42,7 @@ def decided_from_levels(levels: LevelsResult, *, inventories: dict[str, Quantiza
                                   batchnorm_in_source=batchnorm_in_source),
         lints=ort_optimized_upload_lints(levels.files.get("fp32"))
         + lints_for(names=names, files=levels.files, optimized=levels.optimized, options=options, cpu=cpu)
+        + sentinel_range_lints(inventories)
         + unstable_reference_lints(levels.optimized.get("fp32", {}), levels.reference_outputs)
         + nonfinite_reference_lints(levels.optimized.get("fp32", {}), levels.reference_outputs)
         + saturated_reference_lints(levels.optimized.get("fp32", {}), levels.reference_outputs),

@@ -16,7 +16,7 @@ from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
 __all__ = ["lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
-           "repeated_weight_lints", "selection_input_lints"]
+           "repeated_weight_lints", "selection_input_lints", "sentinel_range_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
 
@@ -227,6 +227,39 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
                   "bytes, so pointing every reader of a copy at the first one gives the same outputs from a smaller "
                   "file; ort_qdq quantizes a shared weight once"),
             source="onnxruntime/core/optimizer/constant_sharing.h ('only scalar-valued initializers are handled')",
+        ))
+    return out
+
+
+# An int8 step this wide (a range of ~2.5e8) fits no activation a network computes: it is a sentinel
+# in the calibration data, an attention mask's float32 minimum (or -1e9) added to padded positions.
+SENTINEL_SCALE = 1e6
+
+
+def sentinel_range_lints(inventories: dict) -> list[Lint]:
+    """Activations whose calibrated scale is SENTINEL_SCALE or more, per quantized artifact: every
+    ordinary value of such a tensor quantizes to its zero point (MiniLM on padded batches: scale
+    1.3e36 on the mask Adds read by Softmax, 2.5 dB on every path)."""
+    out = []
+    for artifact, inv in inventories.items():
+        if inv is None or artifact == "fp32":
+            continue
+        wide = sorted(((max(t.scale), t) for t in inv.tensors if t.role == "activation" and t.scale
+                       and max(t.scale) >= SENTINEL_SCALE), key=lambda st: -st[0])
+        if not wide:
+            continue
+        readers = sorted({c for _, t in wide for c in t.consumers})
+        names = ", ".join(f"'{t.name}' (step {step:.3g})" for step, t in wide[:3]) + (" ..." if len(wide) > 3 else "")
+        out.append(Lint(
+            code="sentinel_in_activation_range", severity="error", artifact=artifact,
+            message=f"{len(wide)} activation(s) were calibrated to an int8 step of {SENTINEL_SCALE:g} or more: {names}"
+                    f"{', read by ' + ', '.join(readers) if readers else ''}. Every ordinary value of such a tensor "
+                    "quantizes to its zero point. A range this wide is a sentinel in the calibration data, such as "
+                    "an attention mask's float32 minimum (or -1e9) added to the scores of padded positions.",
+            hint="calibrate on samples without padding (attention_mask all ones; a padded position of a real input is "
+                 "then clamped at the range's lower end instead of float32's minimum, and keeps a small weight after "
+                 "the Softmax), or keep the mask's Add and the Softmax that reads it in float with "
+                 "options.ort.nodes_to_exclude (ORT paths; PT2E has no per-node option)",
         ))
     return out
 
