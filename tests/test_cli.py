@@ -58,16 +58,24 @@ def test_compare_an_uploaded_onnx_file(tiny_onnx_models, tmp_path):
 
 
 def test_a_second_run_into_the_same_out_folder_works_and_leaves_the_model_alone(tiny_onnx_models, tmp_path):
-    """artifacts/fp32.onnx is a hard link to the model: a rerun found it there and stopped with
-    'internal_error: SameFileError'."""
-    model = tiny_onnx_models["tiny_conv_net"]
+    """A rerun found artifacts/fp32.onnx there and stopped with 'internal_error: SameFileError'. And
+    that file was a hard link to the user's model: saving the model again in place changed the
+    earlier report's reference under its sha256; it is a copy now."""
+    import shutil
+
+    model = tmp_path / "mine" / "model.onnx"
+    model.parent.mkdir()
+    shutil.copyfile(tiny_onnx_models["tiny_conv_net"], model)
     before = model.read_bytes()
     for _ in range(2):
         proc = _run("compare", str(model), "--options", '{"latency": {"enabled": false}, "advice": {"enabled": false}, '
                     '"layers": {"enabled": false}}', "--out", str(tmp_path / "o"), "-q")
         assert proc.returncode == 0, proc.stdout + proc.stderr
     assert model.read_bytes() == before
-    assert (tmp_path / "o" / "artifacts" / "fp32.onnx").read_bytes() == before
+    stored = tmp_path / "o" / "artifacts" / "fp32.onnx"
+    assert stored.read_bytes() == before and not stored.samefile(model)
+    model.write_bytes(b"the user saved another model here")
+    assert stored.read_bytes() == before
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -165,13 +165,20 @@ def example_args(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]):
 
 
 def copy_upload(src: Path, dest: Path) -> Path:
+    """``dest`` (``<job>/artifacts/fp32.onnx``) with ``src``'s bytes: a hard link when ``src`` is a file
+    of the same job folder (the service's ``input/``: no second copy of a large model), else a copy.
+    A CLI model lies where its user keeps it, and a link would tie the report's fp32 file to that
+    file: saving the model again in place would change the earlier run's reference under its sha256."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     if dest.exists():
-        if dest.samefile(src):  # a CLI run again into the same --out: the link is already there
+        if dest.samefile(src):  # a run again into the same job folder: the link is already there
             return dest
-        dest.unlink()  # an earlier run's file of another model
-    try:
-        dest.hardlink_to(src)  # same folder tree: no second copy of a large model
-    except OSError:
-        shutil.copyfile(src, dest)
+        dest.unlink()  # an earlier run's file (of another model, or a copy of this one)
+    if src.resolve().is_relative_to(dest.parent.parent.resolve()):
+        try:
+            dest.hardlink_to(src)
+            return dest
+        except OSError:
+            pass
+    shutil.copyfile(src, dest)
     return dest
