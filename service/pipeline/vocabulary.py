@@ -89,6 +89,10 @@ QDQ_FUSION_LIST = QDQ_DROP_OPS | {
 }
 # ONNX ops that draw random numbers; without a ``seed`` attribute ORT seeds each kernel with one
 # per-process value (from the clock unless set) plus the node's index (cpu/generator/random.h).
+# quantcompare's name for the copy of a shared bias it gives each further reader before ORT quantizes
+# (quantize/ort_fixups.shared_biases_copied): '<bias>__reader<k>', and ORT's tensors made from it.
+BIAS_COPY_MARK = "__reader"
+
 RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                         "Bernoulli"})
 # ONNX ops whose output *shape* is computed from the values they read (the ONNX spec's output

@@ -95,6 +95,9 @@ class RepeatedInitializers(_Model):
     extra_copies: int  # copies beyond the first of each
     extra_bytes: int  # bytes those copies take
     largest: list[RepeatedGroup] = Field(default_factory=list)  # the 5 groups that waste the most
+    # of extra_bytes, those of copies that come from quantcompare's per-reader copies of a shared bias
+    # (their equal zero points and scales, as ORT writes one per quantized tensor)
+    extra_bytes_from_bias_copies: int = 0
 
 
 class FileInfo(_Model):

@@ -167,3 +167,38 @@ def test_repeated_weights_lint_names_a_file_with_more_copies_than_the_upload(tmp
     assert f"{CONVS - 1} extra copies of 1 weight" in lints[0].message and "stores each once" in lints[0].message
     # an upload that already stores those copies: the file adds none, no lint
     assert repeated_weight_lints({"fp32": info["copied"], "ort_qdq": info["copied"]}) == []
+
+
+def test_the_copies_made_for_a_shared_bias_are_not_blamed_on_the_upload(tmp_path):
+    """A bias shared by 20 Gemms gets a copy per reader before ORT quantizes (ort_fixups), and ORT then
+    writes one equal int32 zero point per copy: captcha-whisperer's unrolled LSTM read 'stores 197 extra
+    copies ... where the upload stores each once', with a hint to change the upload."""
+    from service.pipeline.inspect.inventory import file_info_from_onnx
+    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.pipeline.quantize.ort_fixups import shared_biases_copied
+    from service.pipeline.quantize.ort_quant import quantized_by_ort
+    from service.pipeline.verdict.lints import repeated_weight_lints
+
+    rng = np.random.default_rng(0)
+    readers = 20
+    inits = [numpy_helper.from_array(rng.standard_normal(512).astype(np.float32), "shared_b")]
+    nodes = []
+    for i in range(readers):
+        inits.append(numpy_helper.from_array((rng.standard_normal((8, 512)) * (i + 1)).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Gemm", ["x", f"w{i}", "shared_b"], [f"g{i}"], name=f"gemm{i}"))
+    nodes.append(helper.make_node("Sum", [f"g{i}" for i in range(readers)], ["y"], name="sum"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, str(tmp_path / "fp32.onnx"))
+    assert shared_biases_copied(model) == {"shared_b": readers - 1}
+    onnx.save(model, str(tmp_path / "fixed.onnx"))
+    feeds = [{"x": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(4)]
+    quantized_by_ort(tmp_path / "fixed.onnx", tmp_path / "ort_qdq.onnx", feeds, ["x"], quant_format="qdq",
+                     settings=resolved_ort_settings(ComparisonOptions()))
+    info = {name: file_info_from_onnx(tmp_path / f"{name}.onnx", onnx.load(str(tmp_path / f"{name}.onnx")))
+            for name in ("fp32", "ort_qdq")}
+    repeated = info["ort_qdq"].repeated_initializers
+    assert repeated is not None and repeated.extra_bytes >= 0.05 * info["ort_qdq"].size  # worth a lint, if it were the upload's
+    assert repeated.extra_bytes_from_bias_copies == repeated.extra_bytes
+    assert repeated_weight_lints(info) == []

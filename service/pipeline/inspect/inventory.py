@@ -13,6 +13,7 @@ import numpy as np
 
 from service.pipeline.files import external_data_bytes, file_sha256, repeated_initializers
 from service.pipeline.vocabulary import (
+    BIAS_COPY_MARK,
     COMPUTE_OPS,
     DEQUANTIZE,
     QDQ_OPS,
@@ -83,9 +84,13 @@ def _repeated_summary(model, base_dir: Path) -> RepeatedInitializers | None:
     groups = repeated_initializers(model, base_dir)
     if not groups:
         return None
+    def from_bias_copies(g) -> bool:  # the first reader keeps the bias's own name, the others are copies
+        return sum(BIAS_COPY_MARK not in n for n in g.names) <= 1
+
     return RepeatedInitializers(
         groups=len(groups), extra_copies=sum(len(g.names) - 1 for g in groups),
         extra_bytes=sum((len(g.names) - 1) * g.nbytes for g in groups),
+        extra_bytes_from_bias_copies=sum((len(g.names) - 1) * g.nbytes for g in groups if from_bias_copies(g)),
         largest=[RepeatedGroup(copies=len(g.names), bytes_each=g.nbytes,
                                names=[_shortened(n, MAX_METADATA_KEY) for n in g.names[:4]]) for g in groups[:5]],
     )

@@ -88,7 +88,7 @@ from service.errors import NonFiniteCalibration, OrtQuantizerFailed
 from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
-from service.pipeline.vocabulary import all_tensor_names, rename_outer_reads, rename_reads, subgraphs
+from service.pipeline.vocabulary import BIAS_COPY_MARK, all_tensor_names, rename_outer_reads, rename_reads, subgraphs
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -318,7 +318,7 @@ def shared_biases_copied(model) -> dict[str, int]:
         for k, node in enumerate(readers[first:], 1):
             copy = g.initializer.add()
             copy.CopyFrom(tensors[bias])
-            copy.name = _unused_name(f"{bias}__reader{k}", names)
+            copy.name = _unused_name(f"{bias}{BIAS_COPY_MARK}{k}", names)
             node.input[_BIAS_INPUT] = copy.name
         copies[bias] = len(readers) - first
     return copies

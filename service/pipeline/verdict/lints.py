@@ -204,8 +204,10 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
     out = []
     for name, info in files.items():
         r = info.repeated_initializers
-        if name == "fp32" or r is None or r.extra_bytes <= (upload.extra_bytes if upload else 0) \
-                or r.extra_bytes < REPEATED_WEIGHTS_MIN_SHARE * info.size:
+        # Copies quantcompare made so that ORT quantizes a shared bias per reader are no repeat of the upload's.
+        own = r.extra_bytes - r.extra_bytes_from_bias_copies if r is not None else 0
+        if name == "fp32" or r is None or own <= (upload.extra_bytes if upload else 0) \
+                or own < REPEATED_WEIGHTS_MIN_SHARE * info.size:
             continue
         examples = "; ".join(f"{g.copies} x {_size(g.bytes_each)}: " + " = ".join(g.names)
                              + (" = ..." if g.copies > len(g.names) else "") for g in r.largest[:3])
@@ -222,7 +224,10 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
                      f"bytes under other names ({examples}): {_size(r.extra_bytes)}, "
                      f"{r.extra_bytes / info.size:.0%} of the file's {_size(info.size)}, where {stored}."
                      f"{why} ONNX Runtime keeps every copy in memory too: its ConstantSharing pass shares scalar "
-                     "initializers only."),
+                     "initializers only."
+                     + (f" {_size(r.extra_bytes_from_bias_copies)} of them are the equal zero points and scales ORT "
+                        "wrote for quantcompare's per-reader copies of shared biases (tool.notes), not the upload's."
+                        if r.extra_bytes_from_bias_copies else "")),
             hint=("compute a shared weight once, outside the loop or module that reuses it; the copies hold equal "
                   "bytes, so pointing every reader of a copy at the first one gives the same outputs from a smaller "
                   "file; ort_qdq quantizes a shared weight once"),
