@@ -6,16 +6,19 @@ from __future__ import annotations
 
 from collections import Counter
 
+import onnx
+
 from service.pipeline.environment import cpu_info
+from service.pipeline.files import declared_bytes
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
 from service.pipeline.runtime.ort_sessions import JOB_RANDOM_SEED
-from service.pipeline.vocabulary import ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes
+from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes, op_key
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
-__all__ = ["lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
+__all__ = ["integer_weight_lints", "lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
            "repeated_weight_lints", "selection_input_lints", "sentinel_range_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
@@ -321,6 +324,48 @@ def random_op_lints(model) -> list[Lint]:
         hint=("give each random op a seed attribute (the quantized files keep it, so every file draws the same "
               "numbers and the figures measure quantization alone), or feed the noise as an input"),
         source="onnxruntime/core/providers/cpu/generator/random.h (GetRandomSeed() + node Index()), core/framework/random_seed.cc",
+    )]
+
+
+_INTEGER_WEIGHT_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.UINT8, onnx.TensorProto.INT4,
+                         onnx.TensorProto.UINT4, onnx.TensorProto.INT16, onnx.TensorProto.UINT16}
+_FLOAT_TYPES = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
+
+
+def integer_weight_lints(model) -> list[Lint]:
+    """One lint when the upload stores weights as integers that Cast makes float (int8 -> Cast -> Mul
+    by a scale: a weight-only quantized export, such as tinyocr's PP-OCRv6 recognizer, 39 of them):
+    its "fp32" reference already computes with rounded weights, and a quantized file cannot be much
+    smaller than it."""
+    g = model.graph
+    integer = {t.name: declared_bytes(t) or 0 for t in g.initializer if t.data_type in _INTEGER_WEIGHT_TYPES}
+    cast = [n for n in g.node if n.op_type == "Cast" and (n.domain or "") in ("", "ai.onnx") and n.input
+            and n.input[0] in integer and any(a.name == "to" and a.i in _FLOAT_TYPES for a in n.attribute)]
+    readers: dict[str, list] = {}
+    for n in g.node:
+        for i in n.input:
+            readers.setdefault(i, []).append(n)
+
+    def reaches_compute(tensor: str, steps: int = 3) -> bool:  # through the scale's Mul (and a zero point's Sub)
+        return any(op_key(r) in COMPUTE_OPS or r.op_type == "Gather"
+                   or (steps > 1 and r.op_type in ("Mul", "Sub", "Add", "Reshape", "Transpose")
+                       and any(reaches_compute(o, steps - 1) for o in r.output))
+                   for r in readers.get(tensor, []))
+
+    stored = {n.input[0]: integer[n.input[0]] for n in cast if reaches_compute(n.output[0])}
+    if not stored:
+        return []
+    total = sum(declared_bytes(t) or 0 for t in g.initializer)
+    share = sum(stored.values()) / total if total else 0.0
+    names = ", ".join(f"'{n}'" for n in list(stored)[:3]) + (" ..." if len(stored) > 3 else "")
+    return [Lint(
+        code="upload_weights_already_integer", severity="warning", artifact="fp32",
+        message=(f"the upload stores {len(stored)} weight(s) as integers that a Cast turns into float ({names}; "
+                 f"{share:.0%} of its initializer bytes): it is a weight-only quantized model, so the fp32 reference "
+                 "already computes with rounded weights, every quantizer rounds those weights a second time, and a "
+                 "quantized file stores them in about the bytes the upload does."),
+        hint=("compare from the float model the weights were rounded from, if you have it; as it is, the figures "
+              "measure activation quantization on top of the upload's own weight rounding"),
     )]
 
 
