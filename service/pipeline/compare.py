@@ -61,6 +61,7 @@ from service.pipeline.verdict.advice import advice_for_job
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lints import (
+    folded_input_lints,
     integer_weight_lints,
     padded_selection_lints,
     random_op_lints,
@@ -218,7 +219,7 @@ def run_comparison(
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options) + random_op_lints(fp32.file.model)
-        + integer_weight_lints(fp32.file.model)
+        + integer_weight_lints(fp32.file.model) + folded_input_lints(artifacts.get("pt2e_qdq"))
         + padded_selection_lints(fp32.padded_selection())
         + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
         + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))

@@ -64,12 +64,12 @@ def _bake_inputs(model, constants: dict[str, np.ndarray], notes: list[str]) -> l
     if baked:
         del model.graph.input[:]
         model.graph.input.extend(kept)
-        shown = ", ".join(f"{n}={_short(constants[n])}" for n in baked)
+        shown = ", ".join(f"{n}={shown_value(constants[n])}" for n in baked)
         notes.append(f"inputs that hold one value in every calibration sample were folded in as constants: {shown}")
     return baked
 
 
-def _short(value: np.ndarray) -> str:
+def shown_value(value: np.ndarray) -> str:
     arr = np.asarray(value)
     return str(arr.item()) if arr.size == 1 else f"<{arr.dtype} {list(arr.shape)}>"
 
@@ -204,8 +204,11 @@ def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
     return CleanedModel(model=work, notes=notes, baked_inputs=baked)
 
 
-def constant_inputs(calibration: list[dict[str, np.ndarray]], *, max_elements: int = 16) -> dict[str, np.ndarray]:
-    """Integer/bool inputs that hold the same small value in every sample (a sample rate, a flag).
+def constant_inputs(calibration: list[dict[str, np.ndarray]], *, max_elements: int = 1) -> dict[str, np.ndarray]:
+    """Integer/bool inputs that hold the same value in every sample: a sample rate, a flag, whose If
+    must fold for torch.export. Scalars only: a tensor input that the samples hold constant is a mask
+    or ids the generator made constant (attention_mask all ones, token_type_ids all zeros), and baked
+    in, the PT2E file ignored it (MiniLM's pt2e_qdq attended over padding in every padded batch).
 
     Float inputs are never baked: a float that never varies in calibration is still data.
     """

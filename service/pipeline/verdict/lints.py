@@ -18,7 +18,7 @@ from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_O
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
-__all__ = ["integer_weight_lints", "lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
+__all__ = ["folded_input_lints", "integer_weight_lints", "lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
            "repeated_weight_lints", "selection_input_lints", "sentinel_range_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
@@ -324,6 +324,26 @@ def random_op_lints(model) -> list[Lint]:
         hint=("give each random op a seed attribute (the quantized files keep it, so every file draws the same "
               "numbers and the figures measure quantization alone), or feed the noise as an input"),
         source="onnxruntime/core/providers/cpu/generator/random.h (GetRandomSeed() + node Index()), core/framework/random_seed.cc",
+    )]
+
+
+def folded_input_lints(pt2e) -> list[Lint]:
+    """One lint when the PT2E file of an ONNX upload was converted with inputs folded in as constants
+    (a scalar integer input that every calibration sample holds at one value: silero's sample rate,
+    whose If torch.export cannot trace): the file still takes the input, and ignores it."""
+    conversion = (pt2e.tool.conversion or {}) if pt2e is not None and pt2e.status == "ok" and pt2e.tool else {}
+    folded = conversion.get("folded_inputs") or {}
+    if not folded:
+        return []
+    shown = ", ".join(f"{n} = {v}" for n, v in folded.items())
+    return [Lint(
+        code="pt2e_ignores_inputs", severity="warning", artifact="pt2e_qdq",
+        message=(f"the PT2E file computes as if {shown} in every call: each held that value in every calibration "
+                 "sample and was folded in as a constant, so that torch.export could trace what it decides (an If "
+                 "on a sample rate). The file still takes the input and ignores it: a caller who passes another "
+                 "value gets this value's result, with no error, where fp32 and the ORT files compute the other."),
+        hint=("give the value you deploy with options.input_values {\"<input>\": {\"constant\": <value>}} and run a "
+              "job per value you use; or upload a torch.export .pt2 of the model, whose program keeps the branch"),
     )]
 
 

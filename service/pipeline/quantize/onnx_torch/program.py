@@ -19,7 +19,7 @@ import numpy as np
 from service.errors import PathSkipped
 from service.pipeline.quantize.already_quantized import skip_if_quantized
 from service.pipeline.quantize.isolation import first_line
-from service.pipeline.quantize.onnx_cleanup import constant_inputs
+from service.pipeline.quantize.onnx_cleanup import constant_inputs, shown_value
 
 from .module import ConversionError, MissingConverters, build_module, contiguous
 from .parity import parity_vs_onnx
@@ -50,11 +50,13 @@ class Conversion:
     notes: list[str] = field(default_factory=list)
     # What parity could not check (outputs after a tie): the PT2E tool's notes repeat it, so the page shows it.
     caveats: list[str] = field(default_factory=list)
+    # Inputs folded in as constants (specialize._bake_inputs): the PT2E file still takes them, and ignores them.
+    folded_inputs: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"converter": self.converter, "ops": self.ops, "folded": self.folded,
                 "max_abs_error_vs_onnx": self.max_abs_error_vs_onnx, "parity": self.parity,
-                "seconds": self.seconds, "notes": [*self.caveats, *self.notes]}
+                "seconds": self.seconds, "notes": [*self.caveats, *self.notes], "folded_inputs": self.folded_inputs}
 
 
 class ConversionSkipped(PathSkipped):
@@ -95,6 +97,7 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     skip_if_quantized(model)
     spec = specialized(model, shapes, constants=constant_inputs(calibration or []))
     conv.notes.extend(spec.notes)
+    conv.folded_inputs = {n: shown_value(v) for n, v in spec.baked.items()}
     conv.seconds["specialize"] = round(time.perf_counter() - t0, 3)
 
     names = [s.name for s in source.specs]
