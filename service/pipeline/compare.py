@@ -176,7 +176,8 @@ class Inspected:
     artifacts: dict[str, Artifact]
     inventories: dict[str, QuantizationInventory]
     paths: dict[str, Path]  # artifacts that go on to the levels stage, fp32 first
-    loaded: dict[str, GraphIndex]  # their graph index, built once while inspecting
+    loaded: dict[str, GraphIndex]  # their graph index, built once while inspecting (the levels stage takes it)
+    fixed_dims: list[str] = field(default_factory=list)  # files whose inputs lost the upload's symbolic dims
 
 
 def run_comparison(
@@ -218,7 +219,8 @@ def run_comparison(
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
-        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options) + random_op_lints(fp32.file.model)
+        + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
+        + random_op_lints(fp32.file.model)
         + integer_weight_lints(fp32.file.model) + folded_input_lints(artifacts.get("pt2e_qdq"))
         + padded_selection_lints(fp32.padded_selection())
         + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
@@ -410,8 +412,21 @@ def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspect
             quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs)
 
 
-def _symbolic_dim_lints(specs, shapes, options: ComparisonOptions) -> list[Lint]:
-    """The artifacts keep the model's symbolic dims, but every run here used one value for each."""
+def _files_with_fixed_dims(specs, loaded: dict[str, GraphIndex]) -> list[str]:
+    """The quantized files whose inputs lost the upload's symbolic dims (the PT2E file of an ONNX
+    upload: torch.export of the converted module runs at the job's shapes)."""
+    symbolic = {(s.name, i) for s in specs for i, d in enumerate(s.shape) if not isinstance(d, int)}
+    out = []
+    for name, g in loaded.items():
+        dims = {(vi.name, i): d for vi in g.model.graph.input for i, d in enumerate(vi.type.tensor_type.shape.dim)}
+        if name != "fp32" and any(key in dims and dims[key].HasField("dim_value") for key in symbolic):
+            out.append(name)
+    return out
+
+
+def _symbolic_dim_lints(specs, shapes, options: ComparisonOptions, fixed_files: list[str] = ()) -> list[Lint]:
+    """The artifacts keep the model's symbolic dims (but ``fixed_files``), yet every run here used one
+    value for each."""
     fixed, chosen = [], []
     for spec in specs:
         for i, d in enumerate(spec.shape):
@@ -422,8 +437,10 @@ def _symbolic_dim_lints(specs, shapes, options: ComparisonOptions) -> list[Lint]
         return []
     ran = ["calibration", "evaluation"] + [s for s, on in (("latency", options.latency.enabled),
                                                             ("advice", options.advice.enabled)) if on]
-    return [Lint(code="symbolic_dims_measured_at_one_size", severity="info",
-                 message=f"the artifacts keep symbolic input dims, but {', '.join(ran)} ran with " + ", ".join(fixed),
+    keep = (f"the artifacts but {', '.join(fixed_files)} keep symbolic input dims ({', '.join(fixed_files)} "
+            "fixes them at these sizes and runs at no other)" if fixed_files else "the artifacts keep symbolic input dims")
+    return [Lint(code="symbolic_dims_measured_at_one_size", severity="warning" if fixed_files else "info",
+                 message=f"{keep}, but {', '.join(ran)} ran with " + ", ".join(fixed),
                  hint=("the figures hold for these sizes, the ones options.input_shapes gives; a job per size you "
                        "deploy with measures the others" if all(chosen) else
                        "set options.input_shapes to measure the size you deploy with"))]
@@ -488,7 +505,8 @@ def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32,
             loaded[name] = file.index
             artifacts[name] = Artifact(name=name, status="ok", tool=outcome.value, file=file_info,
                                        quantization=inventory, seconds=secs)
-    return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded)
+    return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded,
+                     fixed_dims=_files_with_fixed_dims(source.specs, loaded))
 
 
 def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
