@@ -36,6 +36,7 @@ from pathlib import Path
 
 from service.pipeline.files import file_sha256
 from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.vocabulary import subgraphs
 
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.data"
@@ -123,29 +124,72 @@ def _field_len(n: int) -> int:
     return 1 + _varint_len(n) + n
 
 
-def self_contained_bytes(model, base_dir: Path) -> int:
-    """The size of the file ``self_contained_from_level_graph`` writes, from the graph alone.
+def _shadowed(graph) -> set[str]:
+    """Initializers of ``graph`` that a Constant node of the same graph also writes. ORT 1.32 saves a
+    subgraph's Constant both ways when it writes initializers to an external file at disable_all
+    (silero's If bodies: 117 names), and then refuses the file it wrote ("Graph must be in single
+    static assignment form"); without the initializer the graph is the one ORT ran."""
+    constants = {o for n in graph.node if n.op_type == "Constant" and (n.domain or "") in ("", "ai.onnx") for o in n.output}
+    return {t.name for t in graph.initializer if t.name in constants}
 
-    ``model`` is loaded without its external data; each external initializer is sized as onnx
-    embeds it (raw_data, external_data cleared, data_location DEFAULT), one tensor at a time.
-    """
+
+def _embedded_len(graph, base_dir: Path) -> int:
+    """``graph``'s serialized length once its external initializers are embedded and its shadowed
+    ones dropped, its subgraphs' included (each nesting adds its own length prefixes)."""
     import onnx
 
-    graph = model.graph
-    graph_len = graph.ByteSize()
+    shadowed = _shadowed(graph)
+    length = graph.ByteSize()
     for t in graph.initializer:
+        if t.name in shadowed:
+            length -= _field_len(t.ByteSize())
+            continue
         if t.data_location != onnx.TensorProto.EXTERNAL:
             continue
         info = {e.key: e.value for e in t.external_data}
-        length = int(info["length"]) if "length" in info else (Path(base_dir) / info["location"]).stat().st_size
+        size = int(info["length"]) if "length" in info else (Path(base_dir) / info["location"]).stat().st_size
         embedded = onnx.TensorProto()
         embedded.CopyFrom(t)
         del embedded.external_data[:]
         embedded.data_location = onnx.TensorProto.DEFAULT
-        embedded.raw_data = bytes(length)
-        graph_len += _field_len(embedded.ByteSize()) - _field_len(t.ByteSize())
+        embedded.raw_data = bytes(size)
+        length += _field_len(embedded.ByteSize()) - _field_len(t.ByteSize())
         del embedded
-    return model.ByteSize() - _field_len(graph.ByteSize()) + _field_len(graph_len)
+    for node in graph.node:
+        if not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            continue
+        node_len = node.ByteSize()
+        grown = node_len
+        for a in node.attribute:
+            bodies = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            if not bodies:
+                continue
+            a_len = a.ByteSize()
+            new_a = a_len + sum(_field_len(_embedded_len(b, base_dir)) - _field_len(b.ByteSize()) for b in bodies)
+            grown += _field_len(new_a) - _field_len(a_len)
+        length += _field_len(grown) - _field_len(node_len)
+    return length
+
+
+def self_contained_bytes(model, base_dir: Path) -> int:
+    """The size of the file ``self_contained_from_level_graph`` writes, from the graph alone.
+
+    ``model`` is loaded without its external data; each external initializer, in the main graph and
+    in every subgraph, is sized as onnx embeds it (raw_data, external_data cleared, data_location
+    DEFAULT), one tensor at a time.
+    """
+    return model.ByteSize() - _field_len(model.graph.ByteSize()) + _field_len(_embedded_len(model.graph, base_dir))
+
+
+def _drop_shadowed(graph) -> None:
+    shadowed = _shadowed(graph)
+    if shadowed:
+        kept = [t for t in graph.initializer if t.name not in shadowed]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+    for node in graph.node:
+        for body in subgraphs(node):
+            _drop_shadowed(body)
 
 
 def self_contained_from_level_graph(files: LevelGraphFiles, out: Path) -> Path:
@@ -160,6 +204,7 @@ def self_contained_from_level_graph(files: LevelGraphFiles, out: Path) -> Path:
                 z.write(files.data, DATA_FILE)
         return out
     model = onnx.load(str(files.graph), load_external_data=True)
+    _drop_shadowed(model.graph)
     onnx.save(model, str(out))
     return out
 
