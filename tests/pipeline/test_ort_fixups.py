@@ -231,6 +231,40 @@ def test_qdq_fails_on_a_graph_input_that_is_also_an_output_and_the_failure_names
     assert "Cause:" not in failure_from_ort_quantizer(info.value, "qdq", named).message
 
 
+def test_an_empty_tensor_beside_a_passed_through_input_is_not_blamed_as_nan(tmp_path):
+    """An empty tensor's calibrated range is (+inf, -inf), the identity of min and max over nothing:
+    brainmaze's spindle detector with its input also listed as an output was told "the fp32 model
+    computes NaN or inf" at an empty ConstantOfShape (and to change its samples), where the cause
+    was the passed-through input."""
+    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
+    from service.pipeline.quantize.ort_quant import quantized_by_ort
+
+    w = nh.from_array(RNG.standard_normal((4, 4)).astype(np.float32), "W")
+    inits = [w, nh.from_array(np.array([1, 0, 4], np.int64), "empty_shape"), nh.from_array(np.array(2.0, np.float32), "two"),
+             nh.from_array(np.array([1, 1, 4], np.int64), "s3")]
+    nodes = [h.make_node("ConstantOfShape", ["empty_shape"], ["e"], value=nh.from_array(np.array([1.0], np.float32)),
+                         name="empty"),
+             h.make_node("Mul", ["e", "two"], ["m"], name="mul_empty"),
+             h.make_node("Reshape", ["x", "s3"], ["x3"], name="r"),
+             h.make_node("Concat", ["x3", "m"], ["c"], axis=1, name="cat"),
+             h.make_node("MatMul", ["c", "W"], ["y"], name="mm"), h.make_node("MatMul", ["x", "W"], ["y2"], name="mm2")]
+    outputs = [h.make_tensor_value_info("y", T.FLOAT, [1, 1, 4]), h.make_tensor_value_info("y2", T.FLOAT, [1, 4]),
+               h.make_tensor_value_info("x", T.FLOAT, [1, 4])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])], outputs, inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    feeds = [{"x": RNG.standard_normal((1, 4)).astype(np.float32)} for _ in range(3)]
+    cache = tmp_path / "ranges.json"
+    with pytest.raises(OrtQuantizerFailed) as info:
+        quantized_by_ort(tmp_path / "m.onnx", tmp_path / "q.onnx", feeds, ["x"], quant_format="qdq",
+                         settings=resolved_ort_settings(ComparisonOptions()), calibration_cache=cache)
+    assert info.value.code == "ort_quantizer_failed"
+    assert "graph input 'x' is also a graph output" in info.value.message and "NaN" not in info.value.message
+    assert "Infinity" in cache.read_text()  # the empty tensor's range, as ORT wrote it
+    assert tensors_without_finite_range(cache, tmp_path / "m.onnx") == []
+
 
 def _ir3_weights_from_equal_shapes(path: Path, *, ir_version: int = 3) -> None:
     """What onnx's "light" zoo files are: IR 3 (every initializer also a graph input), weights made

@@ -139,7 +139,8 @@ def tensors_without_finite_range(cache_path: Path, model_path: Path) -> list[tup
 
     ORT's MinMax calibrator (``MinMaxCalibrater.compute_data``) takes ``nanmin``/``nanmax`` over the
     samples of each tensor's ReduceMin/ReduceMax, so a NaN range means a NaN in every sample, and an
-    inf range an inf in one: ``compute_scale_zp`` then asserts "scale issue", or writes an inf scale."""
+    inf range an inf in one: ``compute_scale_zp`` then asserts "scale issue", or writes an inf scale.
+    An empty tensor's range is (+inf, -inf), the identity of min and max over nothing: not counted."""
     import numpy as np
     import onnx
     from onnxruntime.quantization.calibrate import load_tensors_data
@@ -149,8 +150,13 @@ def tensors_without_finite_range(cache_path: Path, model_path: Path) -> list[tup
         graph = onnx.load(str(model_path), load_external_data=False).graph
     except Exception:  # noqa: BLE001 - a diagnosis must not raise over the failure it explains
         return []
-    bad = {name for name, td in ranges.items()
-           if not all(np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in td.range_value)}
+    def nonfinite(td) -> bool:
+        low, high = (np.asarray(v, dtype=np.float64) for v in td.range_value)
+        if np.all(low == np.inf) and np.all(high == -np.inf):
+            return False  # an empty tensor (a dim of 0): the reduction identity, no value the model computes
+        return not (np.isfinite(low).all() and np.isfinite(high).all())
+
+    bad = {name for name, td in ranges.items() if nonfinite(td)}
     found = [(i.name, "graph input", "") for i in graph.input if i.name in bad]
     found += [(out, n.op_type, n.name) for n in graph.node for out in n.output if out in bad]
     return found

@@ -564,16 +564,7 @@ def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path
     where = ort_function_of(exc) or "onnxruntime.quantization.quantize_static"
     text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
     fmt = "QDQ" if quant_format == "qdq" else "QOperator"
-    nonfinite = (tensors_without_finite_range(calibration_cache, model_path)
-                 if model_path is not None and calibration_cache is not None and calibration_cache.is_file() else [])
-    if nonfinite:
-        tensor, op, node = nonfinite[0]
-        made_by = f"{op} {node!r}" if node else op
-        return NonFiniteCalibration(
-            f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. Cause: the calibration "
-            f"ranges of {len(nonfinite)} tensor(s) are NaN or inf, the first {tensor!r} (output of {made_by}): the fp32 "
-            "model computes NaN or inf there on the calibration samples, and no scale fits such a range.",
-            hint=NONFINITE_HINT)
+    # First: the assertion names its own cause, whatever the ranges of other tensors hold.
     passed = inputs_that_are_outputs(model_path) if "Graph is not a DAG" in text else []
     if passed:
         # qdq_quantizer.py QDQQuantizer._add_qdq_pair_for_activation: a quantized tensor that is a graph
@@ -587,6 +578,16 @@ def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path
             "graph output it quantizes, and a graph input has none.",
             hint="give that output a name of its own (an Identity node, as torch.onnx.export writes a returned input) "
                  "and upload again, or compare the QOperator format (ort_qoperator)")
+    nonfinite = (tensors_without_finite_range(calibration_cache, model_path)
+                 if model_path is not None and calibration_cache is not None and calibration_cache.is_file() else [])
+    if nonfinite:
+        tensor, op, node = nonfinite[0]
+        made_by = f"{op} {node!r}" if node else op
+        return NonFiniteCalibration(
+            f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. Cause: the calibration "
+            f"ranges of {len(nonfinite)} tensor(s) are NaN or inf, the first {tensor!r} (output of {made_by}): the fp32 "
+            "model computes NaN or inf there on the calibration samples, and no scale fits such a range.",
+            hint=NONFINITE_HINT)
     grouped = grouped_conv_transposes(model_path) if "could not be broadcast" in text \
         and where.endswith("quantize_bias_static_impl") else []
     if grouped:
