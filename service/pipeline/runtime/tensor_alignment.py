@@ -54,6 +54,20 @@ _COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum", "Mean"}
 ACTIVATIONS_CLAMPED = {"Relu", "Clip"}
 _ABSORBABLE = ACTIVATIONS_CLAMPED | {"BatchNormalization", "Identity", "Dropout"}
 _NAME_SCOPES = "pkg.torch.onnx.name_scopes"
+# Ops whose following Add of a constant ORT's ConvAddFusion / MatMulAddFusion (quant_pre_process, level
+# basic) folds in as their bias: the file's output of the op is then the value after the Add.
+_TAKES_A_BIAS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+
+
+def _bias_add(n, ref: "GraphView") -> bool:
+    """An Add of a constant to the output of a _TAKES_A_BIAS op (PaddlePaddle exports write the bias so)."""
+    if n.op_type != "Add" or (n.domain or "") not in ("", "ai.onnx"):
+        return False
+    live = [i for i in n.input if i and i not in ref.const]
+    if len(live) != 1 or len([i for i in n.input if i]) != 2:
+        return False
+    p = ref.producer.get(live[0])
+    return p is not None and p.op_type in _TAKES_A_BIAS
 
 
 @dataclass(frozen=True)
@@ -257,10 +271,12 @@ def aligned_tensors(fp32_model, model, *, names_shared: bool, wanted: list[str] 
                         mapped[o], how[o] = s.output[k], f"structure: {s.op_type} '{s.name}'"
                         _check_absorbed_consumer(o, s.output[k], ref, idx, raw_only, hidden)
                 continue
-            if n.op_type in _ABSORBABLE and len(ins) == 1 and outs:
+            if (n.op_type in _ABSORBABLE or _bias_add(n, ref)) and len(ins) == 1 and outs:
                 c = mapped[ins[0]]
                 mapped[outs[0]] = c
-                how[outs[0]] = (f"{n.op_type} absorbed by the file (it clamps through the quantization range of '{c}')"
+                how[outs[0]] = (f"Add of a constant folded into '{c}' as its bias (ConvAddFusion / MatMulAddFusion)"
+                                if _bias_add(n, ref) else
+                                f"{n.op_type} absorbed by the file (it clamps through the quantization range of '{c}')"
                                 if ins[0] in raw_only else f"{n.op_type} absorbed by the file (none after '{c}')")
                 _check_absorbed_consumer(outs[0], c, ref, idx, raw_only, hidden)
                 continue
@@ -329,19 +345,32 @@ def _check_absorbed_consumer(o: str, c: str, ref: GraphView, idx: GraphView, raw
     """fp32 ``o`` feeds an op the file absorbed: the file's value ``c`` is then that op's output,
     not ``o``. A clamped activation leaves the pre-clamp float in QDQ files (compare it raw);
     a folded BatchNormalization leaves nothing that equals ``o``."""
-    fp32_next = [x for x in ref.consumers.get(o, []) if x.op_type in _ABSORBABLE and x.op_type not in ("Identity", "Dropout")]
+    readers = _readers_past_noops(o, ref)
+    fp32_next = [x for x in readers if x.op_type in _ABSORBABLE or _bias_add(x, ref)]
     if not fp32_next:
         return
     file_ops = {idx.float_op(x) for x in idx.compute_consumers(c)}
     for a in fp32_next:
         if a.op_type in file_ops:
             continue
-        if a.op_type in ACTIVATIONS_CLAMPED and len(ref.consumers.get(o, [])) == 1:
+        if a.op_type in ACTIVATIONS_CLAMPED and len(readers) == 1:
             raw_only[o] = f"the file dropped the {a.op_type} after it into a QuantizeLinear"
         else:
             hidden[o] = (f"the file folded the {a.op_type} after it into this op: its '{c}' is the value after "
                          f"the {a.op_type}, nothing in the file equals the value before")
         return
+
+
+def _readers_past_noops(o: str, ref: GraphView, depth: int = 0) -> list:
+    """fp32 readers of ``o``, an Identity/Dropout replaced by its own readers (Paddle writes
+    Conv -> Add -> Identity -> Relu)."""
+    out = []
+    for x in ref.consumers.get(o, []):
+        if x.op_type in ("Identity", "Dropout") and x.output and depth < 4:
+            out += _readers_past_noops(x.output[0], ref, depth + 1)
+        else:
+            out.append(x)
+    return out
 
 
 def _tie_break(n, options: list, ref: GraphView, idx: GraphView):
