@@ -187,6 +187,7 @@ def run_comparison(
     workdir = Path(workdir).resolve()  # absolute: ORT's pre-processing changes the directory meanwhile
     run = _Run(art_dir=workdir / "artifacts", scratch=workdir / "scratch",
                notify=progress or (lambda stage, done, total: None))
+    _clear_earlier_run(run.art_dir, request)
     run.art_dir.mkdir(parents=True, exist_ok=True)
     run.scratch.mkdir(exist_ok=True)
     seed_random_ops()  # before any session: a model's unseeded random ops draw the same numbers in every job
@@ -229,6 +230,22 @@ def run_comparison(
         platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
     )
+
+
+def _clear_earlier_run(art_dir: Path, request: ComparisonRequest) -> None:
+    """An earlier run's artifacts out of the folder this run writes (a CLI --out used again, a job run
+    again after its worker was lost): a path that fails now must not leave the last model's file under
+    its name. Left alone when the upload itself lies in there (a model compared from its own folder)."""
+    if not art_dir.is_dir():
+        return
+    inputs = [Path(p).resolve() for p in (request.model_path, request.calibration_path) if p is not None]
+    if any(p.is_relative_to(art_dir.resolve()) for p in inputs):
+        return
+    for entry in art_dir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _with_levels(art: Artifact, optimized: dict) -> Artifact:
