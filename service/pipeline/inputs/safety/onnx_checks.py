@@ -29,6 +29,7 @@ import numpy as np
 from service.errors import InvalidModel, UnsupportedModel
 from service.pipeline.inputs.node_order import sort_nodes, topological_order
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes, shapeless_outputs
+from service.pipeline.vocabulary import all_nodes
 
 from .budgets import DEFAULT_BUDGETS, Budgets
 
@@ -286,7 +287,13 @@ def _check_graph_io(model, budgets: Budgets) -> None:
         raise budgets.refuse("max_graph_outputs", "graph outputs", len(g.output))
     for vi in real_inputs:
         if vi.type.WhichOneof("value") != "tensor_type":
-            raise UnsupportedModel(f"Input '{safe_name(vi.name)}' is not a tensor (sequence/map/optional inputs are not supported).")
+            read = any(vi.name in n.input for n in all_nodes(g))
+            raise UnsupportedModel(
+                f"Input '{safe_name(vi.name)}' is not a tensor (sequence/map/optional inputs are not supported)"
+                + ("." if read else "; no node reads it."),
+                hint=("Wrap the model so that every graph input is a tensor (an optional input: export it present, "
+                      "as a tensor), then upload it again." if read else
+                      "Remove the unused input from graph.input (onnx: del model.graph.input[i]) and upload it again."))
         dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else []
         # Some exporters (Paddle) write -1 for a dynamic dim: it is dynamic, not an error, and
         # input_shapes gives it a value like any symbolic dim.
