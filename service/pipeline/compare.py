@@ -63,6 +63,7 @@ from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lints import (
     folded_input_lints,
     integer_weight_lints,
+    no_artifact_lints,
     padded_selection_lints,
     random_op_lints,
     repeated_weight_lints,
@@ -134,6 +135,7 @@ class _Run:
     notify: Progress
     timings: dict[str, float] = field(default_factory=dict)
     ort_input: Path | None = None  # the file the ORT paths quantized (_input_for_ort); advice and layers re-use it
+    already_quantized: bool = False  # the upload was quantized already: inspected as is, quantized by no path
 
     @contextmanager
     def stage(self, name: str, total: int = 1):
@@ -223,6 +225,7 @@ def run_comparison(
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
         + random_op_lints(fp32.file.model)
         + integer_weight_lints(fp32.file.model) + folded_input_lints(artifacts.get("pt2e_qdq"))
+        + no_artifact_lints(artifacts, already_quantized=run.already_quantized)
         + padded_selection_lints(fp32.padded_selection())
         + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
         + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
@@ -321,6 +324,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
         ort_settings = resolved_ort_settings(options)
         # An upload that is already quantized is inspected as is, never quantized twice.
         already = quantization_in_model(fp32.file.model) if source.onnx_path else None
+        run.already_quantized = already is not None
         counted = LockedProgress(run.notify)
         done = [0]
 

@@ -18,7 +18,7 @@ from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_O
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
-__all__ = ["folded_input_lints", "integer_weight_lints", "lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
+__all__ = ["folded_input_lints", "no_artifact_lints", "integer_weight_lints", "lints_for", "ort_optimized_upload_lints", "padded_selection_lints", "random_op_lints",
            "repeated_weight_lints", "selection_input_lints", "sentinel_range_lints"]
 
 X86 = ("x86_64", "AMD64", "i686", "x86")
@@ -324,6 +324,22 @@ def random_op_lints(model) -> list[Lint]:
         hint=("give each random op a seed attribute (the quantized files keep it, so every file draws the same "
               "numbers and the figures measure quantization alone), or feed the noise as an input"),
         source="onnxruntime/core/providers/cpu/generator/random.h (GetRandomSeed() + node Index()), core/framework/random_seed.cc",
+    )]
+
+
+def no_artifact_lints(artifacts: dict, already_quantized: bool) -> list[Lint]:
+    """One error lint when no quantized path produced a file (and the upload was not already quantized,
+    where inspecting it as is is the point): with no gates the verdict still passes, and a CI job
+    reading only verdict.passed would learn nothing failed (skl2onnx's ZipMap pipeline: all three)."""
+    quantized = {n: a for n, a in artifacts.items() if n != "fp32"}
+    if already_quantized or not quantized or any(a.status == "ok" for a in quantized.values()):
+        return []
+    why = "; ".join(f"{n} {a.status}" + (f" ({a.error.code})" if a.error else "") for n, a in quantized.items())
+    return [Lint(
+        code="no_quantized_artifact", severity="error", artifact=None,
+        message=f"no quantized path produced a file ({why}): this report compares nothing, and verdict.passed "
+                "only says that no gate failed",
+        hint="read each artifact's error and hint; in CI, gate on status_ok (options.gates) so that such a job fails",
     )]
 
 
