@@ -64,6 +64,7 @@ from service.pipeline.verdict.lints import (
     folded_input_lints,
     integer_weight_lints,
     no_artifact_lints,
+    overridable_initializer_lints,
     padded_selection_lints,
     random_op_lints,
     repeated_weight_lints,
@@ -224,7 +225,8 @@ def run_comparison(
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
         + random_op_lints(fp32.file.model)
-        + integer_weight_lints(fp32.file.model) + folded_input_lints(artifacts.get("pt2e_qdq"))
+        + integer_weight_lints(fp32.file.model) + overridable_initializer_lints(fp32.file.model)
+        + folded_input_lints(artifacts.get("pt2e_qdq"))
         + no_artifact_lints(artifacts, already_quantized=run.already_quantized)
         + padded_selection_lints(fp32.padded_selection())
         + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
