@@ -266,6 +266,33 @@ def test_an_empty_tensor_beside_a_passed_through_input_is_not_blamed_as_nan(tmp_
     assert tensors_without_finite_range(cache, tmp_path / "m.onnx") == []
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["named Softmax", "unnamed Softmax"])
+def test_a_softmax_output_ort_did_not_calibrate_is_named_with_what_to_change(tmp_path, named):
+    """skl2onnx's pipelines: Scaler (ai.onnx.ml) -> MatMul -> Softmax -> ArgMax + ZipMap. Shape inference
+    types nothing after the Scaler, so ORT's calibrator skips the Softmax output, and quantize_static's
+    adjust_tensor_ranges then raises setting its [0, 1] range. The hint told to exclude 'the node named
+    in the message', which named a tensor of an unnamed node. Pinned: without Softmax in the op types
+    the same model quantizes."""
+    w = nh.from_array(RNG.standard_normal((4, 3)).astype(np.float32), "W")
+    nodes = [h.make_node("Scaler", ["x"], ["xs"], domain="ai.onnx.ml", offset=[0.0] * 4, scale=[1.0] * 4, name="scaler"),
+             h.make_node("MatMul", ["xs", "W"], ["logits"], name="mm"),
+             h.make_node("Softmax", ["logits"], ["probabilities"], axis=1, name="softmax" if named else ""),
+             h.make_node("ArgMax", ["probabilities"], ["label"], axis=1, name="argmax")]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 4])],
+                     [h.make_tensor_value_info("label", T.INT64, [1, 1])], [w])
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    with pytest.raises(RuntimeError, match="Only an existing tensor can be modified, 'probabilities'") as info:
+        quantize_static(str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), _Reader("x", (1, 4)), quant_format=QuantFormat.QDQ)
+    quantize_static(str(tmp_path / "m.onnx"), str(tmp_path / "q2.onnx"), _Reader("x", (1, 4)), quant_format=QuantFormat.QDQ,
+                    op_types_to_quantize=["MatMul"])
+    failure = failure_from_ort_quantizer(info.value, "qdq", tmp_path / "m.onnx")
+    assert "Cause: the Softmax" in failure.message and "'probabilities'" in failure.message
+    assert "op_types_to_quantize" in failure.hint
+    assert ("nodes_to_exclude ['softmax']" in failure.hint) if named else ("has no name" in failure.hint)
+
+
 def _ir3_weights_from_equal_shapes(path: Path, *, ir_version: int = 3) -> None:
     """What onnx's "light" zoo files are: IR 3 (every initializer also a graph input), weights made
     by ConstantOfShape from int64 shape initializers, two of them equal (ConstantSharing's case)."""

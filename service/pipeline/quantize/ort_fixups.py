@@ -79,6 +79,7 @@ Why each step, in ORT's own code:
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
@@ -521,6 +522,16 @@ _TRIGGERS = (
 )
 
 
+def _uncalibrated_softmax(text: str, model_path: Path | None) -> tuple[str, str] | None:
+    """(tensor, Softmax node name) when ORT raised over a Softmax output it did not calibrate."""
+    found = re.search(r"Only an existing tensor can be modified, '([^']+)' is not", text)
+    graph = _graph_of(model_path) if found else None
+    if graph is None:
+        return None
+    writer = next((n for n in graph.node if found.group(1) in n.output), None)
+    return (found.group(1), writer.name) if writer is not None and writer.op_type == "Softmax" else None
+
+
 def _graph_of(model_path: Path | None):
     """The main graph of the file quantize_static read (weights not loaded), or None."""
     if model_path is None:
@@ -602,6 +613,22 @@ def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path
             "cannot be formed.",
             hint="set options.ort.per_channel to false (per-tensor weights), or keep the node in float with "
                  f"options.ort.nodes_to_exclude [{grouped[0][0]!r}]; the other paths are unaffected")
+    uncalibrated = _uncalibrated_softmax(text, model_path)
+    if uncalibrated is not None:
+        tensor, name = uncalibrated
+        # base_quantizer.py adjust_tensor_ranges: tensors_range[<Softmax output>] = [0, 1] for every Softmax it
+        # quantizes, and calibrate.py TensorsData.__setitem__ only modifies a tensor the calibrator measured;
+        # select_tensors_to_calibrate measures only tensors whose value_info gives a float type.
+        exclude = (f", or keep it in float with options.ort.nodes_to_exclude [{name!r}]" if name else
+                   " (the node has no name, so nodes_to_exclude cannot select it)")
+        return OrtQuantizerFailed(
+            f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. Cause: the Softmax "
+            f"{name or '(unnamed)'!s} writes {tensor!r}, which ORT's calibrator did not measure (it measures only "
+            "tensors whose float type ONNX shape inference gives; none follows an ai.onnx.ml op such as Scaler), "
+            "and quantize_static then sets every quantized Softmax's output range to [0, 1], a range it can "
+            "modify but not add.",
+            hint="leave Softmax out of options.ort.op_types_to_quantize (e.g. [\"MatMul\", \"Gemm\", \"Conv\"])" + exclude
+                 + "; or export the model so that shape inference types it (skl2onnx: FloatTensorType inputs)")
     for needle, trigger, todo in _TRIGGERS:
         if needle in text:
             return OrtQuantizerFailed(f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. "
