@@ -239,6 +239,10 @@ def repeated_weight_lints(files: dict[str, FileInfo]) -> list[Lint]:
     return out
 
 
+def _first_three(shown: list[str]) -> str:
+    return ", ".join(shown[:3]) + (" ..." if len(shown) > 3 else "")
+
+
 # An int8 step this wide (a range of ~2.5e8) fits no activation a network computes: it is a sentinel
 # in the calibration data, an attention mask's float32 minimum (or -1e9) added to padded positions.
 SENTINEL_SCALE = 1e6
@@ -257,7 +261,7 @@ def sentinel_range_lints(inventories: dict) -> list[Lint]:
         if not wide:
             continue
         readers = sorted({c for _, t in wide for c in t.consumers})
-        names = ", ".join(f"'{t.name}' (step {step:.3g})" for step, t in wide[:3]) + (" ..." if len(wide) > 3 else "")
+        names = _first_three([f"'{t.name}' (step {step:.3g})" for step, t in wide])
         out.append(Lint(
             code="sentinel_in_activation_range", severity="error", artifact=artifact,
             message=f"{len(wide)} activation(s) were calibrated to an int8 step of {SENTINEL_SCALE:g} or more: {names}"
@@ -337,7 +341,7 @@ def overridable_initializer_lints(model) -> list[Lint]:
     listed = [i.name for i in model.graph.input if i.name in inits]
     if not listed:
         return []
-    names = ", ".join(f"'{n}'" for n in listed[:3]) + (" ..." if len(listed) > 3 else "")
+    names = _first_three([f"'{n}'" for n in listed])
     return [Lint(
         code="overridable_initializers", severity="warning", artifact="fp32",
         message=(f"the upload lists {len(listed)} initializer(s) among its graph inputs ({names}): ONNX Runtime "
@@ -417,7 +421,7 @@ def integer_weight_lints(model) -> list[Lint]:
         return []
     total = sum(declared_bytes(t) or 0 for t in g.initializer)
     share = sum(stored.values()) / total if total else 0.0
-    names = ", ".join(f"'{n}'" for n in list(stored)[:3]) + (" ..." if len(stored) > 3 else "")
+    names = _first_three([f"'{n}'" for n in stored])
     return [Lint(
         code="upload_weights_already_integer", severity="warning", artifact="fp32",
         message=(f"the upload stores {len(stored)} weight(s) as integers that a Cast turns into float ({names}; "
