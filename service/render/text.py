@@ -27,7 +27,8 @@ def summary_table(report: Report) -> str:
         f"model {m.name} ({m.format}, {m.node_count} nodes, sha256 {m.sha256[:12]})  "
         f"inputs: " + ", ".join(f"{k}{v}" for k, v in m.resolved_input_shapes.items()),
         f"samples: {report.samples.calibration_count} calibration / {report.samples.eval_count} evaluation "
-        f"({report.samples.source}); {report.environment.cpu.arch}, onnxruntime {report.environment.versions.get('onnxruntime')}",
+        f"({report.samples.source}{'' if report.samples.eval_held_out else '; evaluation reuses calibration samples, none held out'}); "
+        f"{report.environment.cpu.arch}, onnxruntime {report.environment.versions.get('onnxruntime')}",
     ]
     if m.notes:
         lines += [f"note: {n}" for n in m.notes]

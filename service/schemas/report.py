@@ -70,6 +70,8 @@ class SamplesInfo(_Model):
     # Per input: how values were made (e.g. "normal(0, 1)", "uniform int [0, 10)", "uploaded").
     generators: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
+    # False when the evaluation samples are calibration samples (an .npz with too few to hold any out)
+    eval_held_out: bool = True
 
 
 class PathError(_Model):

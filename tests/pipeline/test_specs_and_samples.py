@@ -96,7 +96,22 @@ def test_uploaded_npz_splits_calibration_and_held_out_evaluation(tmp_path):
     path = _npz(tmp_path, x=np.random.rand(10, 1, 2).astype(np.float32))
     s = samples_from_npz(path, spec, {"x": (1, 2)}, ComparisonOptions(calibration_samples=6, eval_samples=4))
     assert s.info.source == "uploaded" and len(s.calibration) == 6 and len(s.evaluation) == 4
-    assert s.calibration[0]["x"].shape == (1, 2)
+    assert s.calibration[0]["x"].shape == (1, 2) and s.info.eval_held_out
+
+
+def test_an_npz_too_small_to_hold_samples_out_says_so_in_the_cli_header(tmp_path, compared):
+    """With one sample, evaluation reuses the calibration sample; the CLI header read '1 calibration /
+    1 evaluation (uploaded)' and only samples.notes said so."""
+    from service.render.text import summary_table
+
+    spec = [InputSpec("x", "float32", ("batch", 2))]
+    s = samples_from_npz(_npz(tmp_path, x=np.random.rand(1, 1, 2).astype(np.float32)), spec, {"x": (1, 2)},
+                         ComparisonOptions(calibration_samples=4, eval_samples=2))
+    assert not s.info.eval_held_out and s.evaluation[0]["x"] is s.calibration[0]["x"]
+    report, _ = compared("conv_relu")
+    header = summary_table(report.model_copy(update={"samples": s.info})).splitlines()[1]
+    assert "(uploaded; evaluation reuses calibration samples, none held out)" in header
+    assert "none held out" not in summary_table(report).splitlines()[1]
 
 
 def test_an_npz_of_many_tiny_samples_builds_feeds_only_for_the_samples_the_job_uses(tmp_path):

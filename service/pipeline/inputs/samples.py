@@ -197,6 +197,6 @@ def samples_from_npz(
         notes.append("every uploaded sample calibrates; evaluation reuses the first of them (upload more to hold some out)")
     info = SamplesInfo(
         source="uploaded", calibration_count=n_cal, eval_count=len(evaluation),
-        generators={name: "uploaded" for name in names}, notes=notes,
+        generators={name: "uploaded" for name in names}, notes=notes, eval_held_out=n > n_cal,
     )
     return Samples(feeds[:n_cal], evaluation, info)
