@@ -20,7 +20,8 @@ weights are wildcards). Ties (two Convs on one input) are broken by torch's modu
 (``pkg.torch.onnx.name_scopes`` metadata, kept by both exports and by the ONNX->torch converter),
 then the node name, then the order in the file. Names are used only where the tool keeps the
 fp32 names (``names_shared``), as a fallback when the structure differs (e.g. a fused op).
-An fp32 op the file does not have (a removed Relu, a folded BatchNormalization) is "absorbed":
+An fp32 op the file does not have (a removed Relu, a folded BatchNormalization, the Add of a constant
+that pre-processing folded into the Conv/Gemm before it as its bias) is "absorbed":
 its output matches the producer's value in the file, and the producer's own fp32 output is then
 either compared with the raw float value the file still computes (a removed Relu in QDQ format)
 or left out with the reason.
