@@ -35,7 +35,7 @@ _IMPORT_GRACE_S = 0.05
 
 
 class TimeLimitReached(BaseException):
-    """The path ran past ``seconds``; ``step`` is what it was doing then (``step_of``)."""
+    """The path ran past ``seconds``; ``step`` is what it was doing then (the innermost ``step``)."""
 
     def __init__(self, seconds: float, step: str | None = None):
         super().__init__(f"ran past its time limit of {seconds:g} s")
@@ -72,7 +72,7 @@ due, and goes on afterwards with the time it had left."""
             return
         global stops
         stops += 1
-        raise TimeLimitReached(seconds, step_of(frame))
+        raise TimeLimitReached(seconds, _steps[-1] if _steps else None)
 
     signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, min(seconds, outer_left) if outer_left else seconds)
@@ -95,29 +95,15 @@ def _importing(frame) -> bool:
     return False
 
 
-# Innermost first: the first of these functions found walking out from where the alarm landed names
-# the step (pt2e.py's own steps, then torchao's and torch's entry points).
-_STEPS = {
-    "_first_nonfinite_observed": "finding the first non-finite observer",
-    "prepare_pt2e": "torchao's prepare_pt2e",
-    "convert_pt2e": "torchao's convert_pt2e",
-    "program_for_pt2e": "the conversion to torch and torch.export",
-    "splice_tail": "appending the float tail",
-}
-_MODULE_CALLS = {"_call_impl", "_wrapped_call", "_wrapped_call_impl"}
+# What the path is doing now, innermost last (``step``): the handler names the innermost.
+_steps: list[str] = []
 
 
-def step_of(frame) -> str | None:
-    """What the PT2E path was doing in ``frame``, the one the alarm interrupted."""
-    called_module = False
-    while frame is not None:
-        name, filename = frame.f_code.co_name, frame.f_code.co_filename
-        if name in _STEPS:
-            return _STEPS[name]
-        if name == "export" and "torch/onnx" in filename.replace("\\", "/"):
-            return "torch.onnx.export"
-        if name == "_quantized_program":  # pt2e.py's own body: calibration is its only module call
-            return "PT2E calibration" if called_module else "writing the PT2E file"
-        called_module = called_module or name in _MODULE_CALLS
-        frame = frame.f_back
-    return None
+@contextmanager
+def step(name: str):
+    """Mark what the code inside does, for the message of a limit that lands there."""
+    _steps.append(name)
+    try:
+        yield
+    finally:
+        _steps.pop()

@@ -21,6 +21,7 @@ from service.pipeline.quantize.shortcuts.pt2e import (
     install_multi_output_match_shortcut,
 )
 from service.pipeline.runtime.ort_sessions import ort_refusal
+from service.pipeline.time_limit import step
 from service.pipeline.vocabulary import all_nodes
 from service.schemas.report import ToolInfo
 
@@ -51,7 +52,8 @@ def qdq_from_pt2e(
     max_graph_ops: int | None = None,
 ) -> ToolInfo:
     try:
-        program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
+        with step("the conversion to torch and torch.export"):
+            program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
     except ConversionSkipped:
         # Only once the whole graph failed to convert: a selection the converter folds (NonZero of a
         # constant) is no reason to leave the rest of the graph in float.
@@ -84,7 +86,8 @@ def _prefix_then_tail(split, source: ModelSource, shapes, calibration, out_path:
         prefix = replace(source, specs=[s for s in source.specs if s.name in read], onnx_path=prefix_path,
                          onnx_model=split.prefix)
         tool = qdq_from_pt2e(prefix, shapes, calibration, out_path, **kw)
-        splice_tail(out_path, split, prefix_path=prefix_path, feed=calibration[0])
+        with step("appending the float tail"):
+            splice_tail(out_path, split, prefix_path=prefix_path, feed=calibration[0])
     _ort_loads(out_path)
     note = split.note()
     if tool.conversion is not None:
@@ -160,7 +163,6 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
 
 def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
                        skip_modules: tuple[str, ...] = (), skip_onnx_nodes: tuple[str, ...] = ()) -> ToolInfo:
-    import onnx
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
@@ -176,12 +178,13 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         quantizer.module_name_config[module_name] = None
     if skip_onnx_nodes:
         _annotating_all_but(quantizer, set(skip_onnx_nodes))
-    prepared = prepare_pt2e(program.module(), quantizer)
+    with step("torchao's prepare_pt2e"):
+        prepared = prepare_pt2e(program.module(), quantizer)
     notes = _shared_weight_notes(prepared)
     if conversion is not None:  # what parity could not check is the reader's to know, on the page too
         notes += conversion.caveats
     names = [s.name for s in specs]
-    with torch.no_grad():
+    with torch.no_grad(), step(f"PT2E calibration ({len(calibration)} samples)"):
         for i, feed in enumerate(calibration):
             args = [torch.from_numpy(feed[n]) for n in names]
             try:
@@ -198,17 +201,45 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     install_conv_bn_fold_guard()  # a standalone BN no longer costs 96 pattern exports
     install_histogram_search()  # the observers' min/max search, same steps, without a tensor op per step
     install_multi_output_match_shortcut()  # onnxscript's optimizer: no whole-graph index per non-Slice node
-    converted = convert_pt2e(prepared)
+    with step("torchao's convert_pt2e"):
+        converted = convert_pt2e(prepared)
     # torch.onnx.export re-exports the converted module, so the dynamic batch is stated again.
     # A module converted from ONNX was exported with static shapes (every dim resolved).
     if conversion is None:
         export_args, dynamic = example_args(specs, shapes), dynamic_shapes_for(specs)
     else:
         export_args, dynamic = static_args(specs, shapes, calibration), None
-    with torch.no_grad():
+    with torch.no_grad(), step("torch.onnx.export"):
         onnx_program = torch.onnx.export(
             converted, export_args, dynamo=True, verbose=False, dynamic_shapes=dynamic,
         )
+    with step("writing the PT2E file"):
+        _write_pt2e_file(onnx_program, conversion, source, specs, out_path)
+    act = config.input_activation
+    weight = config.weight
+
+    return ToolInfo(
+        name="torchao PT2E (XNNPACKQuantizer) + torch.onnx.export(dynamo=True)",
+        version=f"torch {version('torch')}, torchao {version('torchao')}",
+        settings={
+            "quantizer": "torchao.testing.pt2e._xnnpack_quantizer.XNNPACKQuantizer",
+            "config": "get_symmetric_quantization_config",
+            "per_channel": per_channel,
+            "activation": f"{act.dtype} [{act.quant_min}, {act.quant_max}] {act.qscheme}",
+            "weight": f"{weight.dtype} [{weight.quant_min}, {weight.quant_max}] {weight.qscheme}",
+            "calibration_samples": len(calibration),
+        },
+        calibration=f"{_observer_name(act)} (activations), {_observer_name(weight)} (weights)",
+        notes=notes,
+        conversion=conversion.to_dict() if conversion is not None else None,
+    )
+
+
+def _write_pt2e_file(onnx_program, conversion, source, specs, out_path: Path) -> None:
+    """The exported program as the PT2E file: the upload's names, one copy per repeated weight, no
+    converter traces (an ONNX upload), then checked to load in ORT."""
+    import onnx
+
     proto = onnx_program.model_proto  # a property that serializes anew on every access
     if conversion is not None:
         restore_io_names(proto, [s.name for s in specs],
@@ -229,24 +260,6 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
                                     "quantcompare.onnx_* keys name the upload's nodes; name_scopes stay)")
     onnx.save(proto, out_path)
     _ort_loads(out_path)
-    act = config.input_activation
-    weight = config.weight
-
-    return ToolInfo(
-        name="torchao PT2E (XNNPACKQuantizer) + torch.onnx.export(dynamo=True)",
-        version=f"torch {version('torch')}, torchao {version('torchao')}",
-        settings={
-            "quantizer": "torchao.testing.pt2e._xnnpack_quantizer.XNNPACKQuantizer",
-            "config": "get_symmetric_quantization_config",
-            "per_channel": per_channel,
-            "activation": f"{act.dtype} [{act.quant_min}, {act.quant_max}] {act.qscheme}",
-            "weight": f"{weight.dtype} [{weight.quant_min}, {weight.quant_max}] {weight.qscheme}",
-            "calibration_samples": len(calibration),
-        },
-        calibration=f"{_observer_name(act)} (activations), {_observer_name(weight)} (weights)",
-        notes=notes,
-        conversion=conversion.to_dict() if conversion is not None else None,
-    )
 
 
 # What torch.onnx writes per node about the FX graph it exported: for a module converted from ONNX,
