@@ -148,8 +148,6 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
             os.chdir(job_dir)
             fn(spec, job_dir, progress)
             result = {"type": "done", "job": spec.id, "status": "succeeded", "error": None}
-            # A path stopped at its time limit may have left a toolchain's state half-made: a fresh worker next.
-            exit_after = time_limit.stops != stops_before
         except QuantCompareError as e:
             result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(e)}
         except MemoryError:
@@ -169,6 +167,9 @@ def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, 
             result = {"type": "done", "job": spec.id, "status": "failed", "error": problem_from_error(error)}
         finally:
             os.chdir(idle_dir)
+        # A path stopped at its time limit may have left a toolchain's state half-made, whether or not the
+        # job went on to succeed: a fresh worker next.
+        exit_after = exit_after or time_limit.stops != stops_before
         try:
             # "exiting": the supervisor must not hand this worker another job in the moment before it goes.
             conn.send({**result, "exiting": exit_after})

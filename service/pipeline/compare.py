@@ -28,7 +28,7 @@ from typing import Callable
 
 import onnx
 
-from service.errors import InvalidOptions
+from service.errors import InvalidOptions, error_from_os
 from service.pipeline.environment import cores_idle, environment
 from service.pipeline.files import OnnxFile
 from service.pipeline.inputs import sources
@@ -246,11 +246,14 @@ def _clear_earlier_run(art_dir: Path, request: ComparisonRequest) -> None:
     inputs = [Path(p).resolve() for p in (request.model_path, request.calibration_path) if p is not None]
     if any(p.is_relative_to(art_dir.resolve()) for p in inputs):
         return
-    for entry in art_dir.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
+    try:
+        for entry in art_dir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+    except OSError as e:  # a read-only or someone else's --out: the machine's state, said as such
+        raise error_from_os(e, "clearing the earlier run's files from the artifacts folder") or e
 
 
 def _with_levels(art: Artifact, optimized: dict) -> Artifact:

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 stops = 0
 # An alarm that lands inside an import waits this long, again and again, until the import is done.
 _IMPORT_GRACE_S = 0.05
+# What the path is doing now, innermost last (``step``): the handler names the innermost.
+_steps: list[str] = []
 
 
 class TimeLimitReached(BaseException):
@@ -47,7 +49,7 @@ class TimeLimitReached(BaseException):
 def time_limited(seconds: float | None):
     """Raise ``TimeLimitReached`` in this thread once ``seconds`` of wall time have passed. ``None``:
     no limit. An outer timer (none in a worker; pytest-timeout's in the suite) still fires when it is
-due, and goes on afterwards with the time it had left."""
+    due, and goes on afterwards with the time it had left."""
     if seconds is None:
         yield
         return
@@ -94,9 +96,6 @@ def _importing(frame) -> bool:
         frame = frame.f_back
     return False
 
-
-# What the path is doing now, innermost last (``step``): the handler names the innermost.
-_steps: list[str] = []
 
 
 @contextmanager

@@ -171,7 +171,6 @@ TORCH_CONVERTIBLE_OPSET = 17
 
 
 def _downgraded_opset(model, notes: list[str]):
-    import onnx
     from onnx import version_converter
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -191,8 +190,6 @@ def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
                       constants: dict[str, np.ndarray] | None = None,
                       keep_dynamic: dict[str, set[int]] | None = None) -> CleanedModel:
     """A copy of ``model`` made ready for onnx2torch; ``model`` itself is left untouched."""
-    import onnx
-
     work = onnx.ModelProto()
     work.CopyFrom(model)
     notes: list[str] = []
@@ -239,7 +236,6 @@ def opset_for_ort(fp32_path, out_path, *, opset: int | None) -> tuple[object, st
 
     ``opset`` is the file's ai.onnx opset, which the caller already read: a large model is not
     parsed again just to learn it."""
-    import onnx
     from onnx import version_converter
 
     if opset is None or opset >= ORT_QDQ_MIN_OPSET:
