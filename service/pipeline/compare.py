@@ -57,7 +57,7 @@ from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_ops
-from service.pipeline.verdict.advice import advice_for_job
+from service.pipeline.verdict.advice import advice_plan_for_job, timed_advice
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lints import (
@@ -97,7 +97,8 @@ class ComparisonRequest:
     keep_level_graphs: bool = True
     # Jobs the service is running right now (recorded with each latency measurement).
     concurrent_jobs: Callable[[], int | None] | None = None
-    # PT2E and ORT paths on two threads: None = when two cores are idle (quantize/side_by_side.py).
+    # Work that times nothing on two threads (the PT2E and ORT paths; the per-tensor table and advice's
+    # first phase): None = when two cores are idle (quantize/side_by_side.py).
     parallel_paths: bool | None = None
     # The CLI reads a model where it lies, external data beside it included; a service upload of one
     # .onnx has no folder (its external data comes in an archive).
@@ -207,10 +208,11 @@ def run_comparison(
                             concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs,
                             data_dependent=fp32.data_dependent_outputs())
     run.timings.update(levels.timings)
-    layers = layers_stage(options, prepared, fp32, inspected, run)
+    layers, advice, refuted = layers_and_advice_stages(options, prepared, fp32, inspected, levels, outcomes, run,
+                                                       parallel=request.parallel_paths,
+                                                       concurrent_jobs=request.concurrent_jobs)
     artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
                  for name, art in inspected.artifacts.items()}
-    advice, refuted = advice_stage(options, prepared, levels, inspected, outcomes, run)
     env = environment()
     with run.stage("decide"):
         decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
@@ -423,19 +425,54 @@ def _blame_stored_nonfinite(outcomes: dict[str, tuple[PathOutcome, float]], fp32
         outcome.error = outcome.error.model_copy(update=update)
 
 
-def advice_stage(options: ComparisonOptions, prepared: Prepared, levels, inspected: Inspected,
-                 outcomes: dict[str, tuple[PathOutcome, float]], run: _Run):
-    """The changes the blockers point to, re-run for real within options.advice's budget, while the
-    scratch folder (the pre-processed input, the calibration ranges) still exists: (proposed, refuted)."""
-    if not options.advice.enabled:
-        return [], []
-    with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
-        return advice_for_job(
+def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected, levels,
+                             outcomes: dict[str, tuple[PathOutcome, float]], run: _Run, *,
+                             parallel: bool | None = None, concurrent_jobs: Callable[[], int | None] | None = None):
+    """The per-tensor table, then the changes the blockers point to, re-run for real within options.advice's
+    budget while the scratch folder (the pre-processed input, the calibration ranges) still exists:
+    (layers, proposed advice, refuted advice).
+
+    Neither the table nor advice's first phase (each candidate's re-quantized file, SQNR and int8 coverage)
+    times anything, so with two idle cores they run side by side, and advice's second phase then times
+    each candidate alone. Not beside the table's exclude-and-retry (``layers.retry_k``), which times its
+    files. Their timings then split the wall time they shared in proportion to their own seconds, so the
+    stages still add up to the job's time (the levels stage does the same)."""
+    def plan():
+        if not options.advice.enabled:
+            return None
+        return advice_plan_for_job(
             levels.optimized, inspected.paths, options, ort_input=run.ort_input,
             ort_settings=resolved_ort_settings(options), samples=prepared.samples,
             input_names=[s.name for s in prepared.source.specs],
             calibration_cache=run.scratch / "ort_calibration_ranges.json",
             quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs)
+
+    beside = (options.layers.enabled and options.advice.enabled and options.layers.retry_k <= 0
+              and len(inspected.paths) > 1 and (parallel if parallel is not None else cores_idle(concurrent_jobs)))
+    if options.advice.enabled:
+        run.notify("advice", 0, 1)
+    t0 = time.perf_counter()
+    layers, advice_plan = side_by_side(lambda: layers_stage(options, prepared, fp32, inspected, run), plan,
+                                       parallel=beside)
+    wall = time.perf_counter() - t0
+    own = {"layers": run.timings.get("layers", 0.0) if layers is not None else 0.0,
+           "advice": advice_plan.seconds if advice_plan is not None else 0.0}
+    if beside and advice_plan is not None:
+        advice_plan.beside = "the per-tensor table (layers) on the second core"
+        own = {k: v * wall / sum(own.values()) for k, v in own.items()} if sum(own.values()) > 0 else own
+        log.info("layers and advice's re-quantization side by side on two cores")
+    if layers is not None:
+        run.timings["layers"] = round(own["layers"], 4)
+    if not options.advice.enabled:
+        return layers, [], []
+    run.timings["advice"] = round(own["advice"], 4)
+    with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
+        try:
+            advice, refuted = timed_advice(advice_plan)
+        except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
+            log.warning("advice failed; the report has none", exc_info=True)
+            advice, refuted = [], []
+    return layers, advice, refuted
 
 
 def _files_with_fixed_dims(specs, loaded: dict[str, GraphIndex]) -> list[str]:

@@ -19,8 +19,10 @@ def _digests(folder):
 
 @pytest.mark.heavy
 def test_paths_side_by_side_write_the_same_artifacts_as_in_sequence(tmp_path):
+    """And the per-tensor table beside advice's first phase: the same table, the same candidates with the
+    same numbers; only the timing phase, alone in both, gives figures that move from run to run."""
     options = ComparisonOptions(calibration_samples=4, eval_samples=2, latency={"enabled": False},
-                                levels=["disable_all", "all"])
+                                levels=["disable_all", "all"], layers={"enabled": True}, advice={"enabled": True})
     reports = {}
     for parallel in (False, True):
         out = tmp_path / str(parallel)
@@ -35,6 +37,17 @@ def test_paths_side_by_side_write_the_same_artifacts_as_in_sequence(tmp_path):
     assert _digests(tmp_path / "True" / "artifacts") == _digests(tmp_path / "False" / "artifacts")
     for name in ("pt2e_qdq", "ort_qdq", "ort_qoperator"):
         assert par.artifacts[name].optimized["all"].numerics == seq.artifacts[name].optimized["all"].numerics
+    assert par.layers.rows == seq.layers.rows and par.layers.rows
+
+    def made(report):  # what advice's first phase decides: which candidates, their SQNR and coverage
+        return sorted((e.artifact, str(e.change), e.measured.after.sqnr_db, e.measured.after.int8_coverage)
+                      for e in report.advice + report.advice_refuted if e.measured)
+
+    assert made(par) == made(seq) and made(par)
+    assert all("computed beside the per-tensor table" in e.measured.how for e in par.advice + par.advice_refuted
+               if e.measured)
+    assert not any("beside" in e.measured.how for e in seq.advice + seq.advice_refuted if e.measured)
+    assert par.timings["layers"] > 0 and par.timings["advice"] > 0
 
 
 def test_side_by_side_runs_the_second_on_another_thread_only_when_asked():

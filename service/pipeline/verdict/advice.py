@@ -6,7 +6,9 @@ again with the changed settings (the calibration ranges are reused from the job'
 float ranges, the same for int8 and uint8), a session is created at ``options.advice.level``, the
 evaluation samples run, and the latency loop runs with the levels stage's threads and run count.
 ``before`` is measured the same way, back to back, on the artifact as it is, so the two figures
-are comparable. A candidate is proposed only when its measurement supports it; the others are
+are comparable. Two phases: ``prepared_advice`` makes each candidate's file and numbers (nothing
+timed, so the spine may run it beside the per-tensor table on the second core), ``timed_advice``
+then times each candidate alone. A candidate is proposed only when its measurement supports it; the others are
 kept in ``advice_refuted`` with their figures.
 
 On x86 two candidates that look plausible from the source are refuted by measurement and are
@@ -46,7 +48,8 @@ from service.pipeline.runtime.ort_sessions import session_for, session_options_f
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
-__all__ = ["Candidate", "AdviceContext", "candidates_from_blockers", "measured_advice"]
+__all__ = ["Candidate", "AdviceContext", "AdvicePlan", "candidates_from_blockers", "measured_advice", "prepared_advice",
+           "timed_advice", "advice_plan_for_job"]
 
 log = logging.getLogger(__name__)
 DTYPE_BLOCKERS = {"io_dtype_mismatch", "int8_activation_on_x86"}
@@ -290,97 +293,168 @@ def _best_per_artifact(entries: list[AdviceEntry]) -> tuple[list[AdviceEntry], l
     return keep, rest
 
 
-def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
-    """(proposed, refuted). Each candidate is re-run while the budget lasts; a candidate that would
-    not fit is proposed unmeasured only when it is a blockers-backed speed change (``uint8``), and
-    never when it is one of the candidates measurement refutes on x86."""
+@dataclass
+class _Ready:
+    """A candidate whose file and numbers exist: what is left is to time it against the artifact as is."""
 
+    candidate: Candidate
+    target: Path  # the re-quantized file, or the artifact itself for a session-config change
+    before: AdviceFigures
+    after: AdviceFigures
+    seconds: float  # what making the file and the numbers took
+
+
+@dataclass
+class AdvicePlan:
+    """Phase one's result (``prepared_advice``): numbers only, no latency, so it may run on the second core
+    beside other work that times nothing; ``timed_advice`` then times each candidate alone."""
+
+    ctx: AdviceContext
+    ready: list[_Ready]
+    proposed: list[AdviceEntry]  # blockers-backed changes left unmeasured for the budget
+    refuted: list[AdviceEntry]  # candidates whose re-run failed
+    tmp: Path
+    seconds: float = 0.0  # phase one's own time (its share of the budget)
+    beside: str | None = None  # the work phase one ran beside, said in each figure's ``how``
+
+
+def _timing_seconds(ctx: AdviceContext, before_ms: float, after_ms: float) -> float:
+    """What timing a candidate costs at most: ``runs`` alternated pairs after ``warmup`` of each."""
+    return (ctx.runs + ctx.warmup) * (before_ms + after_ms) / 1000.0
+
+
+def prepared_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePlan | None:
+    """Phase one of the measured advice: each candidate's file (ORT re-quantized with the change) and its
+    numbers at ``ctx.level`` (int8 coverage from ORT's saved graph, SQNR on the evaluation samples), while
+    the budget lasts. Nothing is timed here. The budget counts, for each candidate made, what making it
+    took plus what timing it will take at most (``_timing_seconds``); a candidate that would not fit is
+    proposed unmeasured only when it is a blockers-backed speed change (``uint8``), and never when it
+    is one of the candidates measurement refutes on x86. None when there is nothing to measure."""
     candidates = list(candidates)
-    proposed: list[AdviceEntry] = []
-    refuted: list[AdviceEntry] = []
     if not candidates or "fp32" not in ctx.artifact_paths or not ctx.evaluation:
-        return proposed, refuted
+        return None
     t_start = time.perf_counter()
-    tmp = Path(tempfile.mkdtemp(prefix="qc-advice-"))
+    plan = AdvicePlan(ctx=ctx, ready=[], proposed=[], refuted=[], tmp=Path(tempfile.mkdtemp(prefix="qc-advice-")))
+    fp32 = ctx.artifact_paths["fp32"]
+    fp32_compute = compute_op_count(graph_from_path(fp32))
+    reference = ctx.reference
+    if reference is None:  # the report's reference: fp32 as written, no ORT rewrite
+        ref_session = session_for(fp32, "disable_all", intra_op_threads=ctx.threads)
+        reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
+        del ref_session
+    before: dict[str, tuple[AdviceFigures, float]] = {}  # artifact -> figures, ms per run
+    timing_owed = 0.0  # seconds the candidates made so far will take to time
+    slowest: dict[bool, float] = {}  # re-quantizes or not -> the longest candidate so far (made + timed), s
+    for c in candidates:
+        path = ctx.artifact_paths.get(c.artifact)
+        if path is None or ("ort" in c.change and ctx.ort_input is None):
+            continue
+        known_ms = (ctx.latency_ms or {}).get(c.artifact, 0.0)
+        est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
+        est += (len(ctx.evaluation) * known_ms / 1000.0) + _timing_seconds(ctx, known_ms, known_ms)
+        # A candidate already made is the better estimate (no latency figure without the latency loop,
+        # and a busy machine runs slower than the levels stage did): DNSMOS took 74-99 s of a 60 s budget.
+        est = max(est, slowest.get("ort" in c.change, 0.0))
+        remaining = ctx.budget_seconds - (time.perf_counter() - t_start) - timing_owed
+        if remaining <= est + 1.0:
+            if c.change.get("ort", {}).get("activation_type") == "uint8":
+                plan.proposed.append(AdviceEntry(artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
+                                                 reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the "
+                                                 "advice budget left; raise options.advice.budget_seconds to measure it)"))
+            continue
+        t0 = time.perf_counter()
+        try:
+            if c.artifact not in before:
+                known = (ctx.before or {}).get(c.artifact)
+                if known is None:
+                    t1 = time.perf_counter()
+                    _, known = _session_figures(path, ctx, reference, fp32_compute, {}, plan.tmp)
+                    known_ms = known_ms or (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)
+                before[c.artifact] = (known, known_ms)
+            target = path
+            if "ort" in c.change:
+                target = plan.tmp / f"{c.artifact}.advice{next(_SERIAL)}.onnx"
+                quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
+                                 quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
+                                 settings=_merged(ctx.ort_settings, c.change["ort"]),
+                                 calibration_cache=ctx.calibration_cache)
+            t1 = time.perf_counter()
+            session, after = _session_figures(target, ctx, reference, fp32_compute,
+                                              dict(c.change.get("session", {})), plan.tmp)
+            del session  # timed in phase two, from a session of its own: none is held across the phases
+            after_ms = (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)  # session creation included
+        except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
+            plan.refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
+                                            blocked_nodes=c.blocked_nodes,
+                                            reason=f"{c.reason}; re-run failed: {type(e).__name__}: {str(e)[:200]}"))
+            continue
+        made = time.perf_counter() - t0
+        owed = _timing_seconds(ctx, before[c.artifact][1], after_ms)
+        timing_owed += owed
+        slowest["ort" in c.change] = max(slowest.get("ort" in c.change, 0.0), made + owed)
+        plan.ready.append(_Ready(candidate=c, target=target, before=before[c.artifact][0], after=after, seconds=made))
+    plan.seconds = time.perf_counter() - t_start
+    return plan
+
+
+def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
+    """Phase two: each prepared candidate timed alternately with the artifact as is, alone on the machine
+    (nothing else of the job runs meanwhile); then (proposed, refuted)."""
+    if plan is None:
+        return [], []
+    ctx = plan.ctx
+    proposed, refuted = list(plan.proposed), list(plan.refuted)
+    how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
+           f"(worst output vs the report's fp32 reference; 'before' is the levels "
+           f"stage's figure for the artifact as is){f', computed beside {plan.beside}' if plan.beside else ''}; "
+           f"latency = median and fastest of {MIN_PAIRS} to {ctx.runs} runs of "
+           f"each session, timed alone and alternately with the artifact as is (before) after {ctx.warmup} warm-up "
+           f"runs, {ctx.threads} intra-op thread(s), until the 95% interval of the per-pair after/before ratio is clear "
+           f"of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x for accuracy; "
+           f"{MIN_PAIRS} pairs when SQNR or int8 coverage decides alone)")
     try:
-        fp32 = ctx.artifact_paths["fp32"]
-        fp32_compute = compute_op_count(graph_from_path(fp32))
-        reference = ctx.reference
-        if reference is None:  # the report's reference: fp32 as written, no ORT rewrite
-            ref_session = session_for(fp32, "disable_all", intra_op_threads=ctx.threads)
-            reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
-            del ref_session
-        before: dict[str, tuple[object, AdviceFigures]] = {}
-        how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
-               f"(worst output vs the report's fp32 reference; 'before' is the levels "
-               f"stage's figure for the artifact as is); latency = median and fastest of {MIN_PAIRS} to {ctx.runs} runs of "
-               f"each session, timed alternately with the artifact as is (before) after {ctx.warmup} warm-up runs, "
-               f"{ctx.threads} intra-op thread(s), until the 95% interval of the per-pair after/before ratio is clear "
-               f"of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x for accuracy; "
-               f"{MIN_PAIRS} pairs when SQNR or int8 coverage decides alone)")
-        slowest: dict[bool, float] = {}  # re-quantizes or not -> the longest candidate measured so far, s
-        for c in candidates:
-            path = ctx.artifact_paths.get(c.artifact)
-            if path is None or ("ort" in c.change and ctx.ort_input is None):
-                continue
-            est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
-            # The runs a candidate costs: its eval samples, then both sessions timed alternately.
-            runs = len(ctx.evaluation) + 2 * (ctx.runs + ctx.warmup)
-            est += runs * (ctx.latency_ms or {}).get(c.artifact, 0.0) / 1000.0
-            # A candidate already measured is the better estimate (no latency figure without the latency
-            # loop, and a busy machine runs slower than the levels stage did): DNSMOS took 74-99 s of a 60 s budget.
-            est = max(est, slowest.get("ort" in c.change, 0.0))
-            remaining = ctx.budget_seconds - (time.perf_counter() - t_start)
-            if remaining <= est + 1.0:
-                if c.change.get("ort", {}).get("activation_type") == "uint8":
-                    proposed.append(AdviceEntry(artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
-                                                reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the "
-                                                "advice budget left; raise options.advice.budget_seconds to measure it)"))
-                continue
+        before_sessions: dict[str, object] = {}
+        for r in plan.ready:
+            c = r.candidate
             t0 = time.perf_counter()
             try:
-                if c.artifact not in before:
-                    known = (ctx.before or {}).get(c.artifact)
-                    before[c.artifact] = ((_session(path, ctx, {}, tmp)[0], known) if known is not None else
-                                          _session_figures(path, ctx, reference, fp32_compute, {}, tmp))
-                target = path
-                if "ort" in c.change:
-                    target = tmp / f"{c.artifact}.advice{next(_SERIAL)}.onnx"
-                    quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
-                                     quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
-                                     settings=_merged(ctx.ort_settings, c.change["ort"]),
-                                     calibration_cache=ctx.calibration_cache)
-                session, after = _session_figures(target, ctx, reference, fp32_compute,
-                                                  dict(c.change.get("session", {})), tmp)
-                b_session, b = before[c.artifact]
-                ms_before, ms_after, pairs = _interleaved_ms(b_session, session, ctx.evaluation[0], runs=ctx.runs,
-                                                             warmup=ctx.warmup, settled=_latency_settled(c, b, after))
+                if c.artifact not in before_sessions:
+                    before_sessions = {c.artifact: _session(ctx.artifact_paths[c.artifact], ctx, {}, plan.tmp)[0]}
+                session = _session(r.target, ctx, dict(c.change.get("session", {})), plan.tmp)[0]
+                ms_before, ms_after, pairs = _interleaved_ms(before_sessions[c.artifact], session, ctx.evaluation[0],
+                                                             runs=ctx.runs, warmup=ctx.warmup,
+                                                             settled=_latency_settled(c, r.before, r.after))
                 del session
             except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
                 refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
                                            blocked_nodes=c.blocked_nodes,
                                            reason=f"{c.reason}; re-run failed: {type(e).__name__}: {str(e)[:200]}"))
                 continue
-            b = b.model_copy(update={"latency_ms": ms_before[0], "latency_min_ms": ms_before[1]})
-            after = after.model_copy(update={"latency_ms": ms_after[0], "latency_min_ms": ms_after[1]})
+            b = r.before.model_copy(update={"latency_ms": ms_before[0], "latency_min_ms": ms_before[1]})
+            after = r.after.model_copy(update={"latency_ms": ms_after[0], "latency_min_ms": ms_after[1]})
             stopped = f"; {pairs} alternated pairs timed"
             if pairs < MIN_PAIRS:
                 stopped += (f": timing stopped there, every run was over {GIVE_UP_RATIO:g}x slower than every run "
                             "of the artifact as is")
             measured = AdviceMeasured(before=b, after=after, how=how + stopped,
-                                      seconds=round(time.perf_counter() - t0, 3))
-            slowest["ort" in c.change] = max(slowest.get("ort" in c.change, 0.0), measured.seconds)
+                                      seconds=round(r.seconds + time.perf_counter() - t0, 3))
             ok = _supported(c, b, after)
             entry = AdviceEntry(artifact=c.artifact, change=c.change, measured=measured,
                                 reason=c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}",
                                 adopted=ok, blocked_nodes=c.blocked_nodes)
             (proposed if ok else refuted).append(entry)
-        before.clear()
+        before_sessions.clear()
         proposed, superseded = _best_per_artifact(proposed)
         refuted += superseded
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(plan.tmp, ignore_errors=True)
     return proposed, refuted
+
+
+def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
+    """(proposed, refuted): both phases, one after the other."""
+    plan = prepared_advice(candidates, ctx)
+    return timed_advice(plan)
 
 
 def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
@@ -389,12 +463,13 @@ def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
     return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.compared == "shape")
 
 
-def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,
-                   ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
-                   quantize_seconds: dict[str, float], reference: list[np.ndarray] | None = None,
-                   ) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
-    """The spine's one call: candidates from the levels stage's blockers at ``options.advice.level``,
-    measured within ``options.advice.budget_seconds``."""
+def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,
+                        ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
+                        quantize_seconds: dict[str, float], reference: list[np.ndarray] | None = None,
+                        ) -> AdvicePlan | None:
+    """The spine's first call: candidates from the levels stage's blockers at ``options.advice.level``,
+    made and computed within ``options.advice.budget_seconds`` (``prepared_advice``); ``timed_advice``
+    times them. None when there is nothing to measure, or when making them failed (logged)."""
     cpu = cpu_info()
     int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
@@ -413,7 +488,7 @@ def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_inpu
     candidates = candidates_from_blockers(unfused, kernels, ort_settings=ort_settings, int8_allowed=int8_allowed,
                                           vnni=vnni)
     if not candidates:
-        return [], []
+        return None
     lat = options.latency
     ctx = AdviceContext(artifact_paths=dict(paths), ort_input=ort_input, ort_settings=ort_settings,
                         calibration=list(samples.calibration), evaluation=list(samples.evaluation),
@@ -423,7 +498,7 @@ def advice_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_inpu
                         reference=reference, before=before, latency_ms=latency_ms,
                         data_dependent=_data_dependent_positions(optimized.get("fp32") or {}))
     try:
-        return measured_advice(candidates, ctx)
+        return prepared_advice(candidates, ctx)
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
         log.warning("advice failed; the report has none", exc_info=True)
-        return [], []
+        return None
