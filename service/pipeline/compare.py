@@ -433,34 +433,45 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
     (layers, proposed advice, refuted advice).
 
     Neither the table nor advice's first phase (each candidate's re-quantized file, SQNR and int8 coverage)
-    times anything, so with two idle cores they run side by side, and advice's second phase then times
-    each candidate alone. Not beside the table's exclude-and-retry (``layers.retry_k``), which times its
-    files. Their timings then split the wall time they shared in proportion to their own seconds, so the
-    stages still add up to the job's time (the levels stage does the same)."""
-    def plan():
-        if not options.advice.enabled:
-            return None
-        return advice_plan_for_job(
+    times anything, so with two idle cores the second core makes advice candidates while the first computes
+    the table and then helps with the candidates left; advice's second phase then times each candidate
+    alone. Not beside the table's exclude-and-retry (``layers.retry_k``), which times its files. Their
+    timings then split the wall time they shared in proportion to their own seconds, so the stages still
+    add up to the job's time (the levels stage does the same)."""
+    plan = None
+    if options.advice.enabled:
+        run.notify("advice", 0, 1)
+        plan = advice_plan_for_job(
             levels.optimized, inspected.paths, options, ort_input=run.ort_input,
             ort_settings=resolved_ort_settings(options), samples=prepared.samples,
             input_names=[s.name for s in prepared.source.specs],
             calibration_cache=run.scratch / "ort_calibration_ranges.json",
             quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs)
+    beside = (plan is not None and options.layers.enabled and options.layers.retry_k <= 0
+              and (parallel if parallel is not None else cores_idle(concurrent_jobs)))
 
-    beside = (options.layers.enabled and options.advice.enabled and options.layers.retry_k <= 0
-              and len(inspected.paths) > 1 and (parallel if parallel is not None else cores_idle(concurrent_jobs)))
-    if options.advice.enabled:
-        run.notify("advice", 0, 1)
+    def make_advice() -> None:
+        if plan is None:
+            return
+        try:
+            plan.work()
+        except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
+            log.warning("advice failed; the report has none", exc_info=True)
+
+    def layers_then_advice():
+        layers = layers_stage(options, prepared, fp32, inspected, run)
+        make_advice()  # the candidates the other thread has not taken (all of them, one after the other)
+        return layers
+
     t0 = time.perf_counter()
-    layers, advice_plan = side_by_side(lambda: layers_stage(options, prepared, fp32, inspected, run), plan,
-                                       parallel=beside)
+    layers, _ = side_by_side(layers_then_advice, make_advice, parallel=beside)
     wall = time.perf_counter() - t0
     own = {"layers": run.timings.get("layers", 0.0) if layers is not None else 0.0,
-           "advice": advice_plan.seconds if advice_plan is not None else 0.0}
-    if beside and advice_plan is not None:
-        advice_plan.beside = "the per-tensor table (layers) on the second core"
+           "advice": plan.seconds if plan is not None else 0.0}
+    if beside:
+        plan.beside = "the per-tensor table (layers), on two cores"
         own = {k: v * wall / sum(own.values()) for k, v in own.items()} if sum(own.values()) > 0 else own
-        log.info("layers and advice's re-quantization side by side on two cores")
+        log.info("layers and advice's re-quantizations side by side on two cores")
     if layers is not None:
         run.timings["layers"] = round(own["layers"], 4)
     if not options.advice.enabled:
@@ -468,7 +479,7 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
     run.timings["advice"] = round(own["advice"], 4)
     with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
         try:
-            advice, refuted = timed_advice(advice_plan)
+            advice, refuted = timed_advice(plan)
         except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
             log.warning("advice failed; the report has none", exc_info=True)
             advice, refuted = [], []

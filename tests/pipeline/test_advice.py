@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
@@ -180,3 +182,33 @@ def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
     (med_b, _), (med_a, _), pairs = _interleaved_ms(slow, fast, {}, runs=20, warmup=1, settled=settled)
     assert pairs == MIN_PAIRS and fast.calls == 1 + MIN_PAIRS
     assert med_a < MIN_SPEEDUP * med_b
+
+
+def test_two_threads_make_each_candidate_once_with_the_numbers_one_thread_makes(compared):
+    """AdvicePlan.work on two threads at once (the spine's second core, then its first after the per-tensor
+    table): every candidate is made exactly once, in candidate order, with the same SQNR and coverage."""
+    import threading
+
+    from service.pipeline.verdict.advice import advice_plan
+
+    report, workdir = compared("op_zoo_net")
+    unfused = {a: report.artifacts[a].optimized["all"].unfused for a in ("pt2e_qdq", "ort_qdq")}
+    cands = candidates_from_blockers(unfused, {}, ort_settings=resolved_ort_settings(ComparisonOptions()),
+                                     int8_allowed=False, vnni=True)
+    assert len(cands) >= 2
+
+    def made(plan):
+        return [(r.candidate, r.after.sqnr_db, r.after.int8_coverage) for r in plan.ready]
+
+    alone = advice_plan(cands, _ctx(workdir, report, budget_seconds=600))
+    alone.work()
+    shared = advice_plan(cands, _ctx(workdir, report, budget_seconds=600))
+    workers = [threading.Thread(target=shared.work) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert made(shared) == made(alone) and [c for c, _, _ in made(alone)] == cands
+    assert shared.unmeasured() == ([], [])
+    for plan in (alone, shared):
+        shutil.rmtree(plan.tmp)

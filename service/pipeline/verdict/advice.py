@@ -31,6 +31,7 @@ import itertools
 import logging
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -49,7 +50,7 @@ from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
 __all__ = ["Candidate", "AdviceContext", "AdvicePlan", "candidates_from_blockers", "measured_advice", "prepared_advice",
-           "timed_advice", "advice_plan_for_job"]
+           "advice_plan", "timed_advice", "advice_plan_for_job"]
 
 log = logging.getLogger(__name__)
 DTYPE_BLOCKERS = {"io_dtype_mismatch", "int8_activation_on_x86"}
@@ -304,97 +305,153 @@ class _Ready:
     seconds: float  # what making the file and the numbers took
 
 
-@dataclass
-class AdvicePlan:
-    """Phase one's result (``prepared_advice``): numbers only, no latency, so it may run on the second core
-    beside other work that times nothing; ``timed_advice`` then times each candidate alone."""
-
-    ctx: AdviceContext
-    ready: list[_Ready]
-    proposed: list[AdviceEntry]  # blockers-backed changes left unmeasured for the budget
-    refuted: list[AdviceEntry]  # candidates whose re-run failed
-    tmp: Path
-    seconds: float = 0.0  # phase one's own time (its share of the budget)
-    beside: str | None = None  # the work phase one ran beside, said in each figure's ``how``
-
-
 def _timing_seconds(ctx: AdviceContext, before_ms: float, after_ms: float) -> float:
     """What timing a candidate costs at most: ``runs`` alternated pairs after ``warmup`` of each."""
     return (ctx.runs + ctx.warmup) * (before_ms + after_ms) / 1000.0
 
 
-def prepared_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePlan | None:
+class AdvicePlan:
     """Phase one of the measured advice: each candidate's file (ORT re-quantized with the change) and its
     numbers at ``ctx.level`` (int8 coverage from ORT's saved graph, SQNR on the evaluation samples), while
-    the budget lasts. Nothing is timed here. The budget counts, for each candidate made, what making it
-    took plus what timing it will take at most (``_timing_seconds``); a candidate that would not fit is
-    proposed unmeasured only when it is a blockers-backed speed change (``uint8``), and never when it
-    is one of the candidates measurement refutes on x86. None when there is nothing to measure."""
+    the budget lasts. Nothing is timed here, so ``work`` may run on two threads at once (each takes the
+    next candidate: the spine's second core, and its first once the per-tensor table is done);
+    ``timed_advice`` then times each candidate alone.
+
+    The budget counts, for each candidate made, what making it took plus what timing it will take at most
+    (``_timing_seconds``); a candidate that would not fit is proposed unmeasured only when it is a
+    blockers-backed speed change (``uint8``), and never when it is one of the candidates measurement
+    refutes on x86."""
+
+    def __init__(self, candidates: Iterable[Candidate], ctx: AdviceContext):
+        self.ctx = ctx
+        self.beside: str | None = None  # the work phase one ran beside, said in each figure's ``how``
+        self.seconds = 0.0  # the time ``work`` ran, on whichever threads (its share of the budget)
+        self.tmp = Path(tempfile.mkdtemp(prefix="qc-advice-"))
+        self._todo = list(enumerate(candidates))
+        self._made: dict[int, _Ready | AdviceEntry] = {}  # candidate index -> made, or its entry without figures
+        self._proposed_unmeasured: list[int] = []
+        self._lock = threading.Lock()
+        self._t_start: float | None = None  # the first ``work`` call: the budget is the plan's own time
+        self._timing_owed = 0.0  # seconds the candidates made so far will take to time
+        self._slowest: dict[bool, float] = {}  # re-quantizes or not -> longest candidate so far (made + timed), s
+        self._before: dict[str, tuple[AdviceFigures, float]] = {}  # artifact -> figures, ms per run
+        fp32 = ctx.artifact_paths["fp32"]
+        self._fp32_compute = compute_op_count(graph_from_path(fp32))
+        self._reference = ctx.reference
+        if self._reference is None:  # the report's reference: fp32 as written, no ORT rewrite
+            ref_session = session_for(fp32, "disable_all", intra_op_threads=ctx.threads)
+            self._reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
+            del ref_session
+
+    def _next(self) -> tuple[int, Candidate] | None:
+        """The next candidate that fits the budget; those that do not are settled here."""
+        ctx = self.ctx
+        while self._todo:
+            i, c = self._todo.pop(0)
+            if ctx.artifact_paths.get(c.artifact) is None or ("ort" in c.change and ctx.ort_input is None):
+                continue
+            known_ms = (ctx.latency_ms or {}).get(c.artifact, 0.0)
+            est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
+            est += len(ctx.evaluation) * known_ms / 1000.0 + _timing_seconds(ctx, known_ms, known_ms)
+            # A candidate already made is the better estimate (no latency figure without the latency loop,
+            # and a busy machine runs slower than the levels stage did): DNSMOS took 74-99 s of a 60 s budget.
+            est = max(est, self._slowest.get("ort" in c.change, 0.0))
+            remaining = ctx.budget_seconds - (time.perf_counter() - (self._t_start or 0.0)) - self._timing_owed
+            if remaining > est + 1.0:
+                return i, c
+            if c.change.get("ort", {}).get("activation_type") == "uint8":
+                self._made[i] = AdviceEntry(
+                    artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
+                    reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the advice budget left; "
+                    "raise options.advice.budget_seconds to measure it)")
+        return None
+
+    def _before_figures(self, artifact: str) -> tuple[AdviceFigures, float]:
+        ctx = self.ctx
+        with self._lock:
+            if artifact in self._before:
+                return self._before[artifact]
+            known_ms = (ctx.latency_ms or {}).get(artifact, 0.0)
+            known = (ctx.before or {}).get(artifact)
+            if known is None:  # made once, under the lock: the other thread waits for the same figures
+                t1 = time.perf_counter()
+                _, known = _session_figures(ctx.artifact_paths[artifact], ctx, self._reference, self._fp32_compute,
+                                            {}, self.tmp)
+                known_ms = known_ms or (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)
+            self._before[artifact] = (known, known_ms)
+            return self._before[artifact]
+
+    def _make(self, c: Candidate) -> tuple[_Ready, float]:
+        ctx = self.ctx
+        t0 = time.perf_counter()
+        before, before_ms = self._before_figures(c.artifact)
+        target = ctx.artifact_paths[c.artifact]
+        if "ort" in c.change:
+            target = self.tmp / f"{c.artifact}.advice{next(_SERIAL)}.onnx"
+            quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
+                             quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
+                             settings=_merged(ctx.ort_settings, c.change["ort"]), calibration_cache=ctx.calibration_cache)
+        t1 = time.perf_counter()
+        session, after = _session_figures(target, ctx, self._reference, self._fp32_compute,
+                                          dict(c.change.get("session", {})), self.tmp)
+        del session  # timed in phase two, from a session of its own: none is held across the phases
+        after_ms = (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)  # session creation included
+        return (_Ready(candidate=c, target=target, before=before, after=after, seconds=time.perf_counter() - t0),
+                _timing_seconds(ctx, before_ms, after_ms))
+
+    def work(self) -> None:
+        """Make candidates until none is left; safe to call from two threads at once."""
+        t0 = time.perf_counter()
+        with self._lock:
+            self._t_start = self._t_start or t0
+        try:
+            while True:
+                with self._lock:
+                    picked = self._next()
+                if picked is None:
+                    return
+                i, c = picked
+                try:
+                    ready, owed = self._make(c)
+                except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
+                    with self._lock:
+                        self._made[i] = AdviceEntry(
+                            artifact=c.artifact, change=c.change, adopted=False, blocked_nodes=c.blocked_nodes,
+                            reason=f"{c.reason}; re-run failed: {type(e).__name__}: {str(e)[:200]}")
+                    continue
+                with self._lock:
+                    self._made[i] = ready
+                    self._timing_owed += owed
+                    key = "ort" in c.change
+                    self._slowest[key] = max(self._slowest.get(key, 0.0), ready.seconds + owed)
+        finally:
+            with self._lock:
+                self.seconds += time.perf_counter() - t0
+
+    @property
+    def ready(self) -> list[_Ready]:
+        return [m for _, m in sorted(self._made.items()) if isinstance(m, _Ready)]
+
+    def unmeasured(self) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
+        """(proposed without figures for the budget, refuted because their re-run failed), in candidate order."""
+        entries = [m for _, m in sorted(self._made.items()) if isinstance(m, AdviceEntry)]
+        return [e for e in entries if e.adopted is not False], [e for e in entries if e.adopted is False]
+
+
+def prepared_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePlan | None:
+    """Phase one on this thread alone. None when there is nothing to measure."""
+    plan = advice_plan(candidates, ctx)
+    if plan is not None:
+        plan.work()
+    return plan
+
+
+def advice_plan(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePlan | None:
+    """A plan whose ``work`` makes the candidates; None when there is nothing to measure."""
     candidates = list(candidates)
     if not candidates or "fp32" not in ctx.artifact_paths or not ctx.evaluation:
         return None
-    t_start = time.perf_counter()
-    plan = AdvicePlan(ctx=ctx, ready=[], proposed=[], refuted=[], tmp=Path(tempfile.mkdtemp(prefix="qc-advice-")))
-    fp32 = ctx.artifact_paths["fp32"]
-    fp32_compute = compute_op_count(graph_from_path(fp32))
-    reference = ctx.reference
-    if reference is None:  # the report's reference: fp32 as written, no ORT rewrite
-        ref_session = session_for(fp32, "disable_all", intra_op_threads=ctx.threads)
-        reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
-        del ref_session
-    before: dict[str, tuple[AdviceFigures, float]] = {}  # artifact -> figures, ms per run
-    timing_owed = 0.0  # seconds the candidates made so far will take to time
-    slowest: dict[bool, float] = {}  # re-quantizes or not -> the longest candidate so far (made + timed), s
-    for c in candidates:
-        path = ctx.artifact_paths.get(c.artifact)
-        if path is None or ("ort" in c.change and ctx.ort_input is None):
-            continue
-        known_ms = (ctx.latency_ms or {}).get(c.artifact, 0.0)
-        est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
-        est += (len(ctx.evaluation) * known_ms / 1000.0) + _timing_seconds(ctx, known_ms, known_ms)
-        # A candidate already made is the better estimate (no latency figure without the latency loop,
-        # and a busy machine runs slower than the levels stage did): DNSMOS took 74-99 s of a 60 s budget.
-        est = max(est, slowest.get("ort" in c.change, 0.0))
-        remaining = ctx.budget_seconds - (time.perf_counter() - t_start) - timing_owed
-        if remaining <= est + 1.0:
-            if c.change.get("ort", {}).get("activation_type") == "uint8":
-                plan.proposed.append(AdviceEntry(artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
-                                                 reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the "
-                                                 "advice budget left; raise options.advice.budget_seconds to measure it)"))
-            continue
-        t0 = time.perf_counter()
-        try:
-            if c.artifact not in before:
-                known = (ctx.before or {}).get(c.artifact)
-                if known is None:
-                    t1 = time.perf_counter()
-                    _, known = _session_figures(path, ctx, reference, fp32_compute, {}, plan.tmp)
-                    known_ms = known_ms or (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)
-                before[c.artifact] = (known, known_ms)
-            target = path
-            if "ort" in c.change:
-                target = plan.tmp / f"{c.artifact}.advice{next(_SERIAL)}.onnx"
-                quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
-                                 quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
-                                 settings=_merged(ctx.ort_settings, c.change["ort"]),
-                                 calibration_cache=ctx.calibration_cache)
-            t1 = time.perf_counter()
-            session, after = _session_figures(target, ctx, reference, fp32_compute,
-                                              dict(c.change.get("session", {})), plan.tmp)
-            del session  # timed in phase two, from a session of its own: none is held across the phases
-            after_ms = (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)  # session creation included
-        except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
-            plan.refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
-                                            blocked_nodes=c.blocked_nodes,
-                                            reason=f"{c.reason}; re-run failed: {type(e).__name__}: {str(e)[:200]}"))
-            continue
-        made = time.perf_counter() - t0
-        owed = _timing_seconds(ctx, before[c.artifact][1], after_ms)
-        timing_owed += owed
-        slowest["ort" in c.change] = max(slowest.get("ort" in c.change, 0.0), made + owed)
-        plan.ready.append(_Ready(candidate=c, target=target, before=before[c.artifact][0], after=after, seconds=made))
-    plan.seconds = time.perf_counter() - t_start
-    return plan
+    return AdvicePlan(candidates, ctx)
 
 
 def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
@@ -403,7 +460,7 @@ def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[Advic
     if plan is None:
         return [], []
     ctx = plan.ctx
-    proposed, refuted = list(plan.proposed), list(plan.refuted)
+    proposed, refuted = plan.unmeasured()
     how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
            f"(worst output vs the report's fp32 reference; 'before' is the levels "
            f"stage's figure for the artifact as is){f', computed beside {plan.beside}' if plan.beside else ''}; "
@@ -467,9 +524,10 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
                         ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
                         quantize_seconds: dict[str, float], reference: list[np.ndarray] | None = None,
                         ) -> AdvicePlan | None:
-    """The spine's first call: candidates from the levels stage's blockers at ``options.advice.level``,
-    made and computed within ``options.advice.budget_seconds`` (``prepared_advice``); ``timed_advice``
-    times them. None when there is nothing to measure, or when making them failed (logged)."""
+    """The spine's first call: the plan of the candidates from the levels stage's blockers at
+    ``options.advice.level``, to be made within ``options.advice.budget_seconds`` by ``AdvicePlan.work``
+    (on one thread or two) and timed by ``timed_advice``. None when there is nothing to measure, or when
+    planning failed (logged)."""
     cpu = cpu_info()
     int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
@@ -498,7 +556,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
                         reference=reference, before=before, latency_ms=latency_ms,
                         data_dependent=_data_dependent_positions(optimized.get("fp32") or {}))
     try:
-        return prepared_advice(candidates, ctx)
+        return advice_plan(candidates, ctx)
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
         log.warning("advice failed; the report has none", exc_info=True)
         return None
