@@ -331,6 +331,7 @@ class AdvicePlan:
         self._made: dict[int, _Ready | AdviceEntry] = {}  # candidate index -> made, or its entry without figures
         self._proposed_unmeasured: list[int] = []
         self._lock = threading.Lock()
+        self._cache_lock = threading.Lock()
         self._t_start: float | None = None  # the first ``work`` call: the budget is the plan's own time
         self._timing_owed = 0.0  # seconds the candidates made so far will take to time
         self._slowest: dict[bool, float] = {}  # re-quantizes or not -> longest candidate so far (made + timed), s
@@ -388,9 +389,21 @@ class AdvicePlan:
         target = ctx.artifact_paths[c.artifact]
         if "ort" in c.change:
             target = self.tmp / f"{c.artifact}.advice{next(_SERIAL)}.onnx"
-            quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
-                             quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
-                             settings=_merged(ctx.ort_settings, c.change["ort"]), calibration_cache=ctx.calibration_cache)
+
+            def quantize() -> None:
+                quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
+                                 quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
+                                 settings=_merged(ctx.ort_settings, c.change["ort"]),
+                                 calibration_cache=ctx.calibration_cache)
+
+            # Where the job's calibration ranges are not on disk yet, the first re-quantization writes them
+            # and the others read them: it runs under the lock, so no thread reads a file half written.
+            with self._cache_lock:
+                cached = ctx.calibration_cache is None or ctx.calibration_cache.is_file()
+                if not cached:
+                    quantize()
+            if cached:
+                quantize()
         t1 = time.perf_counter()
         session, after = _session_figures(target, ctx, self._reference, self._fp32_compute,
                                           dict(c.change.get("session", {})), self.tmp)
