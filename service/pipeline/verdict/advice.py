@@ -157,9 +157,10 @@ def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp: Path):
-    """(session at ``ctx.level`` with ``session_config``, the graph ORT saved for it)."""
-    saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}.onnx"
+def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp: Path | None):
+    """(session at ``ctx.level`` with ``session_config``, the graph ORT saved for it in ``tmp``; None
+    without ``tmp``: a session made only to be timed saves nothing)."""
+    saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}.onnx" if tmp is not None else None
     so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved)
     for k, v in session_config.items():
         so.add_session_config_entry(k, str(v))
@@ -489,8 +490,8 @@ def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[Advic
             t0 = time.perf_counter()
             try:
                 if c.artifact not in before_sessions:
-                    before_sessions = {c.artifact: _session(ctx.artifact_paths[c.artifact], ctx, {}, plan.tmp)[0]}
-                session = _session(r.target, ctx, dict(c.change.get("session", {})), plan.tmp)[0]
+                    before_sessions = {c.artifact: _session(ctx.artifact_paths[c.artifact], ctx, {}, None)[0]}
+                session = _session(r.target, ctx, dict(c.change.get("session", {})), None)[0]
                 ms_before, ms_after, pairs = _interleaved_ms(before_sessions[c.artifact], session, ctx.evaluation[0],
                                                              runs=ctx.runs, warmup=ctx.warmup,
                                                              settled=_latency_settled(c, r.before, r.after))
