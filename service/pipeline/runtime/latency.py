@@ -39,8 +39,8 @@ from service.pipeline.runtime.numerics import concat_runs
 from service.schemas.levels import LatencyStats
 
 __all__ = [
-    "LatencyProtocol", "LoadProbe", "Timing", "median_ci", "is_stable", "can_become_stable", "load_snapshot", "timed_run",
-    "latency_from_samples", "top_up", "PROTOCOL_TEXT",
+    "LatencyProtocol", "LoadProbe", "Timing", "median_ci", "is_stable", "can_become_stable", "load_snapshot",
+    "timed_run", "latency_from_samples", "top_up", "PROTOCOL_TEXT",
 ]
 
 # A run this short is mostly per-call cost (binding, output allocation, caches left cold by the
@@ -56,9 +56,9 @@ PROTOCOL_TEXT = (
     "take under {short_ms:g} ms is timed apart instead, after {short_warmup} untimed runs); then the first eval feed "
     "again until the 95% order-statistic interval of the median is within +-{stable_pct:g}% of it "
     "(at least {min_runs}, at most {max_runs} timed runs, {budget:g} s budget per job shared by the "
-    "distinct graphs; no more runs once none up to {max_runs} could make it stable); identical level graphs timed once; sessions timed alone, {threads} intra-op "
-    "thread(s); noisy when not stable, spread (p90-p10)/median > {spread_pct:g}%, CPU share < "
-    "{share_pct:g}%, or the machine was oversubscribed"
+    "distinct graphs; no more runs once none up to {max_runs} could make it stable); identical level graphs "
+    "timed once; sessions timed alone, {threads} intra-op thread(s); noisy when not stable, spread "
+    "(p90-p10)/median > {spread_pct:g}%, CPU share < {share_pct:g}%, or the machine was oversubscribed"
 )
 
 

@@ -6,10 +6,10 @@ again with the changed settings (the calibration ranges are reused from the job'
 float ranges, the same for int8 and uint8), a session is created at ``options.advice.level``, the
 evaluation samples run, and the latency loop runs with the levels stage's threads and run count.
 ``before`` is measured the same way, back to back, on the artifact as it is, so the two figures
-are comparable. Two phases: ``prepared_advice`` makes each candidate's file and numbers (nothing
-timed, so the spine may run it beside the per-tensor table on the second core), ``timed_advice``
-then times each candidate alone. A candidate is proposed only when its measurement supports it; the others are
-kept in ``advice_refuted`` with their figures.
+are comparable. Two phases: ``AdvicePlan.work`` makes each candidate's file and numbers (nothing
+timed, so the spine may run it on two threads, beside the per-tensor table), ``timed_advice`` then
+times each candidate alone. A candidate is proposed only when its measurement supports it; the
+others are kept in ``advice_refuted`` with their figures.
 
 On x86 two candidates that look plausible from the source are refuted by measurement and are
 therefore measured, never assumed: ``session.qdqisint8allowed=1`` fuses every node but selects
@@ -49,8 +49,8 @@ from service.pipeline.runtime.ort_sessions import session_for, session_options_f
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
-__all__ = ["Candidate", "AdviceContext", "AdvicePlan", "candidates_from_blockers", "measured_advice", "prepared_advice",
-           "advice_plan", "timed_advice", "advice_plan_for_job"]
+__all__ = ["Candidate", "AdviceContext", "AdvicePlan", "candidates_from_blockers", "measured_advice", "advice_plan",
+           "timed_advice", "advice_plan_for_job"]
 
 log = logging.getLogger(__name__)
 DTYPE_BLOCKERS = {"io_dtype_mismatch", "int8_activation_on_x86"}
@@ -312,9 +312,9 @@ def _timing_seconds(ctx: AdviceContext, before_ms: float, after_ms: float) -> fl
 
 
 class AdvicePlan:
-    """Phase one of the measured advice: each candidate's file (ORT re-quantized with the change) and its
-    numbers at ``ctx.level`` (int8 coverage from ORT's saved graph, SQNR on the evaluation samples), while
-    the budget lasts. Nothing is timed here, so ``work`` may run on two threads at once (each takes the
+    """Phase one of the measured advice (``advice_plan`` makes one): each candidate's file (ORT
+    re-quantized with the change) and its numbers at ``ctx.level`` (int8 coverage from ORT's saved graph,
+    SQNR on the evaluation samples), while the budget lasts. Nothing is timed here, so ``work`` may run on two threads at once (each takes the
     next candidate: the spine's second core, and its first once the per-tensor table is done);
     ``timed_advice`` then times each candidate alone.
 
@@ -330,7 +330,6 @@ class AdvicePlan:
         self.tmp = Path(tempfile.mkdtemp(prefix="qc-advice-"))
         self._todo = list(enumerate(candidates))
         self._made: dict[int, _Ready | AdviceEntry] = {}  # candidate index -> made, or its entry without figures
-        self._proposed_unmeasured: list[int] = []
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._t_start: float | None = None  # the first ``work`` call: the budget is the plan's own time
@@ -452,14 +451,6 @@ class AdvicePlan:
         return [e for e in entries if e.adopted is not False], [e for e in entries if e.adopted is False]
 
 
-def prepared_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePlan | None:
-    """Phase one on this thread alone. None when there is nothing to measure."""
-    plan = advice_plan(candidates, ctx)
-    if plan is not None:
-        plan.work()
-    return plan
-
-
 def advice_plan(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePlan | None:
     """A plan whose ``work`` makes the candidates; None when there is nothing to measure."""
     candidates = list(candidates)
@@ -523,8 +514,10 @@ def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[Advic
 
 
 def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
-    """(proposed, refuted): both phases, one after the other."""
-    plan = prepared_advice(candidates, ctx)
+    """(proposed, refuted): both phases on this thread, one after the other."""
+    plan = advice_plan(candidates, ctx)
+    if plan is not None:
+        plan.work()
     return timed_advice(plan)
 
 
