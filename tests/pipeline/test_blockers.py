@@ -325,6 +325,22 @@ def test_qdq_params_differ(tmp_path, out_scale):
         assert rows["reshape"].blocker == "qdq_params_differ"
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_resize_not_nearest(tmp_path, mode):
+    """u2netp (rembg): 38 linear Resizes between equal uint8 Q/DQ stayed float, rows read 'unexplained'."""
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    empty = b.const(np.array([], np.float32))
+    y = b.node("Resize", [b.qdq(x)[0], empty, empty, b.const(np.array([1, 4, 16, 16], np.int64))], "resize",
+               mode=mode, coordinate_transformation_mode="pytorch_half_pixel")
+    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / f"rs_{mode}.onnx"))
+    resize = next(n for n in g.nodes if n.op_type == "Resize")
+    on_float = g.producer[resize.input[0]].op_type == "DequantizeLinear"
+    assert on_float == (mode != "nearest")
+    assert (rows.get("resize") and rows["resize"].blocker) == (None if mode == "nearest" else "resize_not_nearest")
+
+
 @pytest.mark.parametrize("scale", [0.05, -0.05])
 def test_scale_not_positive(tmp_path, scale):
     b = Builder()
@@ -397,7 +413,7 @@ def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
 PINNED = {"not_in_xnnpack_config", "no_int8_form", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "bias_scale_mismatch", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
-          "inserted_by_layout", "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
+          "resize_not_nearest", "inserted_by_layout", "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
 
 
 def residual_model(tmp_path, dtype):

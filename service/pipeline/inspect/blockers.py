@@ -103,6 +103,12 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
     Blocker("qdq_params_differ", "the rule drops the Q/DQ pair only when both carry the same constant scale "
             "and zero point", "give input and output the same quantization parameters",
             "qdq_selectors.cc: DropQDQNodeGroupSelector, IsQDQPairSupported"),
+    Blocker("resize_not_nearest", "ORT 1.32's CPU EP drops the Q/DQ pair around a Resize only in mode 'nearest': "
+            "a 'linear' or 'cubic' Resize between equal Q/DQ stays a float Resize (measured: changing mode alone "
+            "flips it)", "nothing to gain from its Q/DQ in ORT: leave Resize out of op_types_to_quantize (one "
+            "int8<->float round trip less), or use mode 'nearest' where the model tolerates it",
+            "measured on onnxruntime 1.32 (tests/pipeline/test_blockers.py); registered as the 'drop' rule "
+            "in qdq_selector_action_transformer.cc"),
     Blocker("scale_not_positive", "MaxPool/ReduceMax/ReduceMin need a positive constant scalar scale",
             "use a positive per-tensor scale", "qdq_selectors.cc: IsQOrDQScalePositiveConstantScalar"),
     Blocker("inserted_by_layout", "ORT put this Transpose here at a layout level: NhwcTransformer wraps every "
@@ -329,6 +335,10 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
         if kind.startswith("drop") and not _pair_supported(v, qs[0], dqs[0]):
             return "qdq_params_differ", (f"input scale {_scalar(v, dqs[0].input[1])}, output scale "
                                          f"{_scalar(v, qs[0].input[1])}")
+        if kind == "drop_no16" and base == "Resize":
+            mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
+            if mode != "nearest":
+                return "resize_not_nearest", f"mode {mode!r}"
         if kind == "unary" and din in _INT16:
             return "int16_not_supported", f"{din} Q/DQ"
         return None
