@@ -258,3 +258,33 @@ def test_loop_whose_exit_reads_a_carried_counter_unrolls_to_its_static_exit(limi
     _, s = ort_outputs(model, feeds)
     assert s.shape[0] == 4
     assert_matches_ort(model, feeds, export=True)
+
+
+@pytest.mark.parametrize("with_exit", [False, True], ids=["pass-through condition", "exit on the counter"])
+def test_loop_slicing_with_a_carried_counter(with_exit):
+    """paddle2onnx's loops (SLANet's decoder) index with a loop-carried counter, not the iteration
+    number: k starts at a constant and the body writes k + 1. Refused before with "Slice: starts
+    (input 1) is computed at run time"; the counter is a constant of each unrolled copy."""
+    nodes = [helper.make_node("Add", ["k_in", "one"], ["k_out"]),
+             helper.make_node("Slice", ["X", "k_in", "k_out", "zero"], ["row"]),
+             helper.make_node("Add", ["v_in", "row"], ["v_out"])]
+    if with_exit:
+        nodes += [helper.make_node("Squeeze", ["k_out", "zero"], ["k_s"]),
+                  helper.make_node("Less", ["k_s", "three"], ["c_out"])]
+    else:
+        nodes.append(helper.make_node("Identity", ["c_in"], ["c_out"]))
+    body = helper.make_graph(nodes, "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("k_in", TensorProto.INT64, None),
+                              helper.make_tensor_value_info("v_in", F32, None)],
+                             [helper.make_tensor_value_info("c_out", TensorProto.BOOL, None),
+                              helper.make_tensor_value_info("k_out", TensorProto.INT64, None),
+                              helper.make_tensor_value_info("v_out", F32, None)])
+    feeds = {"X": rand(RNG, 4, 3), "V0": np.zeros((1, 3), np.float32)}
+    inits = {"M": np.array(10 if with_exit else 3, np.int64), "cond": np.array(True),
+             "k0": np.array([0], np.int64), "zero": np.array([0], np.int64), "one": np.array([1], np.int64),
+             **({"three": np.array(3, np.int64)} if with_exit else {})}
+    model = make_model([helper.make_node("Loop", ["M", "cond", "k0", "V0"], ["K", "V"], name="loop0", body=body)],
+                       feeds, ["V"], initializers=inits)
+    assert_matches_ort(model, feeds, export=True)

@@ -181,8 +181,8 @@ class _Context(ConvertContext):
             return None
         return torch_to_numpy_dtype(t.dtype)
 
-    def run_subgraph(self, graph, inputs: dict[str, Any]) -> list[Any]:
-        return self.runner.run_graph(graph, inputs, parent=self.scope)
+    def run_subgraph(self, graph, inputs: dict[str, Any], *, keep_consts: bool = False) -> list[Any]:
+        return self.runner.run_graph(graph, inputs, parent=self.scope, keep_consts=keep_consts)
 
 
 class GraphRunner:
@@ -333,8 +333,9 @@ class GraphRunner:
         return np.array(shape[slice(start, end)], dtype=np.int64)
 
     # ---- graphs ----------------------------------------------------------------------------
-    def run_graph(self, graph, inputs: dict[str, Any], *, parent: _Scope | None) -> list[Any]:
-        """A subgraph invocation (If branch, Loop body): outer names visible, folds cached per call."""
+    def run_graph(self, graph, inputs: dict[str, Any], *, parent: _Scope | None, keep_consts: bool = False) -> list[Any]:
+        """A subgraph invocation (If branch, Loop body): outer names visible, folds cached per call.
+        ``keep_consts``: an output the call folded comes back as numpy (a Loop's carried counter)."""
         from onnx import numpy_helper
 
         scope = _Scope(parent=parent)
@@ -360,7 +361,7 @@ class GraphRunner:
         outs = []
         for o in graph.output:
             c = scope.const(o.name)
-            outs.append(to_torch(c) if c is not None else scope.get(o.name))
+            outs.append((c if keep_consts else to_torch(c)) if c is not None else scope.get(o.name))
         return outs
 
     def reset(self) -> None:

@@ -11,6 +11,9 @@ predicates, which PT2E does not quantize through).
   must have no data-dependent exit: its condition output is the condition input passed through
   (possibly via Identity) or a constant. Then the body is run M times (or 0 times when the initial
   condition is false), loop-carried values threaded through, scan outputs stacked on a new axis 0.
+  A small integer carried value that starts constant and is updated from constants (a counter the
+  body slices with, as paddle2onnx writes) is a constant of each unrolled copy, like the iteration
+  number.
   A condition computed from static values only (the iteration number, constants and outer names
   the converter folds, loop-carried values that start constant and are updated from static values:
   tf2onnx's ``And(Less(i, n), Less(counter + 1, n))`` of a Keras LSTM) is run ahead with onnx's
@@ -185,28 +188,46 @@ def loop(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
     if iterations > MAX_UNROLL:
         raise UnsupportedNode(f"Loop {node.name!r}: {iterations} iterations to unroll (limit {MAX_UNROLL})")
 
+    # The iteration number is a constant of each unrolled copy: handed over as numpy when the core
+    # folds constant subgraph inputs (then Slice/Gather on it in the body become static). So is a
+    # small integer loop-carried value that starts constant and that the body updates from constants
+    # (paddle2onnx indexes with such a counter, k_out = k_in + 1, instead of the iteration number);
+    # a float or large carried value (weights passed through the loop) stays one tensor.
+    as_const = bool(getattr(ctx, "const_subgraph_inputs", False))
     carried = list(inputs[2:])
+    if as_const:
+        carried = [c if c is not None and _index_like(np.asarray(c)) else t
+                   for c, t in zip((ctx.const(n) if n else None for n in node.inputs[2:]), carried)]
     n_carried = len(carried)
     n_scan = len(body.output) - 1 - n_carried
     names = [i.name for i in body.input]
     scans: list[list[torch.Tensor]] = [[] for _ in range(n_scan)]
-    # The iteration number is a constant of each unrolled copy: handed over as numpy when the core
-    # folds constant subgraph inputs (then Slice/Gather on it in the body become static).
-    as_const = bool(getattr(ctx, "const_subgraph_inputs", False))
     for i in range(iterations):
         if as_const:
             feeds = {names[0]: np.array(i, dtype=np.int64), names[1]: np.array(True)}
         else:
             feeds = {names[0]: torch.tensor(i, dtype=torch.int64), names[1]: torch.tensor(True)}
         feeds.update(zip(names[2:], carried))
-        outs = ctx.run_subgraph(body, feeds)
-        carried = list(outs[1:1 + n_carried])
+        outs = ctx.run_subgraph(body, feeds, keep_consts=True) if as_const else ctx.run_subgraph(body, feeds)
+        carried = [o if not isinstance(o, np.ndarray) or _index_like(o) else _tensor(o)
+                   for o in outs[1:1 + n_carried]]
         for k, value in enumerate(outs[1 + n_carried:]):
-            scans[k].append(value)
+            scans[k].append(_tensor(value))
     if n_scan and iterations == 0:
         raise UnsupportedNode(f"Loop {node.name!r}: zero iterations with scan outputs (their element shape "
                               "is unknown)")
-    return carried + [torch.stack(s, 0) for s in scans]
+    return [_tensor(c) for c in carried] + [torch.stack(s, 0) for s in scans]
+
+
+def _index_like(a: np.ndarray) -> bool:
+    """An integer or bool value of at most 64 elements: a counter or index a body may slice with."""
+    return a.dtype.kind in "biu" and a.size <= 64
+
+
+def _tensor(v):
+    from ..module import to_torch  # the converter core's dtype mapping; imported late (module imports ops)
+
+    return to_torch(np.asarray(v)) if isinstance(v, (np.ndarray, np.generic)) else v
 
 
 @converter("Scan", since=9)
