@@ -61,6 +61,7 @@ from service.pipeline.verdict.advice import advice_plan_for_job, timed_advice
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lints import (
+    fed_back_selection_lints,
     folded_input_lints,
     integer_weight_lints,
     no_artifact_lints,
@@ -226,7 +227,7 @@ def run_comparison(
         agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
-        + random_op_lints(fp32.file.model)
+        + random_op_lints(fp32.file.model) + fed_back_selection_lints(fp32.file.model)
         + integer_weight_lints(fp32.file.model) + overridable_initializer_lints(fp32.file.model)
         + folded_input_lints(artifacts.get("pt2e_qdq"))
         + no_artifact_lints(artifacts, already_quantized=run.already_quantized)
