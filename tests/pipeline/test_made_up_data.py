@@ -146,6 +146,32 @@ def test_ids_fed_as_float_are_drawn_as_whole_numbers_below_the_row_count(tmp_pat
     assert "50 rows of 'emb.weight'" in samples.info.generators["ids"]
 
 
+@pytest.mark.parametrize("pick", ["Gather", "Slice"])
+def test_ids_whose_columns_are_picked_before_the_table_are_drawn_below_its_row_count(tmp_path, pick):
+    """LORE's table processor (lineless_table_rec): dets [1, N, 8] int64 corner coordinates, each
+    column taken with Gather(axis=2, constant index) and looked up in a 256-row position embedding;
+    refused before with "cannot guess valid values" (the column pick was not followed)."""
+    rng = np.random.default_rng(0)
+    xs = nh.from_array(rng.standard_normal((40, 8)).astype(np.float32), "x_pos.weight")
+    ys = nh.from_array(rng.standard_normal((30, 8)).astype(np.float32), "y_pos.weight")
+    if pick == "Gather":
+        nodes = [h.make_node("Gather", ["dets", "c0"], ["d0"], axis=2), h.make_node("Gather", ["dets", "c1"], ["d1"], axis=2)]
+        consts = [nh.from_array(np.array(0, np.int64), "c0"), nh.from_array(np.array(1, np.int64), "c1")]
+    else:
+        nodes = [h.make_node("Slice", ["dets", "c0", "c1", "ax"], ["d0"]), h.make_node("Slice", ["dets", "c1", "c2", "ax"], ["d1"])]
+        consts = [nh.from_array(np.array([k], np.int64), f"c{k}") for k in range(3)] + [nh.from_array(np.array([2], np.int64), "ax")]
+    nodes += [h.make_node("Gather", ["x_pos.weight", "d0"], ["ex"]), h.make_node("Gather", ["y_pos.weight", "d1"], ["ey"]),
+              h.make_node("Add", ["ex", "ey"], ["e"]), h.make_node("ReduceMean", ["e"], ["y"], keepdims=0)]
+    path = _save(tmp_path, nodes, [h.make_tensor_value_info("dets", T.INT64, [1, 6, 2])], [xs, ys] + consts)
+    samples, _ = _samples(path)
+    dets = _stack(samples, "dets")
+    assert dets.min() >= 0 and dets.max() < 30 and dets.max() >= 20
+    assert "30 rows of 'y_pos.weight'" in samples.info.generators["dets"]
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for feed in samples.calibration[:4]:
+        sess.run(None, feed)
+
+
 def test_an_id_input_used_elsewhere_too_gets_no_guessed_range(tmp_path):
     table = nh.from_array(np.zeros((50, 8), np.float32), "emb.weight")
     path = _save(tmp_path, [h.make_node("Gather", ["emb.weight", "ids"], ["e"]),

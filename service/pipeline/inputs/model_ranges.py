@@ -5,7 +5,8 @@ first ops on an input, and samples drawn from that are closer to what the model 
 
 * ids: an input used as the indices of a ``Gather`` on an initializer (an embedding table) is
   valid in ``[0, rows)``: the table's size on the gathered axis (a float input cast to an integer
-  on the way, as Keras exports ids, is drawn as whole numbers in that range too); an input one-hot encoded by
+  on the way, as Keras exports ids, is drawn as whole numbers in that range too; so is an input whose
+  columns a Gather or Slice picks before the lookup); an input one-hot encoded by
   ``Equal`` with a constant ``arange(K)`` (jax's ``one_hot``, as in magika) in ``[0, K)``.
 * normalized inputs: ``(x - mean) / std`` (``Sub`` then ``Div``/``Mul`` by constants) or a
   ``BatchNormalization`` directly on the input: ``x`` is drawn as ``mean + std * normal(0, 1)``
@@ -33,7 +34,10 @@ _DEFAULT = ("", "ai.onnx")
 _PASS_THROUGH = ("Cast", "Identity")  # ids often go through a Cast to int64 first
 # Ops that move ids around without changing their values (their input 0), and ops that read only
 # the shape: followed, resp. ignored, on the way from an id input to what consumes its values.
-_ID_MOVES = ("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose")
+_ID_MOVES = ("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "Flatten", "Transpose",
+             # as their data (input 0) ids keep their values: a column picked before the lookup (LORE's
+             # dets [1, N, 8], each corner coordinate a Gather(axis=2) into a position embedding)
+             "Gather", "GatherElements", "Slice")
 _FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
 _SHAPE_ONLY = ("Shape", "Size")
 
