@@ -53,7 +53,7 @@ class Rewrite(_Model):
     """One connected change between two consecutive levels."""
 
     summary: str  # "DequantizeLinear x3 + Conv + Relu + QuantizeLinear -> QLinearConv"
-    kind: str  # qdq_fusion, qdq_drop, s8_to_u8, nhwc, nchwc, bias_int32, dq_duplicated, ...
+    kind: str  # qdq_fusion, qdq_drop, s8_to_u8, nhwc, nchwc, bias_int32, weight_int8, dq_duplicated, ...
     removed: list[str] = Field(default_factory=list)  # node names (graph before)
     added: list[str] = Field(default_factory=list)  # node names (graph after)
     modified: list[str] = Field(default_factory=list)  # same name on both sides, inputs/outputs changed

@@ -94,3 +94,45 @@ def test_every_rewrite_has_a_summary_and_names_nodes(tmp_path, level):
         dtype = "int8" if platform.machine() in ("aarch64", "arm64") else "uint8"
         assert f"DequantizeLinear + QuantizeLinear removed around MaxPool (runs on {dtype})" in [
             r.summary for r in diff.rewrites]
+
+
+@pytest.mark.parametrize("q_after", [True, False], ids=["Relu -> QuantizeLinear after it", "float output"])
+@pytest.mark.parametrize("op", ["ConvTranspose", "Conv"])
+def test_a_float_weight_between_dq_and_q_is_quantized_per_tensor_at_basic(tmp_path, op, q_after):
+    """ORT 1.32's WeightBiasQuantization (Level1): a Conv/ConvTranspose whose input comes from a
+    DequantizeLinear and whose output (through a Relu) a QuantizeLinear reads gets its float32 weight
+    quantized to int8, per tensor and symmetric, and its bias to int32. No QDQ rule fuses a
+    ConvTranspose on the CPU EP, so it keeps running in float on the rounded weight. LORE's detector
+    (lineless_table_rec): ort_qoperator's 4 float ConvTransposes between QLinearAdd and QLinearConv
+    lost 16.5 -> 14.8 dB at basic, and the rewrite read 'bias quantized to int32'."""
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(0)
+    inits = {"w": rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "b": rng.standard_normal(4).astype(np.float32),
+             "s": np.array(0.05, np.float32), "z": np.array(0, np.uint8)}
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], name="dq"),
+             helper.make_node(op, ["dq", "w", "b"], ["c"], name="up", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r" if q_after else "y"], name="relu")]
+    if q_after:
+        nodes += [helper.make_node("QuantizeLinear", ["r", "s", "z"], ["q2"], name="q2"),
+                  helper.make_node("DequantizeLinear", ["q2", "s", "z"], ["y"], name="dq2")]
+    model = _model(nodes, inits, [_x()], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    before, after = _level(tmp_path, model, "disable_all"), _level(tmp_path, model, "basic")
+    weight_dq = [n for n in after.nodes if n.op_type == "DequantizeLinear" and after.dtypes.get(n.input[0]) == "int8"]
+    assert bool(weight_dq) == q_after  # the oracle: ORT's saved graph
+    rewrites = diff_graphs(before, after, previous="disable_all").rewrites
+    named = [r.summary for r in rewrites if r.transformer == "WeightBiasQuantization"]
+    if not q_after:
+        assert named == []
+        return
+    assert named == [f"float weight of {op} quantized to int8 per tensor, bias to int32 (WeightBiasQuantization: "
+                     "DequantizeLinear before it, QuantizeLinear after it)"]
+    feeds = {"x": np.abs(rng.standard_normal((1, 4, 8, 8))).astype(np.float32)}
+    runs = {}
+    for level, value in (("disable_all", ort.GraphOptimizationLevel.ORT_DISABLE_ALL),
+                         ("basic", ort.GraphOptimizationLevel.ORT_ENABLE_BASIC)):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = value
+        runs[level] = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert not np.array_equal(runs["disable_all"], runs["basic"])  # the weight was rounded

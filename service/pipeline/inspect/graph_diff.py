@@ -248,6 +248,18 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
     # bias quantized to int32 at session time
     dq_i32 = [n for n in add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int32"
               and n.input[0] in new.initializers]
+    # WeightBiasQuantization (Level1) also rounds a float weight to int8 per tensor (symmetric): a
+    # Conv/ConvTranspose/Gemm between a DequantizeLinear and a QuantizeLinear; a ConvTranspose then
+    # still runs in float (no QDQ rule on the CPU EP), on the rounded weight
+    w_i8 = [c for n in add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int8"
+            and n.input[0] in new.initializers
+            for c in new.consumers.get(n.output[0], []) if len(c.input) > 1 and c.input[1] == n.output[0]
+            and c.op_type in ("Conv", "ConvTranspose", "Gemm")]
+    if w_i8 and not rem_only:
+        return rw(f"float weight of {_count_text([op_key(c) for c in w_i8])} quantized to int8 per tensor"
+                  + (", bias to int32" if dq_i32 else "")
+                  + " (WeightBiasQuantization: DequantizeLinear before it, QuantizeLinear after it)",
+                  "bias_int32" if dq_i32 else "weight_int8", "WeightBiasQuantization")
     if dq_i32 and not rem_only:
         return rw("bias quantized to int32 (DequantizeLinear of int32 initializer added)"
                   + (f" x{len(dq_i32)}" if len(dq_i32) > 1 else ""), "bias_int32", "WeightBiasQuantization")
