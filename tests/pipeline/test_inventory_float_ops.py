@@ -92,3 +92,30 @@ def test_a_bias_stored_as_int8_reads_int8_not_int32():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     inv = inventory_from_onnx(model)
     assert [b.dtype for b in inv.bias] == ["int8"] and inv.bias_summary == "int8"
+
+
+def test_the_float_ops_after_a_dynamic_conv_integer_are_not_counted_as_quantized(tmp_path):
+    """rapid_table_det's edge_det_quantized.onnx (quantize_dynamic): DynamicQuantizeLinear -> ConvInteger
+    (int32) -> Cast -> Mul (scale) -> Add (bias) -> Relu. The inventory listed Mul x115, Add x74, Cast
+    x65, Relu x51 as quantized ops ("runs on the 8-bit tensor"): it walked back to the ConvInteger
+    without asking what the op reads, an int32 sum or a float32 value."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], ["m"], kernel_shape=[2, 2]),
+             helper.make_node("Conv", ["m", "w2", "b"], ["y"], pads=[1, 1, 1, 1])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 4, 4])],
+                              [numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w"),
+                               numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w2"),
+                               numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    src, dst = tmp_path / "f.onnx", tmp_path / "d.onnx"
+    onnx.save(model, str(src))
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QUInt8)
+    inv = inventory_from_onnx(onnx.load(str(dst)))
+    assert inv.int8_kernels_in_file == {"ConvInteger": 2}
+    assert not {"Cast", "Mul", "Add", "Relu", "MaxPool"} & set(inv.ops_quantized), inv.ops_quantized
+    assert {"Mul", "Relu"} <= set(inv.ops_float)

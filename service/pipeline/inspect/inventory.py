@@ -380,6 +380,8 @@ def _classify_ops(g: GraphIndex, nodes):
         p = g.producer.get(first) if first else None
         if p is None:
             return False
+        if g.dtypes.get(first) not in (None, "int8", "uint8"):
+            return False  # ConvInteger's int32 sum, the float32 after its Cast (dynamic quantization)
         if p.op_type == QUANTIZE or op_key(p) in QUANTIZED_KERNELS:
             return True
         return depth < 8 and p.op_type not in QDQ_OPS and reads_8bit(p, depth + 1)
@@ -388,7 +390,8 @@ def _classify_ops(g: GraphIndex, nodes):
     why: dict[str, Counter] = defaultdict(Counter)
     for node in nodes:
         key = op_key(node)
-        if node.op_type in QDQ_OPS or node.op_type in _STRUCTURAL or key in QUANTIZED_KERNELS:
+        if node.op_type in QDQ_OPS or node.op_type in _STRUCTURAL or key in QUANTIZED_KERNELS \
+                or key == "DynamicQuantizeLinear":  # the quantizer of a dynamic file, as QuantizeLinear is
             continue
         if reads_8bit(node):
             quantized[key] += 1  # runs on the 8-bit tensor as is
