@@ -102,3 +102,29 @@ def test_past_the_copy_limit_the_convs_keep_sharing_and_the_note_says_so(tmp_pat
     notes.clear()
     assert own_weight_copies(model, notes) == 2
     assert [n.input[1:] for n in model.graph.node if n.op_type == "Conv"] == [["w", "b"], ["w__conv1", "b__conv1"]]
+
+
+@pytest.mark.heavy
+def test_convs_whose_equal_constant_of_shape_weights_folding_merges_are_each_quantized(tmp_path):
+    """onnx's light_inception_v1 (caffe2 export, each weight a ConstantOfShape of 0.02): the constant
+    folding's common-subexpression pass merged equal ConstantOfShape nodes into one, whose output the
+    copy step did not see (not an initializer yet), so torchao quantized 31 of 55 Convs and the note
+    told the user to copy.deepcopy a module an ONNX upload does not have. Two such Convs here."""
+    shape = numpy_helper.from_array(np.array([4, 4, 3, 3], np.int64), "ws1")
+    shape2 = numpy_helper.from_array(np.array([4, 4, 3, 3], np.int64), "ws2")
+    fill = numpy_helper.from_array(np.array([0.02], np.float32))
+    nodes = [helper.make_node("ConstantOfShape", ["ws1"], ["w1"], value=fill),
+             helper.make_node("ConstantOfShape", ["ws2"], ["w2"], value=fill),
+             helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["y"], name="relu2")]
+    graph = helper.make_graph(nodes, "light", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])], [shape, shape2])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    upload = tmp_path / "light.onnx"
+    onnx.save(model, str(upload))
+    tool, _ = pt2e_of_upload(upload, tmp_path / "pt2e.onnx", calibration_samples=2, eval_samples=1)
+    assert _dequantized_conv_weights(tmp_path / "pt2e.onnx") == (2, 2)
+    assert not any("read a weight another one reads too" in n for n in tool.notes)

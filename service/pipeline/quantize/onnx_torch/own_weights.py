@@ -47,10 +47,50 @@ def _shared_conv_inputs(graph) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
     return {name: r for name, r in readers.items() if len(r) > 1}
 
 
+def _constant_shared_conv_inputs(graph) -> int:
+    """A weight or bias several Convs read that a Constant, or a ConstantOfShape of an initializer,
+    computes becomes an initializer, in place, so it gets copies like one; the number made. The
+    constant folding before this merges equal such nodes into one (its common-subexpression pass),
+    and the converter folds them only later (onnx's light_inception_v1, a caffe2 export that writes
+    each weight as a ConstantOfShape of 0.02: 24 of 55 Convs shared one)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    inits = {t.name: t for t in graph.initializer}
+    readers: dict[str, int] = defaultdict(int)
+    for node in graph.node:
+        if node.op_type in OWN_WEIGHT_OPS and node.domain in ("", "ai.onnx"):
+            for slot in _SLOTS:
+                if slot < len(node.input) and node.input[slot] and node.input[slot] not in inits:
+                    readers[node.input[slot]] += 1
+    made = 0
+    for node in list(graph.node):
+        if len(node.output) != 1 or readers.get(node.output[0], 0) < 2 or node.domain not in ("", "ai.onnx"):
+            continue
+        value_attr = next((a for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+        try:
+            if node.op_type == "Constant" and value_attr is not None:
+                value = numpy_helper.to_array(value_attr.t)
+            elif node.op_type == "ConstantOfShape" and node.input and node.input[0] in inits:
+                dims = tuple(int(d) for d in numpy_helper.to_array(inits[node.input[0]]).reshape(-1))
+                fill = numpy_helper.to_array(value_attr.t).reshape(-1) if value_attr is not None \
+                    else np.zeros(1, np.float32)
+                value = np.full(dims, fill[0], dtype=fill.dtype)
+            else:
+                continue
+        except Exception:  # noqa: BLE001 - an unreadable constant stays a node (the converter folds it)
+            continue
+        graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+        graph.node.remove(node)
+        made += 1
+    return made
+
+
 def own_weight_copies(model, notes: list[str], *, limit_bytes: int = COPY_LIMIT_BYTES) -> int:
     """Give every Conv after the first reader of a shared weight/bias initializer its own copy, in
     place; returns the number of copies and says what it did in ``notes``."""
     graph = model.graph
+    _constant_shared_conv_inputs(graph)
     shared = _shared_conv_inputs(graph)
     if not shared:
         return 0
