@@ -145,8 +145,9 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
     per_node: Counter = Counter()
     for n in ops:
         custom = n.meta.get("custom") or {}
-        if "onnx_node" in custom:
-            per_node[(str(custom.get("onnx_op", "")), str(custom["onnx_node"]))] += 1
+        if "onnx_node" in custom:  # a Loop/If/Scan body's ops count for the main-graph node around them
+            per_node[(str(custom.get("onnx_top_op", custom.get("onnx_op", ""))),
+                      str(custom.get("onnx_top", custom["onnx_node"])))] += 1
     biggest = ", ".join(f"{op} {name!r} ({k} ops)" for (op, name), k in per_node.most_common(3))
     where = f"; the most from {biggest}" if biggest else ""
     message = (f"the torch graph has {len(ops)} ops, more than options.pt2e.max_graph_ops ({max_graph_ops}): "

@@ -291,7 +291,11 @@ class GraphRunner:
         try:
             from torch.fx.traceback import annotate
 
-            with annotate({"onnx_node": node.name, "onnx_op": node.op_type, "onnx_outputs": ",".join(node.outputs)}):
+            # onnx_top: the main-graph node; the nodes of a Loop/If/Scan body keep their enclosing node
+            # there (annotate merges), so a graph-size count can charge an unrolled body to its Loop
+            top = {"onnx_top": node.name, "onnx_top_op": node.op_type} if main else {}
+            with annotate({"onnx_node": node.name, "onnx_op": node.op_type, "onnx_outputs": ",".join(node.outputs),
+                           **top}):
                 out = self._call(node, scope, inputs)
         except UnsupportedNode as e:
             raise ConversionError(f"{node.op_type} node {node.name!r}: {e}", node) from e
