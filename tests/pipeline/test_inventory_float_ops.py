@@ -119,3 +119,5 @@ def test_the_float_ops_after_a_dynamic_conv_integer_are_not_counted_as_quantized
     assert inv.int8_kernels_in_file == {"ConvInteger": 2}
     assert not {"Cast", "Mul", "Add", "Relu", "MaxPool"} & set(inv.ops_quantized), inv.ops_quantized
     assert {"Mul", "Relu"} <= set(inv.ops_float)
+    # and its weights are stored quantized (the CLI read "weights: none")
+    assert inv.weights == "quantized_initializer" and inv.weight_dtypes == ["uint8"]

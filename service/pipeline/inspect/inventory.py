@@ -235,6 +235,13 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
     tlist = sorted(tensors.values(), key=lambda t: (t.role, t.name))
     weights = [t for t in tlist if t.role == "weight"]
     storages = {t.storage for t in weights}
+    # quantize_dynamic's ConvInteger/MatMulInteger read their integer weight as is (its scale is a
+    # Mul after the kernel's Cast): stored quantized too, with no QuantizedTensor to carry a scale
+    integer_weights = {g.dtype_of_constant(n.input[1]) for n in nodes if n.op_type in _INTEGER_KERNELS
+                       and (n.domain or "") in ("", "ai.onnx") and len(n.input) > 1 and g.is_constant(n.input[1])}
+    integer_weights.discard(None)
+    if integer_weights:
+        storages.add("quantized_initializer")
     weight_summary = "none" if not storages else (storages.pop() if len(storages) == 1 else "mixed")
     if float_weights and weight_summary != "none":
         weight_summary = "mixed"  # a ConvTranspose PT2E or QOperator left alone keeps its float32 weight
@@ -255,7 +262,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
         ops_float=dict(sorted(ops_float.items())), ops_float_reasons=reasons, int8_kernels_in_file=kernels,
         folded_activations=folded,
         activation_dtypes=sorted({t.dtype for t in tlist if t.role == "activation"}),
-        weight_dtypes=sorted({t.dtype for t in weights}),
+        weight_dtypes=sorted({t.dtype for t in weights} | integer_weights),
     )
 
 
@@ -284,6 +291,9 @@ _UNIT_TAIL = {"Relu", "Clip"}
 # input: DQ(w) -> Transpose -> MatMul): ORT's transpose optimizer moves it into the constant at level
 # basic, so the reader reads a dequantized weight all the same.
 _WEIGHT_LAYOUT = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+
+
+_INTEGER_KERNELS = ("ConvInteger", "MatMulInteger")  # quantize_dynamic's kernels: x, w, x_zp, w_zp
 
 
 def _classify_ops(g: GraphIndex, nodes):
