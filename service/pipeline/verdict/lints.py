@@ -262,6 +262,20 @@ def sentinel_range_lints(inventories: dict) -> list[Lint]:
             continue
         readers = sorted({c for _, t in wide for c in t.consumers})
         names = _first_three([f"'{t.name}' (step {step:.3g})" for step, t in wide])
+        if all(_range_starts_at_zero(t) for _, t in wide):
+            # a mask's sentinel is a large negative value (zero point at the top); these start at 0
+            out.append(Lint(
+                code="sentinel_in_activation_range", severity="error", artifact=artifact,
+                message=f"{len(wide)} activation(s) were calibrated to an int8 step of {SENTINEL_SCALE:g} or more: "
+                        f"{names}{', read by ' + ', '.join(readers) if readers else ''}. Their ranges start at 0 (the "
+                        "zero point at the bottom of the type): the values themselves are that large, activations "
+                        "that grow layer after layer or inputs far larger than the model expects, and every value "
+                        "smaller than half a step quantizes to 0.",
+                hint="check the inputs' scale (upload an .npz of real inputs, or set options.input_values); values "
+                     "this large fit no 8-bit grid that also holds ordinary ones: keep the ops that compute them in "
+                     "float with options.ort.nodes_to_exclude (ORT paths; PT2E has no per-node option)",
+            ))
+            continue
         out.append(Lint(
             code="sentinel_in_activation_range", severity="error", artifact=artifact,
             message=f"{len(wide)} activation(s) were calibrated to an int8 step of {SENTINEL_SCALE:g} or more: {names}"
@@ -274,6 +288,12 @@ def sentinel_range_lints(inventories: dict) -> list[Lint]:
                  "options.ort.nodes_to_exclude (ORT paths; PT2E has no per-node option)",
         ))
     return out
+
+
+def _range_starts_at_zero(t) -> bool:
+    """The zero point within 5% of the bottom of its type: a range of [~0, max]."""
+    lo, hi = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}.get(t.dtype, (None, None))
+    return lo is not None and bool(t.zero_point) and all(z - lo <= 0.05 * (hi - lo) for z in t.zero_point)
 
 
 def _scale_floor_lints(f) -> list[Lint]:
