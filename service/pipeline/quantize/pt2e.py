@@ -64,7 +64,8 @@ def qdq_from_pt2e(
                                  evaluation=evaluation, skip_modules=skip_modules, skip_onnx_nodes=skip_onnx_nodes,
                                  max_graph_ops=max_graph_ops)
     if max_graph_ops is not None:
-        refuse_oversized_program(program, conversion, max_graph_ops)
+        refuse_oversized_program(program, conversion, max_graph_ops,
+                                 model=source.onnx_model if source.program is None else None)
     try:
         return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
                                   skip_modules, skip_onnx_nodes)
@@ -130,7 +131,30 @@ def _first_nonfinite_observed(prepared, args) -> str:
     return f"torch node {node.name!r}"
 
 
-def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
+def _fixed_trip_loops(model, names: list[str]) -> list[tuple[str, int]]:
+    """(name, trips) of the main-graph Loops among ``names`` whose trip count is a constant of the
+    model (an initializer or a Constant node): no input shape shortens them (SLANet's 501 steps)."""
+    if model is None:
+        return []
+    from onnx import numpy_helper
+
+    consts = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
+            if value is not None:
+                consts[n.output[0]] = value
+    out = []
+    for n in model.graph.node:
+        if n.op_type == "Loop" and n.name in names and n.input and n.input[0] in consts:
+            try:
+                out.append((n.name, int(numpy_helper.to_array(consts[n.input[0]]).reshape(-1)[0])))
+            except Exception:  # noqa: BLE001 - an unreadable count is no fixed one
+                continue
+    return out
+
+
+def refuse_oversized_program(program, conversion, max_graph_ops: int, *, model=None) -> None:
     """A PathSkipped before PT2E starts when the torch graph has more than ``max_graph_ops`` ops.
 
     Why a count of ops: prepare_pt2e, convert_pt2e and torch.onnx.export (its decompositions and
@@ -155,6 +179,11 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int) -> None:
     recurrent = any(op in ("LSTM", "GRU", "RNN", "Loop", "Scan") for op, _ in per_node)
     hint = ("recurrences and loops are unrolled step by step: fix a shorter sequence with options.input_shapes, "
             "or upload a .pt2 that keeps nn.LSTM/nn.GRU whole; " if recurrent else "")
+    fixed = _fixed_trip_loops(model, [name for (op, name), _ in per_node.most_common(3) if op == "Loop"])
+    if fixed:  # its trip count is the model's own constant: no input shape shortens it
+        shown = ", ".join(f"{name!r} runs {trips} steps" for name, trips in fixed)
+        hint = (f"Loop {shown} whatever the input's shape (its trip count is a constant of the model, such as a "
+                "decoder's maximum length): export the model with a smaller maximum to compare it here; ")
     hint += ("raise options.pt2e.max_graph_ops to run it anyway (and QUANTCOMPARE_JOB_TIMEOUT_S with it), "
              "or compare the ORT paths only (options.artifacts); the ORT paths are unaffected")
     if conversion is not None:

@@ -125,3 +125,30 @@ def test_the_ops_of_a_loop_body_count_for_the_loop(tmp_path):
     counted = re.search(r"the most from Loop 'decode' \((\d+) ops\)", str(info.value))
     assert counted and int(counted.group(1)) >= 24, str(info.value)
     assert "body_mul" not in str(info.value)
+
+
+def test_a_loop_with_a_constant_trip_count_is_not_offered_a_shorter_input(tmp_path):
+    """SLANet's decoder runs 501 steps (M an initializer); the hint offered "a shorter sequence with
+    options.input_shapes", which changes nothing there."""
+    from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
+
+    body = helper.make_graph([helper.make_node("Mul", ["v_in", "X"], ["m"], name="body_mul"),
+                              helper.make_node("Add", ["m", "X"], ["v_out"], name="body_add"),
+                              helper.make_node("Identity", ["c_in"], ["c_out"], name="body_cond")], "body",
+                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                              helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None)],
+                             [helper.make_tensor_value_info("c_out", TensorProto.BOOL, None),
+                              helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None)])
+    graph = helper.make_graph([helper.make_node("Loop", ["M", "", "X"], ["y"], name="decode", body=body)], "loop",
+                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [numpy_helper.from_array(np.array(12, np.int64), "M")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "loop.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(ConversionSkipped) as info:
+        pt2e_of_upload(path, tmp_path / "pt2e.onnx", max_graph_ops=5)
+    hint = info.value.hint
+    assert "'decode' runs 12 steps" in hint and "options.input_shapes" not in hint and "max_graph_ops" in hint
