@@ -10,8 +10,7 @@ The protocol (its text goes into every ``LatencyStats.protocol``):
 2. Then the first eval feed is run again until the median is stable: the distribution-free 95%
    confidence interval of the median (order statistics: ranks n/2 -+ 0.98*sqrt(n)) spans at
    most ``2 * stable_rel`` of the median, after at least ``min_runs`` timed runs; or until
-   ``max_runs`` timed runs, or the graph's share of the job's time budget is spent, or no run up
-   to ``max_runs`` could make it stable any more (``can_become_stable``).
+   ``max_runs`` timed runs, or the graph's share of the job's time budget is spent.
 3. Reported: median, p10/p90, spread ((p90-p10)/median), the runs, whether it became stable,
    and the load while it was measured: the 1-minute load average, the jobs running at once in
    the service, and the CPU share the timed runs got (process CPU time / (wall time x threads), summed
@@ -39,8 +38,8 @@ from service.pipeline.runtime.numerics import concat_runs
 from service.schemas.levels import LatencyStats
 
 __all__ = [
-    "LatencyProtocol", "LoadProbe", "Timing", "median_ci", "is_stable", "can_become_stable", "load_snapshot",
-    "timed_run", "latency_from_samples", "top_up", "PROTOCOL_TEXT",
+    "LatencyProtocol", "LoadProbe", "Timing", "median_ci", "is_stable", "load_snapshot", "timed_run",
+    "latency_from_samples", "top_up", "PROTOCOL_TEXT",
 ]
 
 # A run this short is mostly per-call cost (binding, output allocation, caches left cold by the
@@ -56,9 +55,9 @@ PROTOCOL_TEXT = (
     "take under {short_ms:g} ms is timed apart instead, after {short_warmup} untimed runs); then the first eval feed "
     "again until the 95% order-statistic interval of the median is within +-{stable_pct:g}% of it "
     "(at least {min_runs}, at most {max_runs} timed runs, {budget:g} s budget per job shared by the "
-    "distinct graphs; no more runs once none up to {max_runs} could make it stable); identical level graphs "
-    "timed once; sessions timed alone, {threads} intra-op thread(s); noisy when not stable, spread "
-    "(p90-p10)/median > {spread_pct:g}%, CPU share < {share_pct:g}%, or the machine was oversubscribed"
+    "distinct graphs); identical level graphs timed once; sessions timed alone, {threads} intra-op "
+    "thread(s); noisy when not stable, spread (p90-p10)/median > {spread_pct:g}%, CPU share < "
+    "{share_pct:g}%, or the machine was oversubscribed"
 )
 
 
@@ -142,43 +141,9 @@ def is_stable(values: Sequence[float], *, min_runs: int, stable_rel: float) -> b
     return med > 0 and (hi - lo) <= 2 * stable_rel * med
 
 
-def can_become_stable(values: Sequence[float], *, max_runs: int, stable_rel: float) -> bool:
-    """False when no runs added to ``values``, up to ``max_runs`` in all, can make ``is_stable`` true.
-
-    Whatever k values are added, the final order statistics are bounded by the present ones
-    (sorted ``s``, 1-based): the l-th smallest is at most ``s[l]``, the u-th smallest at least
-    ``s[u-k]``, and the median at most ``s[n'/2 + 1]``. Stability at n' runs needs
-    ``interval <= 2 * stable_rel * median``, impossible when ``s[u-k] - s[l] > 2 * stable_rel * s[n'/2 + 1]``.
-    Where a bound is undefined (more runs to come than samples behind it) the answer is True: only a
-    proven impossibility stops the runs. Up to 10 runs the interval is the whole range, so samples
-    already spread over more than +-stable_rel of the median can never become stable there.
-    """
-    s = sorted(values)
-    n = len(s)
-    for total in range(n + 1, max_runs + 1):
-        k = total - n
-        lo = max(1, math.floor(total / 2 - 0.98 * math.sqrt(total)))
-        hi = min(total, math.ceil(1 + total / 2 + 0.98 * math.sqrt(total)))
-        mid = total // 2 + 1
-        if lo > n or hi - k < 1 or mid > n:
-            return True
-        if s[hi - k - 1] - s[lo - 1] <= 2 * stable_rel * s[mid - 1]:
-            return True
-    return False
-
-
-def _stopped_as_futile(values: Sequence[float], protocol: LatencyProtocol) -> bool:
-    return (protocol.min_runs <= len(values) < protocol.max_runs
-            and not is_stable(values, min_runs=protocol.min_runs, stable_rel=protocol.stable_rel)
-            and not can_become_stable(values, max_runs=protocol.max_runs, stable_rel=protocol.stable_rel))
-
-
 def top_up(run: Callable[[], object], samples: list[Timing], protocol: LatencyProtocol, *,
            deadline: float) -> list[Timing]:
-    """Time ``run`` until the median of ``samples`` is stable, ``max_runs`` or ``deadline`` (perf_counter),
-    or until no run up to ``max_runs`` can make it stable (``can_become_stable``): those runs would
-    only cost time, the figure is noisy either way (a real-size detector's 15 level graphs each ran
-    3 such runs, ~13 s of a 168 s job).
+    """Time ``run`` until the median of ``samples`` is stable, ``max_runs`` or ``deadline`` (perf_counter).
 
     ``min_runs`` are always reached, whatever the deadline: a figure from fewer is not a figure.
     """
@@ -188,8 +153,6 @@ def top_up(run: Callable[[], object], samples: list[Timing], protocol: LatencyPr
         if is_stable(ms, min_runs=protocol.min_runs, stable_rel=protocol.stable_rel):
             break
         if len(samples) >= protocol.min_runs and time.perf_counter() >= deadline:
-            break
-        if _stopped_as_futile(ms, protocol):
             break
         _, t = timed_run(run, protocol.intra_op_threads)
         samples.append(t)
@@ -218,9 +181,7 @@ def latency_from_samples(samples: Sequence[Timing], protocol: LatencyProtocol, *
     threads = protocol.intra_op_threads
     reasons = []
     if not stable:
-        futile = (f"; no further run, up to {protocol.max_runs}, could have made it stable"
-                  if _stopped_as_futile(ms.tolist(), protocol) else "")
-        reasons.append(f"median not stable after {len(ms)} runs (95% interval {lo:.3g}-{hi:.3g} ms){futile}")
+        reasons.append(f"median not stable after {len(ms)} runs (95% interval {lo:.3g}-{hi:.3g} ms)")
     if spread > protocol.noisy_spread:
         reasons.append(f"spread (p90-p10)/median {spread:.0%}")
     if share < protocol.noisy_cpu_share:

@@ -19,10 +19,7 @@ from service.pipeline.runtime.latency import (
     LatencyBudget,
     LatencyProtocol,
     Timing,
-    can_become_stable,
     is_stable,
-    latency_from_samples,
-    load_snapshot,
     median_ci,
     outputs_and_latency,
     top_up,
@@ -147,53 +144,11 @@ def test_top_up_stops_at_max_runs_when_never_stable_and_always_reaches_min_runs(
     # An expired budget still gives min_runs.
     out = top_up(lambda: None, [], protocol, deadline=time.perf_counter() - 1)
     assert len(out) == protocol.min_runs
-    # Samples that alternate 1 and 3 ms cannot become stable within 6 runs (up to 10 the interval is the
-    # whole range): no run is added to min_runs, and the figure says why it stopped there.
+    # Samples that alternate 1 and 3 ms never become stable: max_runs, then stop.
     fake = [Timing(ms=next(values), cpu_share=1.0) for _ in range(4)]
-    protocol = LatencyProtocol(min_runs=4, max_runs=6, stable_rel=0.01, intra_op_threads=1)
-    out = top_up(lambda: None, fake, protocol, deadline=time.perf_counter() + 60)
-    assert len(out) == 4
-    idle = load_snapshot()
-    stats = latency_from_samples(out, protocol, warmup=1, from_eval=4, before=idle, after=idle, batch={})
-    assert stats["noisy"] and "no further run, up to 6, could have made it stable" in stats["noisy_reasons"][0]
-
-
-def test_top_up_goes_on_while_more_runs_can_still_make_the_median_stable():
-    """Past 10 runs the interval leaves the extremes out: two outliers among 10 runs of 10 ms can still be
-    outvoted, so the runs go on (and do become stable) instead of stopping as futile."""
-    protocol = LatencyProtocol(min_runs=5, max_runs=20, stable_rel=0.05, intra_op_threads=1)
-    first = [10.0] * 8 + [20.0, 30.0]
-    assert not is_stable(first, min_runs=5, stable_rel=0.05)
-    assert can_become_stable(first, max_runs=20, stable_rel=0.05)
-    assert not can_become_stable(first, max_runs=10, stable_rel=0.05)  # the interval stays [10, 30]
-    calls = []
-
-    def run():
-        calls.append(1)
-        time.sleep(0.01)
-
-    out = top_up(run, [Timing(ms=v, cpu_share=1.0) for v in first], protocol, deadline=time.perf_counter() + 60)
-    assert len(calls) > 0 and len(out) <= 20
-
-
-def test_can_become_stable_is_false_only_when_no_further_runs_could_make_it_stable():
-    """Soundness against brute force: whenever it says impossible, no choice of further run times
-    (every multiset from a grid around the samples) makes the median stable by max_runs."""
-    rng = np.random.default_rng(0)
-    grid = np.linspace(0.5, 2.0, 16).tolist()
-    import itertools
-    said_impossible = 0
-    for _ in range(150):
-        n = int(rng.integers(5, 9))
-        values = (1.0 + rng.choice([0.01, 0.05, 0.2], p=[0.3, 0.4, 0.3]) * rng.standard_normal(n)).tolist()
-        max_runs = n + int(rng.integers(1, 4))
-        if can_become_stable(values, max_runs=max_runs, stable_rel=0.05):
-            continue
-        said_impossible += 1
-        for k in range(1, max_runs - n + 1):
-            for extra in itertools.combinations_with_replacement(grid + sorted(values), k):
-                assert not is_stable(values + list(extra), min_runs=5, stable_rel=0.05), (values, extra)
-    assert said_impossible > 20  # the case the stop is for does occur in these draws
+    out = top_up(lambda: None, fake, LatencyProtocol(min_runs=4, max_runs=6, stable_rel=0.01, intra_op_threads=1),
+                 deadline=time.perf_counter() + 60)
+    assert len(out) == 6
 
 
 @pytest.mark.heavy
