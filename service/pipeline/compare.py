@@ -426,6 +426,11 @@ def _blame_stored_nonfinite(outcomes: dict[str, tuple[PathOutcome, float]], fp32
         outcome.error = outcome.error.model_copy(update=update)
 
 
+# The largest fp32 model (file and external data) whose advice re-quantizations run beside the per-tensor
+# table: past it they run after it, so a real-size model's peak of memory stays the table's alone.
+BESIDE_LAYERS_MAX_MODEL_BYTES = 256 * 1024 * 1024
+
+
 def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected, levels,
                              outcomes: dict[str, tuple[PathOutcome, float]], run: _Run, *,
                              parallel: bool | None = None, concurrent_jobs: Callable[[], int | None] | None = None):
@@ -436,7 +441,9 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
     Neither the table nor advice's first phase (each candidate's re-quantized file, SQNR and int8 coverage)
     times anything, so with two idle cores the second core makes advice candidates while the first computes
     the table and then helps with the candidates left; advice's second phase then times each candidate
-    alone. Not beside the table's exclude-and-retry (``layers.retry_k``), which times its files. Their
+    alone. Not beside the table's exclude-and-retry (``layers.retry_k``), which times its files, nor for a
+    model past ``BESIDE_LAYERS_MAX_MODEL_BYTES``: the table is the job's peak of memory, and a re-quantization
+    beside it holds about twice the model again (960x960 detector: +0.2-0.5 GB on 4.8 GB). Their
     timings then split the wall time they shared in proportion to their own seconds, so the stages still
     add up to the job's time (the levels stage does the same)."""
     plan = None
@@ -448,7 +455,9 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
             input_names=[s.name for s in prepared.source.specs],
             calibration_cache=run.scratch / "ort_calibration_ranges.json",
             quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs)
+    fp32_file = inspected.artifacts["fp32"].file
     beside = (plan is not None and options.layers.enabled and options.layers.retry_k <= 0
+              and (fp32_file is not None and fp32_file.size <= BESIDE_LAYERS_MAX_MODEL_BYTES)
               and (parallel if parallel is not None else cores_idle(concurrent_jobs)))
 
     def make_advice() -> None:

@@ -59,3 +59,17 @@ def test_side_by_side_runs_the_second_on_another_thread_only_when_asked():
     a, b = side_by_side(lambda: threading.get_ident(), lambda: threading.get_ident(), parallel=False)
     assert a == b == main
     assert cores_idle(lambda: 2) is False  # another job running: no second core for this one
+
+
+@pytest.mark.heavy
+def test_a_model_past_the_size_cap_makes_its_advice_after_the_table(tmp_path, monkeypatch):
+    """The per-tensor table is the job's peak of memory: past BESIDE_LAYERS_MAX_MODEL_BYTES advice's
+    re-quantizations do not run beside it, even with two cores asked for."""
+    import service.pipeline.compare as compare
+
+    monkeypatch.setattr(compare, "BESIDE_LAYERS_MAX_MODEL_BYTES", 0)
+    options = ComparisonOptions(calibration_samples=4, eval_samples=2, latency={"enabled": False},
+                                levels=["disable_all", "all"], layers={"enabled": True}, advice={"enabled": True})
+    report = run_comparison(ComparisonRequest(options=options, example="tiny_conv_net", parallel_paths=True), tmp_path)
+    measured = [e for e in report.advice + report.advice_refuted if e.measured]
+    assert measured and not any("beside" in e.measured.how for e in measured)
