@@ -97,12 +97,9 @@ def test_a_torch_program_past_the_budget_is_skipped_before_pt2e(tmp_path):
     assert "recurrences" not in info.value.hint and "options.artifacts" in info.value.hint
 
 
-def test_the_ops_of_a_loop_body_count_for_the_loop(tmp_path):
-    """PaddleOCR's SLANet: 501 unrolled decoder steps, 49609 ops, and the refusal named "Loop (5011 ops),
-    OneHot (4500 ops), Split (2004 ops)": the body's nodes were counted under their own names, the Loop
-    under the few ops that were its own. A body of Mul and Add, 12 steps: the Loop owns them all."""
-    from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
-
+def _decode_loop_file(tmp_path, *, then_relu: bool):
+    """A 12-step Loop 'decode' (M an initializer) whose body is one Mul and one Add on the carried value,
+    its condition passed through; then a Relu when asked."""
     body = helper.make_graph([helper.make_node("Mul", ["v_in", "X"], ["m"], name="body_mul"),
                               helper.make_node("Add", ["m", "X"], ["v_out"], name="body_add"),
                               helper.make_node("Identity", ["c_in"], ["c_out"], name="body_cond")], "body",
@@ -111,8 +108,9 @@ def test_the_ops_of_a_loop_body_count_for_the_loop(tmp_path):
                               helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None)],
                              [helper.make_tensor_value_info("c_out", TensorProto.BOOL, None),
                               helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None)])
-    nodes = [helper.make_node("Loop", ["M", "", "X"], ["V"], name="decode", body=body),
-             helper.make_node("Relu", ["V"], ["y"], name="relu")]
+    nodes = [helper.make_node("Loop", ["M", "", "X"], ["V" if then_relu else "y"], name="decode", body=body)]
+    if then_relu:
+        nodes.append(helper.make_node("Relu", ["V"], ["y"], name="relu"))
     graph = helper.make_graph(nodes, "loop", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
                               [numpy_helper.from_array(np.array(12, np.int64), "M")])
@@ -120,6 +118,16 @@ def test_the_ops_of_a_loop_body_count_for_the_loop(tmp_path):
     model.ir_version = 8
     path = tmp_path / "loop.onnx"
     onnx.save(model, str(path))
+    return path
+
+
+def test_the_ops_of_a_loop_body_count_for_the_loop(tmp_path):
+    """PaddleOCR's SLANet: 501 unrolled decoder steps, 49609 ops, and the refusal named "Loop (5011 ops),
+    OneHot (4500 ops), Split (2004 ops)": the body's nodes were counted under their own names, the Loop
+    under the few ops that were its own. A body of Mul and Add, 12 steps: the Loop owns them all."""
+    from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
+
+    path = _decode_loop_file(tmp_path, then_relu=True)
     with pytest.raises(ConversionSkipped) as info:
         pt2e_of_upload(path, tmp_path / "pt2e.onnx", max_graph_ops=5)
     counted = re.search(r"the most from Loop 'decode' \((\d+) ops\)", str(info.value))
@@ -132,22 +140,7 @@ def test_a_loop_with_a_constant_trip_count_is_not_offered_a_shorter_input(tmp_pa
     options.input_shapes", which changes nothing there."""
     from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
 
-    body = helper.make_graph([helper.make_node("Mul", ["v_in", "X"], ["m"], name="body_mul"),
-                              helper.make_node("Add", ["m", "X"], ["v_out"], name="body_add"),
-                              helper.make_node("Identity", ["c_in"], ["c_out"], name="body_cond")], "body",
-                             [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-                              helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
-                              helper.make_tensor_value_info("v_in", TensorProto.FLOAT, None)],
-                             [helper.make_tensor_value_info("c_out", TensorProto.BOOL, None),
-                              helper.make_tensor_value_info("v_out", TensorProto.FLOAT, None)])
-    graph = helper.make_graph([helper.make_node("Loop", ["M", "", "X"], ["y"], name="decode", body=body)], "loop",
-                              [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-                              [numpy_helper.from_array(np.array(12, np.int64), "M")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "loop.onnx"
-    onnx.save(model, str(path))
+    path = _decode_loop_file(tmp_path, then_relu=False)
     with pytest.raises(ConversionSkipped) as info:
         pt2e_of_upload(path, tmp_path / "pt2e.onnx", max_graph_ops=5)
     hint = info.value.hint
