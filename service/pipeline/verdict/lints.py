@@ -382,7 +382,8 @@ def fed_back_selection_lints(model) -> list[Lint]:
         fed_back = next((op for op, start in picks if carried & _reached(start, body_readers)), None)
         if fed_back is None:
             continue
-        after = [o for o in outputs if o in set().union(*(_reached(o2, readers) for o2 in loop.output if o2))]
+        downstream = set().union(*(_reached(o, readers) for o in loop.output if o))
+        after = [o for o in outputs if o in downstream]
         shown = _first_three([f"'{o}'" for o in after]) if after else "the outputs after it"
         lints.append(Lint(
             code="fed_back_selection", severity="warning", artifact=None,
