@@ -13,7 +13,9 @@ from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, exa
 from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.onnx_torch.own_weights import shared_again
-from service.pipeline.quantize.onnx_torch.program import PT2_HINT, ConversionSkipped, program_from_onnx, static_args
+from service.pipeline.quantize.graph_size import graph_size_refusal
+from service.pipeline.quantize.onnx_torch.program import (PT2_HINT, ConversionSkipped, GraphTooLarge, program_from_onnx,
+                                                           static_args)
 from service.pipeline.quantize.selection_tail import prefix_file, selection_split, splice_tail
 from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,
@@ -26,7 +28,8 @@ from service.pipeline.vocabulary import all_nodes
 from service.schemas.report import ToolInfo
 
 
-def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], calibration=None, evaluation=None):
+def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], calibration=None, evaluation=None, *,
+                     max_graph_ops: int | None = None):
     """(torch.export program PT2E starts from, conversion info or None).
 
     ONNX uploads go through the project's own converter (quantize/onnx_torch), which specializes
@@ -36,7 +39,8 @@ def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], ca
     """
     if source.program is not None:
         return source.program, None
-    return program_from_onnx(source, shapes, calibration=calibration, evaluation=evaluation)
+    return program_from_onnx(source, shapes, calibration=calibration, evaluation=evaluation,
+                             max_graph_ops=max_graph_ops)
 
 
 def qdq_from_pt2e(
@@ -53,7 +57,10 @@ def qdq_from_pt2e(
 ) -> ToolInfo:
     try:
         with step("the conversion to torch and torch.export"):
-            program, conversion = program_for_pt2e(source, shapes, calibration, evaluation)
+            program, conversion = program_for_pt2e(source, shapes, calibration, evaluation,
+                                                   max_graph_ops=max_graph_ops)
+    except GraphTooLarge:
+        raise  # the whole graph is too large: a prefix before a selection would be as large
     except ConversionSkipped:
         # Only once the whole graph failed to convert: a selection the converter folds (NonZero of a
         # constant) is no reason to leave the rest of the graph in float.
@@ -131,29 +138,6 @@ def _first_nonfinite_observed(prepared, args) -> str:
     return f"torch node {node.name!r}"
 
 
-def _fixed_trip_loops(model, names: list[str]) -> list[tuple[str, int]]:
-    """(name, trips) of the main-graph Loops among ``names`` whose trip count is a constant of the
-    model (an initializer or a Constant node): no input shape shortens them (SLANet's 501 steps)."""
-    if model is None:
-        return []
-    from onnx import numpy_helper
-
-    consts = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
-            if value is not None:
-                consts[n.output[0]] = value
-    out = []
-    for n in model.graph.node:
-        if n.op_type == "Loop" and n.name in names and n.input and n.input[0] in consts:
-            try:
-                out.append((n.name, int(numpy_helper.to_array(consts[n.input[0]]).reshape(-1)[0])))
-            except Exception:  # noqa: BLE001 - an unreadable count is no fixed one
-                continue
-    return out
-
-
 def refuse_oversized_program(program, conversion, max_graph_ops: int, *, model=None) -> None:
     """A PathSkipped before PT2E starts when the torch graph has more than ``max_graph_ops`` ops.
 
@@ -172,23 +156,8 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int, *, model=N
         if "onnx_node" in custom:  # a Loop/If/Scan body's ops count for the main-graph node around them
             per_node[(str(custom.get("onnx_top_op", custom.get("onnx_op", ""))),
                       str(custom.get("onnx_top", custom["onnx_node"])))] += 1
-    biggest = ", ".join(f"{op} {name!r} ({k} ops)" for (op, name), k in per_node.most_common(3))
-    where = f"; the most from {biggest}" if biggest else ""
-    message = (f"the torch graph has {len(ops)} ops, more than options.pt2e.max_graph_ops ({max_graph_ops}): "
-               f"PT2E and torch.onnx.export take time in proportion to it{where}")
-    recurrent = any(op in ("LSTM", "GRU", "RNN", "Loop", "Scan") for op, _ in per_node)
-    hint = ("recurrences and loops are unrolled step by step: fix a shorter sequence with options.input_shapes, "
-            "or upload a .pt2 that keeps nn.LSTM/nn.GRU whole; " if recurrent else "")
-    fixed = _fixed_trip_loops(model, [name for (op, name), _ in per_node.most_common(3) if op == "Loop"])
-    if fixed:  # its trip count is the model's own constant: no input shape shortens it
-        shown = ", ".join(f"{name!r} runs {trips} steps" for name, trips in fixed)
-        hint = (f"Loop {shown} whatever the input's shape (its trip count is a constant of the model, such as a "
-                "decoder's maximum length): export the model with a smaller maximum to compare it here; ")
-    hint += ("raise options.pt2e.max_graph_ops to run it anyway (and QUANTCOMPARE_JOB_TIMEOUT_S with it), "
-             "or compare the ORT paths only (options.artifacts); the ORT paths are unaffected")
-    if conversion is not None:
-        raise ConversionSkipped(message, stage="convert", hint=hint, conversion=conversion)
-    raise PathSkipped(message, stage="quantize", hint=hint)
+    raise graph_size_refusal(f"the torch graph has {len(ops)} ops", per_node, max_graph_ops, model=model,
+                             conversion=conversion)
 
 
 def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,

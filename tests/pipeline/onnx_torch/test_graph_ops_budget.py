@@ -55,10 +55,12 @@ def test_a_graph_past_the_budget_is_refused_naming_the_nodes_that_made_it(lstms,
     assert e.conversion.parity["ok"] is True  # what the conversion learnt is still reported
 
 
-def test_the_same_graph_within_the_budget_quantizes(lstms, tmp_path):
+def test_the_same_graph_within_the_budget_quantizes(lstms, tmp_path, monkeypatch):
     """The count the refusal states is the graph's: a budget of exactly that many ops lets it through."""
+    import service.pipeline.quantize.graph_size as graph_size
     from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
 
+    monkeypatch.setattr(graph_size, "EARLY_FACTOR", 10**9)  # the exact count on the exported program, not the build's
     with pytest.raises(ConversionSkipped) as info:
         pt2e_of_upload(lstms, tmp_path / "refused.onnx", max_graph_ops=1)
     ops = int(re.search(r"the torch graph has (\d+) ops", str(info.value)).group(1))
@@ -135,6 +137,24 @@ def test_the_ops_of_a_loop_body_count_for_the_loop(tmp_path):
     assert "body_mul" not in str(info.value)
 
 
+@pytest.mark.parametrize("cap, early", [(5, True), (20, False)])
+def test_a_module_far_past_the_cap_is_refused_before_torch_export(tmp_path, cap, early):
+    """SLANet: 92 of its 105 s went to torch.export of the unrolled decoder that the exact count then
+    refused. The build run's count (26 ops kept here: 12 steps of Mul + Add, the Loop, the Relu) past
+    twice the cap refuses right after the build; under twice the cap the exported program's exact count
+    decides, as before."""
+    from service.pipeline.quantize.onnx_torch.program import GraphTooLarge
+
+    path = _decode_loop_file(tmp_path, then_relu=True)
+    with pytest.raises(GraphTooLarge) as info:
+        pt2e_of_upload(path, tmp_path / "pt2e.onnx", max_graph_ops=cap)
+    seconds = info.value.conversion.seconds
+    assert ("export" not in seconds and "parity" not in seconds) == early, seconds
+    assert ("the converted module calls 26 ops" if early else "the torch graph has") in str(info.value)
+    assert f"more than options.pt2e.max_graph_ops ({cap})" in str(info.value)
+    assert "Loop 'decode'" in str(info.value) and "'decode' runs up to 12 steps" in info.value.hint
+
+
 def test_a_loop_with_a_constant_trip_count_is_not_offered_a_shorter_input(tmp_path):
     """SLANet's decoder runs 501 steps (M an initializer); the hint offered "a shorter sequence with
     options.input_shapes", which changes nothing there."""
@@ -144,4 +164,4 @@ def test_a_loop_with_a_constant_trip_count_is_not_offered_a_shorter_input(tmp_pa
     with pytest.raises(ConversionSkipped) as info:
         pt2e_of_upload(path, tmp_path / "pt2e.onnx", max_graph_ops=5)
     hint = info.value.hint
-    assert "'decode' runs 12 steps" in hint and "options.input_shapes" not in hint and "max_graph_ops" in hint
+    assert "'decode' runs up to 12 steps" in hint and "options.input_shapes" not in hint and "max_graph_ops" in hint

@@ -201,6 +201,9 @@ class GraphRunner:
         self.kept: list[OnnxNode] = []
         self.missing: Counter = Counter()
         self.converted: Counter = Counter()
+        # (op type, name) of the main-graph node -> nodes kept under it: a Loop's body once per unrolled step
+        self.converted_under: Counter = Counter()
+        self._top: tuple[str, str] | None = None  # the main-graph node running now
         self.folded_ops: Counter = Counter()
         self._sub_calls = 0
         self.record: dict[str, Any] | None = None  # name -> value, when recording every tensor
@@ -267,6 +270,8 @@ class GraphRunner:
     def run_node(self, node: OnnxNode, scope: _Scope, *, main: bool) -> None:
         import torch
 
+        if main:
+            self._top = (node.op_type, node.name)
         if main and not self.building:
             pass  # forward replays only kept nodes; folded ones are never visited
         elif self._foldable(node, scope):
@@ -316,6 +321,7 @@ class GraphRunner:
             except ConversionError:
                 raise _StopBuild(node) from None
         self.converted[node.op_type] += 1
+        self.converted_under[self._top or (node.op_type, node.name)] += 1
         if main and self.building:
             self.kept.append(node)
         for name, v in zip(node.outputs, out):
@@ -454,6 +460,7 @@ class BuildResult:
     converted: Counter  # op_type -> nodes kept as torch ops
     folded: Counter  # op_type -> nodes folded to constants
     record: dict[str, Any]  # unused (parity localizes with record_values on the failing feed)
+    converted_under: Counter = field(default_factory=Counter)  # (op type, name) of a main-graph node -> kept
 
 
 def build_module(model, input_names: list[str], example: dict[str, np.ndarray], *,
@@ -494,7 +501,7 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
         raise MissingConverters(runner.missing)
     module = _module_class(input_names)(runner, scope.consts, input_names, graph_inputs, outputs)
     return BuildResult(module=module, converted=runner.converted, folded=runner.folded_ops,
-                       record={})
+                       record={}, converted_under=runner.converted_under)
 
 
 def python_names(input_names: list[str]) -> list[str]:

@@ -67,6 +67,11 @@ class ConversionSkipped(PathSkipped):
         self.conversion = conversion
 
 
+class GraphTooLarge(ConversionSkipped):
+    """The converted graph is past ``options.pt2e.max_graph_ops`` (quantize/graph_size.py): no part of
+    it is tried on its own (``pt2e.qdq_from_pt2e``'s split before a selection would be as large)."""
+
+
 def static_args(specs, shapes, calibration) -> tuple:
     """Export arguments of exactly the resolved shapes; real calibration values where there are some
     (token ids stay in their embedding's range)."""
@@ -85,8 +90,11 @@ def static_args(specs, shapes, calibration) -> tuple:
 
 def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
                       calibration: list[dict[str, np.ndarray]] | None = None,
-                      evaluation: list[dict[str, np.ndarray]] | None = None):
-    """(torch.export program, Conversion) for an ONNX upload; ConversionSkipped names what blocks it."""
+                      evaluation: list[dict[str, np.ndarray]] | None = None, max_graph_ops: int | None = None):
+    """(torch.export program, Conversion) for an ONNX upload; ConversionSkipped names what blocks it.
+
+    ``max_graph_ops``: a module whose build run already kept ``graph_size.EARLY_FACTOR`` times more ops
+    is refused there, before the parity check and torch.export, which take the time on such a graph."""
     import onnx
     import torch
     from torch.export import export
@@ -124,6 +132,15 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     conv.seconds["build"] = round(time.perf_counter() - t0, 3)
     conv.ops = dict(built.converted.most_common())
     conv.folded = dict(built.folded.most_common())
+    kept = sum(built.converted.values())
+    if max_graph_ops is not None:
+        from service.pipeline.quantize.graph_size import EARLY_FACTOR, graph_size_refusal
+
+        if kept > EARLY_FACTOR * max_graph_ops:
+            raise graph_size_refusal(
+                f"the converted module calls {kept} ops before torch.export (each unrolled loop step counted; more "
+                f"than {EARLY_FACTOR}x the cap, so its torch graph is past it too)", built.converted_under,
+                max_graph_ops, model=source.onnx_model, conversion=conv)
     module = built.module.eval()
 
     t0 = time.perf_counter()
