@@ -13,9 +13,8 @@ from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, exa
 from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.onnx_torch.own_weights import shared_again
-from service.pipeline.quantize.graph_size import graph_size_refusal
-from service.pipeline.quantize.onnx_torch.program import (PT2_HINT, ConversionSkipped, GraphTooLarge, program_from_onnx,
-                                                           static_args)
+from service.pipeline.quantize.onnx_torch.program import (PT2_HINT, ConversionSkipped, GraphTooLarge, graph_size_refusal,
+                                                           program_from_onnx, static_args)
 from service.pipeline.quantize.selection_tail import prefix_file, selection_split, splice_tail
 from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,

@@ -57,10 +57,10 @@ def test_a_graph_past_the_budget_is_refused_naming_the_nodes_that_made_it(lstms,
 
 def test_the_same_graph_within_the_budget_quantizes(lstms, tmp_path, monkeypatch):
     """The count the refusal states is the graph's: a budget of exactly that many ops lets it through."""
-    import service.pipeline.quantize.graph_size as graph_size
+    import service.pipeline.quantize.onnx_torch.program as program
     from service.pipeline.quantize.onnx_torch.program import ConversionSkipped
 
-    monkeypatch.setattr(graph_size, "EARLY_FACTOR", 10**9)  # the exact count on the exported program, not the build's
+    monkeypatch.setattr(program, "EARLY_FACTOR", 10**9)  # the exact count on the exported program, not the build's
     with pytest.raises(ConversionSkipped) as info:
         pt2e_of_upload(lstms, tmp_path / "refused.onnx", max_graph_ops=1)
     ops = int(re.search(r"the torch graph has (\d+) ops", str(info.value)).group(1))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,8 +69,65 @@ class ConversionSkipped(PathSkipped):
 
 
 class GraphTooLarge(ConversionSkipped):
-    """The converted graph is past ``options.pt2e.max_graph_ops`` (quantize/graph_size.py): no part of
+    """The converted graph is past ``options.pt2e.max_graph_ops`` (``graph_size_refusal``): no part of
     it is tried on its own (``pt2e.qdq_from_pt2e``'s split before a selection would be as large)."""
+
+
+# The PT2E path's graph-size refusal (options.pt2e.max_graph_ops): here, right after the build run, when
+# the module already calls far more ops than the cap (torch.export of an unrolled 501-step decoder took
+# 92 of SLANet's 105 s before the exact count refused it), and in pt2e.refuse_oversized_program on the
+# exported program, the exact count. One message and hint for both.
+# The build run's count of kept ONNX nodes (a loop body once per step) is not the torch graph's: a
+# converter may emit several ops for a node, or none (Identity). Only a count this many times the cap
+# refuses before torch.export; below it the exact count on the exported program decides.
+EARLY_FACTOR = 2
+
+
+def fixed_trip_loops(model, names: list[str]) -> list[tuple[str, int]]:
+    """(name, trips) of the main-graph Loops among ``names`` whose trip count is a constant of the
+    model (an initializer or a Constant node): no input shape shortens them (SLANet's 501 steps)."""
+    if model is None:
+        return []
+    from onnx import numpy_helper
+
+    consts = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
+            if value is not None:
+                consts[n.output[0]] = value
+    out = []
+    for n in model.graph.node:
+        if n.op_type == "Loop" and n.name in names and n.input and n.input[0] in consts:
+            try:
+                out.append((n.name, int(numpy_helper.to_array(consts[n.input[0]]).reshape(-1)[0])))
+            except Exception:  # noqa: BLE001 - an unreadable count is no fixed one
+                continue
+    return out
+
+
+def graph_size_refusal(what: str, per_node: Counter, max_graph_ops: int, *, model=None,
+                       conversion=None) -> PathSkipped:
+    """The refusal: ``what`` says what was counted; ``per_node``: (op type, name) of the upload's
+    main-graph node -> the ops counted for it (a Loop's body counts for the Loop). A ConversionSkipped
+    (``GraphTooLarge``) carrying ``conversion`` for an ONNX upload, else a PathSkipped."""
+    biggest = ", ".join(f"{op} {name!r} ({k} ops)" for (op, name), k in per_node.most_common(3))
+    where = f"; the most from {biggest}" if biggest else ""
+    message = (f"{what}, more than options.pt2e.max_graph_ops ({max_graph_ops}): "
+               f"PT2E and torch.onnx.export take time in proportion to it{where}")
+    recurrent = any(op in ("LSTM", "GRU", "RNN", "Loop", "Scan") for op, _ in per_node)
+    hint = ("recurrences and loops are unrolled step by step: fix a shorter sequence with options.input_shapes, "
+            "or upload a .pt2 that keeps nn.LSTM/nn.GRU whole; " if recurrent else "")
+    fixed = fixed_trip_loops(model, [name for (op, name), _ in per_node.most_common(3) if op == "Loop"])
+    if fixed:  # its trip count is the model's own constant: no input shape shortens it
+        shown = ", ".join(f"{name!r} runs up to {trips} steps" for name, trips in fixed)
+        hint = (f"Loop {shown} whatever the input's shape (its trip count is a constant of the model, such as a "
+                "decoder's maximum length): export the model with a smaller maximum to compare it here; ")
+    hint += ("raise options.pt2e.max_graph_ops to run it anyway (and QUANTCOMPARE_JOB_TIMEOUT_S with it), "
+             "or compare the ORT paths only (options.artifacts); the ORT paths are unaffected")
+    if conversion is not None:
+        return GraphTooLarge(message, stage="convert", hint=hint, conversion=conversion)
+    return PathSkipped(message, stage="quantize", hint=hint)
 
 
 def static_args(specs, shapes, calibration) -> tuple:
@@ -93,7 +151,7 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
                       evaluation: list[dict[str, np.ndarray]] | None = None, max_graph_ops: int | None = None):
     """(torch.export program, Conversion) for an ONNX upload; ConversionSkipped names what blocks it.
 
-    ``max_graph_ops``: a module whose build run already kept ``graph_size.EARLY_FACTOR`` times more ops
+    ``max_graph_ops``: a module whose build run already kept ``EARLY_FACTOR`` times more ops
     is refused there, before the parity check and torch.export, which take the time on such a graph."""
     import onnx
     import torch
@@ -133,14 +191,11 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     conv.ops = dict(built.converted.most_common())
     conv.folded = dict(built.folded.most_common())
     kept = sum(built.converted.values())
-    if max_graph_ops is not None:
-        from service.pipeline.quantize.graph_size import EARLY_FACTOR, graph_size_refusal
-
-        if kept > EARLY_FACTOR * max_graph_ops:
-            raise graph_size_refusal(
-                f"the converted module calls {kept} ops before torch.export (each unrolled loop step counted; more "
-                f"than {EARLY_FACTOR}x the cap, so its torch graph is past it too)", built.converted_under,
-                max_graph_ops, model=source.onnx_model, conversion=conv)
+    if max_graph_ops is not None and kept > EARLY_FACTOR * max_graph_ops:
+        raise graph_size_refusal(
+            f"the converted module calls {kept} ops before torch.export (each unrolled loop step counted; more "
+            f"than {EARLY_FACTOR}x the cap, so its torch graph is past it too)", built.converted_under,
+            max_graph_ops, model=source.onnx_model, conversion=conv)
     module = built.module.eval()
 
     t0 = time.perf_counter()
