@@ -21,6 +21,7 @@ from service.errors import PathSkipped
 from service.pipeline.quantize.already_quantized import skip_if_quantized
 from service.pipeline.quantize.isolation import first_line
 from service.pipeline.quantize.onnx_cleanup import constant_inputs, shown_value
+from service.pipeline.vocabulary import graph_from_model
 
 from .module import ConversionError, MissingConverters, build_module, contiguous
 from .parity import parity_vs_onnx
@@ -88,19 +89,12 @@ def fixed_trip_loops(model, names: list[str]) -> list[tuple[str, int]]:
     model (an initializer or a Constant node): no input shape shortens them (SLANet's 501 steps)."""
     if model is None:
         return []
-    from onnx import numpy_helper
-
-    consts = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            value = next((a.t for a in n.attribute if a.name == "value" and a.HasField("t")), None)
-            if value is not None:
-                consts[n.output[0]] = value
+    g = graph_from_model(model)
     out = []
-    for n in model.graph.node:
-        if n.op_type == "Loop" and n.name in names and n.input and n.input[0] in consts:
+    for n in g.nodes:
+        if n.op_type == "Loop" and n.name in names and n.input and g.is_constant(n.input[0]):
             try:
-                out.append((n.name, int(numpy_helper.to_array(consts[n.input[0]]).reshape(-1)[0])))
+                out.append((n.name, int(g.init_array(n.input[0]).reshape(-1)[0])))
             except Exception:  # noqa: BLE001 - an unreadable count is no fixed one
                 continue
     return out
