@@ -213,6 +213,12 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
             "peak_rss_over_model": peak_rss / input_bytes,
             "stages": report.timings,
             "paths": {a: art.status for a, art in report.artifacts.items()},
+            "path_seconds": {a: art.seconds for a, art in report.artifacts.items()},
+            # Where evaluate's seconds went: each graph's timed runs and median.
+            "graphs": {f"{a}.{lv}": {"median_ms": ol.latency.median_ms, "runs": ol.latency.runs,
+                                     "session_s": ol.session_seconds}
+                       for a, art in report.artifacts.items() for lv, ol in art.optimized.items()
+                       if ol.latency is not None and not ol.latency.timed_with},
             "graphs_timed": len(lat), "timed_runs": sum(x.runs for x in lat),
             "noisy_latencies": sum(1 for x in lat if x.noisy),
             "load_avg_1m": os.getloadavg()[0],

@@ -60,6 +60,7 @@ from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_op
 from service.pipeline.verdict.advice import advice_plan_for_job, timed_advice
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.lints import (
     fed_back_selection_lints,
     folded_input_lints,
@@ -237,6 +238,7 @@ def run_comparison(
            if fp32.after_selection.moving or fp32.padded_selection() else []),
         platform=decided.platform,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
+        cost=job_cost(run.timings, artifacts, options),
     )
 
 

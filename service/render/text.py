@@ -89,4 +89,10 @@ def summary_table(report: Report) -> str:
         lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]
         lines += [f"  {'ok  ' if g.passed else 'FAIL'} {g.gate}: {g.message}" for g in v.gates]
     lines += ["", "timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())]
+    cost = report.cost
+    if cost is not None and cost.inference_times:
+        lines.append(f"cost: {cost.job_seconds:.1f} s = {cost.inference_times:.0f} fp32 inferences of "
+                     f"{cost.fp32_inference_ms:.3g} ms; evaluate by level: "
+                     + ", ".join(f"{k} {v:.1f}s" for k, v in cost.evaluate_by_level.items()))
+    lines += [f"  cheaper: {h}" for h in (cost.hints if cost is not None else [])]
     return "\n".join(lines)

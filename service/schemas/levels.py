@@ -162,6 +162,9 @@ class OptimizedLevel(_Model):
     numerics: LevelNumerics | None = None
     latency: LatencyStats | None = None
     session_seconds: float | None = None
+    # Wall seconds of this level's evaluation runs, latency top-ups and numerics (0 when it reused the
+    # level it equals): what ``Report.cost`` adds up per level and per artifact.
+    evaluate_seconds: float | None = None
     # The graph ORT wrote at this level (service/pipeline/runtime/level_graphs.py): its SHA-256 with
     # the initializers in "model.data" (in canonical form: node names cleared, nodes sorted, since ORT
     # names and orders some generated nodes differently per session), theirs, and both sizes. ``file_stored`` false: the job kept only

@@ -213,6 +213,21 @@ class Verdict(_Model):
     failures: list[str] = Field(default_factory=list)
 
 
+class JobCost(_Model):
+    """What the job cost, in the unit of the model (verdict/job_cost.py): the job's seconds over one fp32
+    inference, and where the evaluate stage spent them, per level and per artifact, as measured."""
+
+    fp32_inference_ms: float | None  # fp32's median latency at the highest level timed (its thread count)
+    job_seconds: float  # the stages' seconds added up (``Report.timings``)
+    inference_times: float | None  # job_seconds / one fp32 inference
+    stages: dict[str, float] = Field(default_factory=dict)  # stage -> fp32 inference-times
+    evaluate_by_level: dict[str, float] = Field(default_factory=dict)  # level -> seconds, every artifact
+    evaluate_by_artifact: dict[str, float] = Field(default_factory=dict)  # artifact -> seconds, every level
+    how: str = ""
+    # The measured seconds the cheaper option sets would have left to evaluate, and what to set.
+    hints: list[str] = Field(default_factory=list)
+
+
 class Report(_Model):
     schema_version: str = SCHEMA_VERSION
     id: str | None = None
@@ -234,3 +249,4 @@ class Report(_Model):
     layers: LayersReport | None = None
     verdict: Verdict
     timings: dict[str, float] = Field(default_factory=dict)
+    cost: JobCost | None = None

@@ -328,6 +328,7 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
             prev_outputs = outputs
         except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
             error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
+        evaluate_seconds = time.perf_counter() - t1  # the runs and numerics, not the graph's save below
         del session
         shared.graph_done()
         seen.setdefault(lg.digest, level)
@@ -346,7 +347,7 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
             unfused=[] if name == "fp32" else unfused,
             bias=bias_state(graph),
             layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
-            session_seconds=session_seconds, same_graph_as=same_as,
+            session_seconds=session_seconds, evaluate_seconds=round(evaluate_seconds, 4), same_graph_as=same_as,
             graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
             weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
             file_stored=shared.keep_level_graphs,
