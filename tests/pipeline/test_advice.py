@@ -5,9 +5,11 @@ from __future__ import annotations
 import shutil
 
 import numpy as np
+import pytest
 
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.verdict.advice import AdviceContext, Candidate, candidates_from_blockers, measured_advice
+from service.schemas.advice import AdviceFigures
 
 
 def _ctx(workdir, report, **kw) -> AdviceContext:
@@ -212,3 +214,40 @@ def test_two_threads_make_each_candidate_once_with_the_numbers_one_thread_makes(
     assert shared.unmeasured() == ([], [])
     for plan in (alone, shared):
         shutil.rmtree(plan.tmp)
+
+
+def test_the_uint8_requantizations_are_measured_first(compared):
+    """A 72 MB CenterNet spent its whole advice budget on pt2e_qdq's s8s8 session switch (3x slower, refuted)
+    and left both uint8 re-quantizations "not re-run": the candidates x86 needs now come first."""
+    report, _ = compared("op_zoo_net")
+    unfused = {a: report.artifacts[a].optimized["all"].unfused for a in ("pt2e_qdq", "ort_qdq", "ort_qoperator")}
+    cands = candidates_from_blockers(unfused, {}, ort_settings=resolved_ort_settings(ComparisonOptions()),
+                                     int8_allowed=False, vnni=True)
+    kinds = ["uint8" if c.change.get("ort", {}).get("activation_type") == "uint8" else
+             "session" if "session" in c.change else "other" for c in cands]
+    assert "uint8" in kinds and "session" in kinds
+    assert kinds == sorted(kinds, key=["uint8", "session", "other"].index)
+
+
+@pytest.mark.parametrize("change, same", [
+    ({"session": {"session.intra_op.allow_spinning": "0"}}, True),  # a thread setting: the same graph
+    ({"session": {"session.disable_quant_qdq": "1"}}, False),  # no QDQ fusion: another graph
+])
+def test_a_change_orts_graph_does_not_show_is_refuted_without_runs(compared, change, same):
+    """The graph ORT saves with the change is compared with the levels stage's graph of the artifact as is
+    (the same canonical SHA-256): the same graph runs the same kernels on the same weights, so it is
+    refuted as changing nothing and neither run nor timed; another graph is measured as before."""
+    report, workdir = compared("op_zoo_net")
+    ol = report.artifacts["ort_qdq"].optimized["all"]
+    before = {"ort_qdq": AdviceFigures(int8_coverage=ol.int8_coverage, sqnr_db=ol.numerics.worst_sqnr_db, level="all")}
+    ctx = _ctx(workdir, report, budget_seconds=60, before=before,
+               before_digest={"ort_qdq": f"{ol.graph_sha256}:{ol.weights_sha256}"})
+    proposed, refuted = measured_advice([Candidate("ort_qdq", change, "a change")], ctx)
+    (entry,) = proposed + refuted
+    m = entry.measured
+    if same:
+        assert entry in refuted and "the very same graph at all" in entry.reason
+        assert m.after == m.before and m.after.latency_ms is None and "SHA-256" in m.how
+    else:
+        assert m.after.latency_ms and m.before.latency_ms  # made, run and timed
+        assert "very same graph" not in entry.reason

@@ -44,6 +44,7 @@ from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import median_ci
+from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
@@ -96,6 +97,9 @@ class AdviceContext:
     before: dict[str, AdviceFigures] | None = None
     latency_ms: dict[str, float] | None = None
     data_dependent: frozenset[int] = frozenset()  # output positions compared by shape in the report
+    # artifact -> the digest of the graph ORT wrote for it at ``level`` in the levels stage
+    # (``LevelGraphFiles.digest``): a candidate ORT rewrites into that very graph changes nothing.
+    before_digest: dict[str, str] | None = None
 
 
 def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtypes: dict[str, dict[str, int]], *,
@@ -144,7 +148,11 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
                                  "one Q/DQ pair per reader, so each pair has a single reader for QDQS8ToU8Transformer "
                                  "(ORT's CommonSubexpressionElimination may merge the pairs back)",
                                  blocked_nodes=len(blocked)))
-    return out
+    # The uint8 re-quantizations first: they are what x86 needs and what the budget must reach (on a 0.6 s
+    # CNN the s8s8 session switch, 3x slower, took all 60 s and left both unmeasured); the switches and
+    # DedicatedQDQPair, which measurement refutes on x86, after them.
+    return sorted(out, key=lambda c: 0 if c.change.get("ort", {}).get("activation_type") == "uint8" else
+                  1 if "session" in c.change else 2)
 
 
 def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
@@ -158,26 +166,26 @@ def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
 
 
 def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp: Path | None):
-    """(session at ``ctx.level`` with ``session_config``, the graph ORT saved for it in ``tmp``; None
-    without ``tmp``: a session made only to be timed saves nothing)."""
-    saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}.onnx" if tmp is not None else None
-    so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved)
+    """(session at ``ctx.level`` with ``session_config``, the graph ORT saved for it in a folder of ``tmp``
+    with its weights beside it, as the levels stage saves its level graphs, so the two digests compare;
+    None without ``tmp``: a session made only to be timed saves nothing)."""
+    saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}" / GRAPH_FILE if tmp is not None else None
+    if saved is not None:
+        saved.parent.mkdir(parents=True)
+    so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved,
+                             external_initializers_file=DATA_FILE if saved is not None else None)
     for k, v in session_config.items():
         so.add_session_config_entry(k, str(v))
     return session_with_options(path, so), saved
 
 
-def _session_figures(path: Path, ctx: AdviceContext, reference: list[np.ndarray], fp32_compute: int,
-                     session_config: dict[str, str], tmp: Path):
-    """(session, figures without latency): coverage from ORT's saved graph, SQNR on the eval samples."""
-
-    session, saved = _session(path, ctx, session_config, tmp)
-    hist = op_histogram(graph_from_path(saved))
+def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarray], fp32_compute: int):
+    """Figures without latency: coverage from ORT's saved graph, SQNR on the eval samples."""
+    hist = op_histogram(graph_from_path(saved, lazy=True))
     int8 = sum(v for k, v in hist.items() if k in INT8_COMPUTE_KERNELS)
     outputs = concat_runs([session.run(None, feed) for feed in ctx.evaluation])
-    return session, AdviceFigures(int8_coverage=min(1.0, int8 / fp32_compute) if fp32_compute else None,
-                                  sqnr_db=worst_elementwise_sqnr(reference, outputs, ctx.data_dependent),
-                                  level=ctx.level)
+    return AdviceFigures(int8_coverage=min(1.0, int8 / fp32_compute) if fp32_compute else None,
+                         sqnr_db=worst_elementwise_sqnr(reference, outputs, ctx.data_dependent), level=ctx.level)
 
 
 # A candidate whose every timed run is this much slower than every run of the artifact as is, after
@@ -376,13 +384,13 @@ class AdvicePlan:
             known = (ctx.before or {}).get(artifact)
             if known is None:  # made once, under the lock: the other thread waits for the same figures
                 t1 = time.perf_counter()
-                _, known = _session_figures(ctx.artifact_paths[artifact], ctx, self._reference, self._fp32_compute,
-                                            {}, self.tmp)
+                session, saved = _session(ctx.artifact_paths[artifact], ctx, {}, self.tmp)
+                known = _figures(session, saved, ctx, self._reference, self._fp32_compute)
                 known_ms = known_ms or (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)
             self._before[artifact] = (known, known_ms)
             return self._before[artifact]
 
-    def _make(self, c: Candidate) -> tuple[_Ready, float]:
+    def _make(self, c: Candidate) -> tuple[_Ready | AdviceEntry, float]:
         ctx = self.ctx
         t0 = time.perf_counter()
         before, before_ms = self._before_figures(c.artifact)
@@ -405,8 +413,20 @@ class AdvicePlan:
             if cached:
                 quantize()
         t1 = time.perf_counter()
-        session, after = _session_figures(target, ctx, self._reference, self._fp32_compute,
-                                          dict(c.change.get("session", {})), self.tmp)
+        session, saved = _session(target, ctx, dict(c.change.get("session", {})), self.tmp)
+        if (ctx.before_digest or {}).get(c.artifact) == fingerprint(saved.parent).digest:
+            # The same graph runs the same kernels on the same weights: the same outputs at the same
+            # speed (as a level ORT writes like the one before, runtime/levels.py). Nothing to run or time.
+            return AdviceEntry(
+                artifact=c.artifact, change=c.change, adopted=False, blocked_nodes=c.blocked_nodes,
+                reason=f"{c.reason}; refuted: with this change ORT writes the very same graph at {ctx.level} "
+                       "(node for node, the same weights), so nothing runs differently",
+                measured=AdviceMeasured(
+                    before=before, after=before, seconds=round(time.perf_counter() - t0, 3),
+                    how=f"the graph ORT saved at {ctx.level} with the change and the levels stage's graph of the "
+                        "artifact as is compared by SHA-256 (node names cleared, nodes sorted; the weights file "
+                        "hashed whole): identical, so 'after' is 'before' and neither was run again")), 0.0
+        after = _figures(session, saved, ctx, self._reference, self._fp32_compute)
         del session  # timed in phase two, from a session of its own: none is held across the phases
         after_ms = (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)  # session creation included
         return (_Ready(candidate=c, target=target, before=before, after=after, seconds=time.perf_counter() - t0),
@@ -434,6 +454,8 @@ class AdvicePlan:
                     continue
                 with self._lock:
                     self._made[i] = ready
+                    if isinstance(ready, AdviceEntry):  # settled without runs: nothing to time
+                        continue
                     self._timing_owed += owed
                     key = "ort" in c.change
                     self._slowest[key] = max(self._slowest.get(key, 0.0), ready.seconds + owed)
@@ -539,7 +561,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
     int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
     level = options.advice.level
-    unfused, kernels, before, latency_ms = {}, {}, {}, {}
+    unfused, kernels, before, latency_ms, digests = {}, {}, {}, {}, {}
     for art, per_level in optimized.items():
         ol = per_level.get(level)
         if art == "fp32" or ol is None or ol.error:
@@ -550,6 +572,8 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
             before[art] = AdviceFigures(int8_coverage=ol.int8_coverage, sqnr_db=ol.numerics.worst_sqnr_db, level=level)
         if ol.latency is not None:
             latency_ms[art] = ol.latency.median_ms
+        if ol.graph_sha256:
+            digests[art] = f"{ol.graph_sha256}:{ol.weights_sha256}"
     candidates = candidates_from_blockers(unfused, kernels, ort_settings=ort_settings, int8_allowed=int8_allowed,
                                           vnni=vnni)
     if not candidates:
@@ -560,7 +584,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
                         input_names=input_names, calibration_cache=calibration_cache, level=level,
                         runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads,
                         budget_seconds=options.advice.budget_seconds, quantize_seconds=quantize_seconds,
-                        reference=reference, before=before, latency_ms=latency_ms,
+                        reference=reference, before=before, latency_ms=latency_ms, before_digest=digests,
                         data_dependent=_data_dependent_positions(optimized.get("fp32") or {}))
     try:
         return advice_plan(candidates, ctx)
