@@ -73,3 +73,25 @@ def test_a_model_past_the_size_cap_makes_its_advice_after_the_table(tmp_path, mo
     report = run_comparison(ComparisonRequest(options=options, example="tiny_conv_net", parallel_paths=True), tmp_path)
     measured = [e for e in report.advice + report.advice_refuted if e.measured]
     assert measured and not any("beside" in e.measured.how for e in measured)
+
+
+def test_side_by_side_torch_runs_on_one_core_and_gets_its_threads_back():
+    """Side by side each path has one core: torch's pool would take both and fight ORT's calibration session
+    (a CenterNet's PT2E path 75 s instead of 43 s). Torch's thread count comes back after, and in sequence
+    it is never touched."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        seen = side_by_side(torch.get_num_threads, torch.get_num_threads, parallel=True)
+        assert seen == (1, 1) and torch.get_num_threads() == 2
+        assert side_by_side(torch.get_num_threads, torch.get_num_threads, parallel=False) == (2, 2)
+        def failing():
+            raise RuntimeError("a path failed")
+
+        with pytest.raises(RuntimeError):
+            side_by_side(failing, lambda: None, parallel=True)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
