@@ -214,6 +214,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
             "stages": report.timings,
             "paths": {a: art.status for a, art in report.artifacts.items()},
             "path_seconds": {a: art.seconds for a, art in report.artifacts.items()},
+            "report_cost": report.cost.model_dump() if report.cost else None,
             # Where evaluate's seconds went: each graph's timed runs and median.
             "graphs": {f"{a}.{lv}": {"median_ms": ol.latency.median_ms, "runs": ol.latency.runs,
                                      "session_s": ol.session_seconds}
