@@ -9,6 +9,7 @@ import pytest
 
 from service.pipeline.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.verdict.advice import AdviceContext, Candidate, candidates_from_blockers, measured_advice
+from service.pipeline.runtime.level_graphs import level_graph_digest
 from service.schemas.advice import AdviceFigures
 
 
@@ -241,7 +242,7 @@ def test_a_change_orts_graph_does_not_show_is_refuted_without_runs(compared, cha
     ol = report.artifacts["ort_qdq"].optimized["all"]
     before = {"ort_qdq": AdviceFigures(int8_coverage=ol.int8_coverage, sqnr_db=ol.numerics.worst_sqnr_db, level="all")}
     ctx = _ctx(workdir, report, budget_seconds=60, before=before,
-               before_digest={"ort_qdq": f"{ol.graph_sha256}:{ol.weights_sha256}"})
+               before_digest={"ort_qdq": level_graph_digest(ol.graph_sha256, ol.weights_sha256)})
     proposed, refuted = measured_advice([Candidate("ort_qdq", change, "a change")], ctx)
     (entry,) = proposed + refuted
     m = entry.measured

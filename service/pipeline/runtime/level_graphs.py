@@ -67,12 +67,17 @@ class LevelGraphFiles:
     @property
     def digest(self) -> str:
         """Equal digests: ORT wrote the same graph (node for node) and the very same weights."""
-        return f"{self.graph_sha256}:{self.data_sha256}"
+        return level_graph_digest(self.graph_sha256, self.data_sha256)
 
     def drop_weights(self) -> None:
         if self.data is not None:
             self.data.unlink(missing_ok=True)
 
+
+
+def level_graph_digest(graph_sha256: str, data_sha256: str | None) -> str:
+    """``LevelGraphFiles.digest`` from the two SHA-256s a report keeps (``OptimizedLevel``)."""
+    return f"{graph_sha256}:{data_sha256}"
 
 
 def canonical_graph_sha256(graph_path: Path) -> str:

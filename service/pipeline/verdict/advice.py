@@ -44,7 +44,7 @@ from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import median_ci
-from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint
+from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
@@ -573,7 +573,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
         if ol.latency is not None:
             latency_ms[art] = ol.latency.median_ms
         if ol.graph_sha256:
-            digests[art] = f"{ol.graph_sha256}:{ol.weights_sha256}"
+            digests[art] = level_graph_digest(ol.graph_sha256, ol.weights_sha256)
     candidates = candidates_from_blockers(unfused, kernels, ort_settings=ort_settings, int8_allowed=int8_allowed,
                                           vnni=vnni)
     if not candidates:
