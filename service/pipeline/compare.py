@@ -20,7 +20,7 @@ import logging
 import shutil
 import time
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,7 +52,7 @@ from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
-from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side
+from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side, torch_on_one_core
 from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
 from service.pipeline.runtime.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
@@ -378,9 +378,14 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, r
                                    calibration_cache=run.scratch / "ort_calibration_ranges.json")
                 finished(name, outcome, t0)
 
+        idle = cores_idle(concurrent_jobs)
         both = (already is None and "pt2e_qdq" in requested and len(requested) > 1
-                and (parallel if parallel is not None else cores_idle(concurrent_jobs)))
-        side_by_side(pt2e_side, ort_side, parallel=both)
+                and (parallel if parallel is not None else idle))
+        # torch takes every core unless told otherwise; with another job or load on them, its pool's threads
+        # wait for each other (a CenterNet's PT2E path alone: 100 s on a loaded machine against 43 s on one
+        # thread). Side by side each path has one core anyway (side_by_side).
+        with nullcontext() if both or idle else torch_on_one_core():
+            side_by_side(pt2e_side, ort_side, parallel=both)
         log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
         _blame_stored_nonfinite(outcomes, fp32)
     return {name: outcomes[name] for name in requested}

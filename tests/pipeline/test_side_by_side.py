@@ -95,3 +95,31 @@ def test_side_by_side_torch_runs_on_one_core_and_gets_its_threads_back():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_on_a_busy_machine_the_pt2e_path_runs_torch_on_one_thread(tmp_path, monkeypatch):
+    """Another job running: the paths run one after the other, and torch's pool, which would wait on a core
+    someone else holds (a CenterNet's PT2E path: 100 s against 43 s), is held to one thread, then given back."""
+    import torch
+
+    import service.pipeline.compare as compare
+
+    seen = []
+    real = compare.qdq_from_pt2e
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "qdq_from_pt2e", recording)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # what torch takes on two cores, whatever this process was started with
+        options = ComparisonOptions(calibration_samples=2, eval_samples=1, latency={"enabled": False},
+                                    levels=["all"], layers={"enabled": False}, advice={"enabled": False})
+        report = run_comparison(ComparisonRequest(options=options, example="conv_relu", parallel_paths=False,
+                                                  concurrent_jobs=lambda: 2), tmp_path)
+        assert report.artifacts["pt2e_qdq"].status == "ok"
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

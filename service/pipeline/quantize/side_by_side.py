@@ -9,7 +9,8 @@ and torch's kernels release the GIL, which is where the two paths spend their ti
 Each path on one core, which torch does not do by itself: its intra-op pool takes every core, and
 beside ORT's calibration session the two pools fought over two cores (the PT2E path of a 72 MB CenterNet
 took 75 s instead of 43 s with torch on one thread, on a loaded machine). torch runs on one thread while
-the paths share the machine, and on as many as before afterwards.
+the paths share the machine, and on as many as before afterwards; compare.quantize_stage does the same
+when the paths run one after the other on a machine that is not idle.
 
 Only when the cores are idle: with another job running (or the load average above what this
 job adds) a second thread only steals a core from someone else and the job takes as long.
