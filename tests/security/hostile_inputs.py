@@ -292,6 +292,21 @@ CASES: list[Case] = [
     Case("an option of the wrong type", lambda e: model_form(conv_bytes(), options={"levels": "all"}), 422, "invalid_options"),
     Case("input_shapes for an input the model lacks", lambda e: model_form(conv_bytes(), options={"input_shapes": {"z": [1]}}),
          422, "invalid_options"),
+    # Python's json reads NaN and Infinity: the report stored the gate's value as null, and the job
+    # "succeeded" with a report the service could not load
+    Case("a gate value of NaN", lambda e: model_form(conv_bytes(), options='{"gates": [{"metric": "sqnr_db", "value": NaN}]}'),
+         422, "invalid_options"),
+    Case("an input_values constant of Infinity",
+         lambda e: model_form(conv_bytes(), options='{"input_values": {"x": {"constant": Infinity}}}'), 422, "invalid_options"),
+    # past the input's dtype: numpy raised (an internal error) or the samples were drawn as inf
+    Case("an input_values range wider than float64",
+         lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"low": -1e308, "high": 1e308}}}),
+         422, "invalid_options", where="worker"),
+    Case("an input_values constant past float32",
+         lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"constant": 1e300}}}),
+         422, "invalid_options", where="worker"),
+    Case("an input_values range with only one end",
+         lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"low": 0}}}), 422, "invalid_options"),
 ]
 
 # every route by which a .pt2 runs code or eats memory, named .onnx

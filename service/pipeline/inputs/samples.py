@@ -8,6 +8,7 @@ held out); uploaded ``.npz`` files have one array per input with the samples on 
 from __future__ import annotations
 
 import json
+import math
 import re
 import zipfile
 from dataclasses import dataclass
@@ -35,9 +36,33 @@ class Samples:
     info: SamplesInfo
 
 
+def _check_values_fit(name: str, iv, dtype: np.dtype) -> None:
+    """options.input_values[name] in the input's dtype: a value past its range would be drawn as inf
+    (floats), wrap or make numpy raise (integers), instead of the values the user asked for."""
+    if iv is None or dtype.kind not in "fiu":
+        return
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    top = float(info.max) + (1 if dtype.kind in "iu" else 0)  # an integer range's high is exclusive: [0, 256) fits uint8
+    problems = [f"{key} {value:g} is outside it" for key, value in (("low", iv.low), ("high", iv.high),
+                                                                   ("constant", iv.constant))
+                if value is not None and not float(info.min) <= value <= (top if key == "high" else float(info.max))]
+    if not problems and iv.low is not None:
+        if dtype.kind == "f" and not math.isfinite(iv.high - iv.low):
+            problems.append(f"the range [{iv.low:g}, {iv.high:g}) is wider than a float64 can span")
+        if dtype.kind in "iu" and int(iv.high) <= int(iv.low):
+            problems.append(f"the range [{int(iv.low)}, {int(iv.high)}) holds no whole number")
+    if problems:
+        raise InvalidOptions(
+            f"input_values[{name!r}] does not fit the input, which is {dtype} (values {info.min:g} to {info.max:g}): "
+            + "; ".join(problems),
+            hint=f"give values its type ({dtype}) can hold: the range its real inputs take (high is exclusive), or a constant",
+        )
+
+
 def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None) -> tuple[str, callable]:
     iv = options.input_values.get(spec.name)
     dtype = np.dtype(spec.dtype)  # specs.FEEDABLE_DTYPES: numpy dtypes only
+    _check_values_fit(spec.name, iv, dtype)
     if iv is None and model_range is not None:  # the model states the range; the option still wins
         return f"{model_range.description}: {model_range.why}", model_range.make
     if iv is not None and iv.constant is not None:
