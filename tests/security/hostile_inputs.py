@@ -90,6 +90,14 @@ def _cycle() -> onnx.ModelProto:
                             helper.make_node("Relu", ["a"], ["y"])])
 
 
+def _ids_model() -> bytes:
+    """ids: [1, 4] int32 into a 10-row table."""
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32), "table")
+    return ser(tiny_onnx(nodes=[helper.make_node("Gather", ["table", "ids"], ["y"])],
+                         inputs=[helper.make_tensor_value_info("ids", TensorProto.INT32, [1, 4])],
+                         outputs=[helper.make_tensor_value_info("y", F, [1, 4, 4])], initializers=[table]))
+
+
 def _external(location: str) -> bytes:
     w = numpy_helper.from_array(np.ones((4,), np.float32), "w")
     w.ClearField("float_data")
@@ -276,6 +284,13 @@ CASES: list[Case] = [
          422, "invalid_calibration"),
     Case("calibration holding a pickled object array",
          lambda e: model_form(conv_bytes(), calibration=npz(x=np.array([_Payload(e.marker)], dtype=object))),
+         422, "invalid_calibration"),
+    # values the input's type cannot hold were cast anyway: float64 past float32 became inf (and every
+    # path failed blaming the model), int64 ids past int32 wrapped around into valid-looking ids
+    Case("calibration in float64 past float32's range",
+         lambda e: model_form(conv_bytes(), calibration=npz(x=good_x().astype(np.float64) * 1e300)), 422, "invalid_calibration"),
+    Case("calibration int64 ids past int32",
+         lambda e: model_form(_ids_model(), calibration=npz(ids=np.arange(16).reshape(4, 1, 4) % 10 + 2**32)),
          422, "invalid_calibration"),
     Case("calibration that is not an .npz", lambda e: model_form(conv_bytes(), calibration=b"not a zip at all"),
          422, "invalid_calibration"),

@@ -196,12 +196,24 @@ def samples_from_npz(
         if arr.dtype.kind == "f" and expected.kind == "f":
             if not np.isfinite(arr).all():
                 raise InvalidCalibration(f"calibration[{spec.name!r}] contains NaN or Inf", hint="remove non-finite values")
-            stacked = stacked.astype(expected, copy=False)
+            cast = stacked.astype(expected, copy=False)
+            if not np.isfinite(cast).all():  # float64 data past float32's range becomes inf
+                raise InvalidCalibration(
+                    f"calibration[{spec.name!r}] is {arr.dtype} with values up to {np.abs(arr).max():g}, past the "
+                    f"largest {expected} ({np.finfo(expected).max:g}) the input takes",
+                    hint=f"save the values the model really receives, as {expected}")
+            stacked = cast
         elif arr.dtype != expected and not (arr.dtype.kind in "iub" and expected.kind in "iub"):
             raise InvalidCalibration(f"calibration[{spec.name!r}] is {arr.dtype}, the input is {expected}",
                                      hint=f"save it as {expected}")
         else:
-            stacked = stacked.astype(expected, copy=False)
+            cast = stacked.astype(expected, copy=False)
+            if arr.size and not np.array_equal(cast, stacked):  # int64 ids past int32 would wrap around
+                raise InvalidCalibration(
+                    f"calibration[{spec.name!r}] is {arr.dtype} with values from {arr.min()} to {arr.max()}, which "
+                    f"change when cast to {expected}, the input's type",
+                    hint=f"save the values the model really receives, as {expected}")
+            stacked = cast
         counts.add(stacked.shape[0])
         per_input[spec.name] = stacked
     if len(counts) != 1 or 0 in counts:
