@@ -95,7 +95,7 @@ def is_model_archive(path: Path) -> bool:
                 names = zf.namelist()
         except (zipfile.BadZipFile, OSError):
             return False
-        return any(n.endswith(".onnx") for n in names) and not any(n.endswith("/archive_format") for n in names)
+        return any(n.lower().endswith(".onnx") for n in names) and not any(n.endswith("/archive_format") for n in names)
     try:
         return tarfile.is_tarfile(path)
     except OSError:
