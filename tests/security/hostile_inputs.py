@@ -199,6 +199,23 @@ def _exported(forward: Callable) -> bytes:
     return buf.getvalue()
 
 
+def _exported_without_inputs() -> bytes:
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.register_buffer("x", torch.randn(2, 4))
+
+        def forward(self):
+            return self.fc(self.x)
+
+    buf = io.BytesIO()
+    torch.export.save(torch.export.export(Net().eval(), ()), buf)
+    return buf.getvalue()
+
+
 def _multipart(parts: list[tuple[str, str | None, bytes]]) -> bytes:
     out = b""
     for name, filename, data in parts:
@@ -353,6 +370,9 @@ CASES += [
     Case(".pt2 with an op the ONNX exporter has no function for",
          lambda e: model_form(_exported(lambda torch, y: torch.cumprod(y, -1)), name="m.pt2"), 422, "unsupported_model",
          where="worker"),
+    # an ONNX upload without inputs is refused; this ran, and both ORT paths failed 'No data is collected'
+    Case(".pt2 whose forward() takes no inputs", lambda e: model_form(_exported_without_inputs(), name="m.pt2"), 422,
+         "unsupported_model", where="worker"),
 ]
 
 # hostile filenames on a broken model: refused, and the name is never echoed

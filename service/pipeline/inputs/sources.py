@@ -59,6 +59,10 @@ def source_from_example(name: str) -> ModelSource:
 def source_from_pt2(path: Path, *, name: str, budgets=None, allow_pt2: bool = True) -> ModelSource:
     program = exported_program_from_pt2(path, budgets=budgets, allow_pt2=allow_pt2)
     specs = specs_from_program(program)
+    if not specs:  # as an ONNX upload without graph inputs is (safety.onnx_checks)
+        raise UnsupportedModel("The .pt2 program takes no inputs, so there is nothing to calibrate or compare.",
+                               hint="Export the model with its real inputs as arguments: "
+                                    "torch.export.export(model, (example_input,)).")
     refuse_non_tensor_outputs(program)
     return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs, program=program,
                        batch_dims=batch_dims_from_program(program, [s.shape[0] for s in specs if s.shape]))
