@@ -226,6 +226,10 @@ STRUCTURE = {
                            "defines"),
     "no graph inputs": (lambda: tiny_onnx(nodes=[_const("c", np.ones(2, np.float32)), helper.make_node("Relu", ["c"], ["y"])],
                                           inputs=[]), UnsupportedModel, "no graph inputs"),
+    # it has one, but an initializer of the same name is its default: the message said "no graph inputs"
+    "every input shadowed by an initializer": (
+        lambda: tiny_onnx(initializers=[numpy_helper.from_array(np.ones((1, 4), np.float32), "x")]), UnsupportedModel,
+        "input 'x' has an initializer of the same name"),
     "an unknown op": (lambda: tiny_onnx(nodes=[helper.make_node("Frobnicate", ["x"], ["y"])]), UnsupportedModel,
                       "Frobnicate"),
     "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "operator domain 'evil.corp'"),

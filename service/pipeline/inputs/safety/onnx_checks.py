@@ -276,6 +276,15 @@ def _check_graph_io(model, budgets: Budgets) -> None:
     g = model.graph
     init_names = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
     real_inputs = [i for i in g.input if i.name not in init_names]
+    if not real_inputs and g.input:  # each has a default: ORT and the quantizers take them as constants
+        shadowed = ", ".join(repr(i.name) for i in g.input[:5])
+        raise UnsupportedModel(
+            f"Graph input {shadowed} has an initializer of the same name (a default value), so the model is a "
+            "constant: there is nothing to calibrate or compare." if len(g.input) == 1 else
+            f"Every graph input ({shadowed}{', ...' if len(g.input) > 5 else ''}) has an initializer of the same name "
+            "(a default value), so the model is a constant: there is nothing to calibrate or compare.",
+            hint="Remove the initializers named like the inputs the model really takes (or export with "
+                 "keep_initializers_as_inputs=False), then upload it again.")
     if not real_inputs:
         raise UnsupportedModel("The model has no graph inputs, so there is nothing to calibrate or compare.",
                                hint="Export the model with its real inputs as graph inputs.")
