@@ -326,6 +326,8 @@ CASES: list[Case] = [
     Case("calibration int64 ids past int32",
          lambda e: model_form(_ids_model(), calibration=npz(ids=np.arange(16).reshape(4, 1, 4) % 10 + 2**32)),
          422, "invalid_calibration"),
+    # was dropped as if no file had been sent: the job ran on generated samples
+    Case("an empty calibration file", lambda e: model_form(conv_bytes(), calibration=b""), 422, "invalid_calibration"),
     Case("calibration that is not an .npz", lambda e: model_form(conv_bytes(), calibration=b"not a zip at all"),
          422, "invalid_calibration"),
     # options
