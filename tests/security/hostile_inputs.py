@@ -328,6 +328,11 @@ CASES: list[Case] = [
          422, "invalid_calibration"),
     # was dropped as if no file had been sent: the job ran on generated samples
     Case("an empty calibration file", lambda e: model_form(conv_bytes(), calibration=b""), 422, "invalid_calibration"),
+    # ids past the table's rows: ORT refuses the Gather; this was invalid_options with a hint to change
+    # input_shapes, though every dim is the model's own
+    Case("calibration ids past the table's rows",
+         lambda e: model_form(_ids_model(), calibration=npz(ids=np.arange(16, dtype=np.int32).reshape(4, 1, 4) + 10)),
+         422, "invalid_calibration", where="worker"),
     Case("calibration that is not an .npz", lambda e: model_form(conv_bytes(), calibration=b"not a zip at all"),
          422, "invalid_calibration"),
     # options
