@@ -827,8 +827,11 @@ def _check_external_location(t, model_dir: Path, allowed: set[str], *, where: st
         offset = int(info.get("offset", "0") or 0)
         length = int(info["length"]) if info.get("length") else st.st_size - offset
     except ValueError as e:
-        raise InvalidModel(f"Tensor in {where} has a non-integer external data offset or length.") from e
-    if offset < 0 or length < 0 or offset + length > st.st_size:
+        raise InvalidModel(f"Tensor in {where} has an external data offset or length that is not an integer.",
+                           hint=_UPLOAD_HINT) from e
+    if offset < 0 or length < 0:
+        raise InvalidModel(f"Tensor in {where} has a negative external data offset or length.", hint=_UPLOAD_HINT)
+    if offset + length > st.st_size:
         raise InvalidModel(f"Tensor in {where} points past the end of external data file '{safe_name(loc)}'.",
                            hint=_UPLOAD_HINT)
     return length
