@@ -207,6 +207,8 @@ class ComparisonOptions(_Strict):
     @field_validator("artifacts", "levels")
     @classmethod
     def _unique_nonempty(cls, v):
+        if not v:  # nothing would be made or measured, and a job without gates would read "passed"
+            raise ValueError("give at least one (leave the key out for all of them)")
         if len(set(v)) != len(v):
             raise ValueError("entries must be unique")
         return v

@@ -361,6 +361,9 @@ CASES: list[Case] = [
     Case("an input_values constant past float32",
          lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"constant": 1e300}}}),
          422, "invalid_options", where="worker"),
+    # nothing was made or measured, and the verdict read "passed"
+    Case("an empty list of levels", lambda e: model_form(conv_bytes(), options={"levels": []}), 422, "invalid_options"),
+    Case("an empty list of artifacts", lambda e: model_form(conv_bytes(), options={"artifacts": []}), 422, "invalid_options"),
     Case("an input_values range with only one end",
          lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"low": 0}}}), 422, "invalid_options"),
 ]
