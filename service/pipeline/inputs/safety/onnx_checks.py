@@ -155,7 +155,10 @@ def check_input_elements(name: str, shape: tuple[int, ...] | list[int], budgets:
         raise InvalidModel(f"Input '{safe_name(name)}' has an invalid shape {list(shape)}.")
     n = math.prod(shape)
     if n > budgets.max_input_elements:
-        raise budgets.refuse("max_input_elements", f"input '{safe_name(name)}' with shape {list(shape)}", n)
+        refused = budgets.refuse("max_input_elements", f"input '{safe_name(name)}' with shape {list(shape)}", n)
+        refused.hint = ("Give its dynamic dims smaller values (options.input_shapes, or the shapes of the uploaded .npz), "
+                        "use a smaller model, or ask the operator to raise the budget 'max_input_elements'.")
+        raise refused
 
 
 # ---------------------------------------------------------------------------------------------
