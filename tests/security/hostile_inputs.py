@@ -75,6 +75,12 @@ def npz(**arrays) -> bytes:
     return buf.getvalue()
 
 
+def npz_compressed(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
 def conv_bytes() -> bytes:
     return ser(conv_onnx())  # input x: [1, 3, 8, 8] float32
 
@@ -307,6 +313,11 @@ CASES: list[Case] = [
     Case("plain text", lambda e: {"content": b"hi", "headers": {"content-type": "text/plain"}}, 415, "invalid_request"),
     # calibration .npz that does not fit the model (x: [1, 3, 8, 8] float32)
     Case("calibration with a wrong input name", lambda e: model_form(conv_bytes(), calibration=npz(nope=good_x())),
+         422, "invalid_calibration"),
+    # 300 MB of zeros in 300 KB, under a key that is no input: past what the API unpacks, so the worker
+    # read every array of the archive into memory before it looked at the names
+    Case("calibration with a stray key that unpacks to 300 MB",
+         lambda e: model_form(conv_bytes(), calibration=npz_compressed(x=good_x(), junk=np.zeros(75 << 20, np.float32))),
          422, "invalid_calibration"),
     Case("calibration with a wrong shape", lambda e: model_form(conv_bytes(), calibration=npz(x=np.ones((4, 1, 3, 9, 9), np.float32))),
          422, "invalid_calibration"),

@@ -146,6 +146,20 @@ def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]
     return Samples(make(options.seed, options.calibration_samples), make(options.seed + 1, options.eval_samples), info)
 
 
+def check_calibration_keys(keys, specs: list[InputSpec]) -> None:
+    """The .npz holds one array per model input, named as the input, and nothing else."""
+    names = [s.name for s in specs]
+    missing = [n for n in names if n not in keys]
+    extra = sorted(set(keys) - set(names))
+    if missing or extra:
+        raise InvalidCalibration(
+            "calibration keys do not match the model's inputs"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; not inputs of the model: {', '.join(extra)}" if extra else ""),
+            hint=f"use exactly the input names as keys: {', '.join(names)}",
+        )
+
+
 def samples_from_npz(
     path: Path, specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions,
     *, max_bytes: int = 2 << 30,
@@ -158,7 +172,8 @@ def samples_from_npz(
             raise InvalidCalibration(f"the calibration archive unpacks to {total} bytes, over the {max_bytes} byte limit",
                                      hint="upload fewer samples")
         npz = np.load(path, allow_pickle=False)
-        arrays = {k: npz[k] for k in npz.files}
+        check_calibration_keys(npz.files, specs)  # before any array is read: a stray key may unpack to GBs
+        arrays = {s.name: npz[s.name] for s in specs}
     except InvalidCalibration:
         raise
     except Exception as e:
@@ -167,15 +182,6 @@ def samples_from_npz(
             hint="write it with numpy.savez(path, **{input_name: array}); object arrays are refused",
         ) from e
     names = [s.name for s in specs]
-    missing = [n for n in names if n not in arrays]
-    extra = sorted(set(arrays) - set(names))
-    if missing or extra:
-        raise InvalidCalibration(
-            "calibration keys do not match the model's inputs"
-            + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; not inputs of the model: {', '.join(extra)}" if extra else ""),
-            hint=f"use exactly the input names as keys: {', '.join(names)}",
-        )
     per_input: dict[str, np.ndarray] = {}
     counts = set()
     for spec in specs:
