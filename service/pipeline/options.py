@@ -87,6 +87,13 @@ class OrtQuantOptions(_Strict):
     nodes_to_exclude: list[str] | None = None
     extra_options: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("op_types_to_quantize")
+    @classmethod
+    def _some_op_types(cls, v):
+        if v is not None and not v:  # an empty list reaches quantize_static as its default: every op type
+            raise ValueError("give at least one op type (leave the key out for ORT's defaults)")
+        return v
+
     @field_validator("extra_options")
     @classmethod
     def _known_extra_options(cls, v):

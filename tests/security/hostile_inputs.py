@@ -374,6 +374,9 @@ CASES: list[Case] = [
          422, "invalid_options", where="worker"),
     # nothing was made or measured, and the verdict read "passed"
     Case("an empty list of levels", lambda e: model_form(conv_bytes(), options={"levels": []}), 422, "invalid_options"),
+    # quantize_static read [] as its default, every op type: the opposite of what was asked
+    Case("an empty list of op types to quantize", lambda e: model_form(conv_bytes(), options={"ort": {"op_types_to_quantize": []}}),
+         422, "invalid_options"),
     Case("an empty list of artifacts", lambda e: model_form(conv_bytes(), options={"artifacts": []}), 422, "invalid_options"),
     Case("an input_values range with only one end",
          lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"low": 0}}}), 422, "invalid_options"),
