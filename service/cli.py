@@ -62,7 +62,14 @@ def _cmd_compare(args) -> int:
     if calibration is not None and not calibration.is_file():
         raise InvalidOptions(f"no such calibration file: {args.calibration}", hint="give the path of an .npz file")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # a file where the folder goes (or above it): the user's path, not a quantcompare bug
+        ours = error_from_os(e, f"creating the output folder {args.out}")
+        if ours is not None:
+            raise ours from e
+        raise InvalidOptions(f"--out {args.out} cannot be made a folder: {e.strerror}",
+                             hint="give --out a folder (it is created if missing), not a file or a path under one") from e
 
     def progress(stage: str, done: int, total: int) -> None:
         if not args.quiet and sys.stderr.isatty():

@@ -91,6 +91,18 @@ def test_refusals_exit_2_with_a_message_and_no_traceback(tmp_path, args, needle)
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_an_out_folder_that_cannot_be_made_exits_2_naming_it(tmp_path, where):
+    """--out naming an existing file (or a folder under one) was exit 3, 'a quantcompare bug'
+    (FileExistsError / NotADirectoryError from mkdir)."""
+    (tmp_path / "taken").write_text("a file")
+    out = tmp_path / "taken" if where == "a file" else tmp_path / "taken" / "o"
+    proc = _run("compare", "--example", "conv_relu", "--out", str(out))
+    assert proc.returncode == 2, proc.stderr
+    assert "invalid_options" in proc.stderr and "--out" in proc.stderr and "hint:" in proc.stderr
+    assert "Traceback" not in proc.stderr and "bug" not in proc.stderr
+
+
 @pytest.mark.parametrize("content", [b"", b"\x00garbage" * 10, b"\x80\x04\x95 pickle"], ids=["empty", "random", "pickle"])
 def test_bad_bytes_exit_2_with_invalid_model(tmp_path, content):
     bad = tmp_path / "bad.onnx"

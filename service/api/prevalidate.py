@@ -20,6 +20,8 @@ import logging
 import zipfile
 from pathlib import Path
 
+import numpy as np
+
 from service.config import Settings
 from service.errors import QuantCompareError
 from service.pipeline.inputs.data_shapes import array_shapes_in_npz
@@ -29,7 +31,7 @@ from service.pipeline.inputs.safety import (
     onnx_model_from_path,
     sniff_model_format,
 )
-from service.pipeline.inputs.samples import samples_from_npz
+from service.pipeline.inputs.samples import check_calibration_keys, samples_from_npz
 from service.pipeline.inputs.sources import is_model_archive
 from service.pipeline.inputs.specs import input_specs_from_onnx, resolved_input_shapes
 from service.pipeline.options import ComparisonOptions
@@ -70,6 +72,8 @@ def _prevalidate(model_path: Path, calibration_path: Path | None, options: Compa
     data_shapes = None
     if calibration_path is not None:  # headers only: cheap for any size, and dims may come from them
         data_shapes = array_shapes_in_npz(calibration_path)
+        with np.load(calibration_path, allow_pickle=False) as npz:  # its directory only: a stray key is refused now
+            check_calibration_keys(npz.files, specs)
     shapes, _ = resolved_input_shapes(specs, options.input_shapes, data_shapes=data_shapes)
     for name, shape in shapes.items():
         check_input_elements(name, shape, budgets)

@@ -21,7 +21,8 @@ from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
-from service.errors import InvalidModel, InvalidOptions, InvalidRequest, PayloadTooLarge, UnsupportedModel, UploadTooSlow
+from service.errors import (InvalidCalibration, InvalidModel, InvalidOptions, InvalidRequest, PayloadTooLarge,
+                            UnsupportedModel, UploadTooSlow)
 
 MAX_OPTIONS_BYTES = 64 * 1024
 MAX_JSON_BODY_BYTES = 256 * 1024
@@ -224,6 +225,12 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
 
     options_raw = parts["options"].buffer if "options" in parts else None
     calibration = parts.get("calibration")
+    if calibration is not None and calibration.size == 0 and calibration.filename:
+        # an HTML form sends an unchosen file field as an empty part without a file name; a named empty
+        # file was meant as data, and the job would otherwise run on generated samples instead
+        raise InvalidCalibration("the uploaded calibration file is empty (0 bytes)",
+                                 hint="upload the .npz written by numpy.savez(path, **{input_name: array}), or leave "
+                                      "the calibration field out to use generated samples")
     return ReceivedForm(
         model=ReceivedFile(final, model.size, model.sha256.hexdigest(), model.filename),
         calibration=(ReceivedFile(calibration.path, calibration.size, calibration.sha256.hexdigest(), calibration.filename)

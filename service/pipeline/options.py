@@ -21,7 +21,9 @@ Level = Literal["disable_all", "basic", "extended", "layout", "all"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or Infinity (Python's json reads them): a report stores them as null, which a gate's
+    # value cannot be, and no sample generator can draw them.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class InputValues(_Strict):
@@ -38,6 +40,14 @@ class InputValues(_Strict):
         if v is not None and low is not None and v <= low:
             raise ValueError("high must be greater than low")
         return v
+
+    @model_validator(mode="after")
+    def _range_or_constant(self):
+        if self.constant is not None and (self.low is not None or self.high is not None):
+            raise ValueError("give either a constant or a range (low and high), not both")
+        if (self.low is None) != (self.high is None):
+            raise ValueError("give low and high together (high is exclusive), or a constant")
+        return self
 
 
 class Pt2eOptions(_Strict):
@@ -76,6 +86,13 @@ class OrtQuantOptions(_Strict):
     op_types_to_quantize: list[str] | None = None
     nodes_to_exclude: list[str] | None = None
     extra_options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("op_types_to_quantize")
+    @classmethod
+    def _some_op_types(cls, v):
+        if v is not None and not v:  # an empty list reaches quantize_static as its default: every op type
+            raise ValueError("give at least one op type (leave the key out for ORT's defaults)")
+        return v
 
     @field_validator("extra_options")
     @classmethod
@@ -197,6 +214,8 @@ class ComparisonOptions(_Strict):
     @field_validator("artifacts", "levels")
     @classmethod
     def _unique_nonempty(cls, v):
+        if not v:  # nothing would be made or measured, and a job without gates would read "passed"
+            raise ValueError("give at least one (leave the key out for all of them)")
         if len(set(v)) != len(v):
             raise ValueError("entries must be unique")
         return v

@@ -61,3 +61,18 @@ def test_zip_without_the_data_file_is_refused_by_name(zipped_external_data_model
         run_comparison(ComparisonRequest(model_path=partial), tmp_path / "job")
     assert "net.weights" in e.value.message or "external" in e.value.message.lower()
     assert "/tmp" not in e.value.message
+
+
+def test_a_model_named_in_capitals_is_taken_like_any_other(zipped_external_data_model, tmp_path):
+    """Extraction finds the model by its suffix in any case (NET.ONNX), but the archive check read
+    '.onnx' only: such an upload was refused as 'a zip archive holding an ONNX model', with a hint
+    to upload archives where the API documents them (it does)."""
+    upper = tmp_path / "upper.zip"
+    with zipfile.ZipFile(zipped_external_data_model) as src, zipfile.ZipFile(upper, "w") as dst:
+        dst.writestr("NET.ONNX", src.read("net.onnx"))
+        dst.writestr("net.weights", src.read("net.weights"))
+    options = ComparisonOptions(artifacts=["ort_qdq"], levels=["disable_all"], latency={"enabled": False},
+                                advice={"enabled": False}, layers={"enabled": False}, calibration_samples=2,
+                                eval_samples=1)
+    report = run_comparison(ComparisonRequest(model_path=upper, model_name="upper.zip", options=options), tmp_path / "job")
+    assert report.model.format == "onnx" and report.artifacts["ort_qdq"].status == "ok"

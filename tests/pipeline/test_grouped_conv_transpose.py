@@ -48,3 +48,14 @@ def test_a_grouped_conv_transpose_names_the_node_and_the_ways_out(tmp_path):
     assert _ort_qdq(grouped, tmp_path / "g2_tensor", per_channel=False).status == "ok"  # the hint's first way out
     assert _ort_qdq(grouped, tmp_path / "g2_excluded", exclude=["up"]).status == "ok"  # and its second
     assert _ort_qdq(_deconv(tmp_path / "g1.onnx", 1), tmp_path / "g1").status == "ok"
+
+
+def test_a_misspelt_node_to_exclude_is_named_in_the_notes(tmp_path):
+    """quantize_static ignores a nodes_to_exclude name the graph lacks without a word: the path read
+    'ok' with the node quantized, as if the user's exclusion had been applied."""
+    path = _deconv(tmp_path / "g1.onnx", 1)
+    art = _ort_qdq(path, tmp_path / "typo", exclude=["upp"])
+    assert art.status == "ok"
+    assert any("nodes_to_exclude" in n and "'upp'" in n for n in art.tool.notes), art.tool.notes
+    art = _ort_qdq(path, tmp_path / "right", exclude=["up"])
+    assert not any("nodes_to_exclude" in n for n in art.tool.notes), art.tool.notes

@@ -213,6 +213,18 @@ def test_an_external_range_past_the_end_of_the_file_is_refused(tmp_path):
         onnx_model_from_path(p, allowed_data_files={"w.bin"})
 
 
+@pytest.mark.parametrize("offset, needle", [("abc", "not an integer"), ("-8", "negative")], ids=["not a number", "negative"])
+def test_an_external_offset_that_is_no_position_is_refused_with_a_hint(tmp_path, offset, needle):
+    """A non-integer offset came without a hint; a negative one was said to point 'past the end'."""
+    p = _external_model(tmp_path, "w.bin")
+    m = onnx.load(str(p), load_external_data=False)
+    next(e for e in m.graph.initializer[0].external_data if e.key == "offset").value = offset
+    save(m, p)
+    with pytest.raises(InvalidModel, match=needle) as e:
+        onnx_model_from_path(p, allowed_data_files={"w.bin"})
+    assert e.value.hint
+
+
 def _cycle():
     return tiny_onnx(nodes=[helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
                             helper.make_node("Relu", ["a"], ["y"])])
@@ -226,6 +238,10 @@ STRUCTURE = {
                            "defines"),
     "no graph inputs": (lambda: tiny_onnx(nodes=[_const("c", np.ones(2, np.float32)), helper.make_node("Relu", ["c"], ["y"])],
                                           inputs=[]), UnsupportedModel, "no graph inputs"),
+    # it has one, but an initializer of the same name is its default: the message said "no graph inputs"
+    "every input shadowed by an initializer": (
+        lambda: tiny_onnx(initializers=[numpy_helper.from_array(np.ones((1, 4), np.float32), "x")]), UnsupportedModel,
+        "input 'x' has an initializer of the same name"),
     "an unknown op": (lambda: tiny_onnx(nodes=[helper.make_node("Frobnicate", ["x"], ["y"])]), UnsupportedModel,
                       "Frobnicate"),
     "an unknown domain": (lambda: _with_domain("evil.corp"), UnsupportedModel, "operator domain 'evil.corp'"),

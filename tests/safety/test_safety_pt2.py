@@ -113,6 +113,16 @@ def guards_code_exec(m, marker):
               lambda d: d.update(guards_code=[f"__import__('os').system('touch {marker}') == 0"]))
 
 
+def guards_code_repeating_a_size_tuple(m, marker):
+    # shape guards are taken (two inputs sharing a Dim); a torch.Size times 10^11 is not one
+    edit_json(m, "models/model.json", lambda d: d.update(guards_code=["L['x'].size() * 99999999999 == 1"]))
+
+
+def guards_code_calling_a_tensor_method(m, marker):
+    edit_json(m, "models/model.json",
+              lambda d: d.update(guards_code=["L['x'].size()[0] == 1", "L['x'].numpy().tofile('/tmp/x')[0] == 1"]))
+
+
 def aoti_shared_object(m, marker):
     m[f"{root_of(m)}/data/aotinductor/model/model.so"] = b"\x7fELF" + b"\0" * 60
 
@@ -195,6 +205,8 @@ ROUTES = {
     "a symbolic size evaluated by sympy": sympy_expr_str,
     "a symbolic size reaching globals through an allowed name": sympy_expr_str_dunder_via_allowed_name,
     "guards_code exec-ed by ep.module()": guards_code_exec,
+    "guards_code repeating a size tuple": guards_code_repeating_a_size_tuple,
+    "guards_code calling a tensor method": guards_code_calling_a_tensor_method,
     "an AOTInductor shared object": aoti_shared_object,
     "an AOTInductor member escaping the extraction folder": aoti_traversal_name,
     "a node targeting aten.from_file": from_file_node,
@@ -249,6 +261,35 @@ def test_what_torch_export_save_writes_is_accepted_and_runs(tmp_path, good_pt2, 
     out = ep.module()(torch.randn(3, 3, 6, 6))
     assert out.shape == (3, 5)
     assert os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD") is None  # restored after loading
+
+
+def test_two_inputs_sharing_a_dynamic_dim_are_accepted_and_the_guard_still_holds(tmp_path, monkeypatch):
+    """torch.export writes the shared Dim as guards_code ("L['ids'].size()[0] == L['mask'].size()[0]"),
+    which ep.module() exec()s: every such .pt2 (input_ids + attention_mask) was refused as unsafe.
+    Shape arithmetic over the inputs' sizes is taken now, and torch still checks it."""
+    import torch
+    from torch.export import Dim
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+
+        def forward(self, ids, mask):
+            return self.emb(ids) * mask.unsqueeze(-1)
+
+    batch, seq = Dim("batch", max=64), Dim("seq", min=2, max=512)
+    ep = torch.export.export(Net().eval(), (torch.randint(0, 10, (2, 5)), torch.ones(2, 5)),
+                             dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
+    path = tmp_path / "shared.pt2"
+    torch.export.save(ep, path)
+    members = read_members(path)
+    assert json.loads(members[f"{root_of(members)}/models/model.json"])["guards_code"]  # what made it refused
+    monkeypatch.chdir(tmp_path)
+    loaded = exported_program_from_pt2(path)
+    assert loaded.module()(torch.randint(0, 10, (3, 7)), torch.ones(3, 7)).shape == (3, 7, 4)
+    with pytest.raises(AssertionError, match="Guard failed"):
+        loaded.module()(torch.randint(0, 10, (3, 7)), torch.ones(2, 7))
 
 
 def test_a_rewritten_but_faithful_archive_is_still_accepted(tmp_path, good_pt2):

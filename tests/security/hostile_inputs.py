@@ -75,6 +75,12 @@ def npz(**arrays) -> bytes:
     return buf.getvalue()
 
 
+def npz_compressed(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
 def conv_bytes() -> bytes:
     return ser(conv_onnx())  # input x: [1, 3, 8, 8] float32
 
@@ -88,6 +94,14 @@ def good_x(n: int = 4) -> np.ndarray:
 def _cycle() -> onnx.ModelProto:
     return tiny_onnx(nodes=[helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"]),
                             helper.make_node("Relu", ["a"], ["y"])])
+
+
+def _ids_model() -> bytes:
+    """ids: [1, 4] int32 into a 10-row table."""
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32), "table")
+    return ser(tiny_onnx(nodes=[helper.make_node("Gather", ["table", "ids"], ["y"])],
+                         inputs=[helper.make_tensor_value_info("ids", TensorProto.INT32, [1, 4])],
+                         outputs=[helper.make_tensor_value_info("y", F, [1, 4, 4])], initializers=[table]))
 
 
 def _external(location: str) -> bytes:
@@ -172,6 +186,40 @@ def _pt2(craft) -> Callable[[Env], dict]:
         write_members(m, p, compress=zipfile.ZIP_DEFLATED)
         return model_form(p.read_bytes(), name="innocent.onnx")  # sniffed by content, not by name
     return build
+
+
+def _exported(forward: Callable) -> bytes:
+    """A .pt2 torch.export.save writes for Linear(4, 4) followed by ``forward(torch, y)``."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return forward(torch, self.fc(x))
+
+    buf = io.BytesIO()
+    torch.export.save(torch.export.export(Net().eval(), (torch.randn(2, 4, 4),)), buf)
+    return buf.getvalue()
+
+
+def _exported_without_inputs() -> bytes:
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 4)
+            self.register_buffer("x", torch.randn(2, 4))
+
+        def forward(self):
+            return self.fc(self.x)
+
+    buf = io.BytesIO()
+    torch.export.save(torch.export.export(Net().eval(), ()), buf)
+    return buf.getvalue()
 
 
 def _multipart(parts: list[tuple[str, str | None, bytes]]) -> bytes:
@@ -266,6 +314,11 @@ CASES: list[Case] = [
     # calibration .npz that does not fit the model (x: [1, 3, 8, 8] float32)
     Case("calibration with a wrong input name", lambda e: model_form(conv_bytes(), calibration=npz(nope=good_x())),
          422, "invalid_calibration"),
+    # 300 MB of zeros in 300 KB, under a key that is no input: past what the API unpacks, so the worker
+    # read every array of the archive into memory before it looked at the names
+    Case("calibration with a stray key that unpacks to 300 MB",
+         lambda e: model_form(conv_bytes(), calibration=npz_compressed(x=good_x(), junk=np.zeros(75 << 20, np.float32))),
+         422, "invalid_calibration"),
     Case("calibration with a wrong shape", lambda e: model_form(conv_bytes(), calibration=npz(x=np.ones((4, 1, 3, 9, 9), np.float32))),
          422, "invalid_calibration"),
     Case("calibration with a wrong dtype", lambda e: model_form(conv_bytes(), calibration=npz(x=good_x().astype(np.complex64))),
@@ -277,6 +330,20 @@ CASES: list[Case] = [
     Case("calibration holding a pickled object array",
          lambda e: model_form(conv_bytes(), calibration=npz(x=np.array([_Payload(e.marker)], dtype=object))),
          422, "invalid_calibration"),
+    # values the input's type cannot hold were cast anyway: float64 past float32 became inf (and every
+    # path failed blaming the model), int64 ids past int32 wrapped around into valid-looking ids
+    Case("calibration in float64 past float32's range",
+         lambda e: model_form(conv_bytes(), calibration=npz(x=good_x().astype(np.float64) * 1e300)), 422, "invalid_calibration"),
+    Case("calibration int64 ids past int32",
+         lambda e: model_form(_ids_model(), calibration=npz(ids=np.arange(16).reshape(4, 1, 4) % 10 + 2**32)),
+         422, "invalid_calibration"),
+    # was dropped as if no file had been sent: the job ran on generated samples
+    Case("an empty calibration file", lambda e: model_form(conv_bytes(), calibration=b""), 422, "invalid_calibration"),
+    # ids past the table's rows: ORT refuses the Gather; this was invalid_options with a hint to change
+    # input_shapes, though every dim is the model's own
+    Case("calibration ids past the table's rows",
+         lambda e: model_form(_ids_model(), calibration=npz(ids=np.arange(16, dtype=np.int32).reshape(4, 1, 4) + 10)),
+         422, "invalid_calibration", where="worker"),
     Case("calibration that is not an .npz", lambda e: model_form(conv_bytes(), calibration=b"not a zip at all"),
          422, "invalid_calibration"),
     # options
@@ -292,11 +359,45 @@ CASES: list[Case] = [
     Case("an option of the wrong type", lambda e: model_form(conv_bytes(), options={"levels": "all"}), 422, "invalid_options"),
     Case("input_shapes for an input the model lacks", lambda e: model_form(conv_bytes(), options={"input_shapes": {"z": [1]}}),
          422, "invalid_options"),
+    # Python's json reads NaN and Infinity: the report stored the gate's value as null, and the job
+    # "succeeded" with a report the service could not load
+    Case("a gate value of NaN", lambda e: model_form(conv_bytes(), options='{"gates": [{"metric": "sqnr_db", "value": NaN}]}'),
+         422, "invalid_options"),
+    Case("an input_values constant of Infinity",
+         lambda e: model_form(conv_bytes(), options='{"input_values": {"x": {"constant": Infinity}}}'), 422, "invalid_options"),
+    # past the input's dtype: numpy raised (an internal error) or the samples were drawn as inf
+    Case("an input_values range wider than float64",
+         lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"low": -1e308, "high": 1e308}}}),
+         422, "invalid_options", where="worker"),
+    Case("an input_values constant past float32",
+         lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"constant": 1e300}}}),
+         422, "invalid_options", where="worker"),
+    # nothing was made or measured, and the verdict read "passed"
+    Case("an empty list of levels", lambda e: model_form(conv_bytes(), options={"levels": []}), 422, "invalid_options"),
+    # quantize_static read [] as its default, every op type: the opposite of what was asked
+    Case("an empty list of op types to quantize", lambda e: model_form(conv_bytes(), options={"ort": {"op_types_to_quantize": []}}),
+         422, "invalid_options"),
+    Case("an empty list of artifacts", lambda e: model_form(conv_bytes(), options={"artifacts": []}), 422, "invalid_options"),
+    Case("an input_values range with only one end",
+         lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"low": 0}}}), 422, "invalid_options"),
 ]
 
 # every route by which a .pt2 runs code or eats memory, named .onnx
 CASES += [Case(f".pt2: {label}", _pt2(craft), 422, ("unsafe_archive", "budget_exceeded"))
           for label, craft in pt2_routes.ROUTES.items()]
+
+# torch.onnx.export of these raised inside the fp32 stage: an internal error, as if quantcompare had a bug
+CASES += [
+    Case(".pt2 returning a Python number beside its tensor",
+         lambda e: model_form(_exported(lambda torch, y: (y, y.shape[0])), name="m.pt2"), 422, "unsupported_model",
+         where="worker"),
+    Case(".pt2 with an op the ONNX exporter has no function for",
+         lambda e: model_form(_exported(lambda torch, y: torch.cumprod(y, -1)), name="m.pt2"), 422, "unsupported_model",
+         where="worker"),
+    # an ONNX upload without inputs is refused; this ran, and both ORT paths failed 'No data is collected'
+    Case(".pt2 whose forward() takes no inputs", lambda e: model_form(_exported_without_inputs(), name="m.pt2"), 422,
+         "unsupported_model", where="worker"),
+]
 
 # hostile filenames on a broken model: refused, and the name is never echoed
 CASES += [Case(f"hostile filename {i}", (lambda name: lambda e: model_form(b"\x00garbage", name=name))(name),

@@ -53,6 +53,7 @@ def test_the_shapes_samples_are_made_with_are_checked_before_any_array_exists(tm
     with pytest.raises(BudgetExceeded) as e:
         run_comparison(request, tmp_path / "work")
     assert e.value.details["budget"] == "max_input_elements"
+    assert "options.input_shapes" in e.value.hint  # the shape is the user's choice: 'Use a smaller model' was the hint
 
 
 def test_many_samples_of_a_large_input_are_refused_before_any_is_made(tmp_path):
@@ -68,3 +69,5 @@ def test_many_samples_of_a_large_input_are_refused_before_any_is_made(tmp_path):
                                          budgets=Budgets(max_sample_bytes=512 << 20)), tmp_path)
     assert e.value.details["budget"] == "max_sample_bytes"
     assert "8192 samples" in e.value.message
+    # the hint says what the user can change: the hint was 'Use a smaller model' for a tiny conv
+    assert "calibration_samples" in e.value.hint and "at most 2730 samples" in e.value.hint, e.value.hint

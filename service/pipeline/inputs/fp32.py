@@ -8,10 +8,12 @@ import os
 import shutil
 from pathlib import Path
 
+from service.errors import UnsupportedModel
 from service.pipeline.inputs.node_order import sort_nodes
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes
 from service.pipeline.inputs.sources import ModelSource, copy_upload
 from service.pipeline.inputs.sparse import densify_sparse_initializers
+from service.pipeline.quantize.isolation import first_line
 
 
 def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
@@ -51,8 +53,20 @@ def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
     import torch
 
     # Exporting the ExportedProgram itself keeps its dynamic dims and avoids a second torch.export.
-    with torch.no_grad():
-        program = torch.onnx.export(source.program, dynamo=True, verbose=False)
+    try:
+        with torch.no_grad():
+            program = torch.onnx.export(source.program, dynamo=True, verbose=False)
+    except MemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001 - an op the exporter has no ONNX function for is the model's trait
+        cause = e
+        while cause.__cause__ is not None:  # the exporter's own words are pages; the innermost names the op
+            cause = cause.__cause__
+        raise UnsupportedModel(
+            f"torch.onnx.export(dynamo=True) cannot convert this program to ONNX, so there is no fp32 reference to "
+            f"quantize or compare: {first_line(cause)}",
+            hint="replace the op it names (or export the model to ONNX yourself and upload the .onnx), then try again",
+        ) from e
     if program is None:
         raise RuntimeError("torch.onnx.export returned no program")
     model = program.model_proto

@@ -8,6 +8,7 @@ held out); uploaded ``.npz`` files have one array per input with the samples on 
 from __future__ import annotations
 
 import json
+import math
 import re
 import zipfile
 from dataclasses import dataclass
@@ -35,9 +36,33 @@ class Samples:
     info: SamplesInfo
 
 
+def _check_values_fit(name: str, iv, dtype: np.dtype) -> None:
+    """options.input_values[name] in the input's dtype: a value past its range would be drawn as inf
+    (floats), wrap or make numpy raise (integers), instead of the values the user asked for."""
+    if iv is None or dtype.kind not in "fiu":
+        return
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+    top = float(info.max) + (1 if dtype.kind in "iu" else 0)  # an integer range's high is exclusive: [0, 256) fits uint8
+    problems = [f"{key} {value:g} is outside it" for key, value in (("low", iv.low), ("high", iv.high),
+                                                                   ("constant", iv.constant))
+                if value is not None and not float(info.min) <= value <= (top if key == "high" else float(info.max))]
+    if not problems and iv.low is not None:
+        if dtype.kind == "f" and not math.isfinite(iv.high - iv.low):
+            problems.append(f"the range [{iv.low:g}, {iv.high:g}) is wider than a float64 can span")
+        if dtype.kind in "iu" and int(iv.high) <= int(iv.low):
+            problems.append(f"the range [{int(iv.low)}, {int(iv.high)}) holds no whole number")
+    if problems:
+        raise InvalidOptions(
+            f"input_values[{name!r}] does not fit the input, which is {dtype} (values {info.min:g} to {info.max:g}): "
+            + "; ".join(problems),
+            hint=f"give values its type ({dtype}) can hold: the range its real inputs take (high is exclusive), or a constant",
+        )
+
+
 def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None) -> tuple[str, callable]:
     iv = options.input_values.get(spec.name)
     dtype = np.dtype(spec.dtype)  # specs.FEEDABLE_DTYPES: numpy dtypes only
+    _check_values_fit(spec.name, iv, dtype)
     if iv is None and model_range is not None:  # the model states the range; the option still wins
         return f"{model_range.description}: {model_range.why}", model_range.make
     if iv is not None and iv.constant is not None:
@@ -121,6 +146,20 @@ def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]
     return Samples(make(options.seed, options.calibration_samples), make(options.seed + 1, options.eval_samples), info)
 
 
+def check_calibration_keys(keys, specs: list[InputSpec]) -> None:
+    """The .npz holds one array per model input, named as the input, and nothing else."""
+    names = [s.name for s in specs]
+    missing = [n for n in names if n not in keys]
+    extra = sorted(set(keys) - set(names))
+    if missing or extra:
+        raise InvalidCalibration(
+            "calibration keys do not match the model's inputs"
+            + (f"; missing: {', '.join(missing)}" if missing else "")
+            + (f"; not inputs of the model: {', '.join(extra)}" if extra else ""),
+            hint=f"use exactly the input names as keys: {', '.join(names)}",
+        )
+
+
 def samples_from_npz(
     path: Path, specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions,
     *, max_bytes: int = 2 << 30,
@@ -133,7 +172,8 @@ def samples_from_npz(
             raise InvalidCalibration(f"the calibration archive unpacks to {total} bytes, over the {max_bytes} byte limit",
                                      hint="upload fewer samples")
         npz = np.load(path, allow_pickle=False)
-        arrays = {k: npz[k] for k in npz.files}
+        check_calibration_keys(npz.files, specs)  # before any array is read: a stray key may unpack to GBs
+        arrays = {s.name: npz[s.name] for s in specs}
     except InvalidCalibration:
         raise
     except Exception as e:
@@ -142,15 +182,6 @@ def samples_from_npz(
             hint="write it with numpy.savez(path, **{input_name: array}); object arrays are refused",
         ) from e
     names = [s.name for s in specs]
-    missing = [n for n in names if n not in arrays]
-    extra = sorted(set(arrays) - set(names))
-    if missing or extra:
-        raise InvalidCalibration(
-            "calibration keys do not match the model's inputs"
-            + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; not inputs of the model: {', '.join(extra)}" if extra else ""),
-            hint=f"use exactly the input names as keys: {', '.join(names)}",
-        )
     per_input: dict[str, np.ndarray] = {}
     counts = set()
     for spec in specs:
@@ -171,12 +202,24 @@ def samples_from_npz(
         if arr.dtype.kind == "f" and expected.kind == "f":
             if not np.isfinite(arr).all():
                 raise InvalidCalibration(f"calibration[{spec.name!r}] contains NaN or Inf", hint="remove non-finite values")
-            stacked = stacked.astype(expected, copy=False)
+            cast = stacked.astype(expected, copy=False)
+            if not np.isfinite(cast).all():  # float64 data past float32's range becomes inf
+                raise InvalidCalibration(
+                    f"calibration[{spec.name!r}] is {arr.dtype} with values up to {np.abs(arr).max():g}, past the "
+                    f"largest {expected} ({np.finfo(expected).max:g}) the input takes",
+                    hint=f"save the values the model really receives, as {expected}")
+            stacked = cast
         elif arr.dtype != expected and not (arr.dtype.kind in "iub" and expected.kind in "iub"):
             raise InvalidCalibration(f"calibration[{spec.name!r}] is {arr.dtype}, the input is {expected}",
                                      hint=f"save it as {expected}")
         else:
-            stacked = stacked.astype(expected, copy=False)
+            cast = stacked.astype(expected, copy=False)
+            if arr.size and not np.array_equal(cast, stacked):  # int64 ids past int32 would wrap around
+                raise InvalidCalibration(
+                    f"calibration[{spec.name!r}] is {arr.dtype} with values from {arr.min()} to {arr.max()}, which "
+                    f"change when cast to {expected}, the input's type",
+                    hint=f"save the values the model really receives, as {expected}")
+            stacked = cast
         counts.add(stacked.shape[0])
         per_input[spec.name] = stacked
     if len(counts) != 1 or 0 in counts:

@@ -59,6 +59,11 @@ def source_from_example(name: str) -> ModelSource:
 def source_from_pt2(path: Path, *, name: str, budgets=None, allow_pt2: bool = True) -> ModelSource:
     program = exported_program_from_pt2(path, budgets=budgets, allow_pt2=allow_pt2)
     specs = specs_from_program(program)
+    if not specs:  # as an ONNX upload without graph inputs is (safety.onnx_checks)
+        raise UnsupportedModel("The .pt2 program takes no inputs, so there is nothing to calibrate or compare.",
+                               hint="Export the model with its real inputs as arguments: "
+                                    "torch.export.export(model, (example_input,)).")
+    refuse_non_tensor_outputs(program)
     return ModelSource(name=name, format="pt2", sha256=file_sha256(path), specs=specs, program=program,
                        batch_dims=batch_dims_from_program(program, [s.shape[0] for s in specs if s.shape]))
 
@@ -94,7 +99,7 @@ def is_model_archive(path: Path) -> bool:
                 names = zf.namelist()
         except (zipfile.BadZipFile, OSError):
             return False
-        return any(n.endswith(".onnx") for n in names) and not any(n.endswith("/archive_format") for n in names)
+        return any(n.lower().endswith(".onnx") for n in names) and not any(n.endswith("/archive_format") for n in names)
     try:
         return tarfile.is_tarfile(path)
     except OSError:
@@ -128,6 +133,24 @@ def specs_from_program(program) -> list[InputSpec]:
         dims = tuple(int(d) if isinstance(d, int) else str(d) for d in val.shape)
         specs.append(feedable(InputSpec(node.name, str(val.dtype).removeprefix("torch."), dims)))
     return specs
+
+
+def refuse_non_tensor_outputs(program) -> None:
+    """An output that is a Python number, None or a symbolic int (``x.shape[0]``) has no ONNX form:
+    torch.onnx.export fails on it deep inside (an internal error before), and nothing compares it."""
+    from torch.export.graph_signature import OutputKind, TensorArgument
+
+    user = [o for o in program.graph_signature.output_specs if o.kind == OutputKind.USER_OUTPUT]
+    for i, spec in enumerate(user):
+        if not isinstance(spec.arg, TensorArgument):
+            kind = type(spec.arg).__name__
+            what = {"ConstantArgument": f"the constant {getattr(spec.arg, 'value', None)!r}",
+                    "SymIntArgument": "a symbolic int (a size such as x.shape[0])", "SymFloatArgument": "a symbolic float",
+                    "SymBoolArgument": "a symbolic bool"}.get(kind, f"a {kind.removesuffix('Argument')}")
+            raise UnsupportedModel(
+                f"output {i} of the .pt2 is {what}, not a tensor: it has no ONNX form to quantize or compare",
+                hint="return only tensors from forward() (drop the number, or wrap it: torch.tensor(...)), export "
+                     "and save the .pt2 again")
 
 
 def dynamic_shapes_for(specs: list[InputSpec]):

@@ -18,7 +18,7 @@ from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
 from service.pipeline.runtime.ort_sessions import ort_refusal, session_options_for, session_with_options
-from service.pipeline.vocabulary import graph_from_path
+from service.pipeline.vocabulary import all_nodes, graph_from_path
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -265,6 +265,12 @@ def quantized_by_ort(
         raise failure_from_ort_quantizer(e, quant_format, Path(model_path), calibration_cache) from e
     _ort_loads(out_path, quant_format)
     _refuse_nonfinite_scales(out_path, quant_format, Path(model_path))
+    unknown = _unknown_excluded(settings.get("nodes_to_exclude"), Path(model_path))
+    if unknown:  # quantize_static ignores them without a word: a misspelt name would keep nothing in float
+        notes.append(f"options.ort.nodes_to_exclude names {len(unknown)} node(s) the file quantize_static read does "
+                     f"not have, so they excluded nothing: {', '.join(repr(n) for n in unknown[:_NAMED])}"
+                     f"{' ...' if len(unknown) > _NAMED else ''} (check the spelling against the node names of "
+                     "artifacts/fp32.onnx)")
     shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
     return ToolInfo(
@@ -274,6 +280,13 @@ def quantized_by_ort(
         calibration=f"{_CALIBRATION_NAMES[settings['calibrate_method']]} calibrator over {len(calibration)} samples",
         notes=notes,
     )
+
+
+def _unknown_excluded(names: list[str] | None, model_path: Path) -> list[str]:
+    if not names:
+        return []
+    known = {n.name for n in all_nodes(graph_from_path(model_path, lazy=True).model.graph)}
+    return [n for n in names if n not in known]
 
 
 # How many tensors and reader nodes a refusal names; past that, how many more.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from service.errors import InvalidModel, InvalidOptions, UnsupportedModel
+from service.errors import InvalidCalibration, InvalidModel, InvalidOptions, UnsupportedModel
 from service.pipeline.inputs.samples import Samples
 from service.pipeline.inputs.specs import InputSpec
 from service.pipeline.options import ComparisonOptions
@@ -37,8 +37,14 @@ def refuse_if_fp32_cannot_run(path: Path, inferred, samples: Samples, shapes: di
     except Exception as e:  # noqa: BLE001 - ORT's words name the node
         said = first_line(e)[:500].rstrip(".")
         shown = ", ".join(f"{name}: {list(shape)}" for name, shape in shapes.items())
-        chosen = bool(options.input_shapes) or samples.info.source == "uploaded" or any(
-            isinstance(d, str) or d is None for s in specs for d in s.shape)
+        uploaded = samples.info.source == "uploaded"
+        chosen = bool(options.input_shapes) or any(isinstance(d, str) or d is None for s in specs for d in s.shape)
+        if uploaded and not chosen:  # the shapes are the model's own: the uploaded values are what it refuses
+            raise InvalidCalibration(
+                f"The fp32 model does not run on the first uploaded calibration sample ({shown}, the shapes the model "
+                f"declares): {said}. Every path and level would fail.",
+                hint="upload an .npz of inputs the model takes (ids below the size of the table they index, indices "
+                     "in range): run it in onnxruntime on one sample to see the same error") from e
         message = (f"The fp32 model does not run at the job's input shapes ({shown}): {said}. Every path and level "
                    "would fail.")
         if chosen:  # a dim was set by the options, the data or the batch default: the shapes are what to change

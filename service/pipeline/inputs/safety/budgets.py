@@ -76,8 +76,12 @@ def check_sample_bytes(shapes: dict[str, tuple[int, ...]], dtypes: dict[str, str
         per_sample += math.prod(shape) * itemsize
     total = per_sample * count
     if total > budgets.max_sample_bytes:
-        raise budgets.refuse("max_sample_bytes", f"{count} samples of {_fmt(per_sample, 'bytes')} each", total,
-                             unit="bytes")
+        refused = budgets.refuse("max_sample_bytes", f"{count} samples of {_fmt(per_sample, 'bytes')} each", total,
+                                 unit="bytes")
+        fit = budgets.max_sample_bytes // per_sample
+        fewer = f"Ask for at most {fit} samples in all (options.calibration_samples + eval_samples), or " if fit >= 2 else ""
+        refused.hint = fewer + "set smaller options.input_shapes, or ask the operator to raise the budget 'max_sample_bytes'."
+        raise refused
 
 
 def _fmt(v: int | float, unit: str) -> str:

@@ -155,7 +155,10 @@ def check_input_elements(name: str, shape: tuple[int, ...] | list[int], budgets:
         raise InvalidModel(f"Input '{safe_name(name)}' has an invalid shape {list(shape)}.")
     n = math.prod(shape)
     if n > budgets.max_input_elements:
-        raise budgets.refuse("max_input_elements", f"input '{safe_name(name)}' with shape {list(shape)}", n)
+        refused = budgets.refuse("max_input_elements", f"input '{safe_name(name)}' with shape {list(shape)}", n)
+        refused.hint = ("Give its dynamic dims smaller values (options.input_shapes, or the shapes of the uploaded .npz), "
+                        "use a smaller model, or ask the operator to raise the budget 'max_input_elements'.")
+        raise refused
 
 
 # ---------------------------------------------------------------------------------------------
@@ -276,6 +279,15 @@ def _check_graph_io(model, budgets: Budgets) -> None:
     g = model.graph
     init_names = {t.name for t in g.initializer} | {s.values.name for s in g.sparse_initializer}
     real_inputs = [i for i in g.input if i.name not in init_names]
+    if not real_inputs and g.input:  # each has a default: ORT and the quantizers take them as constants
+        shadowed = ", ".join(repr(i.name) for i in g.input[:5])
+        raise UnsupportedModel(
+            f"Graph input {shadowed} has an initializer of the same name (a default value), so the model is a "
+            "constant: there is nothing to calibrate or compare." if len(g.input) == 1 else
+            f"Every graph input ({shadowed}{', ...' if len(g.input) > 5 else ''}) has an initializer of the same name "
+            "(a default value), so the model is a constant: there is nothing to calibrate or compare.",
+            hint="Remove the initializers named like the inputs the model really takes (or export with "
+                 "keep_initializers_as_inputs=False), then upload it again.")
     if not real_inputs:
         raise UnsupportedModel("The model has no graph inputs, so there is nothing to calibrate or compare.",
                                hint="Export the model with its real inputs as graph inputs.")
@@ -818,8 +830,11 @@ def _check_external_location(t, model_dir: Path, allowed: set[str], *, where: st
         offset = int(info.get("offset", "0") or 0)
         length = int(info["length"]) if info.get("length") else st.st_size - offset
     except ValueError as e:
-        raise InvalidModel(f"Tensor in {where} has a non-integer external data offset or length.") from e
-    if offset < 0 or length < 0 or offset + length > st.st_size:
+        raise InvalidModel(f"Tensor in {where} has an external data offset or length that is not an integer.",
+                           hint=_UPLOAD_HINT) from e
+    if offset < 0 or length < 0:
+        raise InvalidModel(f"Tensor in {where} has a negative external data offset or length.", hint=_UPLOAD_HINT)
+    if offset + length > st.st_size:
         raise InvalidModel(f"Tensor in {where} points past the end of external data file '{safe_name(loc)}'.",
                            hint=_UPLOAD_HINT)
     return length

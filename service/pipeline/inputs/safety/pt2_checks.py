@@ -7,7 +7,8 @@ independent routes, all found on this stack:
 * weights/constants marked ``use_pickle`` are ``torch.load(weights_only=False)``-ed;
 * ``custom_obj_*`` / ``opaque_obj_*`` constants go through ``torch._C._pickle_load_obj`` / ``pickle.loads``;
 * symbolic shapes (``expr_str``) are ``sympy.sympify``-ed, which evaluates Python;
-* ``guards_code`` strings are ``exec``-ed into a guard function when the program is unlifted (``ep.module()``);
+* ``guards_code`` strings are ``exec``-ed into a guard function when the program is unlifted (``ep.module()``): only shape
+  arithmetic over the inputs' sizes is taken (two inputs sharing a Dim write one);
 * ``data/aotinductor/`` payloads are dlopened, and their member names can escape the extraction folder;
 * a graph node may target any ``torch.*`` attribute (``aten.from_file`` reads server files when calibration runs it);
 * a zero-byte weight record with large declared sizes becomes ``torch.zeros(sizes)`` (64 GiB from 7 KB).
@@ -19,6 +20,7 @@ by member, before torch sees it. The checker is framework-free (zipfile, json, p
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -538,6 +540,65 @@ def _target_allowed(target: str) -> bool:
     return op in (_ATEN_OPS if ns == "aten" else _QUANT_OPS)
 
 
+# guards_code: torch.export writes one Python expression per shape guard (two inputs sharing a
+# Dim: "L['x'].size()[0] == L['y'].size()[0]"), and ep.module() exec()s them into a guard
+# function. Only shape arithmetic over the inputs' sizes is taken: L['<input>'] subscripts,
+# .size() / .stride() calls, integers, + - * // %, comparisons, and / or / not.
+_GUARD_CHARS = re.compile(r"[A-Za-z0-9_\[\]()'.=!<>+\-*/% ]+")
+_GUARD_OPS = ("And", "Or", "Not", "USub", "Add", "Sub", "Mult", "FloorDiv", "Mod", "Eq", "NotEq", "Lt", "LtE", "Gt",
+              "GtE")
+_MAX_GUARDS = 1024
+
+
+def _check_guards_code(guards: Any, b: Budgets) -> None:
+    if not guards:
+        return
+    if not isinstance(guards, list) or len(guards) > _MAX_GUARDS:
+        raise _refuse("its guards_code is not a list of shape guards")
+    for code in guards:
+        if not isinstance(code, str) or len(code) > b.max_symbolic_expr_chars:
+            raise b.refuse("max_symbolic_expr_chars", "a shape guard", len(code) if isinstance(code, str) else 0)
+        try:
+            ok = bool(_GUARD_CHARS.fullmatch(code)) and _is_shape_guard(ast.parse(code, mode="eval").body)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            ok = False
+        if not ok:  # exec()-ed into a guard function when the program is unlifted (ep.module())
+            raise _refuse("it carries guards_code that is not shape arithmetic (Python source that torch would "
+                          "execute)")
+
+
+def _is_shape_guard(node) -> bool:
+    """expr := int | size | expr (+ - * // %) expr | expr (== != < <= > >=) expr | and / or / not / -expr;
+    size := <input>.size()[int] | <input>.stride()[int]; input := L['name'] | input[int] | input['name']."""
+    ops_ok = all(type(op).__name__ in _GUARD_OPS for op in getattr(node, "ops", [getattr(node, "op", None)])
+                 if op is not None)
+    if isinstance(node, ast.Constant):
+        return type(node.value) is int
+    if isinstance(node, ast.BinOp):
+        return ops_ok and _is_shape_guard(node.left) and _is_shape_guard(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return ops_ok and _is_shape_guard(node.operand)
+    if isinstance(node, ast.BoolOp):
+        return ops_ok and all(_is_shape_guard(v) for v in node.values)
+    if isinstance(node, ast.Compare):
+        return ops_ok and all(_is_shape_guard(v) for v in (node.left, *node.comparators))
+    if isinstance(node, ast.Subscript):  # size: the call's result indexed by an int
+        call = node.value
+        return (isinstance(node.slice, ast.Constant) and type(node.slice.value) is int and isinstance(call, ast.Call)
+                and not call.args and not call.keywords and isinstance(call.func, ast.Attribute)
+                and call.func.attr in ("size", "stride") and _is_guard_input(call.func.value))
+    return False
+
+
+def _is_guard_input(node) -> bool:
+    if not isinstance(node, ast.Subscript) or not isinstance(node.slice, ast.Constant):
+        return False
+    key = node.slice.value
+    if isinstance(node.value, ast.Name):
+        return node.value.id == "L" and type(key) is str and key.isidentifier() and not key.startswith("__")
+    return (type(key) is int or (type(key) is str and key.isidentifier())) and _is_guard_input(node.value)
+
+
 def _check_program(doc: Any, b: Budgets) -> set[str]:
     if not isinstance(doc, dict) or not set(doc) <= _TOP_KEYS or "graph_module" not in doc:
         raise _refuse("models/model.json is not an exported program")
@@ -547,9 +608,7 @@ def _check_program(doc: Any, b: Budgets) -> set[str]:
                       ) if not isinstance(sv, dict) else UnsupportedModel(
             f"The .pt2 archive uses torch.export schema {sv.get('major')}.x; this server reads {SCHEMA_MAJOR}.x "
             "(torch 2.13).", hint="Save the archive with torch 2.13, or upload ONNX.")
-    if doc.get("guards_code"):
-        # exec()-ed into a guard function when the program is unlifted (ep.module()).
-        raise _refuse("it carries guards_code (Python source that torch would execute)")
+    _check_guards_code(doc.get("guards_code"), b)
     if not isinstance(doc.get("opset_version", {}), dict) or not set(doc.get("opset_version", {})) <= {"aten"}:
         raise _refuse("it declares operator sets other than aten")
     for sym, rng in (doc.get("range_constraints") or {}).items():
