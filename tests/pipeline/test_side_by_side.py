@@ -84,8 +84,8 @@ def test_side_by_side_torch_runs_on_one_core_and_gets_its_threads_back():
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        seen = side_by_side(torch.get_num_threads, torch.get_num_threads, parallel=True)
-        assert seen == (1, 1) and torch.get_num_threads() == 2
+        seen, _ = side_by_side(torch.get_num_threads, lambda: None, parallel=True)  # the ORT side runs no torch
+        assert seen == 1 and torch.get_num_threads() == 2
         assert side_by_side(torch.get_num_threads, torch.get_num_threads, parallel=False) == (2, 2)
         def failing():
             raise RuntimeError("a path failed")
@@ -121,5 +121,39 @@ def test_on_a_busy_machine_the_pt2e_path_runs_torch_on_one_thread(tmp_path, monk
                                                   concurrent_jobs=lambda: 2), tmp_path)
         assert report.artifacts["pt2e_qdq"].status == "ok"
         assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_torch_path_takes_its_threads_back_once_the_path_beside_it_is_done():
+    """The ORT paths finish first; from then on the PT2E path's steps (calibration samples, the export) have both
+    cores again, or the second would idle. Only the torch thread itself can: the count is per thread (OpenMP)."""
+    import threading
+    import time
+
+    import torch
+
+    from service.pipeline.quantize.side_by_side import reclaim_idle_core
+
+    before = torch.get_num_threads()
+    ort_may_finish = threading.Event()
+
+    def torch_path():
+        seen = [torch.get_num_threads()]
+        reclaim_idle_core()  # the other path is still running: nothing to take back
+        seen.append(torch.get_num_threads())
+        ort_may_finish.set()
+        deadline = time.monotonic() + 10
+        while torch.get_num_threads() == 1 and time.monotonic() < deadline:
+            reclaim_idle_core()
+            time.sleep(0.01)
+        return seen + [torch.get_num_threads()]
+
+    try:
+        torch.set_num_threads(2)
+        seen, _ = side_by_side(torch_path, lambda: ort_may_finish.wait(10), parallel=True)
+        assert seen == [1, 1, 2] and torch.get_num_threads() == 2
+        reclaim_idle_core()  # outside side_by_side: changes nothing
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

@@ -16,6 +16,7 @@ from service.pipeline.quantize.onnx_torch.own_weights import shared_again
 from service.pipeline.quantize.onnx_torch.program import (PT2_HINT, ConversionSkipped, GraphTooLarge, graph_size_refusal,
                                                            program_from_onnx, static_args)
 from service.pipeline.quantize.selection_tail import prefix_file, selection_split, splice_tail
+from service.pipeline.quantize.side_by_side import reclaim_idle_core
 from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,
     install_histogram_search,
@@ -184,6 +185,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     names = [s.name for s in specs]
     with torch.no_grad(), step(f"PT2E calibration ({len(calibration)} samples)"):
         for i, feed in enumerate(calibration):
+            reclaim_idle_core()  # the ORT paths beside this one are done: both cores for torch again
             args = [torch.from_numpy(feed[n]) for n in names]
             try:
                 prepared(*args)
@@ -207,6 +209,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         export_args, dynamic = example_args(specs, shapes), dynamic_shapes_for(specs)
     else:
         export_args, dynamic = static_args(specs, shapes, calibration), None
+    reclaim_idle_core()
     with torch.no_grad(), step("torch.onnx.export"):
         onnx_program = torch.onnx.export(
             converted, export_args, dynamo=True, verbose=False, dynamic_shapes=dynamic,
