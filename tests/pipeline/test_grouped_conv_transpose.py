@@ -91,6 +91,23 @@ def test_a_depthwise_conv_transpose_is_not_blamed_and_the_hint_fixes_the_run(tmp
     assert _ort_qdq(path, tmp_path / "excluded", exclude=["up"]).status == "ok"  # the hint, followed
 
 
+def test_the_cli_summary_shows_a_failed_paths_cause_and_hint(tmp_path):
+    """The summary's row cuts the message at 70 characters ("... failed in onnxruntime.quantization
+    base_q"): neither the node nor the way out reached a CLI user."""
+    from service.pipeline.compare import ComparisonRequest, run_comparison
+    from service.pipeline.options import ComparisonOptions
+    from service.render.text import summary_table
+
+    path = _depthwise_then_grouped(tmp_path / "m.onnx")
+    options = ComparisonOptions.model_validate({
+        "artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
+        "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})
+    report = run_comparison(ComparisonRequest(model_path=path, model_name=path.name, options=options), tmp_path / "j")
+    text = summary_table(report)
+    assert report.artifacts["ort_qdq"].error.message in text, text
+    assert "hint: " + report.artifacts["ort_qdq"].error.hint in text, text
+
+
 def test_every_failing_grouped_conv_transpose_is_in_the_hint(tmp_path):
     """ORT fails on each in turn: a hint naming the first cost the user one failed run per node."""
     rng = np.random.default_rng(0)
