@@ -56,6 +56,13 @@ def summary_table(report: Report) -> str:
             ops += f" ({_ops(q.int8_kernels_in_file, 4)})"
         lines.append(f"{name:<14}{'ok':<9}{f'{q.quantize_linear}/{q.dequantize_linear}':>8}  {q.bias_summary:<8}"
                      f"{weights:<10}{size:>9}  {ops}")
+    # The row cuts the message at 70 characters, before the node it names; without these lines the
+    # summary of a failed path read "failed in onnxruntime.quantization base_q" and gave no way out.
+    for name, art in report.artifacts.items():
+        if art.status != "ok" and art.error is not None:
+            lines.append(f"  {name} {art.status}: {art.error.message}")
+            if art.error.hint:
+                lines.append(f"    hint: {art.error.hint}")
     extra = levels_summary_lines(report)
     if extra:
         lines += [""] + list(extra)

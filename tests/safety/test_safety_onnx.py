@@ -477,6 +477,23 @@ def test_nodes_sharing_a_name_are_refused_at_submit_as_ort_refuses_them(tmp_path
         onnx_model_from_path(save(fine, tmp_path / "fine.onnx"))
 
 
+def test_constant_nodes_sharing_a_name_are_not_refused_as_ort_loads_them(tmp_path):
+    """ORT's Graph constructor turns Constant nodes into initializers and erases them before it adds
+    nodes, so names they share are never checked (silero-vad 6.2.3's openvino_16k file: 15 Constants
+    named 'F0::anon'); the refusal said ORT refuses a file it runs. A Constant sharing a Relu's name
+    loads too; two Relus alike are still refused."""
+    consts = [helper.make_node("Constant", [], [f"c{i}"], name="anon",
+                               value=numpy_helper.from_array(np.full((1, 4), i, np.float32))) for i in range(2)]
+    model = tiny_onnx(nodes=[*consts, helper.make_node("Add", ["x", "c0"], ["s"], name="anon"),
+                             helper.make_node("Add", ["s", "c1"], ["y"], name="add")])
+    assert _ort_refusal(model) is None
+    onnx_model_from_path(save(model, tmp_path / "consts.onnx"))
+    model.graph.node[3].name = "anon"
+    assert "two nodes with same node name (anon)" in _ort_refusal(model)
+    with pytest.raises(InvalidModel, match=r"'anon' \(2 nodes\)"):
+        onnx_model_from_path(save(model, tmp_path / "dup.onnx"))
+
+
 def test_the_renaming_the_hint_gives_makes_a_file_ort_loads(tmp_path):
     """The one-liner in the refusal's hint is what a user pastes: it must give unique names."""
     from service.pipeline.inputs.safety.onnx_checks import _refuse_repeated_node_names

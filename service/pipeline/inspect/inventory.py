@@ -283,7 +283,9 @@ def _bias_scale_matches(g: GraphIndex, node, bias_dq) -> bool | None:
 
 # Ops whose operand 1 is a weight: stored in float, it reaches no int8 kernel whatever Q/DQ the
 # activations have (a ConvTranspose PT2E or QOperator left alone).
-_WEIGHT_SLOT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1}
+# Keyed by op_key: an upload ORT already optimized holds com.microsoft.FusedConv (Conv + activation,
+# weight in slot 1), which ORT's quantizer leaves float between its neighbours' Q/DQ (MarbleNet's VAD).
+_WEIGHT_SLOT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "com.microsoft.FusedConv": 1}
 # A float op between another op and its QuantizeLinear belongs to that op's unit only when the
 # quantizer absorbs it (ORT's ReluQuantFusion / ClipQuantFusion, PT2E's conv-relu patterns).
 _UNIT_TAIL = {"Relu", "Clip"}
@@ -334,7 +336,7 @@ def _classify_ops(g: GraphIndex, nodes):
         return p is not None and p.op_type == "MatMul" and len(g.consumers.get(live[0], [])) == 1
 
     def weight(node) -> str:
-        k = _WEIGHT_SLOT.get(node.op_type)
+        k = _WEIGHT_SLOT.get(op_key(node))
         return node.input[k] if k is not None and len(node.input) > k else ""
 
     def float_weight(node) -> bool:

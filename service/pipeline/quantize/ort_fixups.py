@@ -554,14 +554,22 @@ def inputs_that_are_outputs(model_path: Path | None) -> list[str]:
 
 
 def grouped_conv_transposes(model_path: Path | None) -> list[tuple[str, int]]:
-    """(node name, group) of each ConvTranspose with group > 1 and a bias, in the main graph."""
+    """(node name, group) of each ConvTranspose with group > 1 and a bias, in the main graph, whose
+    weight has more than one channel on axis 1 (or is not an initializer, so it cannot be told)."""
     g = _graph_of(model_path)
     if g is None:
         return []
+    # A depthwise ConvTranspose (weight (C, 1, kH, kW)) gets one scale on axis 1, which broadcasts
+    # against its C biases: ORT quantizes it. Naming it blamed a node that quantizes and left the one
+    # that fails out of the nodes_to_exclude hint (GTCRN: three depthwise ones named, a group=2 one failing).
+    dims = {t.name: list(t.dims) for t in g.initializer}
     found = []
     for n in g.node:
         group = next((a.i for a in n.attribute if a.name == "group"), 1)
         if n.op_type == "ConvTranspose" and group > 1 and len(n.input) > 2 and n.input[2]:
+            weight = dims.get(n.input[1])
+            if weight is not None and len(weight) > 1 and weight[1] == 1:
+                continue
             found.append((n.name, group))
     return found
 
@@ -606,13 +614,18 @@ def failure_from_ort_quantizer(exc: BaseException, quant_format: str, model_path
         # default_axis=1, whose size is C_out / group for weights (C_in, C_out / group, kH, kW); its bias
         # has C_out, so base_quantizer.py quantize_bias_static_impl multiplies (C_out,) by (C_out / group,).
         shown = ", ".join(f"{name!r} (group={group})" for name, group in grouped[:3])
+        more = f" and {len(grouped) - 3} more" if len(grouped) > 3 else ""
+        # Every one of them fails the same way: a hint naming only the first costs the user one failed run
+        # per node (GTCRN has three).
+        excluded = [name for name, _ in grouped]
         return OrtQuantizerFailed(
             f"ORT's quantizer ({fmt} format) failed in {where}: {type(exc).__name__}: {text}. Cause: grouped "
-            f"ConvTranspose {shown}: ORT takes its per-channel weight scales along axis 1, which holds "
+            f"ConvTranspose {shown}{more}: ORT takes its per-channel weight scales along axis 1, which holds "
             "C_out / group channels, and its bias has C_out, so the bias scale (input scale x weight scale) "
             "cannot be formed.",
-            hint="set options.ort.per_channel to false (per-tensor weights), or keep the node in float with "
-                 f"options.ort.nodes_to_exclude [{grouped[0][0]!r}]; the other paths are unaffected")
+            hint="set options.ort.per_channel to false (per-tensor weights), or keep "
+                 + ("the node" if len(excluded) == 1 else f"these {len(excluded)} nodes") + " in float with "
+                 f"options.ort.nodes_to_exclude {excluded}; the other paths are unaffected")
     uncalibrated = _uncalibrated_softmax(text, model_path)
     if uncalibrated is not None:
         tensor, name = uncalibrated

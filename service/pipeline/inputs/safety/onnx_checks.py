@@ -432,8 +432,12 @@ def _refuse_repeated_node_names(nodes) -> None:
     Error: two nodes with same node name", graph.cc ``Graph::VerifyNoDuplicateName``, checked per
     graph: a subgraph may reuse a name of its parent). onnx's checker lets it through, so without
     this check every path of such an upload failed inside ORT. Exporters do write it: onnxconverter-
-    common's float16 conversion names one boundary Cast per reader of a tensor alike."""
-    repeated = {name: k for name, k in Counter(n.name for n in nodes if n.name).items() if k > 1}
+    common's float16 conversion names one boundary Cast per reader of a tensor alike.
+    Constant nodes do not count: the Graph constructor turns each into an initializer and erases it
+    before AddNode, so the check never sees them (silero-vad 6.2.3's silero_vad_openvino_16k.onnx names
+    15 Constants 'F0::anon' and loads)."""
+    repeated = {name: k for name, k in Counter(n.name for n in nodes if n.name and not (
+        n.op_type == "Constant" and n.domain in ("", "ai.onnx"))).items() if k > 1}
     if repeated:
         shown = ", ".join(f"'{safe_name(name)}' ({k} nodes)" for name, k in list(repeated.items())[:3])
         more = f" and {len(repeated) - 3} more names" if len(repeated) > 3 else ""
