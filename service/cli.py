@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -83,8 +84,13 @@ def _cmd_compare(args) -> int:
     if not args.quiet and sys.stderr.isatty():
         print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
     (out / "report.json").write_text(report.model_dump_json(indent=2))
-    print(terminal_safe(summary_table(report)))
-    print(f"\nreport: {out / 'report.json'}   artifacts: {out / 'artifacts'}/")
+    try:
+        print(terminal_safe(summary_table(report)))
+        print(f"\nreport: {out / 'report.json'}   artifacts: {out / 'artifacts'}/", flush=True)
+    except BrokenPipeError:
+        # `quantcompare compare ... | head`: the reader left, the report is written, and the exit code
+        # stays the verdict's (1 is a failed gate). Python would flush to the closed pipe again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if report.verdict.passed else 1
 
 

@@ -200,3 +200,14 @@ def test_a_full_disk_says_so_and_exits_2_not_3(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert "error: disk_full: no space left on the disk while running `quantcompare compare`" in proc.stderr
     assert "free space" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_reader_that_leaves_early_does_not_change_the_exit_code(tmp_path):
+    """`quantcompare compare ... | head`: the pipe closes before the summary is written. The report is on disk
+    and the exit code is still the verdict's (0: no gate failed), not a broken pipe read as a failed gate or a bug."""
+    proc = subprocess.Popen([*CLI, "compare", "--example", "conv_relu", "--options", '{"latency": {"enabled": false}}',
+                             "--out", str(tmp_path / "o")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader is gone before anything is printed
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err.decode()
+    assert (tmp_path / "o" / "report.json").is_file()
