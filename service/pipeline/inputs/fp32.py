@@ -13,7 +13,7 @@ from service.pipeline.inputs.node_order import sort_nodes
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes
 from service.pipeline.inputs.sources import ModelSource, copy_upload
 from service.pipeline.inputs.sparse import densify_sparse_initializers
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.quantize.isolation import first_line, out_of_memory
 
 
 def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
@@ -56,9 +56,9 @@ def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:
     try:
         with torch.no_grad():
             program = torch.onnx.export(source.program, dynamo=True, verbose=False)
-    except MemoryError:
-        raise
     except Exception as e:  # noqa: BLE001 - an op the exporter has no ONNX function for is the model's trait
+        if out_of_memory(e):  # the machine's state, said as such upstream, not the model's
+            raise
         cause = e
         while cause.__cause__ is not None:  # the exporter's own words are pages; the innermost names the op
             cause = cause.__cause__
