@@ -23,7 +23,10 @@ Level = Literal["disable_all", "basic", "extended", "layout", "all"]
 class _Strict(BaseModel):
     # No NaN or Infinity (Python's json reads them): a report stores them as null, which a gate's
     # value cannot be, and no sample generator can draw them.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    # strict: no coercion between JSON types. Lax parsing read `true` as a count of 1, "yes" or 1 as a
+    # switch and "4" as a number: a CI job's typo ran a different comparison instead of being refused.
+    # (An integer is still a valid float, as in JSON.)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
 
 class InputValues(_Strict):

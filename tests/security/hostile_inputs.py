@@ -380,6 +380,12 @@ CASES: list[Case] = [
     Case("an empty list of artifacts", lambda e: model_form(conv_bytes(), options={"artifacts": []}), 422, "invalid_options"),
     Case("an input_values range with only one end",
          lambda e: model_form(conv_bytes(), options={"input_values": {"x": {"low": 0}}}), 422, "invalid_options"),
+    # lax parsing read these as 1 sample, latency off and 4 samples: a typo ran another comparison
+    Case("true for a count", lambda e: model_form(conv_bytes(), options={"calibration_samples": True}),
+         422, "invalid_options"),
+    Case("a string for a switch", lambda e: model_form(conv_bytes(), options={"latency": {"enabled": "no"}}),
+         422, "invalid_options"),
+    Case("a string for a count", lambda e: model_form(conv_bytes(), options={"eval_samples": "4"}), 422, "invalid_options"),
 ]
 
 # every route by which a .pt2 runs code or eats memory, named .onnx
