@@ -64,6 +64,23 @@ def test_the_integer_input_hint_leads_with_a_constant_for_a_scalar():
     assert e.value.hint.startswith('give the values a real input holds: a range, e.g. {"input_values": {"tokens": {"low"')
 
 
+def test_the_integer_input_hint_gives_the_range_of_what_the_type_holds():
+    """An int16 input is PCM audio (the wheels' VAD models): its hint spans the type, not token ids 0-100,
+    and following it draws samples over the whole type."""
+    audio = InputSpec("pcm", "int16", (1, 512))
+    with pytest.raises(InvalidOptions) as e:
+        generated_samples([audio], {"pcm": (1, 512)}, ComparisonOptions())
+    assert '{"input_values": {"pcm": {"low": -32768, "high": 32768}}}' in e.value.hint
+    assert "PCM audio" in e.value.hint and "token" not in e.value.hint
+    s = generated_samples([audio], {"pcm": (1, 512)},
+                          ComparisonOptions(input_values={"pcm": {"low": -32768, "high": 32768}}))
+    v = s.calibration[0]["pcm"]
+    assert v.dtype == np.int16 and v.min() < -16000 and v.max() > 16000
+    with pytest.raises(InvalidOptions) as e:  # ids stay ids
+        generated_samples([TOKENS], {"tokens": (1, 5)}, ComparisonOptions())
+    assert "token ids" in e.value.hint
+
+
 def test_generated_samples_are_seeded_and_evaluation_is_held_out():
     opts = ComparisonOptions(calibration_samples=3, eval_samples=2, seed=7)
     shapes = {"x": (1, 2, 4)}

@@ -101,16 +101,25 @@ def _generator_for(spec: InputSpec, options: ComparisonOptions, model_range=None
                          hint="upload calibration data as .npz")
 
 
+# What a tensor of these integer types usually holds, and the range that example takes. 16-bit
+# inputs are PCM audio (VAD and speech models from the wheels take int16 samples), 8-bit ones pixels;
+# wider ones are ids into a table.
+_TYPICAL_RANGE = {"int16": ("16-bit PCM audio spans the whole type", -32768, 32768),
+                  "uint8": ("8-bit pixels span the whole type", 0, 256),
+                  "int8": ("8-bit data spans the whole type", -128, 128)}
+
+
 def _integer_values_hint(spec: InputSpec) -> str:
     """The option for an integer input, a constant first where the input is one number (a sample rate,
-    a length, a flag), a range first otherwise (ids into a table)."""
+    a length, a flag), a range first otherwise (audio samples, pixels, ids into a table)."""
     constant = json.dumps({"input_values": {spec.name: {"constant": 16000}}})
-    span = json.dumps({"input_values": {spec.name: {"low": 0, "high": 100}}})
+    what, low, high = _TYPICAL_RANGE.get(spec.dtype, ("token ids run from 0 to the vocabulary size", 0, 100))
+    span = json.dumps({"input_values": {spec.name: {"low": low, "high": high}}})
     if len(spec.shape) == 0:
         return (f"give the one value a real input holds, e.g. {constant} for a sample rate, or a range, "
                 f"e.g. {span} (high is exclusive); or upload calibration data as .npz")
-    return (f"give the values a real input holds: a range, e.g. {span} (high is exclusive; token ids run from 0 "
-            f"to the vocabulary size), or a constant, e.g. {constant}; or upload calibration data as .npz")
+    return (f"give the values a real input holds: a range, e.g. {span} (high is exclusive; {what}), "
+            f"or a constant, e.g. {constant}; or upload calibration data as .npz")
 
 
 def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]], options: ComparisonOptions,
