@@ -47,7 +47,7 @@ COMPUTE_OPS = frozenset({
 # optimized it (optimized_model_filepath). Pinned at level extended in tests/pipeline/test_ort_optimized_upload.py.
 ORT_OPTIMIZER_OPS = {
     f"{MS}.FusedConv": "ConvActivationFusion", f"{MS}.FusedGemm": "GemmActivationFusion",
-    f"{MS}.FusedMatMul": "MatMulScaleFusion, TransposeMatmulFusion", f"{MS}.BiasGelu": "BiasGeluFusion",
+    f"{MS}.FusedMatMul": "MatMulScaleFusion, MatmulTransposeFusion", f"{MS}.BiasGelu": "BiasGeluFusion",
     f"{MS}.Gelu": "GeluFusion", f"{MS}.FastGelu": "FastGeluFusion",
     f"{MS}.SkipLayerNormalization": "SkipLayerNormFusion", f"{NCHWC}.Conv": "NchwcTransformer",
 }
