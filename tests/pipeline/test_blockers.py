@@ -322,6 +322,19 @@ def test_bias_zero_point_nonzero(tmp_path, zero_point):
     assert (rows.get("conv") and rows["conv"].blocker) == (None if zero_point == 0 else "bias_zero_point_nonzero")
 
 
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_gemm_beta_not_one(tmp_path, beta):
+    """GemmNodeGroupSelector::Check (qdq_selectors.cc): with a bias DequantizeLinear, beta must be 1.0 (tested
+    before the bias dtype); QGemm adds the int32 bias as it is."""
+    b = Builder()
+    x = b.input("x", [2, 8])
+    y = b.node("Gemm", [b.qdq(x)[0], b.weight([8, 4]), b.bias(4)], "gemm", beta=beta)
+    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / f"gemm{beta}.onnx"))
+    assert ("QGemm" in ops(g)) == (beta == 1.0)
+    assert (rows.get("gemm") and rows["gemm"].blocker) == (None if beta == 1.0 else "gemm_beta_not_one")
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "uint16"])
 def test_int16_not_supported(tmp_path, dtype):
     g, rows = saved(conv_model(tmp_path, in_dtype=dtype, out_dtype=dtype, opset=21))
@@ -469,7 +482,7 @@ def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
 PINNED = {"not_in_xnnpack_config", "no_int8_form", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "bias_scale_mismatch", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
-          "resize_not_nearest", "resize_tf_crop_and_resize", "bias_zero_point_nonzero", "inserted_by_layout",
+          "resize_not_nearest", "resize_tf_crop_and_resize", "bias_zero_point_nonzero", "gemm_beta_not_one", "inserted_by_layout",
           "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
 
 

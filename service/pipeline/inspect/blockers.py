@@ -104,6 +104,10 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
             "quantize the bias symmetric (zero point 0, or none), as quantize_static and PT2E write it",
             "qdq_selectors.cc: ConvNodeGroupSelector::Check -> CheckConvBiasScale (onnxruntime PR 28229, added in "
             "review): the bias DQ's zero point must be absent or a constant int32 0"),
+    Blocker("gemm_beta_not_one", "a Gemm with a quantized bias and beta other than 1: QGemm adds the int32 bias "
+            "unscaled, so ORT keeps the Gemm in float", "fold beta into the bias before quantizing (beta=1), or "
+            "leave the bias float", "qdq_selectors.cc: GemmNodeGroupSelector::Check, "
+            "node.GetAttributes().at(\"beta\").f() != 1.0 when it has a bias DQ"),
     Blocker("int16_not_supported", "16-bit Q/DQ: this rule allows 8-bit types only",
             "quantize activations to 8 bits", "qdq_selectors.cc: !allow_16bit_"),
     Blocker("qdq_params_differ", "the rule drops the Q/DQ pair only when both carry the same constant scale "
@@ -467,6 +471,9 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
             return _mismatch(v, dqs[0], qs[0], int8_allowed)
         if da in _INT16 or db in _INT16:
             return "int16_not_supported", f"activation {da}, weight {db}"
+        beta = next((a.f for a in n.attribute if a.name == "beta"), 1.0)
+        if len(dqs) == 3 and beta != 1.0:
+            return "gemm_beta_not_one", f"beta {beta:g}"
         if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
             return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
         return None
