@@ -43,12 +43,13 @@ COMPUTE_OPS = frozenset({
     f"{MS}.FusedConv", f"{MS}.FusedMatMul", f"{MS}.FusedGemm", f"{NCHWC}.Conv",
 })
 # Contrib ops ONNX Runtime's graph optimizer writes into a session's graph, by the rewrite that writes
-# them (the names graph_diff.py gives those rewrites); an upload holding them was saved after ORT
-# optimized it (optimized_model_filepath). Pinned at level extended in tests/pipeline/test_ort_optimized_upload.py.
+# them, by the name it registers under (GeluFusion's Level2 instance is GeluFusionL2: graph_transformer_utils.cc
+# creates one per level); an upload holding them was saved after ORT optimized it (optimized_model_filepath).
+# Pinned at level extended in tests/pipeline/test_ort_optimized_upload.py; the names in tests/pipeline/test_vocabulary.py.
 ORT_OPTIMIZER_OPS = {
     f"{MS}.FusedConv": "ConvActivationFusion", f"{MS}.FusedGemm": "GemmActivationFusion",
-    f"{MS}.FusedMatMul": "MatMulScaleFusion, TransposeMatmulFusion", f"{MS}.BiasGelu": "BiasGeluFusion",
-    f"{MS}.Gelu": "GeluFusion", f"{MS}.FastGelu": "FastGeluFusion",
+    f"{MS}.FusedMatMul": "MatMulScaleFusion, MatmulTransposeFusion", f"{MS}.BiasGelu": "BiasGeluFusion",
+    f"{MS}.Gelu": "GeluFusionL2", f"{MS}.FastGelu": "FastGeluFusion",
     f"{MS}.SkipLayerNormalization": "SkipLayerNormFusion", f"{NCHWC}.Conv": "NchwcTransformer",
 }
 # int8 kernels that stand for one of COMPUTE_OPS (the int8_coverage numerator).

@@ -162,7 +162,7 @@ def test_an_op_without_qdq_is_told_apart_by_whether_quantizing_it_helps(tmp_path
 
 def test_a_relu_before_a_quantize_linear_is_removed(tmp_path):
     """The pin for _ABSORBED_BY_Q: Relu -> QuantizeLinear whose zero point is the dtype's minimum (the
-    clamp Relu does) loses the Relu at extended (ReluQuantFusion), with or without a Q/DQ before it."""
+    clamp Relu does) loses the Relu at extended (ReluQuantFusion, registered as ReluQuantRewrite), with or without a Q/DQ before it."""
     b = Builder()
     x = b.input("x", [1, 4])
     b.output(b.qdq(b.node("Relu", [x], "op"), zp=0)[0])
@@ -183,16 +183,22 @@ def test_no_qdq_rule(tmp_path, op, fused):
         assert rows["bin"].blocker == "no_qdq_rule"
 
 
-@pytest.mark.parametrize("opset", [21, 22], ids=["MaxPool-12", "MaxPool-22"])
-def test_maxpool_qdq_is_dropped_at_every_opset(tmp_path, opset):
-    """The source lists {"MaxPool", {12}}; the wheel drops the pair for MaxPool-22 as well."""
+@pytest.mark.parametrize("opset", [11, 21, 22], ids=["MaxPool-11", "MaxPool-12", "MaxPool-22"])
+def test_maxpool_qdq_is_dropped_for_the_registered_versions(tmp_path, opset):
+    """qdq_selector_action_transformer.cc registers {"MaxPool", {12, 22}} (PR 29201): an opset-21 model's MaxPool
+    is MaxPool-12, an opset-22 one MaxPool-22, both dropped; MaxPool-11 keeps its Q/DQ."""
     b = Builder(opset)
     x = b.input("x", [1, 4, 8, 8])
     y = b.node("MaxPool", [b.qdq(x)[0]], "pool", kernel_shape=[2, 2])
     b.output(b.node("Sigmoid", [b.qdq(y)[0]], "tail"))
     g, rows = saved(b.save(tmp_path / f"mp{opset}.onnx"))
     pool = next(n for n in g.nodes if n.op_type == "MaxPool")
-    assert g.producer[pool.input[0]].op_type == "QuantizeLinear" and "pool" not in rows
+    dropped = g.producer[pool.input[0]].op_type == "QuantizeLinear"
+    assert dropped == (opset >= 12)
+    if dropped:
+        assert "pool" not in rows
+    else:
+        assert rows["pool"].blocker == "no_qdq_rule" and "MaxPool-11" in rows["pool"].detail
 
 
 @pytest.mark.parametrize("level, fused", [("basic", False), ("extended", True)])
@@ -302,6 +308,33 @@ def test_bias_scale_mismatch(tmp_path, factor, fused):
     assert (rows.get("conv") and rows["conv"].blocker) == (None if fused else "bias_scale_mismatch")
 
 
+@pytest.mark.parametrize("zero_point", [0, 3])
+def test_bias_zero_point_nonzero(tmp_path, zero_point):
+    """CheckConvBiasScale (qdq_selectors.cc, PR 28229) also requires the bias DequantizeLinear's zero point to be
+    absent or a constant int32 0: QLinearConv reads its bias with an implied zero point of 0."""
+    b = Builder()
+    x = b.input("x", [1, 4, 8, 8])
+    bias = b.dq(b.const(np.arange(4).astype(np.int32)), "int32", scale=0.001, zp=zero_point)
+    y = b.node("Conv", [b.qdq(x)[0], b.weight([4, 4, 3, 3]), bias], "conv", pads=[1, 1, 1, 1])
+    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / f"bzp{zero_point}.onnx"))
+    assert ("QLinearConv" in ops(g)) == (zero_point == 0)
+    assert (rows.get("conv") and rows["conv"].blocker) == (None if zero_point == 0 else "bias_zero_point_nonzero")
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_gemm_beta_not_one(tmp_path, beta):
+    """GemmNodeGroupSelector::Check (qdq_selectors.cc): with a bias DequantizeLinear, beta must be 1.0 (tested
+    before the bias dtype); QGemm adds the int32 bias as it is."""
+    b = Builder()
+    x = b.input("x", [2, 8])
+    y = b.node("Gemm", [b.qdq(x)[0], b.weight([8, 4]), b.bias(4)], "gemm", beta=beta)
+    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "tail"))
+    g, rows = saved(b.save(tmp_path / f"gemm{beta}.onnx"))
+    assert ("QGemm" in ops(g)) == (beta == 1.0)
+    assert (rows.get("gemm") and rows["gemm"].blocker) == (None if beta == 1.0 else "gemm_beta_not_one")
+
+
 @pytest.mark.parametrize("dtype", ["uint8", "uint16"])
 def test_int16_not_supported(tmp_path, dtype):
     g, rows = saved(conv_model(tmp_path, in_dtype=dtype, out_dtype=dtype, opset=21))
@@ -325,20 +358,56 @@ def test_qdq_params_differ(tmp_path, out_scale):
         assert rows["reshape"].blocker == "qdq_params_differ"
 
 
-@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
-def test_resize_not_nearest(tmp_path, mode):
-    """u2netp (rembg): 38 linear Resizes between equal uint8 Q/DQ stayed float, rows read 'unexplained'."""
+def resize_model(tmp_path, name, *, mode="nearest", ctm="half_pixel", dtype="uint8", out_scale=0.05, roi=False):
+    """x -> Q -> DQ -> Resize(sizes 2x) -> Q -> DQ -> Sigmoid; ``mode=None`` leaves the attribute out."""
     b = Builder()
     x = b.input("x", [1, 4, 8, 8])
     empty = b.const(np.array([], np.float32))
-    y = b.node("Resize", [b.qdq(x)[0], empty, empty, b.const(np.array([1, 4, 16, 16], np.int64))], "resize",
-               mode=mode, coordinate_transformation_mode="pytorch_half_pixel")
-    b.output(b.node("Sigmoid", [b.qdq(y)[0]], "tail"))
-    g, rows = saved(b.save(tmp_path / f"rs_{mode}.onnx"))
+    rois = b.const(np.array([0, 0, 0, 0, 1, 1, 1, 1], np.float32)) if roi else empty
+    attrs = {"coordinate_transformation_mode": ctm} | ({"mode": mode} if mode else {})
+    y = b.node("Resize", [b.qdq(x, dtype)[0], rois, empty, b.const(np.array([1, 4, 16, 16], np.int64))], "resize",
+               **attrs)
+    b.output(b.node("Sigmoid", [b.qdq(y, dtype, scale=out_scale)[0]], "tail"))
+    return b.save(tmp_path / f"{name}.onnx")
+
+
+def resize_on_float(g) -> bool:
+    """The oracle: ORT left a float Resize between a DequantizeLinear and a QuantizeLinear."""
     resize = next(n for n in g.nodes if n.op_type == "Resize")
-    on_float = g.producer[resize.input[0]].op_type == "DequantizeLinear"
-    assert on_float == (mode != "nearest")
-    assert (rows.get("resize") and rows["resize"].blocker) == (None if mode == "nearest" else "resize_not_nearest")
+    return g.producer[resize.input[0]].op_type == "DequantizeLinear"
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int8"])
+@pytest.mark.parametrize("mode", [None, "nearest", "linear", "cubic"], ids=["mode absent", "nearest", "linear", "cubic"])
+def test_resize_not_nearest(tmp_path, mode, dtype):
+    """qdq_selectors.cc, DropQDQNodeGroupSelector::Check (ORT 1.32, PR 28414): a Resize whose 'mode' is present
+    and not "nearest" keeps its Q/DQ; an absent mode is ONNX's default, nearest, and drops them. int8 or uint8
+    makes no difference (on x86 QDQS8ToU8Transformer turns the int8 pairs to uint8 first). u2netp (rembg): 38
+    linear Resizes between equal uint8 Q/DQ stayed float, rows read 'unexplained'."""
+    g, rows = saved(resize_model(tmp_path, f"rs_{mode}_{dtype}", mode=mode, dtype=dtype))
+    on_float = mode in ("linear", "cubic")
+    assert resize_on_float(g) == on_float
+    assert (rows.get("resize") and rows["resize"].blocker) == ("resize_not_nearest" if on_float else None)
+
+
+@pytest.mark.parametrize("ctm", ["half_pixel", "tf_crop_and_resize"])
+def test_resize_tf_crop_and_resize(tmp_path, ctm):
+    """The same check's second Resize condition (compiled into the 1.32.0 wheel right after the mode test): a
+    nearest Resize with coordinate_transformation_mode 'tf_crop_and_resize' keeps its Q/DQ; only the mode
+    changes here (the roi is given in both, half_pixel ignores it)."""
+    g, rows = saved(resize_model(tmp_path, f"rs_{ctm}", ctm=ctm, roi=True))
+    on_float = ctm == "tf_crop_and_resize"
+    assert resize_on_float(g) == on_float
+    assert (rows.get("resize") and rows["resize"].blocker) == ("resize_tf_crop_and_resize" if on_float else None)
+
+
+@pytest.mark.parametrize("mode, code", [("nearest", "qdq_params_differ"), ("linear", "resize_not_nearest")])
+def test_a_resize_is_asked_its_mode_before_its_scales(tmp_path, mode, code):
+    """DropQDQNodeGroupSelector::Check tests a Resize's attributes before IsQDQPairSupported: with the output
+    scale differing too, a linear Resize reads resize_not_nearest (changing the scale alone would not fuse it)."""
+    g, rows = saved(resize_model(tmp_path, f"rs_scale_{mode}", mode=mode, out_scale=0.1))
+    assert resize_on_float(g)
+    assert rows["resize"].blocker == code
 
 
 @pytest.mark.parametrize("scale", [0.05, -0.05])
@@ -413,7 +482,8 @@ def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
 PINNED = {"not_in_xnnpack_config", "no_int8_form", "output_quantized_twice", "no_qdq_in_file", "no_qdq_rule", "fusion_starts_at_extended", "input_not_quantized", "no_q_on_output",
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "bias_scale_mismatch", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
-          "resize_not_nearest", "inserted_by_layout", "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
+          "resize_not_nearest", "resize_tf_crop_and_resize", "bias_zero_point_nonzero", "gemm_beta_not_one", "inserted_by_layout",
+          "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
 
 
 def residual_model(tmp_path, dtype):

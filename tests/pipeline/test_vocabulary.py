@@ -14,6 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
+    ORT_OPTIMIZER_OPS,
     INT8_COMPUTE_KERNELS,
     INT8_KERNELS,
     QDQ_DROP_OPS,
@@ -83,3 +84,43 @@ def test_sets_that_answer_the_same_question_agree():
     assert QUANTIZED_KERNELS - INT8_KERNELS == {"com.microsoft.MatMulNBits"}
     assert QDQ_DROP_OPS < QDQ_FUSION_LIST
     assert not COMPUTE_OPS & INT8_KERNELS
+
+
+def _gelu_nodes():
+    return [helper.make_node("Div", ["x", "sq"], ["d"], name="div"), helper.make_node("Erf", ["d"], ["e"], name="erf"),
+            helper.make_node("Add", ["e", "one"], ["a"], name="add"), helper.make_node("Mul", ["x", "a"], ["m"], name="mul"),
+            helper.make_node("Mul", ["m", "half"], ["y"], name="mul2")]
+
+
+@pytest.mark.parametrize("key, nodes, inits, shape", [
+    ("com.microsoft.FusedConv", lambda: [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+                                         helper.make_node("Relu", ["c"], ["y"], name="relu")],
+     {"w": np.ones((4, 4, 3, 3), np.float32)}, [1, 4, 8, 8]),
+    ("com.microsoft.Gelu", _gelu_nodes, {"sq": np.float32(1.4142135), "one": np.float32(1), "half": np.float32(0.5)},
+     [2, 4]),
+    ("com.microsoft.FusedMatMul", lambda: [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0], name="t"),
+                                           helper.make_node("MatMul", ["t", "mw"], ["y"], name="mm")],
+     {"mw": np.ones((4, 3), np.float32)}, [4, 4]),
+], ids=["FusedConv", "Gelu", "FusedMatMul"])
+def test_the_rewrite_named_for_an_ort_optimizer_op_is_the_one_that_writes_it(tmp_path, key, nodes, inits, shape):
+    """ORT_OPTIMIZER_OPS names, for each contrib op, the transformer that writes it at extended: switching all the
+    names it gives off (optimization.disable_specified_optimizers) leaves the op out. com.microsoft.Gelu at opset 17
+    is GeluFusionL2's; 'GeluFusion' (the class name) switches nothing off."""
+    import onnx
+
+    from service.pipeline.runtime.ort_sessions import session_for
+
+    graph = helper.make_graph(nodes(), "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(a), k) for k, a in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    src = tmp_path / "m.onnx"
+    onnx.save(model, src)
+    names = [t.strip() for t in ORT_OPTIMIZER_OPS[key].split(",")]
+    found = {}
+    for disabled in ([], names):
+        out = tmp_path / f"m.{len(disabled)}.onnx"
+        session_for(src, "extended", optimized_model_path=out, disabled_optimizers=disabled)
+        found[bool(disabled)] = key in {op_key(n) for n in onnx.load(str(out)).graph.node}
+    assert found == {False: True, True: False}

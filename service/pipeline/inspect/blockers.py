@@ -97,20 +97,36 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
             "fused QLinearConv would read the int32 bias at that scale, so ORT 1.32 keeps the Conv in float",
             "quantize the bias with this Conv's own scales; a bias initializer several Convs share gets one "
             "quantized copy from ORT's quantize_static, give each Conv its own copy first",
-            "qdq_selectors.cc: ConvNodeGroupSelector, CheckConvBiasScale (onnxruntime PR 28229)"),
+            "qdq_selectors.cc: ConvNodeGroupSelector::Check -> CheckConvBiasScale (onnxruntime PR 28229): per channel, "
+            "|bias scale - input x weight scale| > 0.01 x |input x weight scale| + 1e-6 refuses the fusion"),
+    Blocker("bias_zero_point_nonzero", "the bias DequantizeLinear has a zero point other than 0: the fused "
+            "QLinearConv reads the int32 bias with an implied zero point of 0, so ORT 1.32 keeps the Conv in float",
+            "quantize the bias symmetric (zero point 0, or none), as quantize_static and PT2E write it",
+            "qdq_selectors.cc: ConvNodeGroupSelector::Check -> CheckConvBiasScale (onnxruntime PR 28229, added in "
+            "review): the bias DQ's zero point must be absent or a constant int32 0"),
+    Blocker("gemm_beta_not_one", "a Gemm with a quantized bias and beta other than 1: QGemm adds the int32 bias "
+            "unscaled, so ORT keeps the Gemm in float", "fold beta into the bias before quantizing (beta=1), or "
+            "leave the bias float", "qdq_selectors.cc: GemmNodeGroupSelector::Check, "
+            "node.GetAttributes().at(\"beta\").f() != 1.0 when it has a bias DQ"),
     Blocker("int16_not_supported", "16-bit Q/DQ: this rule allows 8-bit types only",
             "quantize activations to 8 bits", "qdq_selectors.cc: !allow_16bit_"),
     Blocker("qdq_params_differ", "the rule drops the Q/DQ pair only when both carry the same constant scale "
             "and zero point", "give input and output the same quantization parameters",
-            "qdq_selectors.cc: DropQDQNodeGroupSelector, IsQDQPairSupported"),
-    Blocker("resize_not_nearest", "ORT 1.32's CPU EP drops the Q/DQ pair around a Resize only in mode 'nearest': "
-            "a 'linear' or 'cubic' Resize between equal Q/DQ stays a float Resize (measured: changing mode alone "
-            "flips it)", "nothing to gain from its Q/DQ in ORT: leave Resize out of op_types_to_quantize (one "
-            "int8<->float round trip less), or use mode 'nearest' where the model tolerates it",
-            "measured on onnxruntime 1.32 (tests/pipeline/test_blockers.py); registered as the 'drop' rule "
-            "in qdq_selector_action_transformer.cc"),
+            "qdq_selectors.cc: DropQDQNodeGroupSelector::Check -> IsQDQPairSupported (qdq_util.cc)"),
+    Blocker("resize_not_nearest", "a Resize whose mode is 'linear' or 'cubic': ORT 1.32 drops the Q/DQ pair "
+            "around a Resize only in mode 'nearest' (an interpolation does not commute with quantization), so it "
+            "stays a float Resize between its Q/DQ", "nothing to gain from its Q/DQ in ORT: leave Resize out of "
+            "op_types_to_quantize (one int8<->float round trip less), or use mode 'nearest' where the model "
+            "tolerates it", "qdq_selectors.cc: DropQDQNodeGroupSelector::Check, a Resize whose 'mode' attribute is "
+            "present and not \"nearest\" (onnxruntime PR 28414, issue 21319)"),
+    Blocker("resize_tf_crop_and_resize", "a Resize whose coordinate_transformation_mode is 'tf_crop_and_resize': "
+            "it writes extrapolation_value (a float) outside the crop box, so ORT 1.32 keeps its Q/DQ whatever the "
+            "mode", "nothing to gain from its Q/DQ in ORT: leave this Resize out of op_types_to_quantize",
+            "qdq_selectors.cc: DropQDQNodeGroupSelector::Check, a Resize whose coordinate_transformation_mode is "
+            "\"tf_crop_and_resize\" (compiled into the 1.32.0 wheel, git fab30a4, right after the mode check)"),
     Blocker("scale_not_positive", "MaxPool/ReduceMax/ReduceMin need a positive constant scalar scale",
-            "use a positive per-tensor scale", "qdq_selectors.cc: IsQOrDQScalePositiveConstantScalar"),
+            "use a positive per-tensor scale", "qdq_selectors.cc: DropQDQNodeGroupSelector::Check, "
+            "!allow_nonpositive_scale_ -> IsQOrDQScalePositiveConstantScalar (qdq_util.cc) on the QuantizeLinear"),
     Blocker("inserted_by_layout", "ORT put this Transpose here at a layout level: NhwcTransformer wraps every "
             "QLinearConv it runs channels-last in Transposes and pushes them with the transpose optimizer, after "
             "the QDQ fusions of level extended; no QDQ rule runs after it, so it moves float data",
@@ -126,8 +142,9 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
 _DROP_QDQ = {"Expand", "Flatten", "Gather", "GatherElements", "Reshape", "Slice", "Squeeze", "Tile", "Transpose",
              "Unsqueeze"}
 _DROP_QDQ_NO16 = {"Resize"}
-# The source registers MaxPool as {"MaxPool", {12}}; the 1.32 wheel drops the Q/DQ of a MaxPool-22
-# too (tests/pipeline/test_blockers.py), so no version condition is modelled here.
+# qdq_selector_action_transformer.cc registers {"MaxPool", {12, 22}} (onnxruntime PR 29201, issue 28770: it read
+# {12} before): the rule matches MaxPool-12 and MaxPool-22 only, so a MaxPool of opset 11 or below (no 8-bit
+# MaxPool in the ONNX schema before 12) keeps its Q/DQ (OP_VERSIONS, pinned in tests/pipeline/test_blockers.py).
 _DROP_QDQ_POSITIVE = {"MaxPool", "ReduceMax", "ReduceMin"}
 _UNARY = {"AveragePool", "LeakyRelu", "GlobalAveragePool", "Sigmoid", "Softmax"}
 _BINARY = {"Add", "Mul"}
@@ -137,9 +154,13 @@ RULE_KIND: dict[str, str] = {
     **{op: "binary" for op in _BINARY}, "Concat": "variadic", "Conv": "conv", "MatMul": "matmul",
     "Gemm": "gemm", "Split": "split", "Where": "where",
 }
-# No selector of their own, yet a QuantizeLinear after them removes them (ReluQuantFusion,
-# ClipQuantFusion, level extended): quantizing their output is the change that helps.
+# No selector of their own, yet a QuantizeLinear after them removes them (the Level2 rules ReluQuantFusion and
+# ClipQuantFusion, registered as ReluQuantRewrite / ClipQuantRewrite): quantizing their output is the change that helps.
 _ABSORBED_BY_Q = {"Relu", "Clip"}
+# The op versions (SinceVersion) a rule is registered for, where it names any; an op absent here matches at
+# every version. ONNX_SINCE: the versions the ONNX schema has, to find the one a node of an opset resolves to.
+OP_VERSIONS = {"MaxPool": (12, 22)}
+ONNX_SINCE = {"MaxPool": (1, 8, 10, 11, 12, 22)}
 # ORT's layout/extended passes rename float ops; the selector saw the original one.
 _BASE_OP = {"com.microsoft.FusedConv": "Conv", "com.microsoft.nchwc.Conv": "Conv",
             "com.microsoft.FusedMatMul": "MatMul", "com.microsoft.FusedGemm": "Gemm",
@@ -185,9 +206,10 @@ def _scalar(v: _View, name: str):
     return None if a is None or a.size != 1 else a.reshape(-1)[0]
 
 
-# Measured in onnxruntime 1.32 on one QDQ Conv, bisecting the bias scale at five products of input
-# and weight scale from 1e-6 to 1 (tests/pipeline/test_blockers.py pins the edge at 1e-3): the fusion
-# takes |bias scale - input x weight scale| <= 1e-2 x |input x weight scale| + 1e-6, as np.isclose does.
+# qdq_selectors.cc, CheckConvBiasScale (onnxruntime PR 28229), per output channel i: the fusion is refused when
+# |b_scale[i] - x_scale * w_scale[i]| > 0.01f * |x_scale * w_scale[i]| + 1e-6f (the two constants read from the
+# function compiled into the installed 1.32.0 wheel; PR 28229 describes the 1% relative tolerance). The test
+# tests/pipeline/test_blockers.py::test_bias_scale_mismatch pins the edge on both sides of 1e-3.
 BIAS_SCALE_RTOL, BIAS_SCALE_ATOL = 1e-2, 1e-6
 
 
@@ -206,6 +228,39 @@ def _bias_scale_off(v: _View, dq_x, dq_w, dq_b) -> float | None:
         return None
     with np.errstate(divide="ignore", invalid="ignore"):
         return float(np.nanmax(np.abs(s_b - want) / np.abs(want)))
+
+
+def _bias_zero_point(v: _View, dq_b) -> str | None:
+    """What is wrong with the bias DequantizeLinear's zero point for CheckConvBiasScale (absent, or a constant
+    int32 of zeros, passes); None when it passes."""
+    if len(dq_b.input) < 3 or not dq_b.input[2]:
+        return None
+    a = v.g.init_array(dq_b.input[2])
+    if a is None:
+        return "the bias zero point is not a constant"
+    if a.dtype != np.int32:
+        return f"the bias zero point is {a.dtype}"
+    if np.any(a != 0):
+        return f"bias zero point {int(np.ravel(a)[np.flatnonzero(np.ravel(a))[0]])}"
+    return None
+
+
+def _resize_blocker(n) -> tuple[str, str] | None:
+    """DropQDQNodeGroupSelector::Check's Resize conditions (ORT 1.32): 'mode', when present, is "nearest";
+    coordinate_transformation_mode is not "tf_crop_and_resize"."""
+    attrs = {a.name: a.s.decode() for a in n.attribute if a.type == onnx.AttributeProto.STRING}
+    if attrs.get("mode", "nearest") != "nearest":
+        return "resize_not_nearest", f"mode {attrs['mode']!r}"
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        return "resize_tf_crop_and_resize", "coordinate_transformation_mode 'tf_crop_and_resize'"
+    return None
+
+
+def _since_version(op: str, opset: int) -> int | None:
+    """The ONNX schema version a node of ``op`` in a graph of ``opset`` resolves to (SinceVersion), for the ops
+    OP_VERSIONS restricts; None for the others."""
+    versions = [s for s in ONNX_SINCE.get(op, ()) if s <= opset]
+    return versions[-1] if versions else None
 
 
 def _why_dtype(v: _View, tensor: str, int8_allowed: bool) -> str:
@@ -253,7 +308,9 @@ def _check_qdq_nodes(v: _View, n, dqs, qs, num_dq: int, empty_q_ok: bool) -> tup
         if len(r) != 1 or dq.output[0] in v.graph_outputs:
             others = [x.name for x in r if x is not n][:3]
             # EnsureUniqueDQForNodeUnit runs at every level (even disable_all) and gives each reader its
-            # own copy, also when the DQ is a graph output; only a subgraph reader can leave it shared.
+            # own copy, also when the DQ is a graph output (ensure_unique_dq_for_node_unit.cc,
+            # EnsureUniqueDQForEachExplicitOutputEdge: can_reuse_original_dq is false then); it skips the edges
+            # to a subgraph's implicit inputs, so only those can leave it shared.
             return "unexplained", (f"DequantizeLinear {dq.name} is read by {len(r)} nodes"
                                                     + (f" (also {', '.join(others)})" if others else "")
                                                     + (" and is a graph output" if dq.output[0] in v.graph_outputs
@@ -328,6 +385,12 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
             return _mismatch(v, dqs[0], qs[0], int8_allowed)
         if kind in ("drop_no16", "drop_positive") and din in _INT16:
             return "int16_not_supported", f"{din} Q/DQ"
+        if base == "Resize":
+            # DropQDQNodeGroupSelector::Check tests a Resize's attributes after the dtypes and before the
+            # scales: an absent 'mode' is ONNX's default, nearest.
+            hit = _resize_blocker(n)
+            if hit:
+                return hit
         if kind == "drop_positive":
             s = _scalar(v, qs[0].input[1])
             if s is None or not s > 0:
@@ -335,10 +398,6 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
         if kind.startswith("drop") and not _pair_supported(v, qs[0], dqs[0]):
             return "qdq_params_differ", (f"input scale {_scalar(v, dqs[0].input[1])}, output scale "
                                          f"{_scalar(v, qs[0].input[1])}")
-        if kind == "drop_no16" and base == "Resize":
-            mode = next((a.s.decode() for a in n.attribute if a.name == "mode"), "nearest")
-            if mode != "nearest":
-                return "resize_not_nearest", f"mode {mode!r}"
         if kind == "unary" and din in _INT16:
             return "int16_not_supported", f"{din} Q/DQ"
         return None
@@ -376,6 +435,9 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
         off = _bias_scale_off(v, *dqs) if len(dqs) == 3 else None
         if off is not None:
             return "bias_scale_mismatch", f"bias scale {off:.0%} from input scale x weight scale"
+        zp = _bias_zero_point(v, dqs[2]) if len(dqs) == 3 else None
+        if zp is not None:
+            return "bias_zero_point_nonzero", zp
         if din in _INT16 or dw in _INT16:
             return "int16_not_supported", f"activation {din}, weight {dw}"
         return None
@@ -409,6 +471,9 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
             return _mismatch(v, dqs[0], qs[0], int8_allowed)
         if da in _INT16 or db in _INT16:
             return "int16_not_supported", f"activation {da}, weight {db}"
+        beta = next((a.f for a in n.attribute if a.name == "beta"), 1.0)
+        if len(dqs) == 3 and beta != 1.0:
+            return "gemm_beta_not_one", f"beta {beta:g}"
         if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
             return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
         return None
@@ -484,6 +549,11 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             continue
         base = _BASE_OP.get(key, key)
         kind = RULE_KIND.get(base)
+        rule_name = base
+        since = _since_version(base, graph.opset) if base in OP_VERSIONS else None
+        if since is not None and since not in OP_VERSIONS[base]:
+            kind, rule_name = None, f"{base}-{since} (the rule is registered for {base}-" + \
+                "/".join(str(x) for x in OP_VERSIONS[base]) + " only)"
         if float_tail and n.name in float_tail:
             rows.append(_row(n, key, "float_tail", f"after {float_tail[n.name]}"))
             continue
@@ -492,7 +562,7 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             if why:
                 rows.append(_row(n, key, "not_in_xnnpack_config", why))
             elif kind is None and base not in _ABSORBED_BY_Q:
-                rows.append(_row(n, key, "no_int8_form", f"no Q/DQ in the file; no rule for {base}"))
+                rows.append(_row(n, key, "no_int8_form", f"no Q/DQ in the file; no rule for {rule_name}"))
             else:
                 rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))
             continue
@@ -510,7 +580,7 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
                 heads.append((len(rows), unit))
                 rows.append(_row(n, key, "no_qdq_rule", f"part of {unit.name}'s unit"))
                 continue
-            rows.append(_row(n, key, "no_qdq_rule", f"no rule for {base}"))
+            rows.append(_row(n, key, "no_qdq_rule", f"no rule for {rule_name}"))
             continue
         if level_value < LEVEL_VALUES["extended"]:
             rows.append(_row(n, key, "fusion_starts_at_extended", f"{level} runs no QDQ fusion; "

@@ -12,8 +12,10 @@ rest is grouped by tensor connectivity:
 - a new node with no such anchor (an inserted Transpose, a duplicated DequantizeLinear) joins
   the new node it feeds or reads through a tensor that did not exist before.
 
-Each group is then named from a table of patterns with the ORT GraphTransformer that makes it
-(names as registered in onnxruntime/core/optimizer/graph_transformer_utils.cc).
+Each group is then named from a table of patterns with the ORT GraphTransformer or RewriteRule that makes it,
+by the name it registers under (``GraphTransformer::Name()`` / ``RewriteRule::Name()``, the names
+``optimization.disable_specified_optimizers`` takes; graph_transformer_utils.cc creates them), so that
+switching the named one off (runtime/levels.py ``_attribute``) can confirm it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from service.pipeline.vocabulary import INT8_KERNELS, MS, NCHWC, QDQ_DROP_OPS, Q
 from service.schemas.levels import LevelDiff, Rewrite
 
 _TOKEN = re.compile(r"(_token_\d+)+$")
+# Level2 RewriteRules: the classes ReluQuantFusion / ClipQuantFusion (qdq_transformer/relu_quantizelinear.h,
+# clip_quantizelinear.h) register under these names, the ones optimization.disable_specified_optimizers and the
+# attribution in runtime/levels.py switch off (tests/pipeline/test_graph_diff.py pins each).
+RELU_QUANT, CLIP_QUANT = "ReluQuantRewrite", "ClipQuantRewrite"
 
 def _key(n: onnx.NodeProto) -> tuple:
     return (n.domain or "", n.op_type, tuple(n.input), tuple(n.output))
@@ -225,9 +231,9 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
     if kernels and rem_q:
         t = "QDQSelectorActionTransformer"
         if any(n.op_type == "Relu" for n in rem_only):
-            t = "ReluQuantFusion, " + t
+            t = f"{RELU_QUANT}, " + t
         elif any(n.op_type == "Clip" for n in rem_only):
-            t = "ClipQuantFusion, " + t
+            t = f"{CLIP_QUANT}, " + t
         was = {_zp_dtype(old, n) for n in rem_q} - {None}
         now = {new.dtypes.get(n.input[2]) if len(n.input) > 2 else None for n in kernels} - {None}
         suffix = ""
@@ -248,17 +254,21 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
     # bias quantized to int32 at session time
     dq_i32 = [n for n in add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int32"
               and n.input[0] in new.initializers]
-    # WeightBiasQuantization (Level1) also rounds a float weight to int8 per tensor (symmetric): a
-    # Conv/ConvTranspose/Gemm between a DequantizeLinear and a QuantizeLinear; a ConvTranspose then
-    # still runs in float (no QDQ rule on the CPU EP), on the rounded weight
+    # WeightBiasQuantization (weight_bias_quantization.cc, registered in Level1 by graph_transformer_utils.cc unless
+    # session.disable_quant_qdq=1): a Conv/ConvTranspose/Gemm whose input 0 comes from a DequantizeLinear with a
+    # scalar (per-tensor) scale and whose single output reaches a QuantizeLinear through nothing but Relu/Clip,
+    # no branch (IsNoBranchPathToQuantizeLinear). A float32 initializer weight is then quantized to int8 per tensor
+    # with GetQuantizationParameter's min/max (asymmetric: its zero point comes from the range), and a 1-D
+    # initializer bias to int32 at input scale x weight scale; a bias that is not an initializer stops both. A
+    # ConvTranspose then still runs in float (no QDQ rule on the CPU EP), on the rounded weight.
     w_i8 = [c for n in add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int8"
             and n.input[0] in new.initializers
             for c in new.consumers.get(n.output[0], []) if len(c.input) > 1 and c.input[1] == n.output[0]
             and c.op_type in ("Conv", "ConvTranspose", "Gemm")]
     if w_i8 and not rem_only:
-        return rw(f"float weight of {_count_text([op_key(c) for c in w_i8])} quantized to int8 per tensor"
-                  + (", bias to int32" if dq_i32 else "")
-                  + " (WeightBiasQuantization: DequantizeLinear before it, QuantizeLinear after it)",
+        return rw(f"float weight of {_count_text([op_key(c) for c in w_i8])} quantized to int8 per tensor "
+                  "(asymmetric)" + (", bias to int32" if dq_i32 else "")
+                  + " (WeightBiasQuantization: a per-tensor DequantizeLinear before it, a QuantizeLinear after it)",
                   "bias_int32" if dq_i32 else "weight_int8", "WeightBiasQuantization")
     if dq_i32 and not rem_only:
         return rw("bias quantized to int32 (DequantizeLinear of int32 initializer added)"
@@ -281,7 +291,7 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
         return rw(f"activations int8 -> uint8 ({ops} rewritten)", "s8_to_u8", "QDQS8ToU8Transformer")
 
     if rk and set(rk) <= {"Relu", "Clip"} and not add_only:
-        t = "ReluQuantFusion" if "Relu" in rk else "ClipQuantFusion"
+        t = RELU_QUANT if "Relu" in rk else CLIP_QUANT
         follow = [n.op_type for n in mod_new]
         into = " into QuantizeLinear" if "QuantizeLinear" in follow else ""
         return rw(f"{_count_text(rk)} absorbed{into}", "activation_absorbed", t)
@@ -292,12 +302,11 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
     if "Gemm" in ak and "MatMul" in rk:
         return rw(generic, "matmul_add", "MatMulAddFusion")
     if f"{MS}.FusedMatMul" in ak:
-        return rw(generic, "fused_matmul", "MatMulScaleFusion, TransposeMatmulFusion")
+        return rw(generic, "fused_matmul", "MatMulScaleFusion, MatmulTransposeFusion")
+    if rk and not ak and set(rk) in ({"Identity"}, {"Dropout"}):
+        # the reader is rewired to the eliminated node's input (it shows as modified): still the same rule
+        return rw(generic, "eliminate", "EliminateIdentity" if rk[0] == "Identity" else "EliminateDropout")
     if rk and not ak and not mod_new:
-        if set(rk) == {"Identity"}:
-            return rw(generic, "eliminate", "EliminateIdentity")
-        if set(rk) == {"Dropout"}:
-            return rw(generic, "eliminate", "EliminateDropout")
         new_inits = set(new.initializers) - set(old.initializers)
         if new_inits:
             return rw(f"{generic} (folded into constants)", "constant_folding", "ConstantFolding")
