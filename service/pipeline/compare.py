@@ -312,7 +312,7 @@ def fp32_stage(prepared: Prepared, run: _Run, options: ComparisonOptions, *, bud
         inferred = inferred_at_job_shapes(model, prepared.shapes)
         check_activation_bytes(inferred, budgets)
         refuse_if_fp32_cannot_run(path, inferred, prepared.samples, prepared.shapes, prepared.source.specs,
-                                  options)
+                                  options, model=model, budgets=budgets)
         after = tensors_after_selection(model, inferred)
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
                 after_selection=after)

@@ -10,21 +10,31 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from service.errors import InvalidCalibration, InvalidModel, InvalidOptions, UnsupportedModel
+import numpy as np
+
+from service.errors import BudgetExceeded, InvalidCalibration, InvalidModel, InvalidOptions, UnsupportedModel
+from service.pipeline.inputs.safety.budgets import DEFAULT_BUDGETS, Budgets
 from service.pipeline.inputs.samples import Samples
 from service.pipeline.inputs.specs import InputSpec
 from service.pipeline.options import ComparisonOptions
 from service.pipeline.quantize.isolation import first_line
-from service.pipeline.runtime.ort_sessions import session_for
-from service.pipeline.vocabulary import graph_from_model
+from service.pipeline.runtime.ort_sessions import RunPastDeadline, run_within, session_for
+from service.pipeline.vocabulary import all_nodes, graph_from_model
 
 
 def refuse_if_fp32_cannot_run(path: Path, inferred, samples: Samples, shapes: dict[str, tuple[int, ...]],
-                              specs: list[InputSpec], options: ComparisonOptions) -> None:
+                              specs: list[InputSpec], options: ComparisonOptions, *, model=None,
+                              budgets: Budgets | None = None) -> None:
     """One session at disable_all (a type error onnx's checker, without its full check, lets through;
     a kernel ORT's CPU build lacks) and one fp32 inference on the first calibration sample (a fixed
     Reshape after a dim the user set). ``inferred``: the graph after shape inference at the job's
-    shapes, for the types a missing kernel was asked for."""
+    shapes, for the types a missing kernel was asked for.
+
+    Each inference is stopped past ``budgets.max_run_seconds`` (``run_within``). When ``model`` holds a
+    Loop, every sample is run so: its trip count or exit may come from any sample's values (a range in
+    options.input_values, an uploaded .npz), and a run that never ends would otherwise hang the
+    calibrators and every level until the job's time limit (none in the CLI)."""
+    limit = (budgets or DEFAULT_BUDGETS).max_run_seconds
     try:
         session = session_for(path, "disable_all")
     except Exception as e:  # noqa: BLE001 - ORT's refusal is the finding
@@ -33,7 +43,9 @@ def refuse_if_fp32_cannot_run(path: Path, inferred, samples: Samples, shapes: di
     if feed is None:
         return
     try:
-        session.run(None, feed)
+        run_within(session, feed, limit)
+    except RunPastDeadline as e:
+        raise _past_deadline(e.seconds, "the first calibration sample", feed, model, shapes) from e
     except Exception as e:  # noqa: BLE001 - ORT's words name the node
         said = first_line(e)[:500].rstrip(".")
         shown = ", ".join(f"{name}: {list(shape)}" for name, shape in shapes.items())
@@ -53,6 +65,81 @@ def refuse_if_fp32_cannot_run(path: Path, inferred, samples: Samples, shapes: di
                                  ".npz of real inputs") from e
         raise InvalidModel(message, hint="the model fails at the shapes it declares: run it in onnxruntime on one "
                            "input to see the same error, fix the export and upload again") from e
+    if model is None or not any(n.op_type == "Loop" for n in _every_node(model)):
+        return
+    rest = [("calibration sample", i, f) for i, f in enumerate(samples.calibration[1:], start=2)]
+    rest += [("evaluation sample", i, f) for i, f in enumerate(samples.evaluation, start=1)]
+    for kind, i, feed in rest:
+        try:
+            run_within(session, feed, limit)
+        except RunPastDeadline as e:
+            raise _past_deadline(e.seconds, f"{kind} {i}", feed, model, shapes) from e
+        except Exception:  # noqa: BLE001 - as before: the levels report a sample ORT refuses, per file and level
+            pass
+
+
+def _every_node(model):
+    """Every node of the graph, its bodies and its model-local functions (theirs too)."""
+    yield from all_nodes(model.graph)
+    for f in model.functions:
+        for node in f.node:
+            yield node
+            for a in node.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    yield from all_nodes(g)
+
+
+def _past_deadline(seconds: float, which: str, feed: dict, model, shapes) -> BudgetExceeded:
+    """The refusal of a job whose fp32 model ran one sample past ``seconds``, naming the Loops and the inputs
+    their trip count and exit read, with those inputs' values in the sample."""
+    shown = ", ".join(f"{name}: {list(shape)}" for name, shape in shapes.items())
+    loops = _loops_and_their_inputs(model) if model is not None else []
+    said = ""
+    fed = sorted({i for _, names in loops for i in names})
+    if loops:
+        said = " " + "; ".join(
+            f"Loop '{name}' takes its trip count or exit from input{'s' if len(names) > 1 else ''} "
+            + ", ".join(f"'{n}'" + _value_words(feed.get(n)) for n in names) for name, names in loops if names) + "."
+        said = said if said.strip(" .") else " It holds a Loop, whose trip count or exit may come from the values computed."
+    example = fed[0] if fed else "n"
+    return BudgetExceeded(
+        f"The fp32 model did not finish one inference on {which} within {seconds:g} s at the job's input shapes "
+        f"({shown}); ONNX Runtime stopped it in the fp32 stage, before any path ran.{said}",
+        hint=(f"give input_values that bound the loop (e.g. {{\"input_values\": {{\"{example}\": {{\"constant\": 16}}}}}} "
+              "or a low/high range a real input holds), or upload an .npz of real inputs; a model this slow per sample "
+              "needs the operator to raise the budget 'max_run_seconds' (QUANTCOMPARE_BUDGET_MAX_RUN_SECONDS)"),
+        budget="max_run_seconds", limit=seconds, stage="fp32")
+
+
+def _value_words(value) -> str:
+    if value is None:
+        return ""
+    arr = np.asarray(value)
+    if arr.size == 1:
+        return f" (= {arr.reshape(-1)[0].item()} in that sample)"
+    return f" (up to {arr.max().item()} in that sample)" if arr.size and arr.dtype.kind in "iuf" else ""
+
+
+def _loops_and_their_inputs(model) -> list[tuple[str, list[str]]]:
+    """(name, graph inputs upstream of its trip count and condition) for each Loop of the main graph."""
+    producers = {o: n for n in model.graph.node for o in n.output if o}
+    inputs = {i.name for i in model.graph.input}
+    found = []
+    for node in model.graph.node:
+        if node.op_type != "Loop":
+            continue
+        seen, stack, reached = set(), [t for t in node.input[:2] if t], []
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            if t in inputs and t not in reached:
+                reached.append(t)
+            if t in producers:
+                stack.extend(x for x in producers[t].input if x)
+        found.append((node.name or "(unnamed)", sorted(reached)))
+    return found
 
 
 def _load_refusal(e: Exception, inferred) -> Exception:

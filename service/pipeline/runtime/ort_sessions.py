@@ -179,6 +179,49 @@ _ABORT_HINT = ("deploying this file at this level aborts the process too; create
                "or at level disable_all")
 
 
+class RunPastDeadline(Exception):
+    """ORT stopped a run at our request once it had run ``seconds`` of wall time."""
+
+    def __init__(self, seconds: float):
+        super().__init__(f"stopped after {seconds:g} s")
+        self.seconds = seconds
+
+
+def run_within(session, feed: dict, seconds: float | None, output_names: list[str] | None = None) -> list:
+    """``session.run(output_names, feed)``, stopped by ORT once ``seconds`` have passed: RunPastDeadline.
+
+    A timer thread sets ``RunOptions.terminate`` (``session.run`` releases the GIL). ORT checks that flag before
+    each step of the plan it runs (sequential_executor.cc ``RunSince``: "Exiting due to terminate flag being set
+    to true"), and a Loop hands the same flag to every iteration's ``utils::ExecuteSubgraph`` (controlflow/
+    loop.cc), so a run inside a 10^12-trip Loop stops within one body node of the deadline. A Loop whose body
+    holds no node is never checked (pinned in tests/pipeline/test_run_deadline.py): the safety check refuses
+    one whose trip count is not a constant (onnx_checks). One long kernel is not interrupted either; the
+    activation budget bounds what one kernel can be given.
+    """
+    if seconds is None:
+        return session.run(output_names, feed)
+    import onnxruntime as ort
+
+    run_options = ort.RunOptions()
+    fired = threading.Event()
+
+    def stop() -> None:
+        fired.set()
+        run_options.terminate = True
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
+    try:
+        return session.run(output_names, feed, run_options)
+    except Exception as e:
+        if fired.is_set():
+            raise RunPastDeadline(seconds) from e
+        raise
+    finally:
+        timer.cancel()
+
+
 def ort_refusal(model: Path | str) -> Exception | None:
     """ORT's refusal to load ``model`` at ``disable_all`` (the least it asks of a file), or None.
     A path whose file ORT refuses would fail alike at every level under an "ok" path."""

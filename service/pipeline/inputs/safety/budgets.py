@@ -32,6 +32,10 @@ class Budgets:
     max_activation_bytes: int = 512 * MiB
     max_subgraph_depth: int = 8  # If/Loop/Scan bodies nested in each other (silero-vad nests 4)
     max_loop_trip_count: int = 100_000  # a Loop's constant trip count
+    # One fp32 inference on one sample, checked in the fp32 stage (runtime/fp32_runs.py): a Loop whose trip
+    # count comes from an input's value states none in the file. A job at the defaults runs each file at five
+    # levels on every sample, so a model past this per sample could not finish the job's time limit anyway.
+    max_run_seconds: float = 60.0
     max_input_elements: int = 64 * 1024 * 1024  # one declared model input (elements), as fed for calibration
     max_graph_inputs: int = 256
     # ORT's quantizer checks each tensor against every graph output (is_graph_output, a list scan):

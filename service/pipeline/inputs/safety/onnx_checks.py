@@ -636,6 +636,16 @@ class _Walker:
 
         if (node.domain or "") in ("", "ai.onnx") and node.op_type in _AMPLIFIERS:
             self._amplifier(node, consts, shapes, const_derived)
+        if node.op_type == "Loop" and not (node.input and node.input[0] in consts):
+            body = next((a.g for a in node.attribute if a.name == "body" and a.HasField("g")), None)
+            if body is not None and not body.node:
+                # ORT checks a run's terminate flag before each node it runs (runtime/ort_sessions.run_within):
+                # an empty body gives it none, so nothing stops such a Loop before its trip count ends.
+                raise UnsupportedModel(
+                    f"Loop '{safe_name(node.name)}' has no node in its body and no constant trip count: ONNX Runtime "
+                    "could not stop it at a time limit, and its trip count comes from values computed at run time.",
+                    hint="give the Loop a constant trip count (an initializer), or drop it: a body without nodes "
+                         "only passes its values through", op_type="Loop")
         if node.op_type == "Loop" and node.input and node.input[0] in consts:
             trips = consts[node.input[0]]
             if trips.size == 1 and int(trips.reshape(-1)[0]) > self.b.max_loop_trip_count:
