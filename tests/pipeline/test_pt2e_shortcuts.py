@@ -222,3 +222,56 @@ def test_the_multi_output_match_shortcut_optimizes_the_same_and_indexes_the_grap
     assert with_shortcut == without
     assert set(indexed) == {"Slice"}  # only a Slice can be SlicesSplit's first output
     assert len(every_node) > 4 * len(indexed)  # without it: every node, every pass
+
+
+class _AddChain(torch.nn.Module):
+    """x @ W, then 1200 Adds of a constant: each Add's input edge shares the spec of the Add before it."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.n = n
+        self.linear = torch.nn.Linear(8, 8)
+        self.register_buffer("k", torch.full((1, 8), 1e-4))
+
+    def forward(self, x):
+        y = self.linear(x)
+        for _ in range(self.n):
+            y = y + self.k
+        return y
+
+
+def test_a_chain_of_1200_ops_sharing_a_spec_prepares_with_the_loop_and_recursed_past_the_limit_without():
+    """3000 tiny Adds after a MatMul skipped the PT2E path with RecursionError (twentieth pass)."""
+    from torchao.quantization.pt2e import prepare
+
+    from service.pipeline.quantize.shortcuts.pt2e import find_root_edge_or_node, install_iterative_union_find
+
+    assert install_iterative_union_find()
+    program = torch.export.export(_AddChain(1200).eval(), (torch.randn(1, 8),))
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config())
+    prepare._find_root_edge_or_node = prepare._find_root_edge_or_node.original
+    try:
+        with pytest.raises(RecursionError):
+            prepare_pt2e(copy.deepcopy(program).module(), quantizer)
+    finally:
+        prepare._find_root_edge_or_node = find_root_edge_or_node
+    prepared = prepare_pt2e(program.module(), quantizer)
+    prepared(torch.randn(1, 8))
+
+
+def test_the_loop_leaves_every_union_find_map_as_torchao_s_recursion_does():
+    import random
+
+    from torchao.quantization.pt2e import prepare
+
+    from service.pipeline.quantize.shortcuts.pt2e import find_root_edge_or_node, install_iterative_union_find
+
+    install_iterative_union_find()
+    recursive = prepare._find_root_edge_or_node.original
+    rng = random.Random(0)
+    for _ in range(50):
+        parent = {i: (rng.randrange(i) if i and rng.random() < 0.8 else i) for i in range(60)}
+        ours, theirs = dict(parent), dict(parent)
+        for q in rng.sample(range(60), 20):
+            assert find_root_edge_or_node(q, ours) == recursive(q, theirs)
+            assert ours == theirs

@@ -20,6 +20,7 @@ from service.pipeline.quantize.side_by_side import reclaim_idle_core
 from service.pipeline.quantize.shortcuts.pt2e import (
     install_conv_bn_fold_guard,
     install_histogram_search,
+    install_iterative_union_find,
     install_multi_output_match_shortcut,
 )
 from service.pipeline.runtime.ort_sessions import ort_refusal
@@ -177,6 +178,7 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
         quantizer.module_name_config[module_name] = None
     if skip_onnx_nodes:
         _annotating_all_but(quantizer, set(skip_onnx_nodes))
+    install_iterative_union_find()  # a chain of ~1000 ops sharing a spec no longer recurses past Python's limit
     with step("torchao's prepare_pt2e"):
         prepared = prepare_pt2e(program.module(), quantizer)
     notes = _shared_weight_notes(prepared)

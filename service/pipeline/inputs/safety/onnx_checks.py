@@ -29,7 +29,7 @@ import numpy as np
 from service.errors import InvalidModel, UnsupportedModel
 from service.pipeline.inputs.node_order import sort_nodes, topological_order
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes, shapeless_outputs
-from service.pipeline.vocabulary import all_nodes
+from service.pipeline.vocabulary import all_nodes, node_reads
 
 from .budgets import DEFAULT_BUDGETS, Budgets
 
@@ -297,6 +297,8 @@ def _check_graph_io(model, budgets: Budgets) -> None:
         raise InvalidModel("The model's graph has no outputs.", hint=_UPLOAD_HINT)
     if len(g.output) > budgets.max_graph_outputs:
         raise budgets.refuse("max_graph_outputs", "graph outputs", len(g.output))
+    _refuse_outputs_without_numpy_form(g)
+    _refuse_outputs_independent_of_inputs(g, real_inputs)
     for vi in real_inputs:
         if vi.type.WhichOneof("value") != "tensor_type":
             read = any(vi.name in n.input for n in all_nodes(g))
@@ -318,6 +320,68 @@ def _check_graph_io(model, budgets: Budgets) -> None:
         n = math.prod(static) if static else 0
         if n > budgets.max_input_elements:
             raise budgets.refuse("max_input_elements", f"input '{safe_name(vi.name)}' declares", n)
+
+
+# TensorProto element types onnxruntime 1.32's Python API hands back as no numpy array of numbers: bfloat16,
+# float8e5m2, int4 and uint4 raise "No corresponding Numpy type for Tensor Type" after the run (so the fp32
+# check blamed the model's shapes), float8e4m3fn comes back as its raw bytes in uint8 (compared as integers:
+# 'integer_outputs_differ'), complex is not loaded at all ("MLDataType for: tensor(complex64) is not currently
+# registered"). Pinned by tests/safety/test_hostile_structure.py.
+_NO_NUMPY_OUTPUT = {16: "bfloat16", 17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz",
+                    21: "uint4", 22: "int4", 23: "float4e2m1", 14: "complex64", 15: "complex128"}
+
+
+def _elem_types(t) -> Iterator[int]:
+    """The tensor element types a TypeProto holds (inside sequences, optionals and maps too)."""
+    kind = t.WhichOneof("value")
+    if kind == "tensor_type":
+        yield t.tensor_type.elem_type
+    elif kind == "sequence_type":
+        yield from _elem_types(t.sequence_type.elem_type)
+    elif kind == "optional_type":
+        yield from _elem_types(t.optional_type.elem_type)
+    elif kind == "map_type":
+        yield from _elem_types(t.map_type.value_type)
+
+
+def _refuse_outputs_without_numpy_form(g) -> None:
+    for vi in g.output:
+        bad = next((_NO_NUMPY_OUTPUT[e] for e in _elem_types(vi.type) if e in _NO_NUMPY_OUTPUT), None)
+        if bad is not None:
+            raise UnsupportedModel(
+                f"Output '{safe_name(vi.name)}' is {bad}: onnxruntime's Python API, which runs every file here, returns "
+                "no numpy array of that type, so no quantized file's output could be compared with fp32's.",
+                hint="end the graph with a Cast of that output to float32 (the ops before it can stay as they are), or "
+                     "remove it from graph.output, then upload it again.", output=safe_name(vi.name), dtype=bad)
+
+
+def _refuse_outputs_independent_of_inputs(g, real_inputs) -> None:
+    """Refuse a graph none of whose outputs reads a graph input (through any node, a body's outer reads
+    included): every path would write the same constant, each level's SQNR would read 'exact' or 139 dB
+    of constant folding's rounding, and the job passed with 'nothing_quantized' naming no op. One
+    constant output beside computed ones (a detector's anchors) is taken."""
+    readers: dict[str, list] = {}
+    for node in g.node:
+        for name in node_reads(node):
+            readers.setdefault(name, []).append(node)
+    reached = {i.name for i in real_inputs}
+    stack = list(reached)
+    while stack:
+        for node in readers.get(stack.pop(), ()):
+            for o in node.output:
+                if o and o not in reached:
+                    reached.add(o)
+                    stack.append(o)
+    if any(o.name in reached for o in g.output):
+        return
+    outs = ", ".join(f"'{safe_name(o.name)}'" for o in g.output[:5]) + (", ..." if len(g.output) > 5 else "")
+    ins = ", ".join(f"'{safe_name(i.name)}'" for i in real_inputs[:5]) + (", ..." if len(real_inputs) > 5 else "")
+    raise UnsupportedModel(
+        f"No graph output ({outs}) depends on a graph input ({ins}): the model computes constants from its weights, "
+        "so every quantized file would return the same numbers whatever the input, and there is nothing to calibrate "
+        "or compare.",
+        hint="Re-export with the inputs the model really reads (a tracer that folded an input into a constant, or "
+             "outputs taken from the wrong node, give this), then upload it again.")
 
 
 def _run_onnx_checker(model, model_path: Path | None, *, has_external: bool) -> None:

@@ -33,6 +33,12 @@ output node of every combination it tries is that node, matched by ``NodePattern
 fails on the op type or the domain before anything else; the shortcut applies those same two
 checks first and returns the matcher's failure without the index. Same rewrites, same file (a
 test compares the optimized models byte for byte with the shortcut on and off).
+
+4. ``prepare_pt2e``'s union-find over edges that share a quantization spec
+(``prepare._find_root_edge_or_node``) recurses once per link: a graph whose ops share their input's
+spec in a chain of ~1000 (3000 tiny Adds after a MatMul, bench/NOTES.md twentieth pass) raised
+RecursionError, and the PT2E path was skipped with Python's words. The loop walks to the same root
+and compresses the same path, so every map ends as torchao's recursion leaves it (a test compares).
 """
 
 from __future__ import annotations
@@ -130,6 +136,29 @@ def install_histogram_search() -> bool:
         return HistogramObserver, "_non_linear_param_search"
 
     return replace_once("histogram search", locate, lambda original: _non_linear_param_search)
+
+
+def find_root_edge_or_node(edge_or_node, shared_with_map: dict):
+    """torchao's ``_find_root_edge_or_node`` as a loop: the root, every entry on the way pointed at it."""
+    path = []
+    node = edge_or_node
+    while (parent := shared_with_map[node]) != node:  # torchao compares with ==, as here
+        path.append(node)
+        node = parent
+    for on_the_way in path:
+        shared_with_map[on_the_way] = node
+    return node
+
+
+def install_iterative_union_find() -> bool:
+    """Put the loop in place of torchao's recursion (its own recursive call reads the module's name too)."""
+
+    def locate():
+        from torchao.quantization.pt2e import prepare
+
+        return prepare, "_find_root_edge_or_node"
+
+    return replace_once("iterative union-find", locate, lambda original: find_root_edge_or_node)
 
 
 def match_unless_first_output_differs(original: Callable) -> Callable:
