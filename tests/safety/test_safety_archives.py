@@ -164,3 +164,28 @@ def test_directory_entries_count_against_the_member_budget(tmp_path):
     up = _tar(tmp_path, [*dirs, ("model.onnx", b"x")])
     with pytest.raises(BudgetExceeded, match="max_archive_members"):
         safe_extract_archive(up, _dest(tmp_path), budgets=Budgets(max_archive_members=10))
+
+
+APPLE_DOUBLE = b"\x00\x05\x16\x07" + b"\x00" * 78  # the header of a ._<file> resource fork
+
+
+@pytest.mark.parametrize("kind", ["zip", "tar.gz"])
+def test_what_macos_finder_adds_is_skipped_and_the_model_is_taken(tmp_path, kind):
+    """Finder's Compress writes __MACOSX/<folder>/._<file> and .DS_Store: the archive was refused as nested
+    folders (and a ._model.onnx would have been a second .onnx); twentieth pass."""
+    model, data = _model_with_data()
+    members = {"net/model.onnx": model, "net/model.onnx.data": data, "net/.DS_Store": b"\x00" * 64,
+               "__MACOSX/net/._model.onnx": APPLE_DOUBLE, "__MACOSX/net/._model.onnx.data": APPLE_DOUBLE,
+               "._model.onnx": APPLE_DOUBLE}
+    archive = _zip(tmp_path, members) if kind == "zip" else _tar(tmp_path, list(members.items()))
+    dest = _dest(tmp_path)
+    onnx_path = safe_extract_archive(archive, dest)
+    assert onnx_path.name == "model.onnx"
+    assert sorted(p.name for p in dest.iterdir()) == ["model.onnx", "model.onnx.data"]
+    onnx_model_from_path(onnx_path, allowed_data_files={"model.onnx.data"})
+
+
+def test_a_member_nested_two_folders_deep_is_refused_by_name(tmp_path):
+    model, data = _model_with_data()
+    with pytest.raises(UnsafeArchive, match="member 'a/b/model.onnx.data' is nested more than one folder deep"):
+        safe_extract_archive(_zip(tmp_path, {"model.onnx": model, "a/b/model.onnx.data": data}), _dest(tmp_path))

@@ -67,19 +67,33 @@ def safe_extract_archive(archive: Path, dest: Path, *, budgets: Budgets | None =
     return models[0]
 
 
+def _finder_metadata(name: str) -> bool:
+    """What macOS adds when a folder is compressed in Finder (or tarred with its copyfile metadata):
+    ``__MACOSX/...`` and ``._<file>`` AppleDouble resource forks, ``.DS_Store``. Never model data, and a
+    ``._model.onnx`` beside ``model.onnx`` made the archive hold "2 .onnx files"; skipped, still counted."""
+    parts = [p for p in name.split("/") if p]
+    return bool(parts) and (parts[0] == "__MACOSX" or parts[-1] == ".DS_Store" or parts[-1].startswith("._"))
+
+
 def _flat_name(name: str, seen: set[str]) -> str:
     if "\x00" in name or "\\" in name or name.startswith("/") or ":" in name:
         raise _refuse("a member name is absolute or contains forbidden characters")
     parts = [p for p in name.split("/") if p not in ("",)]
     if any(p in (".", "..") for p in parts) or not parts or len(parts) > 2:
-        raise _refuse("a member name contains '..' or nested folders")
+        raise _refuse(f"member '{_shown(name)}' is nested more than one folder deep or has a '.' or '..' component")
     base = parts[-1]
     if not _NAME_RE.match(base):
-        raise _refuse("a member name is not a plain file name (letters, digits, '_', '-', '.', '+')")
+        raise _refuse(f"member '{_shown(name)}' is not a plain file name (letters, digits, '_', '-', '.', '+')")
     if base in seen:
         raise _refuse("two members have the same file name")
     seen.add(base)
     return base
+
+
+def _shown(name: str) -> str:
+    """A member name as the refusal may quote it: printable ASCII, at most 80 characters."""
+    clean = "".join(c if " " <= c <= "~" else "?" for c in name)
+    return clean if len(clean) <= 80 else clean[:77] + "..."
 
 
 class _Budget:
@@ -124,6 +138,8 @@ def _extract_zip(archive: Path, dest: Path, b: Budgets) -> None:
         if len({i.filename for i in infos}) != len(infos):
             raise _refuse("two members have the same name")
         for info in infos:
+            if info.is_dir() and _finder_metadata(info.filename):
+                continue
             if info.is_dir():
                 _flat_name(info.filename.rstrip("/") + "/x", set())  # validate the folder name only
                 continue
@@ -132,6 +148,9 @@ def _extract_zip(archive: Path, dest: Path, b: Budgets) -> None:
                 raise _refuse("a member is a link or special file")
             if info.flag_bits & 0x1:
                 raise _refuse("a member is encrypted")
+            if _finder_metadata(info.filename):
+                budget.member()
+                continue
             name = _flat_name(info.filename, seen)
             budget.member()
             with zf.open(info) as src:
@@ -169,6 +188,8 @@ def _extract_tar(archive: Path, dest: Path, b: Budgets) -> None:
 
     with _BoundedTarFile.open(archive, mode="r:*") as tf:
         for m in tf:  # streaming: never tf.getmembers() on a hostile header list first
+            if _finder_metadata(m.name):
+                continue  # counted by _BoundedTarInfo; never extracted
             if m.isdir():
                 _flat_name(m.name.rstrip("/") + "/x", set())
                 continue
