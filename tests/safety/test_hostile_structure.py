@@ -77,3 +77,29 @@ def test_an_output_computed_in_a_body_from_an_outer_input_is_taken(tmp_path):
     m = tiny_onnx(nodes=[helper.make_node("If", ["flag"], ["y"], then_branch=branch("Relu", "t"),
                                           else_branch=branch("Neg", "e"))], initializers=[flag])
     onnx_model_from_path(save(m, tmp_path / "m.onnx"))
+
+
+def _external_w(tmp_path, **keys):
+    w = np.eye(4, dtype=np.float32)
+    t = numpy_helper.from_array(w, "W")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    for k, v in {"location": "w.bin", "offset": "0", "length": str(w.nbytes), **keys}.items():
+        t.external_data.add(key=k, value=v)
+    (tmp_path / "w.bin").write_bytes(w.tobytes())
+    return save(tiny_onnx(nodes=[helper.make_node("MatMul", ["x", "W"], ["y"])], initializers=[t]), tmp_path / "m.onnx")
+
+
+@pytest.mark.parametrize("key", ["basepath", "foo"])
+def test_ort_refuses_an_external_data_key_it_does_not_read_and_takes_the_file_without_it(tmp_path, key):
+    with pytest.raises(Exception, match="model format error!"):
+        ort.InferenceSession(str(_external_w(tmp_path, **{key: "x"})), providers=["CPUExecutionProvider"])
+    ort.InferenceSession(str(_external_w(tmp_path, checksum="abc")), providers=["CPUExecutionProvider"])
+
+
+def test_an_unknown_external_data_key_is_refused_naming_it(tmp_path):
+    from service.errors import InvalidModel
+
+    with pytest.raises(InvalidModel, match="external data key 'basepath', which ONNX Runtime does not read"):
+        onnx_model_from_path(_external_w(tmp_path, basepath="/etc"), allowed_data_files={"w.bin"})
+    onnx_model_from_path(_external_w(tmp_path, checksum="abc"), allowed_data_files={"w.bin"})

@@ -865,9 +865,22 @@ def _is_external(t) -> bool:
     return t.data_location == 1  # TensorProto.EXTERNAL
 
 
+# The keys onnxruntime 1.32 reads in a tensor's external_data (core/framework/tensor_external_data_info.cc,
+# ExternalDataInfo::Create); any other key fails the session with "model format error!" and nothing more.
+_EXTERNAL_DATA_KEYS = frozenset({"location", "offset", "length", "checksum"})
+
+
 def _check_external_location(t, model_dir: Path, allowed: set[str], *, where: str) -> int:
     """Validate one external reference; return the byte length it covers."""
     info = {e.key: e.value for e in t.external_data}
+    unknown = sorted(set(info) - _EXTERNAL_DATA_KEYS)
+    if unknown:
+        raise InvalidModel(
+            f"Tensor in {where} has external data key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(repr(safe_name(k)) for k in unknown[:3])}, which ONNX Runtime does not read: it refuses the "
+            "file with 'model format error!' (ExternalDataInfo::Create takes location, offset, length and checksum).",
+            hint="remove the key from the tensor's external_data (onnx's set_external_data writes 'basepath' when "
+                 "given one; onnx.save writes only location, offset and length), then upload again")
     loc = info.get("location", "")
     bad = (
         not loc
