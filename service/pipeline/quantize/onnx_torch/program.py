@@ -25,6 +25,7 @@ from service.pipeline.vocabulary import graph_from_model
 
 from .module import ConversionError, MissingConverters, build_module, contiguous
 from .parity import parity_vs_onnx
+from .registry import UnsupportedNode
 from .specialize import specialized
 
 log = logging.getLogger(__name__)
@@ -181,6 +182,9 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     except ConversionError as e:
         raise ConversionSkipped(f"ONNX -> torch conversion failed at {e}", stage="convert", hint=PT2_HINT,
                                 conversion=conv) from e
+    except UnsupportedNode as e:  # outside any node: a graph output or body value torch has no tensor for
+        raise ConversionSkipped(f"ONNX -> torch conversion failed: {e} (a string tensor, say: torch has no tensor of "
+                                "that type)", stage="convert", hint=PT2_HINT, conversion=conv) from e
     conv.seconds["build"] = round(time.perf_counter() - t0, 3)
     conv.ops = dict(built.converted.most_common())
     conv.folded = dict(built.folded.most_common())
