@@ -103,3 +103,32 @@ def test_an_unknown_external_data_key_is_refused_naming_it(tmp_path):
     with pytest.raises(InvalidModel, match="external data key 'basepath', which ONNX Runtime does not read"):
         onnx_model_from_path(_external_w(tmp_path, basepath="/etc"), allowed_data_files={"w.bin"})
     onnx_model_from_path(_external_w(tmp_path, checksum="abc"), allowed_data_files={"w.bin"})
+
+
+def _shadowing_relu(domain=""):
+    fn = helper.make_function(domain, "Relu", ["a"], ["b"], [helper.make_node("Neg", ["a"], ["b"])],
+                              [helper.make_opsetid("", 17)])
+    m = tiny_onnx(nodes=[helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"], domain=domain)],
+                  initializers=[W])
+    m.functions.append(fn)
+    if domain:
+        m.opset_import.append(helper.make_opsetid(domain, 1))
+    return m
+
+
+def test_ort_runs_the_operator_and_onnx_s_inliner_the_function_that_shadows_it():
+    from onnx import inliner
+
+    m = _shadowing_relu()
+    y = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)})[0]
+    np.testing.assert_array_equal(y, [[0.0, 2.0, 0.0, 4.0]])  # Relu, not Neg
+    assert [n.op_type for n in inliner.inline_local_functions(m).graph.node] == ["MatMul", "Neg"]
+
+
+def test_a_function_named_like_an_operator_of_its_domain_is_refused_and_one_in_its_own_domain_taken(tmp_path):
+    from service.errors import InvalidModel
+
+    with pytest.raises(InvalidModel, match="Model-local function 'Relu' is in domain 'ai.onnx'"):
+        onnx_model_from_path(save(_shadowing_relu(), tmp_path / "m.onnx"))
+    onnx_model_from_path(save(_shadowing_relu("local"), tmp_path / "ok.onnx"))
