@@ -153,3 +153,25 @@ def test_bounded_trip_counts_run_the_job_as_before(loop_file, tmp_path):
     report = run_comparison(ComparisonRequest(model_path=loop_file, model_name="loop.onnx", options=options,
                                               budgets=Budgets(max_run_seconds=5)), tmp_path / "job")
     assert report.artifacts["fp32"].status == "ok" and report.artifacts["ort_qdq"].status == "ok"
+
+
+def test_a_while_loop_whose_exit_never_comes_is_stopped_too(tmp_path):
+    """No trip count; the body's condition (max |v| > 0) holds for any input that is not all zeros."""
+    state = [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+             helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("v", F, [1, 4])]
+    body = helper.make_graph(
+        [helper.make_node("Mul", ["v", "one"], ["vo"]), helper.make_node("Abs", ["vo"], ["a"]),
+         helper.make_node("ReduceMax", ["a"], ["m"], keepdims=0), helper.make_node("Greater", ["m", "zero"], ["co"])],
+        "body", state, [helper.make_tensor_value_info("co", TensorProto.BOOL, []), helper.make_tensor_value_info("vo", F, [1, 4])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["h"]), helper.make_node("Loop", ["", "keep_going", "x"], ["y"], name="spin", body=body)],
+        "g", [helper.make_tensor_value_info("x", F, [1, 4])], [helper.make_tensor_value_info("y", F, [1, 4])],
+        [numpy_helper.from_array(np.array(True), "keep_going"), numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+         numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, tmp_path / "spin.onnx")
+    with pytest.raises(BudgetExceeded) as e:
+        run_comparison(ComparisonRequest(model_path=tmp_path / "spin.onnx", options=ComparisonOptions.model_validate(QUICK),
+                                         budgets=Budgets(max_run_seconds=0.5)), tmp_path / "job")
+    assert "It holds a Loop" in e.value.message and "loops end in a few steps" in e.value.hint

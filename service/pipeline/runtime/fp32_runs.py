@@ -101,13 +101,15 @@ def _past_deadline(seconds: float, which: str, feed: dict, model, shapes) -> Bud
             f"Loop '{name}' takes its trip count or exit from input{'s' if len(names) > 1 else ''} "
             + ", ".join(f"'{n}'" + _value_words(feed.get(n)) for n in names) for name, names in loops if names) + "."
         said = said if said.strip(" .") else " It holds a Loop, whose trip count or exit may come from the values computed."
-    example = fed[0] if fed else "n"
+    bound = (f"give input_values that bound the loop (e.g. {{\"input_values\": {{\"{fed[0]}\": {{\"constant\": 16}}}}}} "
+             "or a low/high range a real input holds)" if fed else
+             "give input_values (or an .npz of real inputs) on which the model's loops end in a few steps" if loops else
+             "run it at smaller input shapes (options.input_shapes)")
     return BudgetExceeded(
         f"The fp32 model did not finish one inference on {which} within {seconds:g} s at the job's input shapes "
         f"({shown}); ONNX Runtime stopped it in the fp32 stage, before any path ran.{said}",
-        hint=(f"give input_values that bound the loop (e.g. {{\"input_values\": {{\"{example}\": {{\"constant\": 16}}}}}} "
-              "or a low/high range a real input holds), or upload an .npz of real inputs; a model this slow per sample "
-              "needs the operator to raise the budget 'max_run_seconds' (QUANTCOMPARE_BUDGET_MAX_RUN_SECONDS)"),
+        hint=(f"{bound}, or upload an .npz of real inputs; a model this slow per sample needs the operator to raise "
+              "the budget 'max_run_seconds' (QUANTCOMPARE_BUDGET_MAX_RUN_SECONDS)"),
         budget="max_run_seconds", limit=seconds, stage="fp32")
 
 
