@@ -121,6 +121,13 @@ MUTANTS: list[Mutant] = [
     Mutant("unstable_fp32_unflagged", "an fp32 output that ORT's float rewrites move below 40 dB is not flagged",
            "service/pipeline/verdict/reference_noise.py", "UNSTABLE_DB = 40.0", "UNSTABLE_DB = -100.0",
            ("tests/pipeline/test_lints.py",)),
+    Mutant("outputs_read_no_input", "a graph whose outputs read no input is taken (it 'succeeded' at 139 dB)",
+           "service/pipeline/inputs/safety/onnx_checks.py", "    if any(o.name in reached for o in g.output):\n        return",
+           "    if True:\n        return", ("tests/safety/test_hostile_structure.py::test_outputs_that_read_no_input_are_refused",)),
+    Mutant("union_find_no_compression", "the iterative union-find stops pointing the path at the root",
+           "service/pipeline/quantize/shortcuts/pt2e.py", "        shared_with_map[on_the_way] = node\n",
+           "        pass\n",
+           ("tests/pipeline/test_pt2e_shortcuts.py::test_the_loop_leaves_every_union_find_map_as_torchao_s_recursion_does",)),
 ]
 
 
