@@ -189,3 +189,12 @@ def test_a_member_nested_two_folders_deep_is_refused_by_name(tmp_path):
     model, data = _model_with_data()
     with pytest.raises(UnsafeArchive, match="member 'a/b/model.onnx.data' is nested more than one folder deep"):
         safe_extract_archive(_zip(tmp_path, {"model.onnx": model, "a/b/model.onnx.data": data}), _dest(tmp_path))
+
+
+def test_an_empty_onnx_in_an_archive_is_called_empty_not_an_old_ir_version(tmp_path):
+    from service.errors import InvalidModel
+
+    dest = _dest(tmp_path)
+    onnx_path = safe_extract_archive(_zip(tmp_path, {"model.onnx": b""}), dest)
+    with pytest.raises(InvalidModel, match="empty or not an ONNX model"):
+        onnx_model_from_path(onnx_path)

@@ -168,6 +168,11 @@ def check_input_elements(name: str, shape: tuple[int, ...] | list[int], budgets:
 def _check_header(model) -> None:
     import onnx
 
+    if model.ir_version <= 0 and not model.HasField("graph") and not model.opset_import:
+        # what an empty (0-byte) .onnx parses to: the archive path reads it without the upload sniffer, and
+        # "IR version 0 is outside 3..14" sent the user to re-save a file that holds nothing
+        raise InvalidModel("The .onnx file is empty or not an ONNX model: it holds no ir_version, opset_import or graph.",
+                           hint="Check that the model was fully written before it was archived, then upload it again.")
     if model.ir_version < MIN_IR_VERSION or model.ir_version > onnx.IR_VERSION:
         raise UnsupportedModel(
             f"The model's IR version {model.ir_version} is outside what this toolchain reads "
