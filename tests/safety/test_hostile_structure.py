@@ -132,3 +132,16 @@ def test_a_function_named_like_an_operator_of_its_domain_is_refused_and_one_in_i
     with pytest.raises(InvalidModel, match="Model-local function 'Relu' is in domain 'ai.onnx'"):
         onnx_model_from_path(save(_shadowing_relu(), tmp_path / "m.onnx"))
     onnx_model_from_path(save(_shadowing_relu("local"), tmp_path / "ok.onnx"))
+
+
+def test_a_function_standing_in_for_an_operator_of_a_later_opset_is_not_called_ambiguous(tmp_path):
+    """Gelu became an operator at opset 20: at opset 17 a local 'Gelu' has one meaning. (onnx's full checker
+    refuses a default-domain function that names no registered operator anyway; the API's pre-check does not
+    run it.)"""
+    from service.pipeline.inputs.safety import check_onnx_model
+
+    fn = helper.make_function("", "Gelu", ["a"], ["b"], [helper.make_node("Relu", ["a"], ["b"])], [helper.make_opsetid("", 17)])
+    m = tiny_onnx(nodes=[helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Gelu", ["h"], ["y"])],
+                  initializers=[W], opset=17)
+    m.functions.append(fn)
+    check_onnx_model(m, model_dir=None, structural_check=False)

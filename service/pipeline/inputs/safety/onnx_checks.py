@@ -517,20 +517,31 @@ def _refuse_repeated_node_names(nodes) -> None:
                  "`for i, n in enumerate(model.graph.node): n.name = f'{n.name or n.op_type}_{i}'`, and upload again.")
 
 
-def _refuse_function_shadowing_an_operator(fn) -> None:
-    """A model-local function named like an operator of its domain (``Relu`` in ai.onnx) means two things:
-    onnxruntime and onnx's reference evaluator run the operator, onnx's inliner (and what reads an inlined
-    copy) the function's body; the PT2E path then failed parity vs ORT with no word on why."""
+def _refuse_function_shadowing_an_operator(fn, model) -> None:
+    """A model-local function named like an operator its domain has at the model's opset (``Relu`` in ai.onnx)
+    means two things: onnxruntime and onnx's reference evaluator run the operator, onnx's inliner (and what
+    reads an inlined copy) the function's body; the PT2E path then failed parity vs ORT with no word on why.
+    A function standing in for an operator of a later opset (``Gelu`` at opset 17) is what exporters write, and
+    is taken: no operator of that name exists at the model's opset."""
     import onnx.defs
 
-    domain = fn.domain or ""
-    if domain in ("", "ai.onnx", "ai.onnx.ml") and onnx.defs.has(fn.name, "" if domain == "ai.onnx" else domain):
-        raise InvalidModel(
-            f"Model-local function '{safe_name(fn.name)}' is in domain '{safe_name(domain) or 'ai.onnx'}', which has an "
-            f"operator of that name: ONNX Runtime runs the operator, onnx's function inliner the function's body, "
-            "so the model means two things.",
-            hint="Put the function in a domain of its own (FunctionProto.domain and the calling nodes' domain, plus an "
-                 "opset_import for it), or rename it, then upload again.")
+    domain = "" if fn.domain in ("", "ai.onnx") else fn.domain
+    if domain not in ("", "ai.onnx.ml"):
+        return
+    version = next((o.version for o in model.opset_import if (o.domain or "") in ((domain,) if domain else ("", "ai.onnx"))),
+                   None)
+    if version is None:
+        return
+    try:
+        onnx.defs.get_schema(fn.name, max_inclusive_version=version, domain=domain)
+    except onnx.defs.SchemaError:
+        return
+    raise InvalidModel(
+        f"Model-local function '{safe_name(fn.name)}' is in domain '{domain or 'ai.onnx'}', which has an operator of "
+        f"that name at the model's opset {version}: ONNX Runtime runs the operator, onnx's function inliner the "
+        "function's body, so the model means two things.",
+        hint="Put the function in a domain of its own (FunctionProto.domain and the calling nodes' domain, plus an "
+             "opset_import for it), or rename it, then upload again.")
 
 
 def itemsize_of(data_type: int) -> int:
@@ -589,7 +600,7 @@ class _Walker:
         """A body is checked like a graph (its own constants: a ConstantOfShape or a Loop's trip
         count inside a function was only bounded by the job's timeout), and each call site counts
         the nodes the call inlines to (``_inlined_nodes``)."""
-        _refuse_function_shadowing_an_operator(fn)
+        _refuse_function_shadowing_an_operator(fn, self.model)
         self._count(len(fn.node))
         consts: dict[str, np.ndarray] = {}
         shapes: dict[str, tuple[int, ...]] = {}
