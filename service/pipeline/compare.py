@@ -68,6 +68,7 @@ from service.pipeline.verdict.lints import (
     no_artifact_lints,
     overridable_initializer_lints,
     padded_selection_lints,
+    qoperator_dropped_relu_lints,
     random_op_lints,
     repeated_weight_lints,
     selection_input_lints,
@@ -205,6 +206,8 @@ def run_comparison(
                               concurrent_jobs=request.concurrent_jobs,
                               pt2e_time_limit_s=options.pt2e.time_limit_s or request.pt2e_time_limit_s)
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
+    # before the levels stage, which takes (and drops) the graphs the inspect stage parsed
+    dropped_activations = qoperator_dropped_relu_lints(fp32.file.model, _loaded_model(inspected, "ort_qoperator"))
     levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                             out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded,
                             concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs,
@@ -229,6 +232,7 @@ def run_comparison(
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
         + random_op_lints(fp32.file.model) + fed_back_selection_lints(fp32.file.model)
+        + dropped_activations
         + integer_weight_lints(fp32.file.model) + overridable_initializer_lints(fp32.file.model)
         + folded_input_lints(artifacts.get("pt2e_qdq"))
         + no_artifact_lints(artifacts, already_quantized=run.already_quantized)
@@ -240,6 +244,12 @@ def run_comparison(
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
         cost=job_cost(run.timings, artifacts, options),
     )
+
+
+def _loaded_model(inspected: Inspected, artifact: str):
+    """The ModelProto of a file the inspect stage parsed (its graph only), or None when the path did not get there."""
+    graph = inspected.loaded.get(artifact)
+    return graph.model if graph is not None else None
 
 
 def _clear_earlier_run(art_dir: Path, request: ComparisonRequest) -> None:
