@@ -90,6 +90,10 @@ class OutputNumerics(_Model):
     # Values that are inf or NaN here where fp32 has a number (or another non-finite value); when
     # nonzero, sqnr_db is the floor (-200) and cosine 0.
     nonfinite: int = 0
+    # The one value this file's output takes over every eval sample, when fp32's takes more than one:
+    # the output collapsed (its quantization step, or an upstream one, exceeds everything it varies by),
+    # so the SQNR measures a constant, not noise on a signal.
+    constant_value: float | None = None
     mismatch_share: float | None = None  # with compared "exact": share of elements that differ from fp32
     # Quantization step of this output (scale of the DQ that produces it), when quantized.
     output_step: float | None = None

@@ -138,6 +138,16 @@ def compared_exactly(reference: np.ndarray) -> bool:
     return reference.dtype.kind not in "fc"
 
 
+def collapsed_to(reference: np.ndarray, actual: np.ndarray) -> float | None:
+    """The single finite value ``actual`` holds everywhere, when ``reference`` holds more than one."""
+    if actual.size < 2 or not np.all(np.isfinite(actual)):
+        return None
+    first = actual.flat[0]
+    if not np.all(actual == first) or np.all(reference == reference.flat[0]):
+        return None
+    return float(first)
+
+
 def mismatch_share(reference: np.ndarray, actual: np.ndarray) -> float:
     """Share of the elements of an exactly compared output that differ from the reference."""
     return float(np.mean(reference != actual)) if reference.size else 0.0
@@ -187,7 +197,7 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
         outs.append(OutputNumerics(
             name=names[k], reference=reference_names[k], sqnr_db=sqnr_db(ref, got), cosine=cosine(ref, got),
             max_abs_error=max_abs_error(ref, got), nonfinite=nonfinite_mismatches(ref, got), output_step=steps[k],
-            drift_max_abs=drift, drift_steps=drift_steps,
+            constant_value=collapsed_to(ref, got), drift_max_abs=drift, drift_steps=drift_steps,
         ))
     compared = [o for o in outs if o.compared == "elementwise"]
     exact = [o for o in outs if o.compared == "exact"]

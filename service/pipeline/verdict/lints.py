@@ -98,6 +98,7 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
                      "type ONNX shape inference cannot give",
             ))
         out.extend(_nonfinite_lints(a, per_level))
+        out.extend(_collapsed_output_lints(a, per_level))
         out.extend(_integer_output_lints(a, per_level))
         out.extend(_data_dependent_lints(a, per_level))
 
@@ -569,6 +570,27 @@ def _nonfinite_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> lis
              "and its input in float (ort.nodes_to_exclude for the ORT paths), or clamp before it in the model; "
              "the per-tensor table (layers, 'nonfinite') shows the first tensor that holds them",
     ) for name, (count, levels) in worst.items()]
+
+
+def _collapsed_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
+    """One lint per float output that is a single value over every eval sample in this file while
+    fp32's varies (PP-OCRv3's detector on generated samples: every quantized file wrote 0.0 everywhere,
+    0.0 dB, and nothing said the figure measured a constant)."""
+    seen: dict[str, tuple[float, list[str]]] = {}
+    for level, opt in per_level.items():
+        for o in (opt.numerics.outputs if opt.numerics else []):
+            if o.constant_value is not None:
+                seen[o.name] = (o.constant_value, [*seen.get(o.name, (0.0, []))[1], level])
+    return [Lint(
+        code="collapsed_output", severity="warning", artifact=artifact,
+        message=f"output {name!r} is {value:g} at every element of every evaluation sample (at {', '.join(levels)}) "
+                "where fp32's varies: the file computes a constant there, so its SQNR and cosine measure that "
+                "constant, not noise on the model's output.",
+        hint="the output's quantization step, or one upstream of it, is larger than everything the output varies "
+             "by: a range calibrated on inputs unlike the real ones (upload an .npz), or an output whose offset "
+             "dwarfs its spread; keep the last ops in float (ort.nodes_to_exclude), and the per-tensor table "
+             "(layers) shows where the values collapse",
+    ) for name, (value, levels) in seen.items()]
 
 
 def _integer_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
