@@ -158,9 +158,8 @@ RULE_KIND: dict[str, str] = {
 # ClipQuantFusion, registered as ReluQuantRewrite / ClipQuantRewrite): quantizing their output is the change that helps.
 _ABSORBED_BY_Q = {"Relu", "Clip"}
 # The op versions (SinceVersion) a rule is registered for, where it names any; an op absent here matches at
-# every version. ONNX_SINCE: the versions the ONNX schema has, to find the one a node of an opset resolves to.
+# every version.
 OP_VERSIONS = {"MaxPool": (12, 22)}
-ONNX_SINCE = {"MaxPool": (1, 8, 10, 11, 12, 22)}
 # ORT's layout/extended passes rename float ops; the selector saw the original one.
 _BASE_OP = {"com.microsoft.FusedConv": "Conv", "com.microsoft.nchwc.Conv": "Conv",
             "com.microsoft.FusedMatMul": "MatMul", "com.microsoft.FusedGemm": "Gemm",
@@ -257,10 +256,12 @@ def _resize_blocker(n) -> tuple[str, str] | None:
 
 
 def _since_version(op: str, opset: int) -> int | None:
-    """The ONNX schema version a node of ``op`` in a graph of ``opset`` resolves to (SinceVersion), for the ops
-    OP_VERSIONS restricts; None for the others."""
-    versions = [s for s in ONNX_SINCE.get(op, ()) if s <= opset]
-    return versions[-1] if versions else None
+    """The ONNX schema version a node of ``op`` in a graph of ``opset`` resolves to (SinceVersion, what ORT's
+    rule lookup compares), from onnx's own schema registry; None where onnx has no such op."""
+    try:
+        return onnx.defs.get_schema(op, opset, "").since_version
+    except onnx.defs.SchemaError:
+        return None
 
 
 def _why_dtype(v: _View, tensor: str, int8_allowed: bool) -> str:

@@ -542,14 +542,15 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
     )]
 
 
-def _worst_per_output(per_level: dict[str, OptimizedLevel], figure) -> dict[str, tuple[float, list[str]]]:
-    """output -> (the largest nonzero ``figure(output)`` at one level, the levels where it is nonzero)."""
+def _worst_per_output(per_level: dict[str, OptimizedLevel], figure, *, kept=bool) -> dict[str, tuple[float, list[str]]]:
+    """output -> (the largest ``figure(output)`` at one level, the levels where it is ``kept``: nonzero unless
+    said otherwise)."""
     worst: dict[str, tuple[float, list[str]]] = {}
     for level, opt in per_level.items():
         for o in (opt.numerics.outputs if opt.numerics else []):
             value = figure(o)
-            if value:
-                top, levels = worst.get(o.name, (0, []))
+            if kept(value):
+                top, levels = worst.get(o.name, (value, []))
                 worst[o.name] = (max(top, value), [*levels, level])
     return worst
 
@@ -576,11 +577,7 @@ def _collapsed_output_lints(artifact: str, per_level: dict[str, OptimizedLevel])
     """One lint per float output that is a single value over every eval sample in this file while
     fp32's varies (PP-OCRv3's detector on generated samples: every quantized file wrote 0.0 everywhere,
     0.0 dB, and nothing said the figure measured a constant)."""
-    seen: dict[str, tuple[float, list[str]]] = {}
-    for level, opt in per_level.items():
-        for o in (opt.numerics.outputs if opt.numerics else []):
-            if o.constant_value is not None:
-                seen[o.name] = (o.constant_value, [*seen.get(o.name, (0.0, []))[1], level])
+    seen = _worst_per_output(per_level, lambda o: o.constant_value, kept=lambda v: v is not None)  # 0.0 counts
     return [Lint(
         code="collapsed_output", severity="warning", artifact=artifact,
         message=f"output {name!r} is {value:g} at every element of every evaluation sample (at {', '.join(levels)}) "
