@@ -18,6 +18,13 @@ LEVEL_VALUES = {"disable_all": 0, "basic": 1, "extended": 2, "layout": 3, "all":
 
 QuantArtifact = Literal["pt2e_qdq", "ort_qdq", "ort_qoperator"]
 Level = Literal["disable_all", "basic", "extended", "layout", "all"]
+# How deep a comparison goes (docs/CONTRACTS.md, "Depth"): structure = files, level graphs, diffs,
+# blockers, decisions; standard adds accuracy at every level, latency at latency_levels, the per-tensor
+# table and advice; full adds latency at every level and the per-tensor error by level.
+Depth = Literal["structure", "standard", "full"]
+DEPTHS = ("structure", "standard", "full")
+# Gate metrics by the depth that measures them (the others read the files and level graphs only).
+ACCURACY_METRICS = frozenset({"sqnr_db", "cosine", "max_abs_error", "mismatch_share"})
 
 
 class _Strict(BaseModel):
@@ -122,11 +129,16 @@ class LatencyOptions(_Strict):
 
 
 class AdviceOptions(_Strict):
-    """Re-run the changes the blockers point to (e.g. uint8 activations on x86) and measure them."""
+    """Re-run the changes the blockers point to (e.g. uint8 activations on x86) and measure them.
+
+    The re-runs take at most ``budget_share`` of the job's time before advice starts (0.2: a fifth of
+    it), or ``budget_seconds`` when it is given (either raises the budget); a candidate that would not
+    fit is not re-run, and the report lists it with the reason."""
 
     enabled: bool = True
-    # Job time the re-runs may take together; a candidate that would not fit is not re-run.
-    budget_seconds: float = Field(60.0, ge=0, le=3600)
+    budget_share: float = Field(0.2, ge=0, le=100)
+    # Seconds the re-runs may take together, instead of budget_share x the job's time so far.
+    budget_seconds: float | None = Field(None, ge=0, le=3600)
     level: Level = "all"
 
 
@@ -195,6 +207,11 @@ class ComparisonOptions(_Strict):
     pt2e: Pt2eOptions = Field(default_factory=Pt2eOptions)
     ort: OrtQuantOptions = Field(default_factory=OrtQuantOptions)
     levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
+    depth: Depth = "standard"
+    # The levels whose latency is timed (depth "full": every level); the others say "not timed".
+    # Default: ORT's default level, the one a deployment runs (the highest of ``levels`` when they leave
+    # "all" out). Accuracy is measured at every level of ``levels`` whatever this says.
+    latency_levels: list[Level] = Field(default_factory=lambda: ["all"])
     latency: LatencyOptions = Field(default_factory=LatencyOptions)
     attribution: bool = False
     advice: AdviceOptions = Field(default_factory=AdviceOptions)
@@ -203,6 +220,40 @@ class ComparisonOptions(_Strict):
     # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
     # into each relative gate's ``baseline_values`` before the job runs.
     baseline: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _latency_level_among_levels(cls, data):
+        """latency_levels left out while ``levels`` leaves out "all": the highest level run is timed."""
+        if isinstance(data, dict) and "latency_levels" not in data and isinstance(data.get("levels"), list):
+            run = [lv for lv in LEVELS if lv in data["levels"]]
+            if run and "all" not in run:
+                data = {**data, "latency_levels": [run[-1]]}
+        return data
+
+    @model_validator(mode="after")
+    def _latency_levels_are_run(self):
+        missing = [lv for lv in self.latency_levels if lv not in self.levels]
+        if missing:
+            raise ValueError(f"latency_levels {missing} are not among the levels run ({self.levels}): add them to "
+                             "levels, or leave them out of latency_levels")
+        return self
+
+    @model_validator(mode="after")
+    def _gates_are_measured(self):
+        """A gate on a figure this depth (or latency_levels) does not measure would fail for missing data:
+        refused here, naming the option that measures it."""
+        timed = timed_levels(self)
+        for gate in self.gates:
+            name = f"{gate.artifact}.{gate.level}.{gate.metric}"
+            if self.depth == "structure" and (gate.metric in ACCURACY_METRICS or gate.metric == "latency_ratio"):
+                raise ValueError(f"gate {name} reads a figure that depth 'structure' does not measure: set depth "
+                                 "'standard' (or leave depth out)")
+            if gate.metric == "latency_ratio" and self.latency.enabled and gate.level not in timed:
+                raise ValueError(f"gate {name} reads the latency at level {gate.level!r}, which is not timed "
+                                 f"(latency_levels {self.latency_levels}): add {gate.level!r} to latency_levels, "
+                                 "or set depth 'full'")
+        return self
 
     @model_validator(mode="after")
     def _relative_gates_have_a_baseline(self):
@@ -214,7 +265,7 @@ class ComparisonOptions(_Strict):
                 )
         return self
 
-    @field_validator("artifacts", "levels")
+    @field_validator("artifacts", "levels", "latency_levels")
     @classmethod
     def _unique_nonempty(cls, v):
         if not v:  # nothing would be made or measured, and a job without gates would read "passed"
@@ -230,6 +281,25 @@ class ComparisonOptions(_Strict):
             if not dims or any(d < 1 or d > 1_000_000 for d in dims):
                 raise ValueError(f"input_shapes[{name!r}]: every dim must be between 1 and 1000000")
         return v
+
+
+def timed_levels(options: ComparisonOptions) -> list[str]:
+    """The levels whose latency this job times, in ORT's order: ``latency_levels`` (every level at depth
+    "full"); none at depth "structure" or with ``latency.enabled`` false."""
+    if options.depth == "structure" or not options.latency.enabled:
+        return []
+    wanted = options.levels if options.depth == "full" else options.latency_levels
+    return [lv for lv in LEVELS if lv in options.levels and lv in wanted]
+
+
+def measures_accuracy(options: ComparisonOptions) -> bool:
+    """Evaluation runs (numerics at every level, the per-tensor table, advice): every depth but structure."""
+    return options.depth != "structure"
+
+
+def layers_by_level(options: ComparisonOptions) -> bool:
+    """The per-tensor table's SQNR at every level: ``layers.by_level``, or depth "full"."""
+    return options.layers.by_level or options.depth == "full"
 
 
 def resolved_ort_settings(options: ComparisonOptions) -> dict[str, Any]:

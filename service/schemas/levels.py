@@ -126,7 +126,7 @@ class LatencyStats(_Model):
     batch: dict[str, list[int]] = Field(default_factory=dict)  # input shapes timed
     # The adaptive protocol (service/pipeline/runtime/latency.py) and the load while it measured.
     p10_ms: float | None = None
-    runs_from_eval: int = 0  # timed runs that were evaluation runs (the rest ran the first eval feed)
+    runs_from_eval: int = 0  # timed runs that were evaluation runs (0 since accuracy runs untimed: issue 39)
     median_ci_ms: list[float] | None = None  # distribution-free ~95% interval of the median
     spread: float | None = None  # (p90 - p10) / median
     stable: bool | None = None  # the interval reached +-stable_rel of the median
@@ -165,9 +165,13 @@ class OptimizedLevel(_Model):
     diff: LevelDiff | None = None
     numerics: LevelNumerics | None = None
     latency: LatencyStats | None = None
+    # What this level did not measure, and the option that would: {"latency": "not timed: ..."}
+    # ("numerics" at depth "structure", "latency" at a level outside options.latency_levels).
+    not_measured: dict[str, str] = Field(default_factory=dict)
     session_seconds: float | None = None
-    # Wall seconds of this level's evaluation runs, latency top-ups and numerics (0 when it reused the
-    # level it equals): what ``Report.cost`` adds up per level and per artifact.
+    # Wall seconds of this level's accuracy runs and numerics, plus its latency runs when it was timed
+    # (0 when it reused the level it equals): what ``Report.cost`` adds up per level and per artifact.
+    # Set in the finished report only (a partial report's levels have it null: timing adds to it).
     evaluate_seconds: float | None = None
     # The graph ORT wrote at this level (service/pipeline/runtime/level_graphs.py): its SHA-256 with
     # the initializers in "model.data" (in canonical form: node names cleared, nodes sorted, since ORT
