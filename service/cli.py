@@ -22,6 +22,7 @@ from service.api.cli_serve import add_serve_parser
 from service.errors import InvalidOptions, QuantCompareError, error_from_os, validation_detail, validation_errors
 from service.examples import list_examples
 from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.sections import LEVEL_GRAPHS
 from service.pipeline.logs import quiet_toolchain_logs
 from service.schemas.options import ComparisonOptions
 from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
@@ -76,11 +77,26 @@ def _cmd_compare(args) -> int:
         if not args.quiet and sys.stderr.isatty():
             print(f"\r{stage:<10} {done}/{total}   ", end="", file=sys.stderr, flush=True)
 
+    cores, cores_source = _cores(args)
     request = ComparisonRequest(
         options=options, model_path=model_path, example=args.example, calibration_path=calibration,
         model_name=model_path.name if model_path else args.example, data_beside_model=True,
+        job_cores=cores, job_cores_source=cores_source,
     )
-    report = run_comparison(request, out, progress=progress)
+
+    def on_section(name: str, partial) -> None:
+        # The structure table as soon as it exists: what each file holds and what ORT runs at each level
+        # (accuracy, latency and advice follow, and the full table ends the run).
+        if name != LEVEL_GRAPHS or args.quiet:
+            return
+        if sys.stderr.isatty():
+            print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
+        try:
+            print(terminal_safe(summary_table(partial)) + "\n", flush=True)
+        except BrokenPipeError:
+            pass
+
+    report = run_comparison(request, out, progress=progress, on_section=on_section)
     if not args.quiet and sys.stderr.isatty():
         print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
     (out / "report.json").write_text(report.model_dump_json(indent=2))
@@ -92,6 +108,25 @@ def _cmd_compare(args) -> int:
         # stays the verdict's (1 is a failed gate). Python would flush to the closed pipe again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if report.verdict.passed else 1
+
+
+def _cores(args) -> tuple[int | None, str | None]:
+    """--cores, else QUANTCOMPARE_JOB_CORES, else None (every usable core: the CLI runs one job)."""
+    if args.cores is not None:
+        if args.cores < 1:
+            raise InvalidOptions(f"--cores {args.cores}: give 1 or more", hint="leave --cores out to use every core")
+        return args.cores, "--cores"
+    raw = os.environ.get("QUANTCOMPARE_JOB_CORES")
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise InvalidOptions(f"QUANTCOMPARE_JOB_CORES={raw!r} is not a whole number of cores (1 or more)",
+                                 hint="unset it to use every core, or give --cores N")
+        return value, "QUANTCOMPARE_JOB_CORES"
+    return None, None
 
 
 def _cmd_examples(args) -> int:
@@ -112,7 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--options", help="options as JSON, or @file.json")
     p.add_argument("--calibration", help=".npz with one array per input, samples on the leading axis")
     p.add_argument("--out", required=True, help="output folder (report.json, artifacts/)")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress line")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no early structure table")
+    p.add_argument("--cores", type=int, default=None,
+                   help="cores for the untimed accuracy runs (default: $QUANTCOMPARE_JOB_CORES, else every usable "
+                        "core); latency is timed alone on options.latency.intra_op_threads either way")
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("examples", help="list the built-in example models")

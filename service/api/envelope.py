@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from service.jobs.store import JobRecord
-from service.jobs.storage.report_file import read_report_bytes, stored_report
+from service.jobs.storage.report_file import read_report_bytes, stored_partial_report, stored_report
 from service.schemas.api import Job, JobLinks, Problem, Progress
 from service.schemas.report import Report
 
@@ -35,8 +35,9 @@ class ReportCache:
         self._size = size
         self._lock = threading.Lock()
 
-    def load(self, job_dir: Path) -> Report | None:
-        path = stored_report(job_dir)
+    def load(self, job_dir: Path, *, partial: bool = False) -> Report | None:
+        """The job's report; ``partial``: the sections a running job has finished so far."""
+        path = stored_partial_report(job_dir) if partial else stored_report(job_dir)
         try:
             if path is None:
                 return None
@@ -48,7 +49,7 @@ class ReportCache:
                 self._items.move_to_end(key)
                 return self._items[key]
         try:
-            report = Report.model_validate_json(read_report_bytes(job_dir))
+            report = Report.model_validate_json(read_report_bytes(job_dir, partial=partial))
         except (OSError, ValidationError, ValueError):
             # A report written by an older schema: treat as absent rather than fail the request.
             log.warning("report of %s does not load with this version's schema", job_dir.name, exc_info=True)
@@ -61,7 +62,9 @@ class ReportCache:
 
 
 def envelope(rec: JobRecord, job_dir: Path, reports: ReportCache, *, cached: bool = False) -> Job:
-    report = reports.load(job_dir) if rec.status == "succeeded" else None
+    # A running job carries the sections it has finished (Report.partial); a finished one its report.
+    report = (reports.load(job_dir) if rec.status == "succeeded"
+              else reports.load(job_dir, partial=True) if rec.status == "running" else None)
     return Job(
         id=rec.id, status=rec.status, cached=cached,
         created_at=_ts(rec.created_at), started_at=_ts(rec.started_at), finished_at=_ts(rec.finished_at),

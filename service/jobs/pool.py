@@ -16,6 +16,7 @@ process ever forks after torch is imported.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -34,7 +35,7 @@ import psutil
 from service.config import Settings
 from service.errors import Interrupted, JobFolderMissing, JobTimeout, WorkerDied, WorkerMemoryLimit
 from service.jobs.metrics import JobMetrics
-from service.jobs.spec import ARTIFACTS_DIR
+from service.jobs.spec import ARTIFACTS_DIR, JobSpec
 from service.jobs.store import JobRecord, JobStore
 from service.jobs.storage.report_file import remove_report
 from service.jobs.worker import clean_env_launcher, worker_main
@@ -198,7 +199,7 @@ class WorkerPool:
                 shutil.rmtree(job_dir / ARTIFACTS_DIR, ignore_errors=True)
                 remove_report(job_dir)
             try:
-                w.conn.send({"job": rec.spec.to_json(), "job_dir": str(job_dir.resolve())})
+                w.conn.send({"job": self._with_cores(rec.spec).to_json(), "job_dir": str(job_dir.resolve())})
             except (OSError, ValueError):
                 self.store.requeue(rec.id, count_attempt=False)
                 self._kill(w, None)
@@ -207,6 +208,12 @@ class WorkerPool:
             w.state, w.job, w.job_started, w.stage, w.stage_started = "busy", rec, now, None, now
             w.peak_rss_mb = 0.0
             log.info("job %s -> worker %s", rec.id, w.process.pid)
+
+    def _with_cores(self, spec: JobSpec) -> JobSpec:
+        """The spec with this machine's cores per job: the pool that runs a job decides (a Celery worker's
+        machine may differ from the API's)."""
+        cores, source = self.settings.cores_per_job
+        return dataclasses.replace(spec, job_cores=cores, job_cores_source=source)
 
     def _wait_and_handle(self, timeout: float) -> None:
         objs: list = [self._wake_r]

@@ -2,7 +2,9 @@
 
 This is the whole job contract for any executor: ``run_comparison_job(spec, job_dir, progress)``
 with the job folder as the current directory. The presence of the report (``report.json.gz``,
-``jobs/storage/report_file.py``) means success.
+``jobs/storage/report_file.py``) means success. While the job runs, each section the core finishes
+is written to ``report.partial.json.gz`` (atomically, in the job folder, so the API serves it whichever
+executor ran the job: the local pool or a Celery worker on a shared data dir).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Callable
 
 from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive, running_jobs_probe, running_marker
 from service.jobs.spec import JobSpec
-from service.jobs.storage.report_file import write_report
+from service.jobs.storage.report_file import write_partial_report, write_report
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.inputs.safety import Budgets
 from service.schemas.options import ComparisonOptions
@@ -32,9 +34,14 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         keep_level_graphs=False,  # level graphs are made again on download (service/jobs/storage/level_downloads.py)
         concurrent_jobs=running_jobs_probe(job_dir),
         pt2e_time_limit_s=spec.pt2e_time_limit_s,
+        job_cores=spec.job_cores, job_cores_source=spec.job_cores_source,
     )
+
+    def on_section(name: str, report) -> None:
+        write_partial_report(job_dir, report.model_dump_json())
+
     with running_marker(job_dir):
-        report = run_comparison(request, job_dir, progress=progress, report_id=spec.id)
+        report = run_comparison(request, job_dir, progress=progress, report_id=spec.id, on_section=on_section)
         dedupe_job_files(job_dir)
     write_report(job_dir, report.model_dump_json())
     # Only once the result is complete: a job interrupted before this line runs again from its input.

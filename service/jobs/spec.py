@@ -11,6 +11,7 @@ Job folder layout::
         job.json            this spec
         input/model.onnx    the upload (or model.pt2), input/calibration.npz
         artifacts/          <artifact>.onnx, <artifact>.<level>.onnx  (written by the core)
+        report.partial.json.gz  while it runs: the sections finished so far (written atomically, removed at the end)
         report.json.gz      the report (gzip JSON), written last, atomically: its presence means "succeeded"
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 SPEC_FILE = "job.json"
 REPORT_FILE = "report.json.gz"  # see jobs/storage/report_file.py
+PARTIAL_REPORT_FILE = "report.partial.json.gz"  # the sections finished so far, while the job runs
 LEGACY_REPORT_FILE = "report.json"  # folders written before the report was compressed
 ARTIFACTS_DIR = "artifacts"
 INPUT_DIR = "input"
@@ -42,6 +44,10 @@ class JobSpec:
     budgets: dict[str, Any] = field(default_factory=dict)
     # The PT2E path's time limit unless the options set one (the server's share of its job time limit).
     pt2e_time_limit_s: float | None = None
+    # The cores the job's accuracy runs use, and where that figure comes from: set by the pool that
+    # runs the job (its machine's QUANTCOMPARE_JOB_CORES or cores / workers), not at submission.
+    job_cores: int | None = None
+    job_cores_source: str | None = None
     kind: str = "comparison"
 
     def to_json(self) -> str:

@@ -44,7 +44,7 @@ from service.pipeline.inputs.specs import output_specs_from_onnx, resolved_input
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
 from service.pipeline.inputs.stored_nonfinite import nonfinite_weights, selected_by_where
-from service.schemas.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.options import ComparisonOptions, layers_by_level, measures_accuracy, resolved_ort_settings, timed_levels
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
 from service.pipeline.isolation import PATH_TIME_LIMIT, PathOutcome, run_path
@@ -56,6 +56,8 @@ from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side,
 from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
 from service.pipeline.layers.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.runtime.parallel_runs import ACCURACY_HOW, job_cores_default
+from service.pipeline.sections import ADVICE, FILES, LAYERS, LEVEL_GRAPHS, OnSection, Sections
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.verdict.advice import advice_plan_for_job, timed_advice
 from service.pipeline.verdict.decide import decided_from_levels
@@ -74,16 +76,17 @@ from service.pipeline.verdict.lints import (
     selection_input_lints,
 )
 from service.pipeline.verdict.made_up_data import made_up_data_lints
+from service.pipeline.verdict.not_measured import not_measured
 from service.pipeline.vocabulary import GraphIndex, all_nodes, op_key
 from service.schemas.levels import Lint
 from service.schemas.layers import LayersReport
-from service.schemas.report import (Artifact, FileInfo, ModelInfo, PathError, QuantizationInventory, Report, TensorSpec,
-                                   ToolInfo)
+from service.schemas.report import (Artifact, FileInfo, JobCores, ModelInfo, PathError, QuantizationInventory, Report,
+                                   TensorSpec, ToolInfo)
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "advice", "decide")
+STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "latency", "advice", "decide")
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,10 @@ class ComparisonRequest:
     # The PT2E path's time limit when options.pt2e.time_limit_s leaves it open: the service's share
     # of its job time limit (jobs/submission.py), so that the ORT paths' results outlive a slow PT2E.
     pt2e_time_limit_s: float | None = None
+    # The cores the job's untimed accuracy runs use (runtime/parallel_runs.py), and where the figure comes
+    # from (the service: QUANTCOMPARE_JOB_CORES or cores / workers); None: every usable core (the CLI).
+    job_cores: int | None = None
+    job_cores_source: str | None = None
 
 
 def _source(request: ComparisonRequest, workdir: Path):
@@ -187,10 +194,24 @@ class Inspected:
     fixed_dims: list[str] = field(default_factory=list)  # files whose inputs lost the upload's symbolic dims
 
 
+def _job_cores(request: ComparisonRequest) -> JobCores:
+    if request.job_cores is not None:
+        cores, source = request.job_cores, request.job_cores_source or "the caller"
+    else:
+        cores = job_cores_default(1)
+        source = f"the machine's {cores} usable cores (one job at a time)"
+    return JobCores(cores=cores, source=source, how=ACCURACY_HOW.format(cores=cores))
+
+
 def run_comparison(
     request: ComparisonRequest, workdir: Path, *, progress: Progress | None = None, report_id: str | None = None,
+    on_section: OnSection | None = None,
 ) -> Report:
+    """The comparison; ``on_section(name, partial report)`` as each section is done (``sections.py``)."""
     options = request.options
+    started = time.perf_counter()
+    sections = Sections(on_section)
+    cores = _job_cores(request)
     workdir = Path(workdir).resolve()  # absolute: ORT's pre-processing changes the directory meanwhile
     run = _Run(art_dir=workdir / "artifacts", scratch=workdir / "scratch",
                notify=progress or (lambda stage, done, total: None))
@@ -206,29 +227,43 @@ def run_comparison(
                               concurrent_jobs=request.concurrent_jobs,
                               pt2e_time_limit_s=options.pt2e.time_limit_s or request.pt2e_time_limit_s)
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
+    env = environment()
+    sections.publish(FILES, id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
+                     model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=inspected.artifacts,
+                     not_measured=not_measured(options), job_cores=cores)
     # before the levels stage, which takes (and drops) the graphs the inspect stage parsed
     dropped_activations = qoperator_dropped_relu_lints(fp32.file.model, _loaded_model(inspected, "ort_qoperator"))
+
+    def levels_section(name: str, so_far) -> None:
+        fields = {"artifacts": {n: _with_levels(art, so_far.optimized[n]) if n in so_far.optimized else art
+                                for n, art in inspected.artifacts.items()}, "agreement": so_far.agreement}
+        if name == LEVEL_GRAPHS:  # the decisions read the level graphs only
+            fields["decisions"] = decided_from_levels(
+                so_far, inventories=inspected.inventories, options=options,
+                batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu).decisions
+        sections.publish(name, **fields)
+
     levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                             out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded,
-                            concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs,
-                            data_dependent=fp32.data_dependent_outputs())
+                            concurrent_jobs=request.concurrent_jobs, cores=cores.cores,
+                            # the per-tensor table by level reads the level graphs from the artifacts folder
+                            keep_level_graphs=request.keep_level_graphs or layers_by_level(options),
+                            data_dependent=fp32.data_dependent_outputs(), on_section=levels_section)
     run.timings.update(levels.timings)
-    layers, advice, refuted = layers_and_advice_stages(options, prepared, fp32, inspected, levels, outcomes, run,
-                                                       parallel=request.parallel_paths,
-                                                       concurrent_jobs=request.concurrent_jobs)
+    layers, advice, refuted, not_run = layers_and_advice_stages(
+        options, prepared, fp32, inspected, levels, outcomes, run, parallel=request.parallel_paths,
+        concurrent_jobs=request.concurrent_jobs, sections=sections, cores=cores.cores,
+        job_seconds=time.perf_counter() - started)
     artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
                  for name, art in inspected.artifacts.items()}
-    env = environment()
     with run.stage("decide"):
         decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
                                       batchnorm_in_source=_batchnorm_count(prepared.source.program), cpu=env.cpu,
                                       advice_measured=advice + refuted)
         verdict = verdict_from_artifacts(artifacts, options, list(options.gates), samples=prepared.samples.info)
     shutil.rmtree(run.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
-    return Report(
-        id=report_id, created_at=datetime.now(timezone.utc), environment=env, options=options,
-        model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=artifacts,
-        agreement=levels.agreement, decisions=decided.decisions,
+    return sections.final(
+        artifacts=artifacts, agreement=levels.agreement, decisions=decided.decisions,
         lints=made_up_data_lints(prepared.samples.info) + list(decided.lints)
         + _symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
         + random_op_lints(fp32.file.model) + fed_back_selection_lints(fp32.file.model)
@@ -241,8 +276,8 @@ def run_comparison(
         + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
            if fp32.after_selection.moving or fp32.padded_selection() else []),
         platform=decided.platform,
-        advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
-        cost=job_cost(run.timings, artifacts, options),
+        advice=advice, advice_refuted=refuted, advice_not_run=not_run, layers=layers, verdict=verdict,
+        timings=dict(run.timings), cost=job_cost(run.timings, artifacts, options),
     )
 
 
@@ -450,7 +485,8 @@ BESIDE_LAYERS_MAX_MODEL_BYTES = 256 * 1024 * 1024
 
 def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected, levels,
                              outcomes: dict[str, tuple[PathOutcome, float]], run: _Run, *,
-                             parallel: bool | None = None, concurrent_jobs: Callable[[], int | None] | None = None):
+                             parallel: bool | None = None, concurrent_jobs: Callable[[], int | None] | None = None,
+                             sections: Sections | None = None, cores: int = 1, job_seconds: float = 0.0):
     """The per-tensor table, then the changes the blockers point to, re-run for real within options.advice's
     budget while the scratch folder (the pre-processed input, the calibration ranges) still exists:
     (layers, proposed advice, refuted advice).
@@ -463,6 +499,9 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
     beside it holds about twice the model again (960x960 detector: +0.2-0.5 GB on 4.8 GB). Their
     timings then split the wall time they shared in proportion to their own seconds, so the stages still
     add up to the job's time (the levels stage does the same)."""
+    sections = sections or Sections(None)
+    if not measures_accuracy(options):  # depth "structure": no evaluation sample runs
+        return None, [], [], []
     plan = None
     if options.advice.enabled:
         run.notify("advice", 0, 1)
@@ -471,7 +510,8 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
             ort_settings=resolved_ort_settings(options), samples=prepared.samples,
             input_names=[s.name for s in prepared.source.specs],
             calibration_cache=run.scratch / "ort_calibration_ranges.json",
-            quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs)
+            quantize_seconds={n: s for n, (_, s) in outcomes.items()}, reference=levels.reference_outputs,
+            job_seconds=job_seconds, cores=cores)
     fp32_file = inspected.artifacts["fp32"].file
     beside = (plan is not None and options.layers.enabled and options.layers.retry_k <= 0
               and (fp32_file is not None and fp32_file.size <= BESIDE_LAYERS_MAX_MODEL_BYTES)
@@ -487,6 +527,8 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
 
     def layers_then_advice():
         layers = layers_stage(options, prepared, fp32, inspected, run)
+        if layers is not None:
+            sections.publish(LAYERS, layers=layers)
         make_advice()  # the candidates the other thread has not taken (all of them, one after the other)
         return layers
 
@@ -502,15 +544,17 @@ def layers_and_advice_stages(options: ComparisonOptions, prepared: Prepared, fp3
     if layers is not None:
         run.timings["layers"] = round(own["layers"], 4)
     if not options.advice.enabled:
-        return layers, [], []
+        return layers, [], [], []
     run.timings["advice"] = round(own["advice"], 4)
+    not_run = plan.not_run if plan is not None else []
     with run.stage("advice"):  # timings["advice"]: what the re-runs cost this job
         try:
             advice, refuted = timed_advice(plan)
         except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
             log.warning("advice failed; the report has none", exc_info=True)
             advice, refuted = [], []
-    return layers, advice, refuted
+    sections.publish(ADVICE, advice=advice, advice_refuted=refuted, advice_not_run=not_run)
+    return layers, advice, refuted, not_run
 
 
 def _files_with_fixed_dims(specs, loaded: dict[str, GraphIndex]) -> list[str]:
@@ -536,8 +580,9 @@ def _symbolic_dim_lints(specs, shapes, options: ComparisonOptions, fixed_files: 
                 chosen.append(spec.name in options.input_shapes)
     if not fixed:
         return []
-    ran = ["calibration", "evaluation"] + [s for s, on in (("latency", options.latency.enabled),
-                                                            ("advice", options.advice.enabled)) if on]
+    measured = measures_accuracy(options)
+    ran = ["calibration"] + [s for s, on in (("evaluation", measured), ("latency", bool(timed_levels(options))),
+                                             ("advice", measured and options.advice.enabled)) if on]
     keep = (f"the artifacts but {', '.join(fixed_files)} keep symbolic input dims ({', '.join(fixed_files)} "
             "fixes them at these sizes and runs at no other)" if fixed_files else "the artifacts keep symbolic input dims")
     return [Lint(code="symbolic_dims_measured_at_one_size", severity="warning" if fixed_files else "info",

@@ -202,7 +202,8 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         "chart": sqnr_by_depth(layers), "worst": worst_rows(layers, 10), "l": layers,
         "arts": [n for n in quant if any(n in (r.get("artifacts") or {}) for r in layers.get("rows") or [])],
     }
-    why = {"groups": blocker_groups(report), "advice": advice_rows(report), "refuted": advice_rows(report, refuted=True)}
+    why = {"groups": blocker_groups(report), "advice": advice_rows(report), "refuted": advice_rows(report, refuted=True),
+           "not_run": advice_rows(report, not_run=True)}
     return {"r": report, "why": why, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
             "latency_protocol": latency_protocol,
             "layers": layer_view,

@@ -92,9 +92,17 @@ def summary_table(report: Report) -> str:
                          f"{db(r.sqnr_db_after)}{ms}")
         lines += [f"  not run: {s}" for s in retry.skipped]
     v = report.verdict
-    if report.options.gates:
+    if report.options.gates and v is not None:
         lines += ["", f"verdict: {'PASSED' if v.passed else 'FAILED'}"]
         lines += [f"  {'ok  ' if g.passed else 'FAIL'} {g.gate}: {g.message}" for g in v.gates]
+    if report.not_measured:
+        lines += ["", f"not measured (depth {report.options.depth}):"]
+        lines += [f"  {n.what}: set {n.option}" for n in report.not_measured]
+    if report.partial:
+        lines += ["", f"(partial: {', '.join(report.sections_done)} done; the rest follows)"]
+        return "\n".join(lines)
+    if report.job_cores is not None:
+        lines += ["", f"accuracy on {report.job_cores.cores} core(s) ({report.job_cores.source})"]
     lines += ["", "timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())]
     cost = report.cost
     if cost is not None and cost.inference_times:

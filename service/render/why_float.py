@@ -61,10 +61,10 @@ def _fig(f: dict | None) -> dict:
     return {"coverage": f.get("int8_coverage"), "latency_ms": f.get("latency_ms"), "sqnr_db": f.get("sqnr_db")}
 
 
-def advice_rows(report: Any, *, refuted: bool = False) -> list[dict]:
+def advice_rows(report: Any, *, refuted: bool = False, not_run: bool = False) -> list[dict]:
     r = _as_dict(report)
     rows = []
-    for a in r.get("advice_refuted" if refuted else "advice") or []:
+    for a in r.get("advice_not_run" if not_run else "advice_refuted" if refuted else "advice") or []:
         m = a.get("measured") or {}
         rows.append({"artifact": a.get("artifact"), "change": _change(a.get("change") or {}),
                      "reason": a.get("reason", ""), "before": _fig(m.get("before")), "after": _fig(m.get("after")),
@@ -99,6 +99,11 @@ def why_float_lines(report: Any, *, max_groups: int = 6) -> list[str]:
             else:
                 cov = lat = sq = "not re-run"
             lines.append(f"  {x['artifact']:<14}{x['change'][:50]:<52}{cov:<16}{lat:<18}{sq}")
+    not_run = advice_rows(report, not_run=True)
+    if not_run:
+        lines.append(f"not re-run (advice budget): {len(not_run)} change{'s' if len(not_run) != 1 else ''} "
+                     f"({'; '.join(x['artifact'] + ' ' + x['change'] for x in not_run)[:90]}): the reasons are in "
+                     "report.json 'advice_not_run'")
     refuted = advice_rows(report, refuted=True)
     if refuted:
         # One line on the CLI (the summary fits a screen); the page and report.json hold the figures.

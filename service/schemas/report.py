@@ -228,6 +228,21 @@ class JobCost(_Model):
     hints: list[str] = Field(default_factory=list)
 
 
+class NotMeasured(_Model):
+    """A figure this job did not measure, and the option that would measure it (issue 39)."""
+
+    what: str  # "latency at basic, extended, layout", "accuracy (numerics, agreement)", ...
+    option: str  # what to set: "latency_levels: [...]", "depth: 'standard'", ...
+
+
+class JobCores(_Model):
+    """The cores the job's accuracy runs used (``QUANTCOMPARE_JOB_CORES``); latency is timed on its own threads."""
+
+    cores: int
+    source: str  # where the figure came from: the setting, or the machine's cores over the workers
+    how: str
+
+
 class Report(_Model):
     schema_version: str = SCHEMA_VERSION
     id: str | None = None
@@ -245,8 +260,20 @@ class Report(_Model):
     # What to change, re-run for real and measured (verdict/advice.py); refuted = measured, not better.
     advice: list[AdviceEntry] = Field(default_factory=list)
     advice_refuted: list[AdviceEntry] = Field(default_factory=list)
+    # The candidates the advice budget left out (options.advice.budget_share / budget_seconds), each
+    # with the reason; in the order they would have run (expected gain: verdict/advice.by_expected_gain).
+    advice_not_run: list[AdviceEntry] = Field(default_factory=list)
     # Per-tensor error of each quantized file against fp32 (options.layers); None when off.
     layers: LayersReport | None = None
-    verdict: Verdict
+    # None only in a partial report: the gates are decided once every section is done.
+    verdict: Verdict | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     cost: JobCost | None = None
+    # The report as it comes (GET /v1/comparisons/{id} while the job runs): ``partial`` until the
+    # job is done; ``sections_done`` in the order they finished (``compare.SECTIONS``). A partial report
+    # holds only finished sections, and nothing in it changes later (timings and cost come at the end).
+    partial: bool = False
+    sections_done: list[str] = Field(default_factory=list)
+    # What this job did not measure (its depth, latency_levels, switches) and the option that would.
+    not_measured: list[NotMeasured] = Field(default_factory=list)
+    job_cores: JobCores | None = None

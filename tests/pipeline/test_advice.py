@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from service.schemas.options import ComparisonOptions, resolved_ort_settings
-from service.pipeline.verdict.advice import AdviceContext, Candidate, candidates_from_blockers, measured_advice
+from service.pipeline.verdict.advice import (AdviceContext, Candidate, advice_plan, candidates_from_blockers,
+                                             measured_advice, timed_advice)
 from service.pipeline.runtime.level_graphs import level_graph_digest
 from service.schemas.advice import AdviceFigures
 
@@ -30,11 +31,14 @@ def test_a_zero_budget_reruns_nothing_and_says_so(compared):
     cands = candidates_from_blockers(unfused, {}, ort_settings=resolved_ort_settings(ComparisonOptions()),
                                      int8_allowed=False, vnni=True)
     assert cands
-    proposed, refuted = measured_advice(cands, _ctx(workdir, report, budget_seconds=0))
-    assert not refuted and all(e.measured is None for e in proposed)
-    # only the blockers-backed uint8 change is listed unmeasured; the refutable ones are dropped
-    assert [e.change for e in proposed] == [{"ort": {"activation_type": "uint8"}}]
-    assert "not re-run" in proposed[0].reason
+    plan = advice_plan(cands, _ctx(workdir, report, budget_seconds=0))
+    plan.work()
+    not_run = plan.not_run
+    proposed, refuted = timed_advice(plan)
+    assert not proposed and not refuted
+    # every candidate the budget left out is listed, with the reason (issue 39): none is dropped
+    assert [e.change for e in not_run] == [c.change for c in cands] and len(cands) > 1
+    assert all(e.measured is None and "not re-run" in e.reason and "budget_share" in e.reason for e in not_run)
 
 
 def test_an_extra_candidate_is_measured_like_the_others(compared):

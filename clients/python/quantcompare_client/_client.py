@@ -318,6 +318,7 @@ class Client:
         filename: Optional[str] = None,
         example_inputs: Any = None,
         dynamic_shapes: Any = None,
+        until: Optional[str] = None,
     ) -> Any:
         """Compare ``model`` (a path, bytes, a binary file, or an example name like ``"conv_relu"``).
 
@@ -329,7 +330,8 @@ class Client:
         :class:`ComparisonFailed` if the job failed, :class:`WaitTimeout` after ``max_wait``
         seconds); ``wait=False`` returns the :class:`Job` right after the upload.
         ``progress``: ``None`` shows it in a notebook or on a terminal, ``True`` always, ``False``
-        never, or a callable that receives each :class:`Job`.
+        never, or a callable that receives each :class:`Job`. ``until``: return as soon as that section of
+        the report is finished (see :meth:`wait`).
         """
         started = time.monotonic()
         job = self.submit(model, options=options, calibration=calibration, filename=filename,
@@ -337,19 +339,27 @@ class Client:
                           example_inputs=example_inputs, dynamic_shapes=dynamic_shapes)
         if not wait:
             return job
-        return self._wait(job, progress, max_wait, started)
+        return self._wait(job, progress, max_wait, started, until)
 
-    def wait(self, job: Union[Job, str], *, progress: ProgressArg = None, max_wait: Optional[float] = None) -> Report:
-        """Poll ``GET /v1/comparisons/{id}`` until the job is done; return its report."""
-        return self._wait(job, progress, max_wait, time.monotonic())
+    def wait(self, job: Union[Job, str], *, progress: ProgressArg = None, max_wait: Optional[float] = None,
+             until: Optional[str] = None) -> Report:
+        """Poll ``GET /v1/comparisons/{id}`` until the job is done; return its report.
 
-    def _wait(self, job: Union[Job, str], progress: ProgressArg, max_wait: Optional[float], started: float) -> Report:
+        ``until``: return as soon as that section is finished, with the report so far (``report.partial``
+        true while the job still runs; its figures do not change later): ``"files"``, ``"level_graphs"``,
+        ``"accuracy"`` (any artifact's; ``"accuracy:ort_qdq"`` for one), ``"agreement"``, ``"latency"``,
+        ``"layers"``, ``"advice"``. A section the job's depth leaves out is never reached: the finished
+        report is returned then."""
+        return self._wait(job, progress, max_wait, time.monotonic(), until)
+
+    def _wait(self, job: Union[Job, str], progress: ProgressArg, max_wait: Optional[float], started: float,
+              until: Optional[str] = None) -> Report:
         current = job if isinstance(job, Job) else self.get(job)
         reporter = reporter_from_arg(progress, started=started)
         deadline = None if max_wait is None else started + max_wait
         delays = _poll_delays()
         try:
-            while not current.done:
+            while not current.reached(until):
                 reporter.update(current)
                 if deadline is not None and time.monotonic() >= deadline:
                     url = self._core.url(f"/v1/comparisons/{current.id}")
@@ -359,10 +369,13 @@ class Client:
                 current = self.get(current.id)
         finally:
             reporter.close(current)
+        if not current.done:  # ``until`` reached while the job runs: the report so far
+            return current.report
         return self._core.report_from_job(current)
 
     def get(self, id: str) -> Job:
-        """The job envelope: status, progress, and the report once it succeeded."""
+        """The job envelope: status, progress, and the report once it succeeded (the sections finished so
+        far while it runs)."""
         return Job.from_dict(self._json(f"/v1/comparisons/{id}"))
 
     def report(self, id: str) -> Report:
@@ -486,27 +499,27 @@ class AsyncClient:
     async def compare(self, model: ModelInput, *, options: Union[Mapping[str, Any], str, None] = None,
                       calibration: CalibrationInput = None, wait: bool = True, progress: ProgressArg = None,
                       max_wait: Optional[float] = None, filename: Optional[str] = None,
-                      example_inputs: Any = None, dynamic_shapes: Any = None) -> Any:
+                      example_inputs: Any = None, dynamic_shapes: Any = None, until: Optional[str] = None) -> Any:
         started = time.monotonic()
         job = await self.submit(model, options=options, calibration=calibration, filename=filename,
                                 wait_seconds=_POST_WAIT_SECONDS if wait else None,
                                 example_inputs=example_inputs, dynamic_shapes=dynamic_shapes)
         if not wait:
             return job
-        return await self._wait(job, progress, max_wait, started)
+        return await self._wait(job, progress, max_wait, started, until)
 
     async def wait(self, job: Union[Job, str], *, progress: ProgressArg = None,
-                   max_wait: Optional[float] = None) -> Report:
-        return await self._wait(job, progress, max_wait, time.monotonic())
+                   max_wait: Optional[float] = None, until: Optional[str] = None) -> Report:
+        return await self._wait(job, progress, max_wait, time.monotonic(), until)
 
     async def _wait(self, job: Union[Job, str], progress: ProgressArg, max_wait: Optional[float],
-                    started: float) -> Report:
+                    started: float, until: Optional[str] = None) -> Report:
         current = job if isinstance(job, Job) else await self.get(job)
         reporter = reporter_from_arg(progress, started=started)
         deadline = None if max_wait is None else started + max_wait
         delays = _poll_delays()
         try:
-            while not current.done:
+            while not current.reached(until):
                 reporter.update(current)
                 if deadline is not None and time.monotonic() >= deadline:
                     url = self._core.url(f"/v1/comparisons/{current.id}")
@@ -516,6 +529,8 @@ class AsyncClient:
                 current = await self.get(current.id)
         finally:
             reporter.close(current)
+        if not current.done:
+            return current.report
         return self._core.report_from_job(current)
 
     async def get(self, id: str) -> Job:

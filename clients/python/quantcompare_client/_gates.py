@@ -18,7 +18,7 @@ import re
 from typing import Any, Dict, Optional
 
 __all__ = ["ARTIFACTS", "LEVELS", "METRICS", "GateSyntaxError", "parse_gate", "format_gate",
-           "baseline_values_from_report", "figure_from_report"]
+           "baseline_values_from_report", "figure_from_report", "depth_for_gates", "options_for_gates"]
 
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
@@ -32,6 +32,38 @@ SYNTAX_HINT = (
     "'*.all.int8_coverage>=0.9', '*.all.mismatch_share<=0.01', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' "
     "or 'calibration_data_uploaded'"
 )
+
+
+# What each metric needs the server to measure (the server's options.ACCURACY_METRICS): the others read
+# the files and the level graphs, which depth "structure" has.
+_ACCURACY_METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share")
+
+
+def depth_for_gates(gates: Any) -> Optional[str]:
+    """The depth the gates need: "structure" when every gate reads the files and level graphs only
+    (int8_coverage, status_ok, calibration_data_uploaded), "standard" when one reads accuracy or latency,
+    None without gates (the server's default)."""
+    metrics = [g.get("metric") for g in gates or [] if isinstance(g, dict)]
+    if not metrics:
+        return None
+    return "standard" if any(m in _ACCURACY_METRICS or m == "latency_ratio" for m in metrics) else "structure"
+
+
+def options_for_gates(options: Dict[str, Any]) -> Dict[str, Any]:
+    """``options`` asking for what its gates need, and no more (``check``): the depth they need unless the
+    options set one, and each level a latency_ratio gate reads among ``latency_levels``."""
+    out = dict(options)
+    gates = [g for g in out.get("gates") or [] if isinstance(g, dict)]
+    depth = depth_for_gates(gates)
+    if depth is not None and "depth" not in out:
+        out["depth"] = depth
+    timed = [g.get("level", "all") for g in gates if g.get("metric") == "latency_ratio"]
+    if timed and out.get("depth") != "full":
+        levels = out.get("levels")
+        current = list(out.get("latency_levels") or
+                       ["all" if not levels or "all" in levels else [lv for lv in LEVELS if lv in levels][-1]])
+        out["latency_levels"] = current + [lv for lv in dict.fromkeys(timed) if lv not in current]
+    return out
 
 
 class GateSyntaxError(ValueError):

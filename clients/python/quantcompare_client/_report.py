@@ -474,7 +474,16 @@ class Report:
         self.advice_refuted: List[Advice] = [
             Advice.from_dict(a) for a in self.raw.get("advice_refuted") or [] if isinstance(a, dict)
         ]
+        # The candidates the advice budget left out, each with the reason (issue 39).
+        self.advice_not_run: List[Advice] = [
+            Advice.from_dict(a) for a in self.raw.get("advice_not_run") or [] if isinstance(a, dict)
+        ]
         self.verdict = Verdict.from_dict(_d(self.raw.get("verdict")))
+        # The report as it comes: a running job's report holds the sections finished so far (its figures
+        # do not change later); the verdict comes with the finished report (``partial`` false).
+        self.partial: bool = bool(self.raw.get("partial", False))
+        self.sections_done: List[str] = [str(x) for x in self.raw.get("sections_done") or []]
+        self.not_measured: List[Dict[str, Any]] = [x for x in self.raw.get("not_measured") or [] if isinstance(x, dict)]
         self.timings: Dict[str, float] = {k: float(v) for k, v in _d(self.raw.get("timings")).items() if _f(v) is not None}
         self.options: Dict[str, Any] = _d(self.raw.get("options"))
         self.environment: Dict[str, Any] = _d(self.raw.get("environment"))
@@ -752,7 +761,8 @@ class Progress:
 
 @dataclass(frozen=True)
 class Job:
-    """The job envelope of ``GET /v1/comparisons/{id}``; ``report`` is set once it succeeded."""
+    """The job envelope of ``GET /v1/comparisons/{id}``; ``report`` is set once it succeeded, and while it
+    runs holds the sections finished so far (``report.partial``, ``report.sections_done``)."""
 
     id: str
     status: str
@@ -786,6 +796,15 @@ class Job:
     @property
     def done(self) -> bool:
         return self.status in ("succeeded", "failed")
+
+    def reached(self, section: Optional[str]) -> bool:
+        """Done, or (``section`` given) running with a report in which ``section`` is finished; a section
+        named by its prefix ("accuracy") is reached when one of its parts is ("accuracy:fp32")."""
+        if self.done:
+            return True
+        if section is None or self.report is None:
+            return False
+        return any(s == section or s.startswith(section + ":") for s in self.report.sections_done)
 
     def __repr__(self) -> str:
         return f"<Job {self.id} {self.status} {self.progress}{' cached' if self.cached else ''}>"

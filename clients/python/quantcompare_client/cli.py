@@ -9,8 +9,10 @@ A gate may be relative to a baseline (``'ort_qdq.all.sqnr_db>=baseline-0.5'``): 
 earlier comparison on the same server). ``--junit`` writes one testcase per gate; ``--summary-md``
 writes a Markdown summary, which is also appended to ``$GITHUB_STEP_SUMMARY`` when that is set.
 
-``check`` sends the gates as ``options.gates`` so the server's verdict decides, writes the
-report, prints a one-screen summary and exits
+``check`` sends the gates as ``options.gates`` so the server's verdict decides, asks for the depth
+they need (``structure`` when every gate reads the files and level graphs only: int8_coverage,
+status_ok, calibration_data_uploaded; ``standard`` otherwise; an explicit ``options.depth`` wins) and
+times the levels its latency gates read, writes the report, prints a one-screen summary and exits
 
     0  every gate passed
     1  a gate failed (the summary lists which and why)
@@ -31,7 +33,7 @@ from typing import Any, Dict, Optional, Sequence
 from ._ci import gated_level, junit_from_error, junit_from_report, markdown_from_report
 from ._client import Client
 from ._exceptions import QuantCompareError
-from ._gates import GateSyntaxError, baseline_values_from_report, format_gate, parse_gate
+from ._gates import GateSyntaxError, baseline_values_from_report, format_gate, options_for_gates, parse_gate
 from ._report import Report
 
 EXIT_PASSED, EXIT_GATE_FAILED, EXIT_ERROR = 0, 1, 2
@@ -167,6 +169,7 @@ def _run_check(args: argparse.Namespace) -> int:
     if not isinstance(existing, list):
         raise _UsageError("options.gates must be a list")
     options["gates"] = list(existing) + gates
+    options = options_for_gates(options)  # the depth the gates need, and no more
     requested = [format_gate(g) if isinstance(g, dict) and "metric" in g else str(g) for g in options["gates"]]
     baseline = _resolve_baseline(args, options)
 

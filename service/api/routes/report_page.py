@@ -20,7 +20,10 @@ router = APIRouter(prefix="/v1/comparisons", tags=["report"])
 def report_html(job_id: str, request: Request, executor: ExecutorDep) -> HTMLResponse:
     rec = job_or_404(executor, job_id)
     job_dir = executor.job_dir(rec.id)
-    report = request.app.state.reports.load(job_dir) if rec.status == "succeeded" else None
+    reports = request.app.state.reports
+    # A running job's page shows the sections finished so far and reloads (Report.partial).
+    report = (reports.load(job_dir) if rec.status == "succeeded"
+              else reports.load(job_dir, partial=True) if rec.status == "running" else None)
 
     files = downloadable_files(job_dir)
     return HTMLResponse(render_job_page(rec, report, files))

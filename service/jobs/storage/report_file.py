@@ -14,20 +14,37 @@ import os
 import zlib
 from pathlib import Path
 
-from service.jobs.spec import LEGACY_REPORT_FILE, REPORT_FILE
+from service.jobs.spec import LEGACY_REPORT_FILE, PARTIAL_REPORT_FILE, REPORT_FILE
 
-__all__ = ["write_report", "stored_report", "read_report_bytes", "has_report", "remove_report"]
+__all__ = ["write_report", "write_partial_report", "stored_report", "stored_partial_report", "read_report_bytes",
+           "has_report", "remove_report"]
 
 
-def write_report(job_dir: Path, report_json: str) -> Path:
-    """``report_json`` compressed into the job folder, atomically (a reader never sees half of it)."""
-    path = Path(job_dir) / REPORT_FILE
+def _write_atomically(path: Path, report_json: str) -> Path:
     tmp = path.with_name(path.name + ".tmp")
     # mtime=0: the same report gives the same bytes (the digest of a stored result is stable).
     tmp.write_bytes(gzip.compress(report_json.encode("utf-8"), compresslevel=6, mtime=0))
     os.replace(tmp, path)
-    (Path(job_dir) / LEGACY_REPORT_FILE).unlink(missing_ok=True)
     return path
+
+
+def write_report(job_dir: Path, report_json: str) -> Path:
+    """``report_json`` compressed into the job folder, atomically (a reader never sees half of it)."""
+    path = _write_atomically(Path(job_dir) / REPORT_FILE, report_json)
+    (Path(job_dir) / LEGACY_REPORT_FILE).unlink(missing_ok=True)
+    (Path(job_dir) / PARTIAL_REPORT_FILE).unlink(missing_ok=True)
+    return path
+
+
+def write_partial_report(job_dir: Path, report_json: str) -> Path:
+    """The sections a running job has finished (``Report.partial``), replacing the last ones atomically:
+    the API serves it while the job runs, from whichever machine ran the job (a shared data dir)."""
+    return _write_atomically(Path(job_dir) / PARTIAL_REPORT_FILE, report_json)
+
+
+def stored_partial_report(job_dir: Path) -> Path | None:
+    path = Path(job_dir) / PARTIAL_REPORT_FILE
+    return path if path.is_file() else None
 
 
 def stored_report(job_dir: Path) -> Path | None:
@@ -39,13 +56,14 @@ def stored_report(job_dir: Path) -> Path | None:
     return None
 
 
-def read_report_bytes(job_dir: Path) -> bytes:
-    """The report's JSON bytes. ``FileNotFoundError`` when the job has none, ``OSError`` when it is damaged."""
-    path = stored_report(job_dir)
+def read_report_bytes(job_dir: Path, *, partial: bool = False) -> bytes:
+    """The report's JSON bytes (``partial``: the sections a running job has finished). ``FileNotFoundError``
+    when the job has none, ``OSError`` when it is damaged."""
+    path = stored_partial_report(job_dir) if partial else stored_report(job_dir)
     if path is None:
         raise FileNotFoundError(Path(job_dir) / REPORT_FILE)
     raw = path.read_bytes()
-    if path.name != REPORT_FILE:
+    if path.name == LEGACY_REPORT_FILE:
         return raw
     try:
         return gzip.decompress(raw)
@@ -58,5 +76,5 @@ def has_report(job_dir: Path) -> bool:
 
 
 def remove_report(job_dir: Path) -> None:
-    for name in (REPORT_FILE, LEGACY_REPORT_FILE):
+    for name in (REPORT_FILE, LEGACY_REPORT_FILE, PARTIAL_REPORT_FILE):
         (Path(job_dir) / name).unlink(missing_ok=True)

@@ -14,6 +14,7 @@ from service.pipeline.inputs.output_shapes import output_positions
 from service.pipeline.layers.layers import LayersBudget, layers_from_files
 from service.pipeline.layers.layers_retry import RetryInputs, requantizer, retry_without_origins
 from service.schemas.layers import LayersReport
+from service.schemas.options import layers_by_level
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
             fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds,
             budget=LayersBudget(max_tensors=opts.max_tensors, max_samples=opts.max_samples, max_seconds=opts.max_seconds),
             calibration={a: getattr(t, "calibration", None) or "" for a, t in tools.items()},
-            optimized_paths=optimized_paths if opts.by_level else None, data_dependent=data_dependent,
+            optimized_paths=optimized_paths if layers_by_level(options) else None, data_dependent=data_dependent,
         )
     except Exception as e:  # noqa: BLE001 - extra evidence; the comparison stands without it
         log.warning("layers failed: %r", e, exc_info=True)

@@ -2,12 +2,13 @@
 
 The protocol (its text goes into every ``LatencyStats.protocol``):
 
-1. The evaluation runs of a session are its first timing samples: every eval feed has the
-   resolved input shapes, and the first run of a session is dropped (it grows the arena and
-   pays first-call allocations), as are ``warmup`` more runs when the eval runs are fewer. A graph
-   whose eval runs take under ``SHORT_RUN_MS`` is timed apart: ``SHORT_RUN_WARMUP`` untimed runs
-   of the first feed, then step 2 from no samples.
-2. Then the first eval feed is run again until the median is stable: the distribution-free 95%
+1. A level graph is timed alone, after the job's accuracy runs (which run untimed, on every core the
+   job has: ``parallel_runs.py``), on a session of its own with ``intra_op_threads`` threads, on the
+   first evaluation feed (it has the resolved input shapes). The first ``warmup`` runs (at least one:
+   the first run of a session grows the arena and pays first-call allocations) are not timed; a graph
+   whose run takes under ``SHORT_RUN_MS`` gets ``SHORT_RUN_WARMUP`` more untimed runs (such runs are
+   mostly per-call cost that a few runs warm).
+2. Then that feed is run until the median is stable: the distribution-free 95%
    confidence interval of the median (order statistics: ranks n/2 -+ 0.98*sqrt(n)) spans at
    most ``2 * stable_rel`` of the median, after at least ``min_runs`` timed runs; or until
    ``max_runs`` timed runs, or the graph's share of the job's time budget is spent.
@@ -20,7 +21,8 @@ The protocol (its text goes into every ``LatencyStats.protocol``):
    the cores). A noisy figure is shown as such; a latency gate says so instead of calling it a
    regression.
 
-Latency is always timed alone: nothing else of this job runs while a session is timed.
+Latency is always timed alone: nothing else of this job runs while a session is timed. Only the levels
+of ``options.latency_levels`` are timed (every level at depth "full"; ``options.timed_levels``).
 """
 
 from __future__ import annotations
@@ -34,28 +36,26 @@ from typing import Callable, Sequence
 import numpy as np
 
 from service.pipeline.environment import usable_cores
-from service.pipeline.runtime.numerics import concat_runs
 from service.schemas.levels import LatencyStats
 
 __all__ = [
     "LatencyProtocol", "LoadProbe", "Timing", "median_ci", "is_stable", "load_snapshot", "timed_run",
-    "latency_from_samples", "top_up", "PROTOCOL_TEXT",
+    "latency_from_samples", "top_up", "latency_alone", "PROTOCOL_TEXT",
 ]
 
-# A run this short is mostly per-call cost (binding, output allocation, caches left cold by the
-# previous feed) that the eval loop over different feeds, right after the session is made, does
-# not warm: such samples read 20-40% above an independent median (bench/results16b, 0.05-0.1 ms
-# graphs). Those graphs are timed apart, on the first feed, after SHORT_RUN_WARMUP untimed runs:
-# at this length that costs at most (3 + max_runs) x 2 ms.
+# A run this short is mostly per-call cost (binding, output allocation, cold caches) that one
+# untimed run does not warm: such samples read 20-40% above an independent median (bench/results16b,
+# 0.05-0.1 ms graphs). Those graphs get SHORT_RUN_WARMUP more untimed runs: at this length that costs
+# at most (3 + max_runs) x 2 ms.
 SHORT_RUN_MS = 2.0
 SHORT_RUN_WARMUP = 3
 
 PROTOCOL_TEXT = (
-    "eval runs double as timing samples (first run of each session dropped; a graph whose eval runs "
-    "take under {short_ms:g} ms is timed apart instead, after {short_warmup} untimed runs); then the first eval feed "
-    "again until the 95% order-statistic interval of the median is within +-{stable_pct:g}% of it "
+    "timed alone after the accuracy runs, on a session of its own: {warmup} untimed run(s) of the first eval "
+    "feed ({short_warmup} more when a run takes under {short_ms:g} ms), then that feed again until the 95% "
+    "order-statistic interval of the median is within +-{stable_pct:g}% of it "
     "(at least {min_runs}, at most {max_runs} timed runs, {budget:g} s budget per job shared by the "
-    "distinct graphs); identical level graphs timed once; sessions timed alone, {threads} intra-op "
+    "distinct graphs timed); identical level graphs timed once; {threads} intra-op "
     "thread(s); noisy when not stable, spread (p90-p10)/median > {spread_pct:g}%, CPU share < "
     "{share_pct:g}%, or the machine was oversubscribed"
 )
@@ -73,7 +73,7 @@ class LatencyProtocol:
     intra_op_threads: int = 1
 
     def text(self) -> str:
-        return PROTOCOL_TEXT.format(short_ms=SHORT_RUN_MS, short_warmup=SHORT_RUN_WARMUP,
+        return PROTOCOL_TEXT.format(warmup=max(1, self.warmup), short_ms=SHORT_RUN_MS, short_warmup=SHORT_RUN_WARMUP,
                                     stable_pct=self.stable_rel * 100, min_runs=self.min_runs,
                                     max_runs=self.max_runs, budget=self.budget_seconds,
                                     threads=self.intra_op_threads, spread_pct=self.noisy_spread * 100,
@@ -222,40 +222,25 @@ def latency_protocol_from_options(lat) -> LatencyProtocol:
                            intra_op_threads=lat.intra_op_threads)
 
 
-def outputs_and_latency(session, feeds: list[dict], protocol: LatencyProtocol, budget: LatencyBudget, *,
-                        timing: bool, concurrent_jobs: LoadProbe | None = None):
-    """Every eval feed's outputs (concatenated per output), and the latency of this session.
-
-    The eval runs are timed as they go: after the first ``protocol.warmup`` of them they are
-    timing samples; the first feed is then run again until the protocol stops (``top_up``).
-    A graph whose eval runs take under ``SHORT_RUN_MS`` is timed apart instead (its eval samples
-    are dropped).
-    """
+def latency_alone(session, feed: dict, protocol: LatencyProtocol, budget: LatencyBudget, *,
+                  concurrent_jobs: LoadProbe | None = None) -> LatencyStats:
+    """The latency of ``session`` (made with ``protocol.intra_op_threads``) on ``feed``, by the protocol:
+    untimed warm-up runs, then timed runs until the median is stable (``top_up``). The caller runs
+    nothing else of the job meanwhile."""
     before = load_snapshot(concurrent_jobs)
-    runs, samples = [], []
-    for i, feed in enumerate(feeds):
-        out, t = timed_run(lambda f=feed: session.run(None, f), protocol.intra_op_threads)
-        runs.append(out)
-        if i >= protocol.warmup:
-            samples.append(t)
-    outputs = concat_runs(runs)
-    if not timing or not feeds:
-        return outputs, None
-    warmup = min(len(feeds), protocol.warmup)
-    if samples and float(np.median([s.ms for s in samples])) < SHORT_RUN_MS:
-        samples = []  # too short to time inside the eval loop: timed apart on the first feed
+    threads = protocol.intra_op_threads
+    warmup = max(1, protocol.warmup)
+    first = None
+    for _ in range(warmup):
+        _, first = timed_run(lambda: session.run(None, feed), threads)
+    if first is not None and first.ms < SHORT_RUN_MS:
         for _ in range(SHORT_RUN_WARMUP):
-            session.run(None, feeds[0])
-        warmup = len(feeds) + SHORT_RUN_WARMUP
-    from_eval = len(samples)
-    for _ in range(protocol.warmup - warmup):  # fewer eval runs than warm-up runs: top up untimed
-        session.run(None, feeds[0])
-    warmup = max(warmup, protocol.warmup)
+            session.run(None, feed)
+        warmup += SHORT_RUN_WARMUP
     t0 = time.perf_counter()
-    samples = top_up(lambda: session.run(None, feeds[0]), samples, protocol, deadline=budget.deadline())
+    samples = top_up(lambda: session.run(None, feed), [], protocol, deadline=budget.deadline())
     budget.spend(time.perf_counter() - t0)
     after = load_snapshot(concurrent_jobs)
-    batch = {k: list(np.shape(v)) for k, v in feeds[0].items()}
-    stats = latency_from_samples(samples, protocol, warmup=warmup, from_eval=from_eval, before=before,
-                                 after=after, batch=batch)
-    return outputs, LatencyStats(**stats, protocol=protocol.text())
+    batch = {k: list(np.shape(v)) for k, v in feed.items()}
+    stats = latency_from_samples(samples, protocol, warmup=warmup, from_eval=0, before=before, after=after, batch=batch)
+    return LatencyStats(**stats, protocol=protocol.text())

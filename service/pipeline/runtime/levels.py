@@ -1,31 +1,37 @@
 """The levels stage: what ONNX Runtime makes of each file at each GraphOptimizationLevel.
 
-For every artifact (``fp32`` first: it is the numerical reference) and every requested level,
-one CPU EP session is created with ``optimized_model_filepath``; ORT writes the graph it will
-run while the session is created, and the same session then runs the evaluation samples and
-the latency loop. The saved graph is summarized (op histogram, int8 kernels, biases, layout) and
-diffed against the previous level (``disable_all`` against the file as written: ORT's
-"necessary" steps such as EnsureUniqueDQForNodeUnit already run there).
+Three phases, each a section of the report as it comes (``on_section``):
 
-Then the cross-artifact agreement is computed from the outputs. The decisions table and the
-lints read these results in the decide stage (``verdict.decide``).
+1. **Level graphs** (every depth). For every artifact (``fp32`` first) and every requested level, one
+   CPU EP session is created with ``optimized_model_filepath``; ORT writes the graph it will run while
+   the session is created. The saved graph is summarized (op histogram, int8 kernels, biases, layout,
+   blockers) and diffed against the previous level (``disable_all`` against the file as written: ORT's
+   "necessary" steps such as EnsureUniqueDQForNodeUnit already run there). No sample runs.
+2. **Accuracy** (depth standard and full), artifact by artifact: each distinct level graph's session
+   runs the evaluation samples untimed on the job's cores (``parallel_runs.runs_on_cores``), and its
+   outputs are compared with fp32 at its first level (the reference of every SQNR in the report).
+   Then the cross-artifact agreement.
+3. **Latency** at the levels ``options.timed_levels`` names, each distinct graph timed alone on a
+   session of its own (``latency.latency_alone``), after every accuracy run.
+
+A level whose graph ORT wrote identically to an earlier level of the same artifact (equal digests) is
+neither run nor timed again: its outputs and latency are that level's (``same_graph_as``). The
+decisions table and the lints read these results in the decide stage (``verdict.decide``).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from service.pipeline.environment import cores_idle, cpu_info
+from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.blockers import reasons_by_op, rows_index, unfused_nodes
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
@@ -41,14 +47,13 @@ from service.pipeline.inspect.graph_summary import (
     scales_at_floor,
     weight_quant_params,
 )
-from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
 from service.pipeline.isolation import scrub
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LatencyProtocol,
     LoadProbe,
+    latency_alone,
     latency_protocol_from_options,
-    outputs_and_latency,
 )
 from service.pipeline.runtime.level_graphs import (
     self_contained_bytes,
@@ -59,10 +64,13 @@ from service.pipeline.runtime.numerics import (
     compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
 )
 from service.pipeline.ort.sessions import session_for
+from service.pipeline.runtime.parallel_runs import runs_on_cores
+from service.pipeline.sections import ACCURACY, AGREEMENT, LATENCY, LEVEL_GRAPHS
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
     INT8_COMPUTE_KERNELS,
     INT8_KERNELS,
+    RANDOM_OPS,
     GraphIndex,
     all_nodes,
     float_tail_nodes,
@@ -70,6 +78,7 @@ from service.pipeline.vocabulary import (
     op_key,
 )
 from service.schemas.levels import AgreementRow, OptimizedLevel
+from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions, measures_accuracy, timed_levels
 
 __all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph"]
 
@@ -120,162 +129,252 @@ class LevelsResult:
     reference_outputs: list[np.ndarray] | None = None
 
 
+# The sections of the report the levels stage finishes, in order (``on_section``; pipeline/sections.py):
+# the level graphs, then accuracy per artifact ("accuracy:<artifact>"; "agreement" once every artifact's is
+# done), latency.
+Section = Callable[[str, LevelsResult], None]
+
+
 def _ordered(names) -> list[str]:
     known = ["fp32", *ARTIFACTS]
     return [n for n in known if n in names] + sorted(n for n in names if n not in known)
 
 
 @dataclass
-class _Shared:
-    """What every artifact's levels read, and what they add up, when artifacts run on two threads."""
+class _Graphs:
+    """One artifact after phase 1: its levels (no numerics, no latency yet) and what phases 2 and 3 need."""
 
-    levels: list[str]
-    options: ComparisonOptions
-    eval_feeds: list[dict[str, np.ndarray]]
-    out_dir: Path
-    graphs_dir: Path
-    protocol: LatencyProtocol
-    budget: LatencyBudget
-    int8_allowed: bool
-    keep_level_graphs: bool
-    concurrent_jobs: LoadProbe | None
-    progress: Callable[[str, int, int], None] | None
-    total: int
-    fp32_compute: int = 0  # the int8_coverage denominator; fp32 runs first
-    reference: list[np.ndarray] | None = None  # fp32 at its first level: every SQNR is against it
-    reference_names: list[str] = field(default_factory=list)
-    data_dependent: dict[int, str] = field(default_factory=dict)  # output position -> why: compared by shape
-    timings: dict[str, float] = field(default_factory=lambda: {"optimize": 0.0, "evaluate": 0.0})
-    done: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def step(self, stage: str, timing: str, seconds: float, *, count: bool) -> None:
-        with self.lock:
-            self.timings[timing] += seconds
-            if count:
-                self.done += 1
-            if self.progress:
-                self.progress(stage, self.done, self.total)
-
-    def graph_done(self) -> None:
-        with self.lock:
-            self.budget.graph_done()
-
-
-@dataclass
-class _ArtifactLevels:
+    name: str
+    path: Path
     per_level: dict[str, OptimizedLevel]
     facts: FileFacts
-    outputs: dict[str, list[np.ndarray]]  # level -> outputs, every eval sample concatenated
-    output_names: list[str]
     steps: list[float | None]
+    digests: dict[str, str]  # level -> LevelGraphFiles.digest (levels whose session was made)
+    random_ops: bool  # draws random numbers: its feeds run one after the other (parallel_runs)
+    outputs: dict[str, list[np.ndarray]] = field(default_factory=dict)  # level -> every eval sample, concatenated
+    output_names: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)  # level -> accuracy + latency wall seconds
+
+
+def _not_measured(options: ComparisonOptions, level: str, timed: list[str]) -> dict[str, str]:
+    """What a level will not measure, naming the option that would (issue 39): said in phase 1 already."""
+    out = {}
+    if not measures_accuracy(options):
+        out["numerics"] = "not measured: depth 'structure' runs no evaluation sample (set depth 'standard')"
+    if level not in timed:
+        if not options.latency.enabled:
+            out["latency"] = "not timed: options.latency.enabled is false"
+        elif options.depth == "structure":
+            out["latency"] = "not timed: depth 'structure' times nothing (set depth 'standard')"
+        else:
+            out["latency"] = (f"not timed: options.latency_levels is {options.latency_levels}; add {level!r} to "
+                              "latency_levels, or set depth 'full', to time it")
+    return out
 
 
 def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
                    out_dir: Path, options: ComparisonOptions,
                    progress: Callable[[str, int, int], None] | None = None,
                    loaded: dict[str, GraphIndex] | None = None, concurrent_jobs: LoadProbe | None = None,
-                   keep_level_graphs: bool = True, parallel: bool | None = None,
-                   data_dependent: dict[int, str] | None = None) -> LevelsResult:
-    """Every artifact at every level of ``options.levels``: graph, diff, numerics, latency.
+                   keep_level_graphs: bool = True, cores: int = 1,
+                   data_dependent: dict[int, str] | None = None, on_section: Section | None = None) -> LevelsResult:
+    """Every artifact at every level of ``options.levels``: graph, diff; numerics (unless depth is
+    "structure"); latency at ``options.timed_levels``.
 
     Writes ``out_dir/<artifact>.<level>.onnx`` when ``keep_level_graphs``; otherwise only the
     graphs' digests are kept (a download makes them again, see ``runtime/level_graphs.py``).
     A session that fails at one level is recorded in that level's ``error`` and the other levels go on.
     ``loaded``: the graph index of a file as written, when the caller already has it (it is not loaded
     again; taken out as it is used). ``concurrent_jobs``: how many jobs the service runs right now
-    (recorded with each latency). ``parallel``: the quantized artifacts on two threads, after fp32
-    (their reference); only without latency, which is always timed alone. None: when two cores are idle.
-    Then ``timings`` split the stage's wall time between optimize and evaluate as the threads spent it.
+    (recorded with each latency). ``cores``: the job's cores, on which the accuracy runs go
+    (``parallel_runs``); the figures are the same whatever it is.
     ``data_dependent``: output positions whose shape follows the values computed (fp32's
     ``Fp32.data_dependent_outputs``): compared by shape, never element-wise, nor across artifacts.
+    ``on_section(name, result so far)``: called as each section is done (the report as it comes);
+    the result it gets holds nothing a later section changes (no timings, no ``evaluate_seconds``).
     """
     loaded = loaded if loaded is not None else {}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     levels = [lv for lv in LEVELS if lv in options.levels]
     names = _ordered(artifact_paths)
-    lat = options.latency
-    protocol = latency_protocol_from_options(lat)
-    shared = _Shared(levels=levels, options=options, eval_feeds=eval_feeds, out_dir=out_dir,
-                     graphs_dir=out_dir / "_level_graphs", protocol=protocol,
-                     budget=LatencyBudget(protocol.budget_seconds, len(names) * len(levels)),
-                     # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
-                     int8_allowed=cpu_info().arch in ("aarch64", "arm64", "ARM64"),
-                     keep_level_graphs=keep_level_graphs, concurrent_jobs=concurrent_jobs, progress=progress,
-                     total=len(names) * len(levels), data_dependent=dict(data_dependent or {}))
+    timed = timed_levels(options)
+    graphs_dir = out_dir / "_level_graphs"
+    timings = {"optimize": 0.0, "evaluate": 0.0, "latency": 0.0}
+    notify = progress or (lambda stage, done, total: None)
+    # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
+    int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
 
-    def levels_of(name: str) -> _ArtifactLevels:
+    t0 = time.perf_counter()
+    by_name: dict[str, _Graphs] = {}
+    fp32_compute = 0
+    for i, name in enumerate(names):
         # Lazily: a file's external weights stay on disk until a summary reads one tensor.
         path = Path(artifact_paths[name])
-        return _artifact_levels(name, path, loaded.pop(name, None) or graph_from_path(path, lazy=True), shared)
+        file_graph = loaded.pop(name, None) or graph_from_path(path, lazy=True)
+        if name == "fp32":
+            fp32_compute = compute_op_count(file_graph)
+        by_name[name] = _level_graphs(name, path, file_graph, levels, options, out_dir=out_dir, graphs_dir=graphs_dir,
+                                      fp32_compute=fp32_compute, int8_allowed=int8_allowed, timed=timed,
+                                      keep_level_graphs=keep_level_graphs,
+                                      step=lambda k, n=i: notify("optimize", n * len(levels) + k, len(names) * len(levels)))
+    shutil.rmtree(graphs_dir, ignore_errors=True)
+    timings["optimize"] = time.perf_counter() - t0
+    files = {n: g.facts for n, g in by_name.items()}
 
-    t_wall = time.perf_counter()
-    by_name: dict[str, _ArtifactLevels] = {}
-    rest = list(names)
-    if rest and rest[0] == "fp32":  # the reference of every other artifact's numerics comes first
-        by_name["fp32"] = levels_of("fp32")
-        rest = rest[1:]
-    # Never with latency on: the eval runs are its timing samples, and a latency is always timed alone.
-    two_threads = not lat.enabled and len(rest) > 1 and (parallel if parallel is not None else cores_idle(concurrent_jobs))
-    if two_threads:
-        # Numerics of independent files on both cores: ORT's sessions release the GIL while they run.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="quantcompare-levels") as pool:
-            futures = {n: pool.submit(levels_of, n) for n in rest}
-            by_name.update({n: f.result() for n, f in futures.items()})
-    else:
-        for n in rest:
-            by_name[n] = levels_of(n)
-    shutil.rmtree(shared.graphs_dir, ignore_errors=True)
-    timings = dict(shared.timings)
-    if two_threads:
-        # Each thread's seconds add up to more than the stage took: the wall time is split between
-        # optimize and evaluate in the proportion the threads spent, so the timings still add up.
-        wall, summed = time.perf_counter() - t_wall, sum(timings.values())
-        timings = {k: v * wall / summed for k, v in timings.items()} if summed > 0 else timings
+    def result(agreement=(), final=False, reference=None) -> LevelsResult:
+        optimized = {n: by_name[n].per_level for n in names}
+        if final:  # the wall seconds, which the partial results leave out: latency adds to them
+            optimized = {n: {lv: ol.model_copy(update={"evaluate_seconds": round(by_name[n].seconds.get(lv, 0.0), 4)})
+                             for lv, ol in per.items()} for n, per in optimized.items()}
+        return LevelsResult(optimized=optimized, agreement=list(agreement),
+                            timings={k: round(v, 4) for k, v in timings.items()} if final else {},
+                            files=files, levels=levels, reference_outputs=reference)
 
-    results = {n: a.outputs for n, a in by_name.items()}
-    output_names = {n: a.output_names for n, a in by_name.items() if a.output_names}
-    steps_of = {n: a.steps for n, a in by_name.items()}
-    t2 = time.perf_counter()
-    agreement = agreement_rows(results, output_names, steps_of, levels, skip=set(shared.data_dependent))
-    timings["evaluate"] += time.perf_counter() - t2
-    return LevelsResult(optimized={n: by_name[n].per_level for n in names},
-                        agreement=agreement, timings={k: round(v, 4) for k, v in timings.items()},
-                        files={n: by_name[n].facts for n in names}, levels=levels,
-                        reference_outputs=shared.reference)
+    if on_section:
+        on_section(LEVEL_GRAPHS, result())
+
+    reference: list[np.ndarray] | None = None
+    reference_names: list[str] = []
+    agreement: list[AgreementRow] = []
+    if measures_accuracy(options):
+        todo = sum(1 for g in by_name.values() for ol in g.per_level.values() if not ol.error)
+        done = 0
+        for name in names:
+            t1 = time.perf_counter()
+            g = by_name[name]
+            for level in levels:
+                ol = g.per_level[level]
+                if ol.error:
+                    continue
+                numerics, error = None, None
+                t2 = time.perf_counter()
+                try:
+                    if ol.same_graph_as:  # the same graph gives the same outputs: not run again
+                        source = g.per_level[ol.same_graph_as]
+                        if ol.same_graph_as not in g.outputs:
+                            raise _SameGraphFailed(source.error)
+                        outputs = g.outputs[ol.same_graph_as]
+                    else:
+                        outputs = _accuracy_outputs(g, level, eval_feeds, cores)
+                    g.outputs[level] = outputs
+                    if reference is None and name == "fp32":
+                        reference, reference_names = outputs, list(g.output_names)
+                    if reference is not None:
+                        previous = next((g.outputs[lv] for lv in reversed(levels[:levels.index(level)])
+                                         if lv in g.outputs), None)
+                        numerics = level_numerics(reference, reference_names, outputs, g.output_names, steps=g.steps,
+                                                  previous=previous, samples=len(eval_feeds),
+                                                  data_dependent=dict(data_dependent or {}))
+                except _SameGraphFailed as e:
+                    error = e.error
+                except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
+                    error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
+                g.seconds[level] = g.seconds.get(level, 0.0) + (0.0 if ol.same_graph_as else time.perf_counter() - t2)
+                g.per_level[level] = ol.model_copy(update={"numerics": numerics, "error": error})
+                done += 1
+                notify("evaluate", done, todo)
+            timings["evaluate"] += time.perf_counter() - t1
+            if on_section:
+                on_section(f"{ACCURACY}:{name}", result(reference=reference))
+        t1 = time.perf_counter()
+        agreement = agreement_rows({n: g.outputs for n, g in by_name.items()},
+                                   {n: g.output_names for n, g in by_name.items() if g.output_names},
+                                   {n: g.steps for n, g in by_name.items()}, levels,
+                                   skip=set(data_dependent or {}))
+        timings["evaluate"] += time.perf_counter() - t1
+        if on_section:
+            on_section(AGREEMENT, result(agreement, reference=reference))
+
+    if timed and eval_feeds:
+        t1 = time.perf_counter()
+        _time_levels(by_name, names, timed, eval_feeds[0], options, concurrent_jobs, notify)
+        timings["latency"] = time.perf_counter() - t1
+        if on_section:
+            on_section(LATENCY, result(agreement, reference=reference))
+    return result(agreement, final=True, reference=reference)
 
 
-def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Shared) -> _ArtifactLevels:
-    """One artifact at every level: session, saved graph, summary, diff vs the previous level, numerics, latency."""
-    options, levels = shared.options, shared.levels
-    lat = options.latency
-    threads = lat.intra_op_threads
-    if name == "fp32":
-        shared.fp32_compute = compute_op_count(file_graph)
-    fp32_compute = shared.fp32_compute
+class _SameGraphFailed(Exception):
+    def __init__(self, error: str | None):
+        super().__init__(error)
+        self.error = error
+
+
+def _accuracy_outputs(g: _Graphs, level: str, feeds: list[dict[str, np.ndarray]], cores: int) -> list[np.ndarray]:
+    """Every eval feed through ``g`` at ``level``, untimed, on ``cores`` threads (one intra-op thread each)."""
+    session = session_for(g.path, level, intra_op_threads=1)
+    g.output_names = [o.name for o in session.get_outputs()]
+    try:
+        return concat_runs(runs_on_cores(lambda feed: session.run(None, feed), feeds, cores, sequential=g.random_ops))
+    finally:
+        del session
+
+
+def _time_levels(by_name: dict[str, _Graphs], names: list[str], timed: list[str], feed: dict[str, np.ndarray],
+                 options: ComparisonOptions, concurrent_jobs: LoadProbe | None,
+                 notify: Callable[[str, int, int], None]) -> None:
+    """Phase 3: each distinct graph at a timed level, alone on a session of its own (latency.py)."""
+    protocol = latency_protocol_from_options(options.latency)
+    jobs = []  # (graph, level, the timed level with the same graph or None)
+    for name in names:
+        g = by_name[name]
+        first_at: dict[str, str] = {}
+        for level in timed:
+            ol = g.per_level.get(level)
+            if ol is None or ol.error:
+                continue
+            digest = g.digests.get(level)
+            jobs.append((g, level, first_at.get(digest)))
+            first_at.setdefault(digest, level)
+    budget = LatencyBudget(protocol.budget_seconds, sum(1 for *_, same in jobs if same is None))
+    for k, (g, level, same) in enumerate(jobs):
+        ol = g.per_level[level]
+        if same is not None:  # an identical graph at a level timed before: its measurement stands
+            earlier = g.per_level[same].latency
+            latency = earlier.model_copy(update={"timed_with": same}) if earlier is not None else None
+            g.per_level[level] = ol.model_copy(update={"latency": latency})
+            continue
+        t0 = time.perf_counter()
+        try:
+            session = session_for(g.path, level, intra_op_threads=protocol.intra_op_threads)
+            latency = latency_alone(session, feed, protocol, budget, concurrent_jobs=concurrent_jobs)
+            del session
+            g.per_level[level] = ol.model_copy(update={"latency": latency})
+        except Exception as e:  # noqa: BLE001 - a run failing here is a finding, as in the accuracy runs
+            g.per_level[level] = ol.model_copy(update={"error": ol.error or scrub(
+                f"latency run failed: {type(e).__name__}: {e}")[:2000]})
+        budget.graph_done()
+        g.seconds[level] = g.seconds.get(level, 0.0) + time.perf_counter() - t0
+        notify("latency", k + 1, len(jobs))
+
+
+def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[str], options: ComparisonOptions, *,
+                  out_dir: Path, graphs_dir: Path, fp32_compute: int, int8_allowed: bool, timed: list[str],
+                  keep_level_graphs: bool, step: Callable[[int], None]) -> _Graphs:
+    """Phase 1 for one artifact: at every level, session, saved graph, summary, diff vs the previous level."""
+    threads = options.latency.intra_op_threads
     facts = file_facts_from_graph(file_graph)
     steps = output_steps(file_graph)
     float_tail = float_tail_nodes(file_graph) if name == "pt2e_qdq" else {}
+    random_ops = any(op_key(n) in RANDOM_OPS for n in all_nodes(file_graph.model.graph))
     prev_graph, prev_level = file_graph, "file"
-    prev_outputs: list[np.ndarray] | None = None
     seen: dict[str, str] = {}  # level graph digest -> the first level of this artifact that had it
+    digests: dict[str, str] = {}
     per_level: dict[str, OptimizedLevel] = {}
     extended_rows = None  # blockers at extended: the layout levels keep them (no QDQ fusion runs there)
-    outputs_at: dict[str, list[np.ndarray]] = {}
-    onames: list[str] = []
-    for level in levels:
+    for k, level in enumerate(levels):
         t0 = time.perf_counter()
-        out_file = shared.out_dir / f"{name}.{level}.onnx"
+        out_file = out_dir / f"{name}.{level}.onnx"
+        not_measured = _not_measured(options, level, timed)
         try:
-            session, lg = session_and_level_graph(path, level, shared.graphs_dir / f"{name}.{level}",
-                                                     intra_op_threads=threads)
+            session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}", intra_op_threads=threads)
+            del session  # the accuracy and latency phases make their own (a session holds the weights)
             graph = graph_from_path(lg.graph, lazy=True)  # weights stay on disk until a summary reads one
         except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
-            shared.graph_done()
-            per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
+            per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level], not_measured=not_measured,
                                               error=scrub(f"session creation failed: {type(e).__name__}: {e}")[:2000])
-            shared.step("optimize", "optimize", time.perf_counter() - t0, count=True)
+            step(k + 1)
             continue
         session_seconds = time.perf_counter() - t0
         diff = diff_graphs(prev_graph, graph, previous=prev_level)
@@ -293,52 +392,22 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
         float_count = sum(float_compute.values())
         coverage = int8_compute / (int8_compute + float_count) if fp32_compute and int8_compute + float_count else (
             0.0 if fp32_compute else None)
-        unfused = unfused_nodes(graph, level=level, int8_allowed=shared.int8_allowed, previous=extended_rows,
+        unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows,
                                 pt2e=name == "pt2e_qdq", float_tail=float_tail)
         if level == "extended":
             extended_rows = rows_index(unfused, graph)
         ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
-        shared.step("optimize", "optimize", time.perf_counter() - t0, count=True)
-
-        t1 = time.perf_counter()
-        numerics = latency = None
-        error = None
         # ORT often writes the very same graph at another level (``all`` == ``layout`` here for
         # every example): the same graph gives the same outputs and the same speed, so it is
         # neither run nor timed again (the level says which level it equals).
         same_as = seen.get(lg.digest)
-        if same_as is not None and same_as not in outputs_at:
-            same_as = None  # that level failed to run: measure this one
-        try:
-            onames = [o.name for o in session.get_outputs()]
-            if same_as:
-                outputs = outputs_at[same_as]
-                if per_level[same_as].latency is not None:
-                    latency = per_level[same_as].latency.model_copy(update={"timed_with": same_as})
-            else:
-                outputs, latency = outputs_and_latency(session, shared.eval_feeds, shared.protocol, shared.budget,
-                                                    timing=lat.enabled, concurrent_jobs=shared.concurrent_jobs)
-            outputs_at[level] = outputs
-            if name == "fp32" and shared.reference is None:
-                shared.reference, shared.reference_names = outputs, onames
-            if shared.reference is not None:
-                numerics = level_numerics(shared.reference, shared.reference_names, outputs, onames, steps=steps,
-                                          previous=prev_outputs, samples=len(shared.eval_feeds),
-                                          data_dependent=shared.data_dependent)
-            prev_outputs = outputs
-        except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
-            error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
-        evaluate_seconds = time.perf_counter() - t1  # the runs and numerics, not the graph's save below
-        del session
-        shared.graph_done()
         seen.setdefault(lg.digest, level)
-        if shared.keep_level_graphs:
+        digests[level] = lg.digest
+        if keep_level_graphs:
             self_contained_from_level_graph(lg, out_file)
         shutil.rmtree(lg.folder, ignore_errors=True)  # the weights: a download makes them again
-        shared.step("evaluate", "evaluate", time.perf_counter() - t1, count=False)
-
         per_level[level] = OptimizedLevel(
-            level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error,
+            level=level, level_value=LEVEL_VALUES[level], file=out_file.name,
             op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
             quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
             int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
@@ -346,14 +415,16 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
             ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
             unfused=[] if name == "fp32" else unfused,
             bias=bias_state(graph),
-            layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
-            session_seconds=session_seconds, evaluate_seconds=round(evaluate_seconds, 4), same_graph_as=same_as,
+            layout=layout_info(graph, facts.transposes), diff=diff, not_measured=not_measured,
+            session_seconds=session_seconds, same_graph_as=same_as,
             graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
             weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
-            file_stored=shared.keep_level_graphs,
+            file_stored=keep_level_graphs,
         )
         prev_graph, prev_level = graph, level
-    return _ArtifactLevels(per_level=per_level, facts=facts, outputs=outputs_at, output_names=onames, steps=steps)
+        step(k + 1)
+    return _Graphs(name=name, path=path, per_level=per_level, facts=facts, steps=steps, digests=digests,
+                   random_ops=random_ops)
 
 
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],

@@ -1,7 +1,10 @@
 """Advice that is measured: what to change so more of the model runs on int8 kernels, re-run for real.
 
 Candidates come from the blockers (``inspect/blockers.py``) and from the int8 kernels' activation
-dtype. Each candidate is re-run within ``options.advice.budget_seconds``: the ORT path is quantized
+dtype. Each candidate is re-run within the advice budget (``options.advice.budget_share`` of the job's time
+before advice starts, 20% by default, or ``options.advice.budget_seconds``), in order of expected gain
+(``by_expected_gain``); those that do not fit are listed with the reason (``AdvicePlan.not_run``,
+``Report.advice_not_run``). The ORT path is quantized
 again with the changed settings (the calibration ranges are reused from the job's cache: they are
 float ranges, the same for int8 and uint8), a session is created at ``options.advice.level``, the
 evaluation samples run, and the latency loop runs with the levels stage's threads and run count.
@@ -46,12 +49,13 @@ from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
+from service.pipeline.runtime.parallel_runs import runs_on_cores
 from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
 __all__ = ["Candidate", "AdviceContext", "AdvicePlan", "candidates_from_blockers", "measured_advice", "advice_plan",
-           "timed_advice", "advice_plan_for_job"]
+           "timed_advice", "advice_plan_for_job", "advice_budget", "by_expected_gain"]
 
 log = logging.getLogger(__name__)
 DTYPE_BLOCKERS = {"io_dtype_mismatch", "int8_activation_on_x86"}
@@ -89,6 +93,8 @@ class AdviceContext:
     warmup: int = 2
     threads: int = 1
     budget_seconds: float = 60.0
+    budget_how: str = "options.advice.budget_seconds"  # how the budget was set, said when a candidate does not fit
+    cores: int = 1  # the job's cores: the SQNR runs (untimed) go on all of them (runtime/parallel_runs.py)
     quantize_seconds: dict[str, float] | None = None  # per artifact, for the budget estimate
     # From the levels stage, so a re-run does not measure again what the job already has: the
     # fp32 outputs every SQNR in the report is taken against, and each artifact's coverage and
@@ -168,11 +174,14 @@ def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
 def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp: Path | None):
     """(session at ``ctx.level`` with ``session_config``, the graph ORT saved for it in a folder of ``tmp``
     with its weights beside it, as the levels stage saves its level graphs, so the two digests compare;
-    None without ``tmp``: a session made only to be timed saves nothing)."""
+    None without ``tmp``: a session made only to be timed saves nothing). The session that saves its
+    graph runs the SQNR samples, untimed, with one intra-op thread as the levels stage's accuracy runs;
+    the one made only to be timed has the latency protocol's threads."""
     saved = tmp / f"{path.stem}.{ctx.level}.{next(_SERIAL)}" / GRAPH_FILE if tmp is not None else None
     if saved is not None:
         saved.parent.mkdir(parents=True)
-    so = session_options_for(ctx.level, intra_op_threads=ctx.threads, optimized_model_path=saved,
+    so = session_options_for(ctx.level, intra_op_threads=1 if saved is not None else ctx.threads,
+                             optimized_model_path=saved,
                              external_initializers_file=DATA_FILE if saved is not None else None)
     for k, v in session_config.items():
         so.add_session_config_entry(k, str(v))
@@ -183,7 +192,7 @@ def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarra
     """Figures without latency: coverage from ORT's saved graph, SQNR on the eval samples."""
     hist = op_histogram(graph_from_path(saved, lazy=True))
     int8 = sum(v for k, v in hist.items() if k in INT8_COMPUTE_KERNELS)
-    outputs = concat_runs([session.run(None, feed) for feed in ctx.evaluation])
+    outputs = concat_runs(runs_on_cores(lambda feed: session.run(None, feed), ctx.evaluation, ctx.cores))
     return AdviceFigures(int8_coverage=min(1.0, int8 / fp32_compute) if fp32_compute else None,
                          sqnr_db=worst_elementwise_sqnr(reference, outputs, ctx.data_dependent), level=ctx.level)
 
@@ -348,8 +357,8 @@ class AdvicePlan:
         self._fp32_compute = compute_op_count(graph_from_path(fp32))
         self._reference = ctx.reference
         if self._reference is None:  # the report's reference: fp32 as written, no ORT rewrite
-            ref_session = session_for(fp32, "disable_all", intra_op_threads=ctx.threads)
-            self._reference = concat_runs([ref_session.run(None, f) for f in ctx.evaluation])
+            ref_session = session_for(fp32, "disable_all", intra_op_threads=1)
+            self._reference = concat_runs(runs_on_cores(lambda f: ref_session.run(None, f), ctx.evaluation, ctx.cores))
             del ref_session
 
     def _next(self) -> tuple[int, Candidate] | None:
@@ -368,11 +377,11 @@ class AdvicePlan:
             remaining = ctx.budget_seconds - (time.perf_counter() - (self._t_start or 0.0)) - self._timing_owed
             if remaining > est + 1.0:
                 return i, c
-            if c.change.get("ort", {}).get("activation_type") == "uint8":
-                self._made[i] = AdviceEntry(
-                    artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
-                    reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the advice budget left; "
-                    "raise options.advice.budget_seconds to measure it)")
+            self._made[i] = AdviceEntry(
+                artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
+                reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the advice budget left, not enough "
+                f"for a re-run and its timing; the budget was {ctx.budget_seconds:.0f} s = {ctx.budget_how}: raise "
+                "options.advice.budget_share or set options.advice.budget_seconds to measure it)")
         return None
 
     def _before_figures(self, artifact: str) -> tuple[AdviceFigures, float]:
@@ -468,9 +477,14 @@ class AdvicePlan:
         return [m for _, m in sorted(self._made.items()) if isinstance(m, _Ready)]
 
     def unmeasured(self) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
-        """(proposed without figures for the budget, refuted because their re-run failed), in candidate order."""
+        """(not re-run for the budget, refuted because their re-run failed), in candidate order."""
         entries = [m for _, m in sorted(self._made.items()) if isinstance(m, AdviceEntry)]
         return [e for e in entries if e.adopted is not False], [e for e in entries if e.adopted is False]
+
+    @property
+    def not_run(self) -> list[AdviceEntry]:
+        """The candidates the budget left out, each with the reason (``Report.advice_not_run``)."""
+        return self.unmeasured()[0]
 
 
 def advice_plan(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePlan | None:
@@ -487,7 +501,7 @@ def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[Advic
     if plan is None:
         return [], []
     ctx = plan.ctx
-    proposed, refuted = plan.unmeasured()
+    proposed, refuted = [], plan.unmeasured()[1]  # the candidates not re-run are plan.not_run
     how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
            f"(worst output vs the report's fp32 reference; 'before' is the levels "
            f"stage's figure for the artifact as is){f', computed beside {plan.beside}' if plan.beside else ''}; "
@@ -549,12 +563,33 @@ def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
     return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.compared == "shape")
 
 
+def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float]) -> list[Candidate]:
+    """The measuring order: the uint8 re-quantizations first (what x86 needs; ``candidates_from_blockers``
+    puts the switches measurement refutes on x86 after them), and within each group the candidate whose
+    artifact runs slowest at the advice level first (the most a change to that file can save: QOperator's
+    s8s8 kernels ran 3.1x fp32 on CenterNet), then the one that would fuse the most blocked nodes. The
+    latencies are the levels stage's measurements; without one an artifact counts as 0 ms."""
+    group = {id(c): 0 if c.change.get("ort", {}).get("activation_type") == "uint8" else 1 if "session" in c.change
+             else 2 for c in candidates}
+    return sorted(candidates, key=lambda c: (group[id(c)], -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
+
+
+def advice_budget(options, job_seconds: float) -> tuple[float, str]:
+    """The seconds advice may take, and how they were set: ``options.advice.budget_seconds`` when given,
+    else ``budget_share`` of the job's seconds before advice starts."""
+    if options.advice.budget_seconds is not None:
+        return float(options.advice.budget_seconds), "options.advice.budget_seconds"
+    share = options.advice.budget_share
+    return share * job_seconds, f"options.advice.budget_share {share:g} x the job's {job_seconds:.0f} s before advice"
+
+
 def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,
                         ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
                         quantize_seconds: dict[str, float], reference: list[np.ndarray] | None = None,
-                        ) -> AdvicePlan | None:
+                        job_seconds: float = 0.0, cores: int = 1) -> AdvicePlan | None:
     """The spine's first call: the plan of the candidates from the levels stage's blockers at
-    ``options.advice.level``, to be made within ``options.advice.budget_seconds`` by ``AdvicePlan.work``
+    ``options.advice.level``, in order of expected gain, to be made within the budget (``advice_budget``:
+    ``job_seconds`` is the job's time before advice starts) by ``AdvicePlan.work``
     (on one thread or two) and timed by ``timed_advice``. None when there is nothing to measure, or when
     planning failed (logged)."""
     cpu = cpu_info()
@@ -574,16 +609,17 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
             latency_ms[art] = ol.latency.median_ms
         if ol.graph_sha256:
             digests[art] = level_graph_digest(ol.graph_sha256, ol.weights_sha256)
-    candidates = candidates_from_blockers(unfused, kernels, ort_settings=ort_settings, int8_allowed=int8_allowed,
-                                          vnni=vnni)
+    candidates = by_expected_gain(candidates_from_blockers(unfused, kernels, ort_settings=ort_settings,
+                                                           int8_allowed=int8_allowed, vnni=vnni), latency_ms)
     if not candidates:
         return None
+    budget, budget_how = advice_budget(options, job_seconds)
     lat = options.latency
     ctx = AdviceContext(artifact_paths=dict(paths), ort_input=ort_input, ort_settings=ort_settings,
                         calibration=list(samples.calibration), evaluation=list(samples.evaluation),
                         input_names=input_names, calibration_cache=calibration_cache, level=level,
                         runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads,
-                        budget_seconds=options.advice.budget_seconds, quantize_seconds=quantize_seconds,
+                        budget_seconds=budget, budget_how=budget_how, cores=cores, quantize_seconds=quantize_seconds,
                         reference=reference, before=before, latency_ms=latency_ms, before_digest=digests,
                         data_dependent=_data_dependent_positions(optimized.get("fp32") or {}))
     try:

@@ -21,7 +21,7 @@ from service.pipeline.runtime.latency import (
     Timing,
     is_stable,
     median_ci,
-    outputs_and_latency,
+    latency_alone,
     top_up,
 )
 
@@ -89,42 +89,39 @@ def test_the_reported_median_is_within_15_percent_of_an_independent_7_run_median
     # runs over changing feeds) fails all three.
     for _ in range(3):
         session = session_for(path, "all", intra_op_threads=1)
-        _, lat = outputs_and_latency(session, feeds, protocol, LatencyBudget(30, 1), timing=True)
+        lat = latency_alone(session, feeds[0], protocol, LatencyBudget(30, 1))
         ratio = lat.median_ms / _independent_median(path, feeds[0])
         seen.append((round(ratio, 3), lat.noisy, lat.noisy_reasons))
         if abs(ratio - 1) <= 0.15 or lat.noisy:
             break
     assert any(abs(r - 1) <= 0.15 or noisy for r, noisy, _ in seen), seen
     assert lat.runs >= protocol.min_runs
+    assert lat.runs_from_eval == 0  # accuracy runs untimed (issue 39): no evaluation run is a sample
     if lat.median_ms >= SHORT_RUN_MS:
-        assert model == "chain" and lat.runs_from_eval == len(feeds) - protocol.warmup
-    else:  # timed apart: no eval run is a sample, and the untimed runs say so
-        assert model == "tiny" and lat.runs_from_eval == 0 and lat.warmup == len(feeds) + SHORT_RUN_WARMUP
+        assert model == "chain" and lat.warmup == protocol.warmup
+    else:  # a run of microseconds: more untimed runs first, and the warm-up says so
+        assert model == "tiny" and lat.warmup == protocol.warmup + SHORT_RUN_WARMUP
     assert lat.median_ci_ms[0] <= lat.median_ms <= lat.median_ci_ms[1]
     assert lat.protocol and "order-statistic" in lat.protocol and f"under {SHORT_RUN_MS:g} ms" in lat.protocol
     assert lat.load_avg_1m is not None and 0 < lat.cpu_share <= 1
 
 
-def test_eval_runs_are_the_timing_samples_when_they_are_stable(chain):
+def test_latency_alone_runs_only_the_first_feed_after_untimed_warmup(chain):
+    """Timing is apart from the accuracy runs: warm-up, then the first feed until the median is stable."""
     path, feeds = chain
     session = session_for(path, "all", intra_op_threads=1)
-    calls = []
+    fed = []
     real_run = session.run
 
     class Counting:
-        def run(self, *a):
-            calls.append(1)
-            return real_run(*a)
+        def run(self, names, feed, *a):
+            fed.append(feed)
+            return real_run(names, feed, *a)
 
-        def get_outputs(self):
-            return session.get_outputs()
-
-    protocol = LatencyProtocol(intra_op_threads=1, stable_rel=100.0)  # any 5 runs count as "stable"
-    outputs, lat = outputs_and_latency(Counting(), feeds, protocol, LatencyBudget(30, 1), timing=True)
-    assert len(calls) == len(feeds)  # no run beyond the evaluation runs
-    assert lat.runs == len(feeds) - 1 and lat.runs_from_eval == lat.runs
-    ref = np.concatenate([real_run(None, f)[0] for f in feeds])
-    np.testing.assert_array_equal(outputs[0], ref)
+    protocol = LatencyProtocol(intra_op_threads=1, stable_rel=100.0, warmup=2)  # any 5 runs count as "stable"
+    lat = latency_alone(Counting(), feeds[0], protocol, LatencyBudget(30, 1))
+    assert all(f is feeds[0] for f in fed)
+    assert len(fed) == 2 + protocol.min_runs and lat.runs == protocol.min_runs and lat.warmup == 2
 
 
 def test_median_interval_and_stability_from_order_statistics():
@@ -169,8 +166,8 @@ def test_a_latency_measured_while_the_cores_are_busy_is_marked_noisy(chain):
         os.sched_setaffinity(0, cpu)
         time.sleep(0.5)
         session = session_for(path, "all", intra_op_threads=1)
-        _, lat = outputs_and_latency(session, feeds, LatencyProtocol(intra_op_threads=1), LatencyBudget(10, 1),
-                                     timing=True, concurrent_jobs=lambda: 3)
+        lat = latency_alone(session, feeds[0], LatencyProtocol(intra_op_threads=1), LatencyBudget(10, 1),
+                            concurrent_jobs=lambda: 3)
     finally:
         os.sched_setaffinity(0, saved)
         for h in hogs:

@@ -1,0 +1,51 @@
+"""Accuracy runs on every core the job has: the evaluation feeds of one session, run side by side.
+
+Accuracy is untimed, so nothing stops it from using the job's cores (``job_cores``). Each session
+here has one intra-op thread, and ``cores`` threads call ``session.run`` on it at once, each on its
+own feed: ORT's ``InferenceSession::Run`` may be called concurrently, and with one intra-op thread a
+run executes on the thread that calls it, start to finish (the Python binding releases the GIL while
+it runs). Each feed is then computed exactly as a lone one-thread run computes it, by the same kernels
+in the same order, so the outputs are bit for bit those of one core: the accuracy figures cannot depend
+on the core count. (More intra-op threads on one session split a kernel's work between threads, which
+need not add up in the same order; and ``bench/accuracy_cores.py`` measured the parallel runs faster
+here: ``docs/CONTRACTS.md``, "Job cores".)
+
+A graph that draws random numbers (``vocabulary.RANDOM_OPS``) runs its feeds one after the other: its
+kernels' generators are shared by the session's runs, so which sample gets which draw would follow the
+threads' order.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Sequence
+
+__all__ = ["job_cores_default", "runs_on_cores", "ACCURACY_HOW"]
+
+ACCURACY_HOW = ("accuracy runs untimed on {cores} core(s): each session with one intra-op thread, {cores} of its "
+                "evaluation feeds run at once (outputs bit for bit a lone one-thread run's); latency timed alone "
+                "afterwards")
+
+
+def job_cores_default(workers: int = 1) -> int:
+    """The machine's usable cores divided by the jobs that run at once (at least one)."""
+    try:
+        cores = len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, workers))
+
+
+def runs_on_cores(run: Callable[[dict], list], feeds: Sequence[dict], cores: int, *,
+                  sequential: bool = False) -> list[list]:
+    """``[run(feed) for feed in feeds]``, computed on ``cores`` threads at once (in feed order).
+
+    ``run`` is one session's ``run`` (one intra-op thread); ``sequential``: one feed after the other
+    (a graph with random ops). The first exception raised by a run is raised here."""
+    feeds = list(feeds)
+    workers = 1 if sequential else max(1, min(int(cores), len(feeds)))
+    if workers == 1:
+        return [run(feed) for feed in feeds]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quantcompare-accuracy") as pool:
+        return list(pool.map(run, feeds))
