@@ -36,7 +36,7 @@ def test_check_passes_writes_the_report_and_sends_the_gates(use_fake, tmp_path, 
                    "--options", '{"levels": ["all"]}', "--out", str(out), "--quiet"])
     assert rc == 0
     sent = json.loads(server.requests[0].content)
-    assert sent["options"] == {"levels": ["all"], "gates": [
+    assert sent["options"] == {"levels": ["all"], "depth": "standard", "gates": [
         {"artifact": "ort_qdq", "level": "all", "metric": "sqnr_db", "op": ">=", "value": 25.0}]}
     assert json.loads(out.read_text())["id"] == "c0ffee"
     stdout = capsys.readouterr().out
@@ -67,6 +67,39 @@ def test_check_merges_gates_from_an_options_file(use_fake, tmp_path):
                    "--gate", "*.all.cosine>=0.99", "--out", str(tmp_path / "r.json"), "--quiet"])
     assert rc == 0
     assert [g["metric"] for g in json.loads(server.requests[0].content)["options"]["gates"]] == ["status_ok", "cosine"]
+
+
+@pytest.mark.parametrize(
+    "gates, options, depth, latency_levels",
+    [
+        (["*.all.int8_coverage>=0.9", "status_ok"], {}, "structure", None),  # structural gates alone
+        (["calibration_data_uploaded"], {}, "structure", None),
+        (["status_ok", "ort_qdq.all.sqnr_db>=25"], {}, "standard", None),  # one accuracy gate needs the runs
+        (["ort_qdq.basic.latency_ratio<=1.2"], {}, "standard", ["all", "basic"]),  # and its level timed
+        (["ort_qdq.basic.latency_ratio<=1.2"], {"levels": ["basic", "extended"]}, "standard", ["extended", "basic"]),
+        (["status_ok"], {"depth": "full"}, "full", None),  # the user's depth wins
+        ([], {}, None, None),  # no gate: the server's default
+    ],
+    ids=["coverage+status", "data flag", "accuracy", "latency at basic", "latency, levels given", "explicit depth",
+         "no gates"],
+)
+def test_check_asks_for_the_depth_its_gates_need(use_fake, tmp_path, gates, options, depth, latency_levels):
+    """A structural gate alone runs a ``structure`` job (no evaluation sample), a figure the gates read is
+    measured, and nothing more is asked for (issue 39)."""
+    results = [(g, True, "ok") for g in gates]
+    server = use_fake(FakeServer(report=report_json(verdict=_verdict(*results))))
+    argv = ["check", "conv_relu", "--server", "http://qc.test", "--out", str(tmp_path / "r.json"), "--quiet",
+            "--options", json.dumps(options)]
+    for g in gates:
+        argv += ["--gate", g]
+    assert cli.main(argv) == 0
+    sent = json.loads(server.requests[0].content)["options"]
+    assert sent.get("depth") == depth
+    assert sent.get("latency_levels") == latency_levels
+    # what the server makes of them: the options are valid there, and the gates' figures are measured
+    from service.schemas.options import ComparisonOptions, timed_levels
+    resolved = ComparisonOptions.model_validate(sent)
+    assert all(g.level in timed_levels(resolved) for g in resolved.gates if g.metric == "latency_ratio")
 
 
 @pytest.mark.parametrize(

@@ -16,10 +16,11 @@ def test_identical_graphs_are_labelled_and_keep_identical_numerics(compared):
 
 
 def test_identical_graphs_reuse_the_latency_measurement(compared):
-    report, _ = compared("conv_relu", latency={"runs": 3, "warmup": 2})
+    report, _ = compared("conv_relu", latency={"runs": 3, "warmup": 2}, latency_levels=["extended", "layout", "all"])
     opt = report.artifacts["ort_qdq"].optimized
     assert opt["all"].same_graph_as == "layout"
     assert opt["all"].latency.median_ms == opt["layout"].latency.median_ms
     assert opt["all"].latency.timed_with == "layout"
-    # A level that ran was timed after the evaluation runs warmed its session.
+    # A level that ran was timed after its warm-up runs.
     assert opt["extended"].latency.runs >= 3 and opt["extended"].latency.median_ms > 0
+    assert opt["extended"].latency.warmup >= 2 and opt["basic"].latency is None  # basic: not in latency_levels
