@@ -1,9 +1,9 @@
-"""The README's corpus table, generated from tests/realworld/outcomes.py.
+"""The corpus table of docs/realworld.md, generated from tests/realworld/outcomes.py.
 
-    .venv/bin/python -m tests.realworld.readme_table          # print it
-    .venv/bin/python -m tests.realworld.readme_table --write  # rewrite it in README.md
+    .venv/bin/python -m tests.realworld.outcomes_table          # print it
+    .venv/bin/python -m tests.realworld.outcomes_table --write  # rewrite it in docs/realworld.md
 
-``tests/realworld/test_outcomes_table.py`` fails when README.md differs from what this prints.
+``tests/realworld/test_outcomes_table.py`` fails when docs/realworld.md differs from what this prints.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.realworld.outcomes import OUTCOMES, PATHS
 
-README = Path(__file__).resolve().parents[2] / "README.md"
-START, END = "<!-- corpus-table:start (generated: python -m tests.realworld.readme_table --write) -->", \
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "realworld.md"
+START, END = "<!-- corpus-table:start (generated: python -m tests.realworld.outcomes_table --write) -->", \
     "<!-- corpus-table:end -->"
 
 
@@ -33,12 +33,12 @@ def render() -> str:
     return "\n".join(rows)
 
 
-def readme_section(text: str) -> str:
+def page_section(text: str) -> str:
     start, end = text.index(START) + len(START), text.index(END)
     return text[start:end].strip("\n")
 
 
-def write(path: Path = README) -> None:
+def write(path: Path = PAGE) -> None:
     text = path.read_text()
     start, end = text.index(START) + len(START), text.index(END)
     path.write_text(text[:start] + "\n" + render() + "\n" + text[end:])
