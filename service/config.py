@@ -36,7 +36,7 @@ class Settings(BaseModel):
     max_queue: int = Field(32, ge=0, le=100_000, description="queued jobs before 503")
     # Uploads being received at once; past this a submission gets 429 + Retry-After.
     max_concurrent_uploads: int = Field(8, ge=1, le=1024, description="uploads in flight before 429")
-    # 30 min: a real-size model takes ~1200 fp32 inference-times with the defaults (bench/RESULTS.md),
+    # 30 min: a real-size model takes ~1200 fp32 inference-times with the defaults (docs/history/results.md),
     # so at ~1 s an inference a job runs ~20 min on one idle core; 15 min killed such jobs.
     job_timeout_s: float = Field(1800.0, gt=0, description="wall-clock limit per job; the worker's process group is killed past it")
     # Address-space limit (RLIMIT_AS) of each worker, and the RSS at which the supervisor kills it.
