@@ -1,6 +1,6 @@
 """Service settings, read once from ``QUANTCOMPARE_*`` environment variables.
 
-Every field below is ``QUANTCOMPARE_<FIELD NAME IN CAPITALS>``; the README's "Settings" section
+Every field below is ``QUANTCOMPARE_<FIELD NAME IN CAPITALS>``; docs/settings.md
 lists them (a test keeps the two in step). ``get_settings()`` is cached; tests build a
 ``Settings(...)`` of their own and hand it to ``create_app(settings)`` or override the
 dependency, rather than patching the environment mid-run.
@@ -63,7 +63,7 @@ class Settings(BaseModel):
     api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
     executor: Literal["local", "celery"] = Field(
         "local", description="job executor; 'local' = the embedded process pool, 'celery' = `quantcompare worker` processes via the broker")
-    # Celery executor only (README "Scaling out with Celery"); the API and every worker share it.
+    # Celery executor only (docs/scaling.md); the API and every worker share it.
     broker_url: str | None = Field(None, description="Redis URL of the Celery broker, e.g. redis://redis:6379/0 (executor=celery, `quantcompare worker`)")
     job_lost_after_s: float = Field(60.0, gt=0, description="a job still running this long past its time limit lost its worker and runs again (celery)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")

@@ -79,3 +79,15 @@ def test_bench_tracks_scripts_and_current_tables_only():
     assert 0 < len(files) <= 40
     raw = [f for f in files if not (f.endswith((".py", ".sh")) or f in ("bench/RESULTS.md", "bench/NOTES.md"))]
     assert not raw, f"raw bench output belongs under var/bench/, not in git: {raw}"
+
+
+def test_every_docs_page_the_code_names_exists():
+    """Hints, help texts and comments send readers to docs/<page>.md: each page must be there."""
+    named = set()
+    for folder in ("service", "clients", "tests", "bench", "docker"):
+        for f in (ROOT / folder).rglob("*"):
+            if f.is_file() and f.suffix in (".py", ".html", ".yaml", ".sh", ".md"):
+                named |= {(m, f) for m in re.findall(r"docs/[\w/-]+\.md", f.read_text(errors="ignore"))}
+    assert named
+    missing = sorted({f"{m} (named in {f.relative_to(ROOT)})" for m, f in named if not (ROOT / m).exists()})
+    assert not missing, missing

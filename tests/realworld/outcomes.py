@@ -18,11 +18,11 @@ PATHS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 
 
 class Outcome(NamedTuple):
-    label: str  # what the README's first column shows
+    label: str  # what docs/realworld.md's first column shows
     pt2e_qdq: str
     ort_qdq: str
     ort_qoperator: str
-    why: str = ""  # why a path is not ok, for a reader of the README
+    why: str = ""  # why a path is not ok, for a reader of docs/realworld.md
 
     def statuses(self) -> dict[str, str]:
         return {p: getattr(self, p) for p in PATHS if getattr(self, p) != "-"}

@@ -1,5 +1,5 @@
 """Every onnxruntime session the service creates itself goes through session_options_for (the
-constant-folding cap). quantize_static / quant_pre_process build their own: see the README."""
+constant-folding cap). quantize_static / quant_pre_process build their own: see docs/security.md."""
 
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], ca
     ONNX uploads go through the project's own converter (quantize/onnx_torch), which specializes
     the graph to the resolved shapes and checks parity with ORT before anything is quantized.
     onnx2torch is no longer used: on the real-world corpus it converted fewer models (no GRU/LSTM,
-    no opset-18 input forms, untraceable shape arithmetic), see README "ONNX uploads and PT2E".
+    no opset-18 input forms, untraceable shape arithmetic), see docs/uploads.md.
     """
     if source.program is not None:
         return source.program, None
