@@ -12,7 +12,7 @@ SERVICE = Path(__file__).resolve().parents[2] / "service"
 def test_sessions_are_only_built_in_ort_sessions():
     offenders = []
     for path in SERVICE.rglob("*.py"):
-        if path.name == "ort_sessions.py":
+        if path.relative_to(SERVICE).as_posix() == "pipeline/ort/sessions.py":
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\b(InferenceSession|SessionOptions)\s*\(", line):
