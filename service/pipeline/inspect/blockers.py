@@ -57,7 +57,7 @@ class Blocker:
     source: str  # where in ORT 1.32 the condition is
 
 
-# The table the README documents. Codes are stable: CI jobs and the client key on them.
+# The table docs/report.md documents. Codes are stable: CI jobs and the client key on them.
 BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
     Blocker("no_qdq_in_file", "no DequantizeLinear on its inputs and no QuantizeLinear on its output: "
             "the quantizer left it in float", "quantize this op (op_types_to_quantize / the quantizer's "
