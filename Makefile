@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: venv serve test test-fast bench mutants clean system-deps
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench: $(STAMP)
 # Not part of `make test`: breaks the product on purpose (bench/mutants.py) and shows the suite fails.
 mutants: $(STAMP)
 	$(BIN)/python bench/mutants.py
+
+# The manual (docs/) as a site in var/site; the suite runs the same strict build (tests/test_docs_site.py).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict -d var/site
 
 clean:
 	rm -rf $(VENV) var .pytest_cache
