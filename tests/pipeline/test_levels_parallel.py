@@ -58,3 +58,14 @@ def test_runs_on_cores_uses_the_cores_and_keeps_the_feed_order():
     # a graph with random ops runs its feeds one after the other, on the caller's thread
     assert runs_on_cores(lambda f: [threading.current_thread().name], [{}, {}], cores=2, sequential=True) == \
         [[threading.current_thread().name]] * 2
+
+
+def test_the_per_tensor_table_is_identical_on_one_core_and_on_two(compared):
+    from service.pipeline.layers.layers import layers_from_files
+
+    report, workdir = compared("op_zoo_net")
+    art = workdir / "artifacts"
+    quantized = {a: art / f"{a}.onnx" for a in ("pt2e_qdq", "ort_qdq", "ort_qoperator")}
+    tables = [layers_from_files(fp32_path=art / "fp32.onnx", artifact_paths=quantized, eval_feeds=_feeds(report, 2),
+                                cores=cores).model_dump(exclude={"seconds"}) for cores in (1, 2)]
+    assert tables[0]["rows"] and tables[0] == tables[1]

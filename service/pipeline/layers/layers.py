@@ -25,6 +25,7 @@ import numpy as np
 
 from service.pipeline.runtime.numerics import SQNR_FLOOR, finite_pairs, sqnr_from_sums
 from service.pipeline.ort.sessions import session_for
+from service.pipeline.runtime.parallel_runs import runs_on_cores
 from service.pipeline.layers.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
 from service.schemas.layers import LayerCell, LayerOrigin, LayerRow, LayersReport
 
@@ -47,8 +48,14 @@ def layers_from_files(
     *, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
     budget: LayersBudget = LayersBudget(), calibration: dict[str, str] | None = None,
     optimized_paths: dict[str, dict[str, Path]] | None = None, data_dependent: dict[str, str] | None = None,
+    cores: int = 1,
 ) -> LayersReport:
     """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``.
+
+    ``cores``: the files run a sample ``cores`` at a time, each on its own thread with one intra-op
+    thread (runtime/parallel_runs.py); their errors are then added up in file order, as on one core, so
+    the table is the same whatever the count (each file's exposed tensors are held only while its group
+    is added: ``cores`` files' activations at a time, not one).
 
     ``optimized_paths``: artifact -> level -> the graph ORT saved at that level (the levels
     stage writes them). Each is run as written (``disable_all``) and every tensor that still
@@ -117,28 +124,14 @@ def layers_from_files(
                     float_tensors = [t for t in candidates if isinstance(ref_values[t], np.ndarray)  # not ZipMap's maps
                                      and str(ref_values[t].dtype) in _FLOAT_KINDS]
                 refs: dict[str, _Ref] = {}
-                for (name, level), ctx in sessions.items():
-                    got = value = None
-                    got = ctx.run(feed)
-                    located = runs[(name, level)][1]
-                    for t in float_tensors:
-                        loc = located.get(t)
-                        if loc is None or (name, t) in left_out:
-                            continue
-                        value = _dequantized(got[loc.tensor], loc)
-                        if value.shape != ref_values[t].shape:
-                            if level == "disable_all":
-                                left_out[(name, t)] = (f"'{loc.tensor}' has shape {list(value.shape)} where fp32 "
-                                                       f"has {list(ref_values[t].shape)}")
-                            continue  # at a layout level: channels-last or blocked, not comparable as is
-                        if t not in refs:
-                            refs[t] = _Ref(ref_values[t])
-                        if level == "disable_all":
-                            acc.setdefault((name, t), _Acc()).add(refs[t], value, loc)
-                        else:
-                            level_acc.setdefault((name, level, t), _Acc()).add(refs[t], value, loc)
+                keys = list(sessions)
+                for start in range(0, len(keys), max(1, cores)):
+                    group = keys[start:start + max(1, cores)]
+                    got_all = runs_on_cores(lambda key: sessions[key].run(feed), group, cores)
+                    for key, got in zip(group, got_all):
+                        _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, level_acc)
+                    got_all = got = None
                 refs.clear()
-                got = value = None
                 samples += 1
             ref_values = None
         finally:
@@ -148,6 +141,34 @@ def layers_from_files(
     by_level: dict[tuple[str, str], dict[str, float | None]] = {}
     for (name, level, t), a in level_acc.items():
         by_level.setdefault((name, t), {})[level] = a.cell().sqnr_db
+    return _report(t0, ref, float_tensors, alignments, acc, left_out, quantized, calibration, by_level, samples,
+                   truncated, notes)
+
+
+def _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, level_acc) -> None:
+    """One file's exposed tensors on one sample, added to its accumulators (in file order, on one thread)."""
+    name, level = key
+    located = runs[(name, level)][1]
+    for t in float_tensors:
+        loc = located.get(t)
+        if loc is None or (name, t) in left_out:
+            continue
+        value = _dequantized(got[loc.tensor], loc)
+        if value.shape != ref_values[t].shape:
+            if level == "disable_all":
+                left_out[(name, t)] = (f"'{loc.tensor}' has shape {list(value.shape)} where fp32 "
+                                       f"has {list(ref_values[t].shape)}")
+            continue  # at a layout level: channels-last or blocked, not comparable as is
+        if t not in refs:
+            refs[t] = _Ref(ref_values[t])
+        if level == "disable_all":
+            acc.setdefault((name, t), _Acc()).add(refs[t], value, loc)
+        else:
+            level_acc.setdefault((name, level, t), _Acc()).add(refs[t], value, loc)
+
+
+def _report(t0, ref, float_tensors, alignments, acc, left_out, quantized, calibration, by_level, samples,
+            truncated, notes) -> LayersReport:
     rows = _rows(ref, float_tensors or [], alignments, acc, left_out, list(quantized), calibration or {}, by_level)
     origins = _origins(rows, list(quantized))
     worst = {}

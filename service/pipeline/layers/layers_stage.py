@@ -56,7 +56,7 @@ def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, qua
             fp32_model=fp32.file.model,
             optimized_paths={a: {lv: ctx.folders.artifacts / f"{a}.{lv}.onnx" for lv in options.levels}
                              for a in inspected.paths},
-            data_dependent=fp32.after_selection.moving,
+            data_dependent=fp32.after_selection.moving, cores=ctx.cores,
         )
         return report, (round(time.perf_counter() - t0, 4) if report is not None else 0.0)
 
@@ -77,7 +77,7 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
                           source=None, shapes=None, calibration=None, input_names=None, ort_input: Path | None = None,
                           ort_settings: dict | None = None, fp32_model=None,
                           optimized_paths: dict[str, dict[str, Path]] | None = None,
-                          data_dependent: dict[str, str] | None = None) -> LayersReport | None:
+                          data_dependent: dict[str, str] | None = None, cores: int = 1) -> LayersReport | None:
     """``paths``: fp32 + every quantized artifact whose path is ok. ``tools``: artifact -> ToolInfo
     (its ``calibration`` sentence explains differing steps). The rest is only read by the retry."""
     opts = options.layers
@@ -91,6 +91,7 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
             budget=LayersBudget(max_tensors=opts.max_tensors, max_samples=opts.max_samples, max_seconds=opts.max_seconds),
             calibration={a: getattr(t, "calibration", None) or "" for a, t in tools.items()},
             optimized_paths=optimized_paths if layers_by_level(options) else None, data_dependent=data_dependent,
+            cores=cores,
         )
     except Exception as e:  # noqa: BLE001 - extra evidence; the comparison stands without it
         log.warning("layers failed: %r", e, exc_info=True)

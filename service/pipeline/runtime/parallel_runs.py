@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 __all__ = ["job_cores_default", "runs_on_cores", "ACCURACY_HOW"]
 
@@ -37,15 +40,15 @@ def job_cores_default(workers: int = 1) -> int:
     return max(1, cores // max(1, workers))
 
 
-def runs_on_cores(run: Callable[[dict], list], feeds: Sequence[dict], cores: int, *,
-                  sequential: bool = False) -> list[list]:
-    """``[run(feed) for feed in feeds]``, computed on ``cores`` threads at once (in feed order).
+def runs_on_cores(run: Callable[[T], R], items: Sequence[T], cores: int, *, sequential: bool = False) -> list[R]:
+    """``[run(item) for item in items]``, computed on ``cores`` threads at once (results in item order).
 
-    ``run`` is one session's ``run`` (one intra-op thread); ``sequential``: one feed after the other
-    (a graph with random ops). The first exception raised by a run is raised here."""
-    feeds = list(feeds)
-    workers = 1 if sequential else max(1, min(int(cores), len(feeds)))
+    ``run`` runs a session with one intra-op thread: one session on each feed, or (the per-tensor table)
+    each file's session on one feed. ``sequential``: one item after the other (a graph with random ops).
+    The first exception raised by a run is raised here."""
+    items = list(items)
+    workers = 1 if sequential else max(1, min(int(cores), len(items)))
     if workers == 1:
-        return [run(feed) for feed in feeds]
+        return [run(item) for item in items]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quantcompare-accuracy") as pool:
-        return list(pool.map(run, feeds))
+        return list(pool.map(run, items))
