@@ -45,7 +45,8 @@ def test_a_noisy_latency_is_marked_on_the_page_and_in_the_cli(compared):
         for lv, ol in a.optimized.items():
             if ol.latency is not None:
                 quiet = _with_latency(quiet, art, lv, noisy=False, noisy_reasons=[])
-    measured = next(lv for lv, ol in report.artifacts["ort_qdq"].optimized.items() if not ol.latency.timed_with)
+    measured = next(lv for lv, ol in report.artifacts["ort_qdq"].optimized.items()
+                    if ol.latency is not None and not ol.latency.timed_with)
     noisy = _with_latency(quiet, "ort_qdq", measured, noisy=True, noisy_reasons=["3 jobs running at once on 2 cores"])
     text = "\n".join(levels_summary_lines(noisy))
     assert "~ noisy latency" in text and "3 jobs running at once on 2 cores" in text

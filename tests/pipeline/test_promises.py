@@ -90,7 +90,7 @@ def test_distribution_calibration_runs_and_its_symmetric_range_undoes_the_folded
 
 def test_latency_ratio_gates_on_a_real_report(compared):
     report, _ = compared("conv_relu", artifacts=["ort_qdq"], levels=["disable_all", "all"],
-                         latency={"enabled": True, "runs": 5, "warmup": 1})
+                         latency={"enabled": True, "runs": 5, "warmup": 1}, latency_levels=["disable_all", "all"])
     for level in ("disable_all", "all"):
         fp32 = report.artifacts["fp32"].optimized[level].latency
         qdq = report.artifacts["ort_qdq"].optimized[level].latency

@@ -383,7 +383,9 @@ def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> 
     if metric == "latency_ratio":
         median = _median_ms(opt)
         if median is None:
-            why = f": {level_error}" if level_error else " (is options.latency.enabled true?)"
+            not_timed = (getattr(opt, "not_measured", None) or {}).get("latency")  # names the option that times it
+            why = f": {level_error}" if level_error else f" ({not_timed})" if not_timed else \
+                " (is options.latency.enabled true?)"
             return None, f"no latency at level {level!r}{why}"
         fp32 = report.artifacts.get("fp32")
         if fp32 is None or fp32.status != "ok":
