@@ -4,33 +4,16 @@ nothing the partial report says changes in the finished one."""
 
 from __future__ import annotations
 
-import time
 
 import httpx
 import pytest
 from live_server import LiveServer
 
 import quantcompare_client as qc
+from tests.partial_reports import assert_nothing_changes_later
 
 OPTIONS = {"calibration_samples": 2, "eval_samples": 2, "levels": ["disable_all", "all"],
            "latency": {"runs": 3, "min_runs": 3}, "advice": {"enabled": False}}
-
-
-def _leaves(value, path=()):
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _leaves(v, (*path, k))
-    elif isinstance(value, list):
-        if value:
-            yield path, value
-    elif value is not None:
-        yield path, value
-
-
-def _at(value, path):
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +40,6 @@ def test_a_partial_report_is_served_while_the_job_runs_and_the_final_one_agrees(
         (server.data_dir / "jobs" / job.id / "go").touch()
         final = client.wait(job, max_wait=600, progress=False)
     assert not final.partial and final.sections_done[-1] == "decide"
-    done = final.raw
-    for path, value in _leaves(raw["report"]):
-        if path[0] in ("partial", "sections_done"):
-            continue
-        assert _at(done, path) == value, path
+    assert_nothing_changes_later(raw["report"], final.raw, "level_graphs")
     # the partial file is gone once the report is written: a finished job serves its report only
     assert not (server.data_dir / "jobs" / job.id / "report.partial.json.gz").exists()

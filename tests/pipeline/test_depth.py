@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.schemas.options import ComparisonOptions, timed_levels
+from tests.partial_reports import assert_nothing_changes_later
 
 QUANTIZED = ("pt2e_qdq.onnx", "ort_qdq.onnx", "ort_qoperator.onnx")
 SMALL = {"calibration_samples": 2, "eval_samples": 3, "levels": ["disable_all", "extended", "all"],
@@ -93,24 +94,6 @@ def test_standard_times_latency_levels_only_and_measures_accuracy_everywhere(sta
     assert report.job_cores is not None and report.job_cores.cores >= 1 and report.job_cores.source
 
 
-def _leaves(value, path=()):
-    """(path, value) of every leaf that holds something: null, empty lists and empty dicts say "not yet"."""
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _leaves(v, (*path, k))
-    elif isinstance(value, list):
-        if value:
-            yield path, value
-    elif value is not None:
-        yield path, value
-
-
-def _at(value, path):
-    for key in path:
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
-
-
 def test_partial_reports_come_in_order_and_hold_no_figure_a_later_section_changes(standard):
     report, _, sections = standard
     names = [n for n, _ in sections]
@@ -121,10 +104,7 @@ def test_partial_reports_come_in_order_and_hold_no_figure_a_later_section_change
     for i, (name, partial) in enumerate(sections):
         assert partial["partial"] is True and partial["sections_done"] == names[: i + 1]
         assert partial["verdict"] is None and partial["timings"] == {} and partial["cost"] is None
-        for path, value in _leaves(partial):
-            if path[0] in ("partial", "sections_done"):
-                continue
-            assert _at(final, path) == value, (name, path)
+        assert_nothing_changes_later(partial, final, name)
     files = sections[0][1]
     assert all(not a["optimized"] for a in files["artifacts"].values())  # the files first, no level yet
     graphs = sections[1][1]

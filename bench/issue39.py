@@ -1,0 +1,290 @@
+"""Issue 39's targets, side by side in one run: a warm service, its jobs timed from submission.
+
+    python bench/issue39.py [--models resnet18,center_net,detector960] [--out var/bench/issue39]
+                            [--one-core] [--by-hand]
+
+Per model, on a fresh `quantcompare serve` (one worker, QUANTCOMPARE_JOB_CORES=2, warm before the first
+timed job):
+  - a `standard` job (the default options): wall time from the POST to `succeeded`, and when the first
+    section (files + level graphs) was readable at GET /v1/comparisons/{id} (polled every 0.25 s);
+    both in fp32 inference-times, one fp32 inference being the report's fp32 median at `all`;
+  - a `structure` job, in the same unit;
+  - the latency truth: the report's fp32.all and ort_qdq.all medians against an independent 7-run
+    median (a fresh one-thread session on the job's own files, 3 untimed runs first);
+  - with --one-core: the same `standard` job on a second server pinned to one CPU (`taskset -c 0`,
+    QUANTCOMPARE_JOB_CORES=1): the accuracy work (timings.evaluate + timings.layers) on 2 cores / on 1;
+  - with --by-hand (examples only): bench/by_hand.py making the same figures (accuracy at five levels,
+    latency at `all`), its wall time against the service's.
+Raw JSON per model under --out; `python bench/issue39.py --table DIR` prints the Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PY = sys.executable
+QC = str(Path(PY).parent / "quantcompare")
+WHEELS = ROOT / "var" / "bench" / "wheels"
+
+
+def log(msg: str) -> None:
+    print(f"[issue39 {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def models() -> dict:
+    from bench.run import bench_options
+
+    out = {"resnet18": {"example": "resnet18", "options": bench_options("resnet18")}}
+    cn = WHEELS / "cycle_center_net_v1.onnx"
+    if cn.exists():
+        out["center_net"] = {"file": cn, "options": {"input_shapes": {"input": [1, 3, 512, 512]}}}
+    try:
+        sys.path.insert(0, str(ROOT / "tests" / "realworld"))
+        from corpus import BY_NAME
+
+        m = BY_NAME["ppocr_v4_det"]
+        out["detector960"] = {"file": m.locate(Path("/tmp")),
+                              "options": {**m.options, "input_shapes": {"x": [1, 3, 960, 960]}}}
+    except Exception as e:  # noqa: BLE001 - the wheel is a test extra: measured when it is there
+        log(f"no PP-OCRv4 detector: {e}")
+    return out
+
+
+class Server:
+    def __init__(self, work: Path, *, cores: int, pin: str | None = None):
+        self.data = work / f"server-{cores}core"
+        shutil.rmtree(self.data, ignore_errors=True)
+        self.data.mkdir(parents=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QUANTCOMPARE_")}
+        env.update(QUANTCOMPARE_WORKERS="1", QUANTCOMPARE_JOB_CORES=str(cores), QUANTCOMPARE_DATA_DIR=str(self.data),
+                   QUANTCOMPARE_LOG_LEVEL="warning", QUANTCOMPARE_JOB_TIMEOUT_S="7200", PYTHONWARNINGS="ignore")
+        cmd = [QC, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+        if pin:
+            cmd = ["taskset", "-c", pin] + cmd
+        self._log = open(work / f"server-{cores}core.log", "w")
+        self.proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        import httpx
+
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=httpx.Timeout(600.0, connect=5.0))
+        deadline = time.monotonic() + 180
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the server exited")
+            with contextlib.suppress(Exception):
+                if self.http.get("/healthz", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise RuntimeError("no /healthz within 180 s")
+            time.sleep(0.2)
+
+    def job(self, spec: dict, options: dict) -> dict:
+        """Submit, poll every 0.25 s; the wall time to the first partial section and to the end."""
+        t0 = time.perf_counter()
+        if "example" in spec:
+            r = self.http.post("/v1/comparisons", json={"example": spec["example"], "options": options})
+        else:
+            with open(spec["file"], "rb") as fh:
+                r = self.http.post("/v1/comparisons", files={"model": (Path(spec["file"]).name, fh)},
+                                   data={"options": json.dumps(options)})
+        r.raise_for_status()
+        job_id = r.json()["id"]
+        first = None
+        sections: dict[str, float] = {}
+        while True:
+            job = self.http.get(f"/v1/comparisons/{job_id}").json()
+            now = time.perf_counter() - t0
+            report = job.get("report") or {}
+            for s in report.get("sections_done") or []:
+                sections.setdefault(s, round(now, 2))
+            if first is None and "level_graphs" in (report.get("sections_done") or []):
+                first = now
+            if job["status"] in ("succeeded", "failed"):
+                break
+            time.sleep(0.25)
+        if job["status"] != "succeeded":
+            raise RuntimeError(f"job {job_id} failed: {json.dumps(job.get('error'))[:1000]}")
+        return {"id": job_id, "wall_s": time.perf_counter() - t0, "first_section_s": first, "sections_s": sections,
+                "report": job["report"], "job_dir": str(self.data / "jobs" / job_id)}
+
+    def stop(self) -> None:
+        self.http.close()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+def independent_median(path: Path, feed: dict, runs: int = 7) -> float:
+    import numpy as np
+
+    from service.pipeline.ort.sessions import session_for
+
+    s = session_for(path, "all", intra_op_threads=1)
+    for _ in range(3):
+        s.run(None, feed)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        s.run(None, feed)
+        times.append((time.perf_counter() - t) * 1000)
+    return float(np.median(times))
+
+
+def latency_truth(job: dict) -> dict:
+    import numpy as np
+
+    report, art = job["report"], Path(job["job_dir"]) / "artifacts"
+    shapes = report["model"]["resolved_input_shapes"]
+    dtypes = {i["name"]: i["dtype"] for i in report["model"]["inputs"]}
+    rng = np.random.default_rng(1)
+    feed = {k: rng.standard_normal(v).astype(dtypes.get(k, "float32")) for k, v in shapes.items()}
+    out = {}
+    for name in ("fp32", "ort_qdq"):
+        lat = ((report["artifacts"].get(name) or {}).get("optimized", {}).get("all") or {}).get("latency")
+        if not lat or not (art / f"{name}.onnx").exists():
+            continue
+        ind = independent_median(art / f"{name}.onnx", feed)
+        out[f"{name}.all"] = {"report_ms": lat["median_ms"], "independent_7run_ms": ind,
+                              "ratio": lat["median_ms"] / ind, "noisy": lat.get("noisy"),
+                              "noisy_reasons": lat.get("noisy_reasons")}
+    return out
+
+
+def fp32_ms(report: dict) -> float | None:
+    lat = report["artifacts"]["fp32"]["optimized"].get("all", {}).get("latency")
+    return lat["median_ms"] if lat else None
+
+
+def summary(job: dict, ms: float | None) -> dict:
+    r = job["report"]
+    t = r.get("timings") or {}
+    return {"wall_s": round(job["wall_s"], 2), "first_section_s": job["first_section_s"] and round(job["first_section_s"], 2),
+            "inference_times": ms and round(job["wall_s"] * 1000 / ms, 1),
+            "first_section_inference_times": ms and job["first_section_s"] and round(job["first_section_s"] * 1000 / ms, 1),
+            "report_job_seconds": (r.get("cost") or {}).get("job_seconds"), "timings": t, "sections_s": job["sections_s"],
+            "accuracy_s": round(t.get("evaluate", 0) + t.get("layers", 0), 3),
+            "advice_not_run": len(r.get("advice_not_run") or []), "advice_measured": len(r.get("advice") or [])
+            + len(r.get("advice_refuted") or []), "job_cores": r.get("job_cores"),
+            "paths": {n: a["status"] for n, a in r["artifacts"].items()}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models", default="resnet18,center_net,detector960")
+    ap.add_argument("--out", default=str(ROOT / "var" / "bench" / "issue39"))
+    ap.add_argument("--one-core", action="store_true")
+    ap.add_argument("--by-hand", action="store_true")
+    ap.add_argument("--table")
+    args = ap.parse_args(argv)
+    if args.table:
+        print(table(Path(args.table)))
+        return 0
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    specs = models()
+    wanted = [m for m in args.models.split(",") if m in specs]
+    log(f"models {wanted}; load {os.getloadavg()}")
+    server = Server(out, cores=2)
+    try:
+        server.job({"example": "conv_relu"}, {"levels": ["all"], "seed": 99})  # warm the worker
+        for name in wanted:
+            spec, opts = specs[name], specs[name]["options"]
+            row: dict = {"model": name, "load_before": os.getloadavg(), "commit": _commit()}
+            log(f"{name}: standard")
+            std = server.job(spec, {**opts, "seed": 0})
+            ms = fp32_ms(std["report"])
+            row["fp32_ms"] = ms
+            row["standard"] = summary(std, ms)
+            row["latency_truth"] = latency_truth(std)
+            log(f"{name}: structure")
+            row["structure"] = summary(server.job(spec, {**opts, "seed": 1, "depth": "structure"}), ms)
+            row["load_after"] = os.getloadavg()
+            (out / f"{name}.json").write_text(json.dumps(row, indent=1))
+            log(f"{name}: {json.dumps({k: row[k] for k in ('fp32_ms',)})} standard {row['standard']['inference_times']} "
+                f"structure {row['structure']['inference_times']} first {row['standard']['first_section_inference_times']}")
+            if args.by_hand and "example" in spec:
+                row["by_hand"] = by_hand(spec["example"], opts, out)
+                (out / f"{name}.json").write_text(json.dumps(row, indent=1))
+    finally:
+        server.stop()
+    if args.one_core:
+        server = Server(out, cores=1, pin="0")
+        try:
+            server.job({"example": "conv_relu"}, {"levels": ["all"], "seed": 99})
+            for name in wanted:
+                spec, opts = specs[name], specs[name]["options"]
+                log(f"{name}: standard on one core")
+                one = server.job(spec, {**opts, "seed": 0})
+                row = json.loads((out / f"{name}.json").read_text())
+                row["one_core"] = summary(one, row["fp32_ms"])
+                row["accuracy_2_vs_1"] = (row["standard"]["accuracy_s"] / row["one_core"]["accuracy_s"]
+                                          if row["one_core"]["accuracy_s"] else None)
+                (out / f"{name}.json").write_text(json.dumps(row, indent=1))
+                log(f"{name}: accuracy 2 cores / 1 core = {row['accuracy_2_vs_1']}")
+        finally:
+            server.stop()
+    print(table(out))
+    return 0
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def by_hand(example: str, opts: dict, out: Path) -> dict:
+    from bench.run import default_counts
+
+    counts = default_counts(opts)
+    work = out / f"by_hand.{example}"
+    shutil.rmtree(work, ignore_errors=True)
+    t0 = time.perf_counter()
+    p = subprocess.run([PY, str(ROOT / "bench" / "by_hand.py"), "--example", example, "--out", str(work), "--json",
+                        "--calibration-samples", str(counts["calibration_samples"]),
+                        "--eval-samples", str(counts["eval_samples"]), "--latency-runs", str(counts["latency_runs"]),
+                        "--latency-warmup", str(counts["latency_warmup"]), "--latency-levels", "all"],
+                       capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - t0
+    shutil.rmtree(work, ignore_errors=True)
+    if p.returncode:
+        raise RuntimeError(p.stderr[-2000:])
+    return {"wall_s": round(wall, 2), "steps": json.loads(p.stdout.strip().splitlines()[-1])["steps"]}
+
+
+def table(folder: Path) -> str:
+    rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+    lines = ["| model | fp32 ms | standard job (inference-times; s) | structure job | first section readable | "
+             "accuracy 2 cores / 1 core | latency / independent 7-run median (fp32.all, ort_qdq.all) | by hand |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        s, st = r["standard"], r["structure"]
+        truth = ", ".join(f"{v['ratio']:.2f}{' (noisy)' if v['noisy'] else ''}" for v in r.get("latency_truth", {}).values())
+        acc = (f"{r['accuracy_2_vs_1']:.2f}x ({s['accuracy_s']:.1f} / {r['one_core']['accuracy_s']:.1f} s)"
+               if r.get("accuracy_2_vs_1") else "-")
+        hand = (f"{s['wall_s'] / r['by_hand']['wall_s']:.2f}x ({s['wall_s']:.1f} / {r['by_hand']['wall_s']:.1f} s)"
+                if r.get("by_hand") else "-")
+        lines.append(f"| {r['model']} | {r['fp32_ms']:.1f} | {s['inference_times']} ({s['wall_s']:.1f} s) | "
+                     f"{st['inference_times']} ({st['wall_s']:.1f} s) | {s['first_section_inference_times']} "
+                     f"({s['first_section_s']:.1f} s) | {acc} | {truth} | {hand} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
