@@ -86,15 +86,13 @@ def _cmd_compare(args) -> int:
 
     def on_section(name: str, partial) -> None:
         # The structure table as soon as it exists: what each file holds and what ORT runs at each level
-        # (accuracy, latency and advice follow, and the full table ends the run).
+        # (accuracy, latency and advice follow). On stderr, with the progress: stdout keeps the one
+        # summary of the finished report, which a script or a pipe reads.
         if name != LEVEL_GRAPHS or args.quiet:
             return
         if sys.stderr.isatty():
             print("\r" + " " * 40 + "\r", end="", file=sys.stderr)
-        try:
-            print(terminal_safe(summary_table(partial)) + "\n", flush=True)
-        except BrokenPipeError:
-            pass
+        print(terminal_safe(summary_table(partial)) + "\n", file=sys.stderr, flush=True)
 
     report = run_comparison(request, out, progress=progress, on_section=on_section)
     if not args.quiet and sys.stderr.isatty():

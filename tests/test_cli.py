@@ -48,6 +48,17 @@ def test_summary_fits_one_screen_and_names_each_artifact(conv_relu_cli):
     assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
 
 
+def test_the_structure_table_is_printed_as_soon_as_the_level_graphs_exist(conv_relu_cli):
+    """On stderr, before the accuracy runs: the files and the level graphs with the decisions, no figure
+    measured on a sample yet (issue 39); stdout keeps the one finished summary."""
+    proc, _ = conv_relu_cli
+    early = proc.stderr
+    assert "(partial: files, level_graphs done; the rest follows)" in early
+    assert "artifact      status" in early and "int8 coverage per level" in early and "decision" in early
+    assert "timings:" not in early and "per-tensor error (" not in early and "advice (re-run" not in early
+    assert "(partial" not in proc.stdout and "timings:" in proc.stdout
+
+
 def test_compare_an_uploaded_onnx_file(tiny_onnx_models, tmp_path):
     proc = _run("compare", str(tiny_onnx_models["tiny_conv_net"]), "--options", '{"latency": {"enabled": false}}',
                 "--out", str(tmp_path / "o"))

@@ -58,5 +58,5 @@ def test_a_noisy_latency_is_marked_on_the_page_and_in_the_cli(compared):
 
     html = page(noisy)
     assert 'class="noisy"' in html and "3 jobs running at once on 2 cores" in html
-    assert "Latency protocol: eval runs double as timing samples" in html
+    assert "Latency protocol: timed alone after the accuracy runs" in html
     assert 'class="noisy"' not in page(quiet)
