@@ -157,8 +157,12 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
     # The uint8 re-quantizations first: they are what x86 needs and what the budget must reach (on a 0.6 s
     # CNN the s8s8 session switch, 3x slower, took all 60 s and left both unmeasured); the switches and
     # DedicatedQDQPair, which measurement refutes on x86, after them.
-    return sorted(out, key=lambda c: 0 if c.change.get("ort", {}).get("activation_type") == "uint8" else
-                  1 if "session" in c.change else 2)
+    return sorted(out, key=_group)
+
+
+def _group(c: Candidate) -> int:
+    """The uint8 re-quantizations (0), then ORT's session switches (1), then the rest (2)."""
+    return 0 if c.change.get("ort", {}).get("activation_type") == "uint8" else 1 if "session" in c.change else 2
 
 
 def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
@@ -569,9 +573,7 @@ def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float]) 
     artifact runs slowest at the advice level first (the most a change to that file can save: QOperator's
     s8s8 kernels ran 3.1x fp32 on CenterNet), then the one that would fuse the most blocked nodes. The
     latencies are the levels stage's measurements; without one an artifact counts as 0 ms."""
-    group = {id(c): 0 if c.change.get("ort", {}).get("activation_type") == "uint8" else 1 if "session" in c.change
-             else 2 for c in candidates}
-    return sorted(candidates, key=lambda c: (group[id(c)], -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
+    return sorted(candidates, key=lambda c: (_group(c), -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
 
 
 def advice_budget(options, job_seconds: float) -> tuple[float, str]:
