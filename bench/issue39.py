@@ -1,7 +1,7 @@
 """Issue 39's targets, side by side in one run: a warm service, its jobs timed from submission.
 
     python bench/issue39.py [--models resnet18,center_net,detector960] [--out var/bench/issue39]
-                            [--one-core] [--by-hand]
+                            [--one-core] [--by-hand] [--src CHECKOUT --no-structure]
 
 Per model, on a fresh `quantcompare serve` (one worker, QUANTCOMPARE_JOB_CORES=2, warm before the first
 timed job):
@@ -16,6 +16,8 @@ timed job):
   - with --by-hand (examples only): bench/by_hand.py making the same figures (accuracy at five levels,
     latency at `all`), its wall time against the service's.
 Raw JSON per model under --out; `python bench/issue39.py --table DIR` prints the Markdown table.
+``--src CHECKOUT``: the servers run another checkout's ``service`` (on PYTHONPATH, ahead of this venv's
+editable install), e.g. the commit before issue 39, whose options have no ``depth``: with ``--no-structure``.
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ def models() -> dict:
 
 
 class Server:
-    def __init__(self, work: Path, *, cores: int, pin: str | None = None):
-        self.data = work / f"server-{cores}core"
+    def __init__(self, work: Path, *, cores: int, pin: str | None = None, src: str | None = None):
+        self.data = (work / f"server-{cores}core").resolve()  # the server's cwd is ``work``
         shutil.rmtree(self.data, ignore_errors=True)
         self.data.mkdir(parents=True)
         with socket.socket() as s:
@@ -72,6 +74,8 @@ class Server:
         env = {k: v for k, v in os.environ.items() if not k.startswith("QUANTCOMPARE_")}
         env.update(QUANTCOMPARE_WORKERS="1", QUANTCOMPARE_JOB_CORES=str(cores), QUANTCOMPARE_DATA_DIR=str(self.data),
                    QUANTCOMPARE_LOG_LEVEL="warning", QUANTCOMPARE_JOB_TIMEOUT_S="7200", PYTHONWARNINGS="ignore")
+        if src:
+            env["PYTHONPATH"] = str(Path(src).resolve())
         cmd = [QC, "serve", "--host", "127.0.0.1", "--port", str(self.port)]
         if pin:
             cmd = ["taskset", "-c", pin] + cmd
@@ -176,7 +180,7 @@ def fp32_ms(report: dict) -> float | None:
 def summary(job: dict, ms: float | None) -> dict:
     r = job["report"]
     t = r.get("timings") or {}
-    return {"wall_s": round(job["wall_s"], 2), "first_section_s": job["first_section_s"] and round(job["first_section_s"], 2),
+    return {"id": job["id"], "wall_s": round(job["wall_s"], 2), "first_section_s": job["first_section_s"] and round(job["first_section_s"], 2),
             "inference_times": ms and round(job["wall_s"] * 1000 / ms, 1),
             "first_section_inference_times": ms and job["first_section_s"] and round(job["first_section_s"] * 1000 / ms, 1),
             "report_job_seconds": (r.get("cost") or {}).get("job_seconds"), "timings": t, "sections_s": job["sections_s"],
@@ -193,16 +197,18 @@ def main(argv=None) -> int:
     ap.add_argument("--one-core", action="store_true")
     ap.add_argument("--by-hand", action="store_true")
     ap.add_argument("--table")
+    ap.add_argument("--src")
+    ap.add_argument("--no-structure", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
         print(table(Path(args.table)))
         return 0
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     specs = models()
     wanted = [m for m in args.models.split(",") if m in specs]
     log(f"models {wanted}; load {os.getloadavg()}")
-    server = Server(out, cores=2)
+    server = Server(out, cores=2, src=args.src)
     try:
         server.job({"example": "conv_relu"}, {"levels": ["all"], "seed": 99})  # warm the worker
         for name in wanted:
@@ -214,19 +220,20 @@ def main(argv=None) -> int:
             row["fp32_ms"] = ms
             row["standard"] = summary(std, ms)
             row["latency_truth"] = latency_truth(std)
-            log(f"{name}: structure")
-            row["structure"] = summary(server.job(spec, {**opts, "seed": 1, "depth": "structure"}), ms)
+            if not args.no_structure:
+                log(f"{name}: structure")
+                row["structure"] = summary(server.job(spec, {**opts, "seed": 1, "depth": "structure"}), ms)
             row["load_after"] = os.getloadavg()
             (out / f"{name}.json").write_text(json.dumps(row, indent=1))
-            log(f"{name}: {json.dumps({k: row[k] for k in ('fp32_ms',)})} standard {row['standard']['inference_times']} "
-                f"structure {row['structure']['inference_times']} first {row['standard']['first_section_inference_times']}")
+            log(f"{name}: fp32 {ms} ms; standard {row['standard']['inference_times']}, structure "
+                f"{(row.get('structure') or {}).get('inference_times')}, first {row['standard']['first_section_inference_times']}")
             if args.by_hand and "example" in spec:
                 row["by_hand"] = by_hand(spec["example"], opts, out)
                 (out / f"{name}.json").write_text(json.dumps(row, indent=1))
     finally:
         server.stop()
     if args.one_core:
-        server = Server(out, cores=1, pin="0")
+        server = Server(out, cores=1, pin="0", src=args.src)
         try:
             server.job({"example": "conv_relu"}, {"levels": ["all"], "seed": 99})
             for name in wanted:
@@ -274,15 +281,17 @@ def table(folder: Path) -> str:
              "accuracy 2 cores / 1 core | latency / independent 7-run median (fp32.all, ort_qdq.all) | by hand |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        s, st = r["standard"], r["structure"]
+        s, st = r["standard"], r.get("structure") or {}
         truth = ", ".join(f"{v['ratio']:.2f}{' (noisy)' if v['noisy'] else ''}" for v in r.get("latency_truth", {}).values())
         acc = (f"{r['accuracy_2_vs_1']:.2f}x ({s['accuracy_s']:.1f} / {r['one_core']['accuracy_s']:.1f} s)"
                if r.get("accuracy_2_vs_1") else "-")
         hand = (f"{s['wall_s'] / r['by_hand']['wall_s']:.2f}x ({s['wall_s']:.1f} / {r['by_hand']['wall_s']:.1f} s)"
                 if r.get("by_hand") else "-")
+        structure = f"{st['inference_times']} ({st['wall_s']:.1f} s)" if st else "-"
+        first = (f"{s['first_section_inference_times']} ({s['first_section_s']:.1f} s)" if s["first_section_s"]
+                 else "at the end")
         lines.append(f"| {r['model']} | {r['fp32_ms']:.1f} | {s['inference_times']} ({s['wall_s']:.1f} s) | "
-                     f"{st['inference_times']} ({st['wall_s']:.1f} s) | {s['first_section_inference_times']} "
-                     f"({s['first_section_s']:.1f} s) | {acc} | {truth} | {hand} |")
+                     f"{structure} | {first} | {acc} | {truth} | {hand} |")
     return "\n".join(lines)
 
 

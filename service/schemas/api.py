@@ -50,7 +50,7 @@ def problem_from_error(e) -> dict[str, Any]:
 
 
 class Progress(_Model):
-    stage: str | None = Field(None, description="prepare, fp32, quantize, inspect, optimize, evaluate, decide")
+    stage: str | None = Field(None, description="prepare, fp32, quantize, inspect, optimize, evaluate, latency, advice, decide")
     done: int = 0
     total: int = 0
 
