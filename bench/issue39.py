@@ -1,7 +1,7 @@
 """Issue 39's targets, side by side in one run: a warm service, its jobs timed from submission.
 
     python bench/issue39.py [--models resnet18,center_net,detector960] [--out var/bench/issue39]
-                            [--one-core] [--by-hand] [--src CHECKOUT --no-structure]
+                            [--one-core resnet18,center_net] [--by-hand] [--base CHECKOUT]
 
 Per model, on a fresh `quantcompare serve` (one worker, QUANTCOMPARE_JOB_CORES=2, warm before the first
 timed job):
@@ -12,12 +12,16 @@ timed job):
   - the latency truth: the report's fp32.all and ort_qdq.all medians against an independent 7-run
     median (a fresh one-thread session on the job's own files, 3 untimed runs first);
   - with --one-core: the same `standard` job on a second server pinned to one CPU (`taskset -c 0`,
-    QUANTCOMPARE_JOB_CORES=1): the accuracy work (timings.evaluate + timings.layers) on 2 cores / on 1;
+    QUANTCOMPARE_JOB_CORES=1), right after the first: the accuracy work (timings.evaluate + timings.layers)
+    on 2 cores / on 1;
+  - with --base: the same job on a third server running the commit before issue 39 (its default job:
+    latency at every level, accuracy on one core), right after;
   - with --by-hand (examples only): bench/by_hand.py making the same figures (accuracy at five levels,
     latency at `all`), its wall time against the service's.
 Raw JSON per model under --out; `python bench/issue39.py --table DIR` prints the Markdown table.
-``--src CHECKOUT``: the servers run another checkout's ``service`` (on PYTHONPATH, ahead of this venv's
-editable install), e.g. the commit before issue 39, whose options have no ``depth``: with ``--no-structure``.
+The base server runs the other checkout's ``service`` on PYTHONPATH, ahead of this venv's editable install.
+Jobs are alternated model by model (head, one core, base, structure) so that each comparison shares the
+machine's load of the moment.
 """
 
 from __future__ import annotations
@@ -194,11 +198,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default="resnet18,center_net,detector960")
     ap.add_argument("--out", default=str(ROOT / "var" / "bench" / "issue39"))
-    ap.add_argument("--one-core", action="store_true")
+    ap.add_argument("--one-core", default="", help="comma-separated models also run on the 1-core server")
     ap.add_argument("--by-hand", action="store_true")
+    ap.add_argument("--base", help="a checkout of the commit before issue 39: its default job, alternated")
     ap.add_argument("--table")
-    ap.add_argument("--src")
-    ap.add_argument("--no-structure", action="store_true")
     args = ap.parse_args(argv)
     if args.table:
         print(table(Path(args.table)))
@@ -207,49 +210,59 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     specs = models()
     wanted = [m for m in args.models.split(",") if m in specs]
-    log(f"models {wanted}; load {os.getloadavg()}")
-    server = Server(out, cores=2, src=args.src)
+    one_core = [m for m in args.one_core.split(",") if m in wanted]
+    log(f"models {wanted}; one core: {one_core}; load {os.getloadavg()}")
+    # Every server up (and warm) before the first timed job, and their jobs alternated model by model: on
+    # a machine shared with other work the load moves within minutes, so only figures measured side by side
+    # compare.
+    servers = {"head": Server(out, cores=2)}
+    if one_core:
+        servers["one_core"] = Server(out, cores=1, pin="0")
+    if args.base:
+        servers["base"] = Server(out / "base", cores=2, src=args.base)
     try:
-        server.job({"example": "conv_relu"}, {"levels": ["all"], "seed": 99})  # warm the worker
+        for server in servers.values():
+            server.job({"example": "conv_relu"}, {"levels": ["all"], "seed": 99})  # warm the worker
         for name in wanted:
             spec, opts = specs[name], specs[name]["options"]
             row: dict = {"model": name, "load_before": os.getloadavg(), "commit": _commit()}
             log(f"{name}: standard")
-            std = server.job(spec, {**opts, "seed": 0})
+            std = servers["head"].job(spec, {**opts, "seed": 0})
             ms = fp32_ms(std["report"])
             row["fp32_ms"] = ms
             row["standard"] = summary(std, ms)
             row["latency_truth"] = latency_truth(std)
-            if not args.no_structure:
-                log(f"{name}: structure")
-                row["structure"] = summary(server.job(spec, {**opts, "seed": 1, "depth": "structure"}), ms)
-            row["load_after"] = os.getloadavg()
-            (out / f"{name}.json").write_text(json.dumps(row, indent=1))
-            log(f"{name}: fp32 {ms} ms; standard {row['standard']['inference_times']}, structure "
-                f"{(row.get('structure') or {}).get('inference_times')}, first {row['standard']['first_section_inference_times']}")
-            if args.by_hand and "example" in spec:
-                row["by_hand"] = by_hand(spec["example"], opts, out)
-                (out / f"{name}.json").write_text(json.dumps(row, indent=1))
-    finally:
-        server.stop()
-    if args.one_core:
-        server = Server(out, cores=1, pin="0", src=args.src)
-        try:
-            server.job({"example": "conv_relu"}, {"levels": ["all"], "seed": 99})
-            for name in wanted:
-                spec, opts = specs[name], specs[name]["options"]
+            _save(out, row)
+            if name in one_core:
                 log(f"{name}: standard on one core")
-                one = server.job(spec, {**opts, "seed": 0})
-                row = json.loads((out / f"{name}.json").read_text())
-                row["one_core"] = summary(one, row["fp32_ms"])
+                row["one_core"] = summary(servers["one_core"].job(spec, {**opts, "seed": 0}), ms)
                 row["accuracy_2_vs_1"] = (row["standard"]["accuracy_s"] / row["one_core"]["accuracy_s"]
                                           if row["one_core"]["accuracy_s"] else None)
-                (out / f"{name}.json").write_text(json.dumps(row, indent=1))
-                log(f"{name}: accuracy 2 cores / 1 core = {row['accuracy_2_vs_1']}")
-        finally:
+                _save(out, row)
+            if "base" in servers:
+                log(f"{name}: base")
+                base = servers["base"].job(spec, {**opts, "seed": 0})
+                row["base"] = summary(base, fp32_ms(base["report"]))
+                _save(out, row)
+            log(f"{name}: structure")
+            row["structure"] = summary(servers["head"].job(spec, {**opts, "seed": 1, "depth": "structure"}), ms)
+            row["load_after"] = os.getloadavg()
+            _save(out, row)
+            if args.by_hand and "example" in spec:
+                row["by_hand"] = by_hand(spec["example"], opts, out)
+                _save(out, row)
+            log(f"{name}: fp32 {ms} ms; standard {row['standard']['inference_times']}, structure "
+                f"{row['structure']['inference_times']}, first {row['standard']['first_section_inference_times']}, "
+                f"accuracy 2/1 {row.get('accuracy_2_vs_1')}, base {(row.get('base') or {}).get('inference_times')}")
+    finally:
+        for server in servers.values():
             server.stop()
     print(table(out))
     return 0
+
+
+def _save(out: Path, row: dict) -> None:
+    (out / f"{row['model']}.json").write_text(json.dumps(row, indent=1))
 
 
 def _commit() -> str:
@@ -277,9 +290,10 @@ def by_hand(example: str, opts: dict, out: Path) -> dict:
 
 def table(folder: Path) -> str:
     rows = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
-    lines = ["| model | fp32 ms | standard job (inference-times; s) | structure job | first section readable | "
-             "accuracy 2 cores / 1 core | latency / independent 7-run median (fp32.all, ort_qdq.all) | by hand |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | fp32 ms | standard job (inference-times; s) | base's default job, alternated | structure job | "
+             "first section readable | accuracy 2 cores / 1 core | latency / independent 7-run median (fp32.all, "
+             "ort_qdq.all) | by hand |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         s, st = r["standard"], r.get("structure") or {}
         truth = ", ".join(f"{v['ratio']:.2f}{' (noisy)' if v['noisy'] else ''}" for v in r.get("latency_truth", {}).values())
@@ -290,7 +304,9 @@ def table(folder: Path) -> str:
         structure = f"{st['inference_times']} ({st['wall_s']:.1f} s)" if st else "-"
         first = (f"{s['first_section_inference_times']} ({s['first_section_s']:.1f} s)" if s["first_section_s"]
                  else "at the end")
-        lines.append(f"| {r['model']} | {r['fp32_ms']:.1f} | {s['inference_times']} ({s['wall_s']:.1f} s) | "
+        b = r.get("base")
+        base = f"{b['inference_times']} ({b['wall_s']:.1f} s)" if b else "-"
+        lines.append(f"| {r['model']} | {r['fp32_ms']:.1f} | {s['inference_times']} ({s['wall_s']:.1f} s) | {base} | "
                      f"{structure} | {first} | {acc} | {truth} | {hand} |")
     return "\n".join(lines)
 
