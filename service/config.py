@@ -15,6 +15,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -23,6 +24,11 @@ from service.pipeline.inputs.safety.budgets import Budgets  # framework-free (a 
 
 ENV_PREFIX = "QUANTCOMPARE_"
 BUDGET_PREFIX = ENV_PREFIX + "BUDGET_"
+
+
+class ConfigurationError(RuntimeError):
+    """A setting names something that is not there or will not let us in (a database, a bucket):
+    found at start-up, reported as one line, and the process exits (never a job failing later)."""
 
 
 class Settings(BaseModel):
@@ -66,15 +72,34 @@ class Settings(BaseModel):
     # Celery executor only (README "Scaling out with Celery"); the API and every worker share it.
     broker_url: str | None = Field(None, description="Redis URL of the Celery broker, e.g. redis://redis:6379/0 (executor=celery, `quantcompare worker`)")
     job_lost_after_s: float = Field(60.0, gt=0, description="a job still running this long past its time limit lost its worker and runs again (celery)")
+    # Several machines without a shared directory (docs/scaling.md): the store in PostgreSQL, the files in a bucket.
+    database_url: str | None = Field(None, description="postgresql://user:password@host:5432/db: the job store in PostgreSQL, for the API and workers on several machines (unset = a SQLite file in the data dir)")
+    storage_url: str | None = Field(None, description="s3://bucket/prefix: uploads, reports and artifacts in an S3-compatible bucket, workers keep only local scratch (unset = job folders in the data dir); endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...")
+    storage_downloads: Literal["stream", "redirect"] = Field("stream", description="with storage_url: artifact downloads stream through the API, or redirect to a presigned URL of the bucket (clients must reach its endpoint)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     # Static budgets checked before the heavy calls (service.pipeline.inputs.safety.Budgets). Set one with
     # QUANTCOMPARE_BUDGET_<FIELD> (e.g. QUANTCOMPARE_BUDGET_MAX_NODES=50000) or all as a JSON object here.
     budgets: Budgets = Field(default_factory=Budgets, description="budget overrides as JSON, or QUANTCOMPARE_BUDGET_<FIELD> each")
 
-    @field_validator("api_token")
+    @field_validator("api_token", "database_url", "storage_url")
     @classmethod
-    def _empty_token_is_none(cls, v):
+    def _empty_is_none(cls, v):
         return v or None
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, v):
+        if v is not None and not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql://user:password@host:port/database URL")
+        return v
+
+    @field_validator("storage_url")
+    @classmethod
+    def _s3_url(cls, v):
+        parts = urlsplit(v) if v is not None else None
+        if parts is not None and (parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment):
+            raise ValueError("must be an s3://bucket/prefix URL")
+        return v
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":

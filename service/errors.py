@@ -22,7 +22,9 @@ so the chain stays in the log while the user sees only our words.
     ├── Unauthorized        unauthorized         401  an API token is required
     ├── NotFound            not_found            404
     ├── Busy                busy                 429/503 (+ Retry-After)
-    │   └── DataDirFull     data_dir_full        503 (+ Retry-After): no room under QUANTCOMPARE_MAX_DATA_GB
+    │   ├── DataDirFull     data_dir_full        503 (+ Retry-After): no room under QUANTCOMPARE_MAX_DATA_GB
+    │   └── StorageUnavailable storage_unavailable 503 (+ Retry-After): the bucket (QUANTCOMPARE_STORAGE_URL)
+    │                                                did not answer or refused; also a job's error when its files could not be moved
     ├── LevelGraphChanged   level_graph_mismatch 409  a level graph made again for a download differs
     ├── PathSkipped         path_skipped         (inside a report, per artifact; never an HTTP error)
     ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
@@ -141,6 +143,13 @@ class DataDirFull(Busy):
     evicting every finished job: running and queued jobs hold the rest."""
 
     code, status, title = "data_dir_full", 503, "No room for this job in the data directory"
+
+
+class StorageUnavailable(Busy):
+    """The S3-compatible bucket (QUANTCOMPARE_STORAGE_URL) did not answer or refused a request: a
+    submission gets 503 + Retry-After; a job whose inputs or results could not be moved fails with it."""
+
+    code, status, title = "storage_unavailable", 503, "The file storage is unavailable"
 
 
 class LevelGraphChanged(QuantCompareError):

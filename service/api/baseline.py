@@ -24,7 +24,7 @@ def options_with_baseline(options: ComparisonOptions, executor, reports) -> Comp
     if rec.status != "succeeded":
         raise InvalidOptions(f"options.baseline: comparison {options.baseline} is {rec.status}, not succeeded",
                              hint="wait for it to finish, or pick a comparison that succeeded")
-    baseline = reports.load(executor.job_dir(rec.id))
+    baseline = reports.load(executor.files, rec.id)
     if baseline is None:
         raise InvalidOptions(f"options.baseline: the report of {options.baseline} is gone or was written by "
                              "another report schema", hint="run the baseline again on this server version")

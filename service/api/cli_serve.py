@@ -7,7 +7,7 @@ import logging
 
 from service.api.app import create_app
 from service.config import Settings, get_settings
-from service.jobs.cli_worker import add_worker_parser
+from service.jobs.cli_worker import add_worker_parser, preflight
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
@@ -33,6 +33,8 @@ def run_serve(args: argparse.Namespace) -> int:
     if overrides:
         settings = Settings.model_validate({**settings.model_dump(), **overrides})
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if (code := preflight(settings)) is not None:  # a wrong database or bucket: one line, exit 2
+        return code
     # One API process: it owns the worker pool, so no uvicorn --workers here.
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level,
                 proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)

@@ -6,7 +6,8 @@ import argparse
 import logging
 import sys
 
-from service.config import Settings, get_settings
+from service.config import ConfigurationError, Settings, get_settings
+from service.jobs.factory import check_deployment
 
 
 def add_worker_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,4 +36,17 @@ def run_worker_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if (code := preflight(settings)) is not None:
+        return code
     return run_worker(settings, node_name=args.name)
+
+
+def preflight(settings: Settings) -> int | None:
+    """The store and storage answer (exit code None), or one line on stderr and exit code 2."""
+    try:
+        checked = check_deployment(settings)
+    except ConfigurationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logging.getLogger("quantcompare").info("store: %s; files: %s", *checked)
+    return None

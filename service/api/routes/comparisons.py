@@ -23,7 +23,6 @@ from service.api.errors import problem_responses
 from service.api.uploads import display_name, receive_form, receive_json
 from service.errors import Busy, InvalidOptions, InvalidRequest, NotFound, validation_detail, validation_errors
 from service.examples import get_example
-from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.submission import submit_or_reuse
 from service.pipeline.environment import toolchain_versions
 from service.pipeline.options import ComparisonOptions
@@ -92,16 +91,15 @@ def answer_status(*, created: bool, cached: bool, waited: bool, finished: bool) 
 
 
 def respond(request: Request, executor, rec, *, cached: bool, created: bool, waited: bool = False) -> Response:
-    job_dir = executor.job_dir(rec.id)
-    job = envelope(rec, job_dir, request.app.state.reports, cached=cached)
+    job = envelope(rec, executor.files, request.app.state.reports, cached=cached)
     status = answer_status(created=created, cached=cached, waited=waited, finished=rec.finished)
     headers = {"Location": job.links.self} if status == 202 else None
     if rec.finished:
-        return Response(_job_json(job, job_dir), status_code=status, media_type="application/json", headers=headers)
+        return Response(_job_json(job, executor.files), status_code=status, media_type="application/json", headers=headers)
     return JSONResponse(job.model_dump(mode="json"), status_code=status, headers=headers)
 
 
-def _job_json(job: Job, job_dir) -> bytes:
+def _job_json(job: Job, files) -> bytes:
     """The envelope with the stored report spliced in as written.
 
     ``envelope`` has already validated the report against this schema (once per file, cached);
@@ -111,7 +109,7 @@ def _job_json(job: Job, job_dir) -> bytes:
     if job.report is None:
         return job.model_dump_json().encode()
     try:
-        raw = read_report_bytes(job_dir)
+        raw = files.report_bytes(job.id)
     except OSError:
         return job.model_dump_json().encode()
     head = job.model_dump_json(exclude={"report"}).encode()
@@ -176,7 +174,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
         submitted = submit_or_reuse(
             executor, settings, model_key=model_key, calibration_key=calib_key,
             options=options.model_dump(mode="json"), versions=versions, staged=staged, spec_fields=spec_kw,
-            report_loads=lambda job_dir: request.app.state.reports.load(job_dir) is not None)
+            report_loads=lambda job_id: request.app.state.reports.load(executor.files, job_id) is not None)
         staged = None  # the job owns the folder now (or it was removed for a cached result)
         rec = submitted.record
         if submitted.cached:

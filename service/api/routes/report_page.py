@@ -19,8 +19,7 @@ router = APIRouter(prefix="/v1/comparisons", tags=["report"])
             responses={200: {"content": {"text/html": {}}, "description": "the page"}, **problem_responses(401, 404)})
 def report_html(job_id: str, request: Request, executor: ExecutorDep) -> HTMLResponse:
     rec = job_or_404(executor, job_id)
-    job_dir = executor.job_dir(rec.id)
-    report = request.app.state.reports.load(job_dir) if rec.status == "succeeded" else None
+    report = request.app.state.reports.load(executor.files, rec.id) if rec.status == "succeeded" else None
 
-    files = downloadable_files(job_dir)
+    files = downloadable_files(executor.files, rec.id)
     return HTMLResponse(render_job_page(rec, report, files))

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.errors import LevelGraphChanged
-from service.jobs.spec import ARTIFACTS_DIR
-from service.jobs.storage.report_file import read_report_bytes
+from service.jobs.storage.files import JobFiles
 from service.jobs.worker import worker_environment
 
 REGENERATE_TIMEOUT_S = 900.0
@@ -35,10 +34,10 @@ class LevelGraphEntry:
     intra_op_threads: int
 
 
-def level_graph_entries(job_dir: Path) -> dict[str, LevelGraphEntry]:
+def level_graph_entries(files: JobFiles, job_id: str) -> dict[str, LevelGraphEntry]:
     """Level graphs of a succeeded job that were not kept as files, by download name."""
     try:
-        report = json.loads(read_report_bytes(Path(job_dir)))
+        report = json.loads(files.report_bytes(job_id))
     except OSError:  # no report (the job did not succeed) or a damaged one: nothing to offer
         return {}
     threads = int(((report.get("options") or {}).get("latency") or {}).get("intra_op_threads", 1))
@@ -64,14 +63,15 @@ def _limits(memory_mb: int):
     return apply
 
 
-def regenerated_level_graph(job_dir: Path, entry: LevelGraphEntry, scratch: Path, *,
+def regenerated_level_graph(files: JobFiles, job_id: str, entry: LevelGraphEntry, scratch: Path, *,
                             timeout: float = REGENERATE_TIMEOUT_S, memory_mb: int = 0) -> Path:
     """Make the level graph again into ``scratch`` (the caller deletes it); raises LevelGraphChanged.
 
+    The artifact it starts from is read where it is stored (from a bucket: into ``scratch`` first).
     ``memory_mb``: RLIMIT_AS of the subprocess (QUANTCOMPARE_WORKER_MEMORY_MB, as for the job itself).
     """
-    model = Path(job_dir) / ARTIFACTS_DIR / f"{entry.artifact}.onnx"
     scratch.mkdir(parents=True, exist_ok=True)
+    model = files.artifact_for_regeneration(job_id, entry.artifact, scratch)
     out = scratch / f"{uuid.uuid4().hex}.onnx"
     env = {**worker_environment(), "PYTHONPATH": str(_ROOT)}
     proc = subprocess.run(

@@ -1,0 +1,154 @@
+"""Job files in a real S3-compatible bucket (SeaweedFS on loopback): what a worker stores is what
+the API reads, identical files are stored once, a reader never sees the report before the files it
+lists, and a bad bucket setting stops the process at start-up with one line that says why."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+
+import pytest
+
+from service.config import ConfigurationError, Settings
+from service.jobs.factory import check_deployment
+from service.jobs.spec import JobSpec
+from service.jobs.storage.bucket import BucketFiles
+from service.jobs.storage.report_file import write_report
+from service.jobs.store import JobRecord
+from tests.deploy.servers import PG_PASSWORD
+from live_server import free_port
+
+
+@pytest.fixture
+def bucket(s3, monkeypatch):
+    for k, v in s3.env().items():
+        monkeypatch.setenv(k, v)
+    return s3.create_bucket("qc-" + secrets.token_hex(4))
+
+
+def _files(tmp_path, bucket, **kw) -> BucketFiles:
+    return BucketFiles(Settings(data_dir=tmp_path / "worker", storage_url=f"s3://{bucket}/some/prefix", **kw))
+
+
+def _record(spec: JobSpec, attempts: int = 1) -> JobRecord:
+    return JobRecord(id=spec.id, status="running", spec=spec, cache_key=None, created_at=0.0, started_at=0.0,
+                     finished_at=None, stage=None, done=0, total=0, error=None, attempts=attempts)
+
+
+def _submit(files: BucketFiles, tmp_path, inputs: dict[str, bytes]) -> JobSpec:
+    staged = tmp_path / f"staged-{secrets.token_hex(3)}"
+    for rel, data in inputs.items():
+        (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+        (staged / rel).write_bytes(data)
+    spec = JobSpec(id=secrets.token_hex(16), model_file="input/model.onnx")
+    files.create(spec, staged)
+    assert not staged.exists()  # the API's staged upload is gone once stored
+    return spec
+
+
+def test_a_job_goes_through_the_bucket_and_identical_files_are_stored_once(s3, bucket, tmp_path):
+    files = _files(tmp_path, bucket)
+    model, archive = os.urandom(50_000), os.urandom(9_000)
+    spec = _submit(files, tmp_path, {"input/model.onnx": model, "input/upload.zip": archive})
+    folder = files.checkout(_record(spec))
+    assert (folder / "input" / "model.onnx").read_bytes() == model and (folder / "job.json").is_file()
+    # The job, as runner.py leaves a folder: fp32.onnx hard-linked to the upload (dedupe_job_files),
+    # the archive consumed, the report written.
+    (folder / "artifacts").mkdir()
+    os.link(folder / "input" / "model.onnx", folder / "artifacts" / "fp32.onnx")
+    qdq = os.urandom(20_000)
+    (folder / "artifacts" / "ort_qdq.onnx").write_bytes(qdq)
+    (folder / "input" / "upload.zip").unlink()
+    write_report(folder, '{"id": "%s"}' % spec.id)
+    files.checkin(spec.id, folder)
+    files.discard(spec.id, folder)
+    assert not folder.exists()
+
+    prefix = f"some/prefix/jobs/{spec.id}/"
+    stored = s3.keys(bucket, prefix)
+    assert sorted(k[len(prefix):] for k in stored) == [
+        "artifacts/ort_qdq.onnx", "files.json", "input/model.onnx", "job.json", "report.json.gz"]
+    assert files.artifacts(spec.id) == {"fp32.onnx": len(model), "ort_qdq.onnx": len(qdq)}
+    for name, data in (("fp32.onnx", model), ("ort_qdq.onnx", qdq)):
+        got = files.download(spec.id, name, filename=name)
+        assert got.size == len(data) and b"".join(got.chunks) == data
+    assert files.report_bytes(spec.id) == ('{"id": "%s"}' % spec.id).encode()
+    (usage,) = [u for u in files.usage({spec.id: ("succeeded", 1.0)}) if u.id == spec.id]
+    assert usage.bytes == sum(stored.values()) and usage.input_bytes == len(model)  # the model counted once
+    files.delete(spec.id)
+    assert s3.keys(bucket, prefix) == {} and files.report_version(spec.id) is None
+
+
+def test_a_reader_never_sees_the_report_before_every_artifact(s3, bucket, tmp_path):
+    files = _files(tmp_path, bucket)
+    spec = _submit(files, tmp_path, {"input/model.onnx": b"m" * 5000})
+    folder = files.checkout(_record(spec))
+    (folder / "artifacts").mkdir()
+    written = {f"a{i}.onnx": os.urandom(3 << 20) for i in range(6)}
+    for name, data in written.items():
+        (folder / "artifacts" / name).write_bytes(data)
+    write_report(folder, "{}")
+    seen: dict = {"polls": 0}
+
+    def read():
+        reader = _files(tmp_path, bucket)
+        while True:
+            seen["polls"] += 1
+            if reader.report_version(spec.id) is not None:
+                seen["artifacts"] = reader.artifacts(spec.id)
+                return
+            time.sleep(0.005)
+
+    t = threading.Thread(target=read)
+    t.start()
+    files.checkin(spec.id, folder)
+    t.join(30)
+    assert seen["polls"] > 1  # the reader was looking while the files went up
+    assert seen["artifacts"] == {name: len(data) for name, data in written.items()}
+
+
+def test_a_rerun_starts_from_its_inputs_only(s3, bucket, tmp_path):
+    files = _files(tmp_path, bucket)
+    spec = _submit(files, tmp_path, {"input/model.onnx": b"m" * 5000})
+    folder = files.checkout(_record(spec))
+    (folder / "artifacts").mkdir()
+    (folder / "artifacts" / "fp32.onnx").write_bytes(b"half of an earlier attempt")
+    files.checkin(spec.id, folder)  # a worker lost after storing files (no report)
+    again = files.checkout(_record(spec, attempts=2))
+    assert sorted(p.relative_to(again).as_posix() for p in again.rglob("*") if p.is_file()) == [
+        "input/model.onnx", "job.json"]
+    assert files.artifacts(spec.id) == {}
+    assert files.checkout(_record(JobSpec(id="0" * 32))) is None  # no files at all: the job's folder is missing
+
+
+@pytest.mark.parametrize("case, match", [
+    ("missing bucket", "the bucket 'no-such-bucket' does not exist at http://127.0.0.1:"),
+    ("wrong secret", "refused the credentials for s3://"),
+    ("no server", "cannot reach the S3 endpoint http://127.0.0.1:"),
+])
+def test_a_bad_bucket_setting_fails_at_start_up_saying_why(s3, bucket, tmp_path, monkeypatch, case, match):
+    name = bucket
+    if case == "missing bucket":
+        name = "no-such-bucket"
+    elif case == "wrong secret":
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+    else:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    settings = Settings(data_dir=tmp_path / "var", storage_url=f"s3://{name}/p")
+    with pytest.raises(ConfigurationError, match="^QUANTCOMPARE_STORAGE_URL: .*" + match) as e:
+        check_deployment(settings)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("case, match", [
+    ("no server", "cannot connect to the job store PostgreSQL postgresql://qc:\\*\\*\\*@127.0.0.1:"),
+    ("wrong password", "password authentication failed for user \"qc\""),
+])
+def test_a_bad_database_setting_fails_at_start_up_saying_why(postgres, tmp_path, case, match):
+    url = postgres.url(password="wrong") if case == "wrong password" else \
+        f"postgresql://qc:{PG_PASSWORD}@127.0.0.1:{free_port()}/postgres"
+    with pytest.raises(ConfigurationError, match="QUANTCOMPARE_DATABASE_URL: .*" + match) as e:
+        check_deployment(Settings(data_dir=tmp_path / "var", database_url=url))
+    assert PG_PASSWORD not in str(e.value) and ":wrong@" not in str(e.value)  # the URL is shown without its password
