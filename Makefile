@@ -17,13 +17,15 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 venv: $(STAMP)
 
 # Debian packages the suite uses: chromium renders the report page, curl and jq run the recipes,
-# redis-server is the broker tests/celery starts on loopback.
+# redis-server is the broker tests/celery starts on loopback, postgresql the job store tests/deploy
+# starts in a temporary folder (initdb + pg_ctl).
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
 	command -v jq >/dev/null || missing="$$missing jq"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
