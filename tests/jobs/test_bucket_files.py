@@ -9,6 +9,7 @@ import secrets
 import threading
 import time
 
+import httpx
 import pytest
 
 from service.config import ConfigurationError, Settings
@@ -107,6 +108,20 @@ def test_a_reader_never_sees_the_report_before_every_artifact(s3, bucket, tmp_pa
     t.join(30)
     assert seen["polls"] > 1  # the reader was looking while the files went up
     assert seen["artifacts"] == {name: len(data) for name, data in written.items()}
+
+
+def test_a_redirect_download_is_a_presigned_url_that_needs_no_credentials(s3, bucket, tmp_path):
+    files = _files(tmp_path, bucket, storage_downloads="redirect")
+    spec = _submit(files, tmp_path, {"input/model.onnx": b"m" * 5000})
+    folder = files.checkout(_record(spec))
+    (folder / "artifacts").mkdir()
+    (folder / "artifacts" / "ort_qdq.onnx").write_bytes(b"quantized")
+    files.checkin(spec.id, folder)
+    got = files.download(spec.id, "ort_qdq.onnx", filename="net-1234.ort_qdq.onnx")
+    assert got.size == 9 and got.chunks is None and got.redirect.startswith(s3.endpoint + f"/{bucket}/")
+    r = httpx.get(got.redirect)  # no credentials: the signature in the URL is the permission
+    assert r.status_code == 200 and r.content == b"quantized"
+    assert r.headers["content-disposition"] == 'attachment; filename="net-1234.ort_qdq.onnx"'
 
 
 def test_a_rerun_starts_from_its_inputs_only(s3, bucket, tmp_path):
