@@ -139,7 +139,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
     from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive
     from service.jobs.storage.report_file import write_report
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.jobs.warmup import warm_up
 
     warm_up()
@@ -168,7 +168,7 @@ def one_job(model: str, options_json: str, out_json: str) -> None:
                         if a != "fp32" and art.status == "ok" and (arts / f"{a}.onnx").exists())
         # Archives: the data file the fp32 model references counts as input too (it was in the upload).
         disk = _bytes(job_dir)
-        from service.pipeline.runtime.ort_sessions import session_for
+        from service.pipeline.ort.sessions import session_for
 
         s = session_for(arts / "fp32.onnx", "all", intra_op_threads=1)
         feed = {}

@@ -110,7 +110,7 @@ MUTANTS: list[Mutant] = [
            "    op_types = op_types or sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default",
            "    op_types = op_types or []", ("tests/pipeline/test_ort_calibration.py",)),
     Mutant("layers_keep_previous_file", "the layers stage keeps the previous file's tensors while the next file runs",
-           "service/pipeline/runtime/layers.py", "                    got = value = None\n                    got = ctx.run(feed)",
+           "service/pipeline/layers/layers.py", "                    got = value = None\n                    got = ctx.run(feed)",
            "                    got = ctx.run(feed)", ("tests/pipeline/test_layers.py",)),
     Mutant("pt2e_outputs_torch_named", "the PT2E file of an ONNX upload keeps torch's output names",
            "service/pipeline/quantize/pt2e.py", "[o.name for o in source.onnx_model.graph.output] if source.onnx_model is not None else None",

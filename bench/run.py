@@ -75,7 +75,7 @@ def bench_options(model: str, *, smoke: bool = False) -> dict:
 def default_counts(opts: dict) -> dict:
     """The counts by_hand.py must use: read from ComparisonOptions so the two never drift apart."""
     sys.path.insert(0, str(ROOT))
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     o = ComparisonOptions(**opts)
     return {"calibration_samples": o.calibration_samples, "eval_samples": o.eval_samples,

@@ -34,7 +34,7 @@ from service.pipeline.inputs.safety import (
 from service.pipeline.inputs.samples import check_calibration_keys, samples_from_npz
 from service.pipeline.inputs.sources import is_model_archive
 from service.pipeline.inputs.specs import input_specs_from_onnx, resolved_input_shapes
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 log = logging.getLogger("quantcompare.api")
 

@@ -43,20 +43,20 @@ from service.pipeline.inputs.sources import ModelSource
 from service.pipeline.inputs.specs import output_specs_from_onnx, resolved_input_shapes
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
-from service.pipeline.inspect.stored_nonfinite import nonfinite_weights, selected_by_where
-from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.pipeline.inputs.stored_nonfinite import nonfinite_weights, selected_by_where
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
-from service.pipeline.quantize.isolation import PATH_TIME_LIMIT, PathOutcome, run_path
+from service.pipeline.isolation import PATH_TIME_LIMIT, PathOutcome, run_path
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side, torch_on_one_core
 from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
-from service.pipeline.runtime.layers_stage import layers_for_comparison
+from service.pipeline.layers.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
-from service.pipeline.runtime.ort_sessions import quiet_ort_logs, seed_random_ops
+from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.verdict.advice import advice_plan_for_job, timed_advice
 from service.pipeline.verdict.decide import decided_from_levels
 from service.pipeline.verdict.gates import verdict_from_artifacts

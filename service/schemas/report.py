@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.schemas.advice import AdviceEntry
 from service.schemas.layers import LayersReport
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel, PlatformNote

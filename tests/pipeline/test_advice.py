@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.verdict.advice import AdviceContext, Candidate, candidates_from_blockers, measured_advice
 from service.pipeline.runtime.level_graphs import level_graph_digest
 from service.schemas.advice import AdviceFigures
@@ -74,7 +74,7 @@ def test_dedicated_qdq_pairs_are_merged_back_by_cse(tmp_path):
     from onnx import TensorProto, helper, numpy_helper
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    from service.pipeline.runtime.ort_sessions import session_options_for
+    from service.pipeline.ort.sessions import session_options_for
 
     rng = np.random.default_rng(0)
     w = [numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), f"w{i}") for i in (1, 2)]

@@ -14,7 +14,7 @@ import pytest
 
 from service.errors import InvalidModel, QuantCompareError
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from tests.cpu import sqnr_floor
 
 

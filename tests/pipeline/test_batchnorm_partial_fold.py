@@ -26,7 +26,7 @@ def _conv_bn_then_relu_bn(path) -> None:
 
 def test_a_partial_fold_reads_as_a_share_not_never(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     _conv_bn_then_relu_bn(tmp_path / "m.onnx")
     options = ComparisonOptions.model_validate({

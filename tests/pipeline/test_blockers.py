@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from service.pipeline.environment import cpu_info
 from service.pipeline.vocabulary import graph_from_path
 from service.pipeline.inspect.blockers import BLOCKERS, grouped_blockers, unfused_by_level, unfused_nodes
-from service.pipeline.runtime.ort_sessions import session_options_for
+from service.pipeline.ort.sessions import session_options_for
 
 X86 = cpu_info().arch not in ("aarch64", "arm64", "ARM64")
 DT = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8, "int32": TensorProto.INT32,

@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from service.pipeline.environment import cpu_info
-from service.pipeline.runtime.ort_sessions import session_options_for
+from service.pipeline.ort.sessions import session_options_for
 
 pytestmark = [pytest.mark.heavy,
               pytest.mark.skipif(cpu_info().arch in ("aarch64", "arm64"), reason="x86 conditions")]

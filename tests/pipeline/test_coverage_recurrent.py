@@ -35,7 +35,7 @@ def _lstm_head(path, with_lstm: bool):
 
 def _level_all(path, workdir):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["ort_qdq", "ort_qoperator"], "levels": ["all"], "calibration_samples": 2, "eval_samples": 1,

@@ -22,7 +22,7 @@ N_CAL, N_EVAL = 8, 4
 
 def _run(tmp_path, model, gates=()):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.pipeline.verdict.gates import gate_from_string
 
     x = np.random.default_rng(3).standard_normal((N_CAL + N_EVAL, 1, 3, 16, 16)).astype(np.float32)
@@ -183,7 +183,7 @@ def _detector_opset11(path):
 @pytest.mark.parametrize("opset", [17, 11])
 def test_pt2e_quantizes_the_graph_before_nms_and_keeps_the_upload_tail_in_float(tmp_path, opset):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     build_nms_detector(tmp_path / "det.onnx")
     if opset == 11:
@@ -221,7 +221,7 @@ def test_pt2e_quantizes_the_graph_before_nms_and_keeps_the_upload_tail_in_float(
 
 def test_a_graph_that_is_only_its_selection_is_skipped_by_pt2e_with_the_converters_reason(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     inits = [numpy_helper.from_array(np.array([10], np.int64), "m"), numpy_helper.from_array(np.array([0.5], np.float32), "iou")]
     graph = helper.make_graph([helper.make_node("NonMaxSuppression", ["boxes", "scores", "m", "iou"], ["sel"], name="nms")],
@@ -243,7 +243,7 @@ def test_an_nms_threshold_given_as_an_input_is_held_at_a_usual_value_and_the_tai
     """normal(0, 1) for an iou_threshold input made ORT refuse every run of fp32 ("iou_threshold must
     be in range [0, 1]", non_max_suppression_helper.h)."""
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     build_nms_detector(tmp_path / "det.onnx")
     model = onnx.load(str(tmp_path / "det.onnx"))

@@ -94,7 +94,7 @@ def _pt2(tmp_path: Path, batch_min: int | None = None) -> Path:
 
 def _run(tmp_path, model, calibration=None, **extra):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     request = ComparisonRequest(model_path=model, calibration_path=calibration,
                                 options=ComparisonOptions.model_validate({**OPTS, **extra}))
@@ -132,7 +132,7 @@ def test_prevalidation_takes_dims_from_the_data_too(tmp_path):
 
     from service.api.prevalidate import prevalidate_upload
     from service.config import Settings
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     g = h.make_graph([h.make_node("Relu", ["image"], ["y"])], "g",
                      [h.make_tensor_value_info("image", T.FLOAT, ["batch", 3, "height", "width"])],

@@ -35,7 +35,7 @@ def _scales(path):
 
 
 def test_ort_s_entropy_calibration_gives_minmax_s_ranges_and_the_report_says_so(tmp_path):
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import ENTROPY_NOTE, quantized_by_ort
 
     feeds = _model_and_feeds(tmp_path / "m.onnx")

@@ -24,7 +24,7 @@ def _gather_out_of_bounds(path, index: int):
 
 def _report(path, workdir):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["ort_qdq"], "levels": ["disable_all", "all"], "calibration_samples": 2, "eval_samples": 1,

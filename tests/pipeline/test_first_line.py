@@ -9,7 +9,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.isolation import first_line
 
 
 def test_a_long_ort_refusal_keeps_the_node_it_names(tmp_path):

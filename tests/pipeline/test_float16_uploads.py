@@ -67,7 +67,7 @@ _OPTIONS = {"levels": ["disable_all", "extended"], "calibration_samples": 2, "ev
                          ids=["float32 interface", "float16 interface", "embedding"])
 def test_a_float16_upload_is_quantized_on_every_path_and_runs_int8_kernels(tmp_path, keep_io_types, build):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     path = tmp_path / "m16.onnx"
     onnx.save(_float16(keep_io_types, build), path)

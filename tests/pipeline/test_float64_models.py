@@ -25,7 +25,7 @@ def _matmul_relu(path, dtype):
 @pytest.mark.parametrize("dtype", [TensorProto.DOUBLE, TensorProto.FLOAT], ids=["float64", "float32"])
 def test_a_float64_model_is_left_float_and_the_lint_says_why(tmp_path, dtype):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     path = _matmul_relu(tmp_path / "m.onnx", dtype)
     options = ComparisonOptions.model_validate({

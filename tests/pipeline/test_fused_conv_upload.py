@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 def test_a_fused_conv_with_a_float_weight_between_q_dq_is_float(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((4, 4, 3)).astype(np.float32) * 0.3, f"w{k}") for k in range(3)]

@@ -10,7 +10,7 @@ import pytest
 
 from service.errors import InvalidOptions
 from service.pipeline.verdict.gates import gate_from_string, gate_to_string, verdict_from_report
-from service.pipeline.options import LEVELS, Gate
+from service.schemas.options import LEVELS, Gate
 from service.schemas.report import Report
 
 

@@ -7,7 +7,7 @@ from test_gates import _artifact, healthy, make_report
 
 from service.errors import InvalidOptions
 from service.pipeline.verdict.gates import baseline_values_from_report, gate_from_string, gate_to_string, verdict_from_report
-from service.pipeline.options import ComparisonOptions, Gate
+from service.schemas.options import ComparisonOptions, Gate
 
 
 def _resolved(text: str, baseline) -> Gate:

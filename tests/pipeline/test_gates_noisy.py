@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.pipeline.verdict.gates import gate_from_string, verdict_from_report
-from service.pipeline.options import Gate
+from service.schemas.options import Gate
 
 
 def _with_latency(report, artifact: str, level: str, **update):

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.vocabulary import graph_from_model, graph_from_path
-from service.pipeline.runtime.ort_sessions import session_for, session_options_for
+from service.pipeline.ort.sessions import session_for, session_options_for
 
 
 def _model(nodes, inits, inputs, outputs, opset=17):

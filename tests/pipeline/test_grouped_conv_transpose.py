@@ -27,7 +27,7 @@ def _deconv(path, group: int):
 
 def _ort_qdq(path, workdir, per_channel: bool = True, exclude=()):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
@@ -95,7 +95,7 @@ def test_the_cli_summary_shows_a_failed_paths_cause_and_hint(tmp_path):
     """The summary's row cuts the message at 70 characters ("... failed in onnxruntime.quantization
     base_q"): neither the node nor the way out reached a CLI user."""
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.render.text import summary_table
 
     path = _depthwise_then_grouped(tmp_path / "m.onnx")

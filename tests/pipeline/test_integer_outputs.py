@@ -45,7 +45,7 @@ def _classifier(path, *, float_output: bool):
 
 def _run(tmp_path, *, float_output: bool, gates):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.pipeline.verdict.gates import gate_from_string
 
     _classifier(tmp_path / "clf.onnx", float_output=float_output)

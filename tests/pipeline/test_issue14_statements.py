@@ -191,7 +191,7 @@ def test_attribution_names_no_transformer_it_refutes(compared, tmp_path):
     pass) must not be credited at extended; and no rewrite names a transformer attribution refuted."""
     import onnxruntime as ort
 
-    from service.pipeline.runtime.ort_sessions import session_options_for
+    from service.pipeline.ort.sessions import session_options_for
 
     report, workdir = compared("op_zoo_net", attribution=True)
     out = tmp_path / "ext.onnx"
@@ -214,7 +214,7 @@ def test_the_symbolic_dim_hint_does_not_ask_for_shapes_the_user_gave():
     advice ran at that size when both were off."""
     from service.pipeline.compare import _symbolic_dim_lints
     from service.pipeline.inputs.specs import InputSpec
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     specs = [InputSpec(name="x", dtype="float32", shape=("batch", 3, "h", "w"))]
     shapes = {"x": (1, 3, 64, 64)}

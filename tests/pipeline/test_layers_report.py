@@ -72,7 +72,7 @@ def test_the_cli_summary_names_the_worst_tensor_per_artifact(zoo_report):
 
 @pytest.mark.heavy
 def test_retry_through_the_spine_feeds_advice_items(compared):
-    from service.pipeline.runtime.layers_retry import advice_from_retry
+    from service.pipeline.layers.layers_retry import advice_from_retry
 
     report, _ = compared("op_zoo_net", layers={"retry_k": 1}, latency={"enabled": True, "runs": 3})
     retry = report.layers.retry
@@ -95,7 +95,7 @@ def test_the_explanation_blames_the_op_when_both_files_feed_it_alike():
     """refinenet's ASPP Conv under the shared-bias QOperator defect: the same step in both files and
     inputs at 34.1 dB in both, yet 24 dB apart after the op. The explanation said the difference came
     from the inputs; it now says this op loses it. Inputs apart (the control): the inputs, as before."""
-    from service.pipeline.runtime.layers import _explanation
+    from service.pipeline.layers.layers import _explanation
     from service.schemas.layers import LayerCell
 
     def cell(own, inputs):

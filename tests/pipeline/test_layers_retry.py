@@ -7,14 +7,14 @@ import time
 import onnx
 import pytest
 
-from service.pipeline.runtime.layers import layers_from_files
-from service.pipeline.runtime.layers_retry import (RetryInputs, advice_from_retry, requantizer, retry_without_origins,
+from service.pipeline.layers.layers import layers_from_files
+from service.pipeline.layers.layers_retry import (RetryInputs, advice_from_retry, requantizer, retry_without_origins,
                                                    worst_origin_nodes)
 
 
 @pytest.fixture(scope="module")
 def retry_inputs(compared, tmp_path_factory):
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_example
     from service.pipeline.inputs.specs import resolved_input_shapes
@@ -107,7 +107,7 @@ def test_an_onnx_upload_is_retried_on_every_path(tmp_path):
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_onnx
     from service.pipeline.inputs.specs import resolved_input_shapes
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
     from service.pipeline.quantize.pt2e import qdq_from_pt2e
 

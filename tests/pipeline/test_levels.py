@@ -19,7 +19,7 @@ from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.verdict.decide import decided_from_levels
 from service.render.levels_text import levels_summary_lines
 from tests.cpu import U8S8_SATURATES, cosine_floor, int8_kernels_exact, sqnr_floor
-from service.pipeline.options import LEVELS, ComparisonOptions
+from service.schemas.options import LEVELS, ComparisonOptions
 
 X86 = platform.machine() in ("x86_64", "AMD64")
 x86_only = pytest.mark.skipif(not X86, reason="pins ORT's x86 behaviour (int8 -> uint8, NCHWc)")

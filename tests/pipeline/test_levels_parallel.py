@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.runtime.levels import analyze_levels
 
 # session_seconds, evaluate_seconds: wall time. nodes, diff: ORT's NchwcTransformer (x86) writes fp32's

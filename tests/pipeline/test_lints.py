@@ -6,7 +6,7 @@ import pytest
 
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.verdict.lints import lints_for
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.schemas.levels import OptimizedLevel
 from service.schemas.report import CpuInfo
 

@@ -17,7 +17,7 @@ from onnx import numpy_helper as nh
 from service.errors import InvalidOptions
 from service.pipeline.verdict.gates import gate_from_string, verdict_from_report
 from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.samples import generated_samples
 from service.pipeline.inputs.specs import input_specs_from_onnx, resolved_input_shapes
 

@@ -4,7 +4,7 @@ as is on purpose, gets none)."""
 from __future__ import annotations
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 
 def test_a_job_where_every_path_failed_says_so(tmp_path):

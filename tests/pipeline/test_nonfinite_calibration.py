@@ -31,7 +31,7 @@ def _sqrt_of(path, shift: float):
 
 def _report(path, workdir, **extra):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["pt2e_qdq", "ort_qdq", "ort_qoperator"], "levels": ["disable_all"], "calibration_samples": 2,
@@ -152,7 +152,7 @@ def test_node_names_shaped_like_paths_reach_the_message_whole(tmp_path):
     """torch.onnx.export names nodes '/encoder/attn/Softmax': the message scrubber took them for server
     paths and wrote '<path>/Softmax', so the nodes_to_exclude it listed matched no node (rxnmap).
     Server paths still go."""
-    from service.pipeline.quantize.isolation import scrub
+    from service.pipeline.isolation import scrub
 
     report = _report(_where_mask(tmp_path / "inf.onnx", -np.inf, prefix="/encoder/attn/"), tmp_path / "inf",
                      artifacts=["ort_qdq"])

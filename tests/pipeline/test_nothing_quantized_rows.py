@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 def test_a_file_without_quantized_activations_reads_n_a_for_the_dtype_it_runs(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     graph = helper.make_graph([helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Sqrt", ["e"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],

@@ -72,7 +72,7 @@ def test_max_abs_error_and_drift_in_steps():
 def uploaded(tmp_path_factory, tiny_onnx_models):
     """tiny_conv_net (Conv, Relu, MaxPool, Gemm) compared with samples the test wrote: (report, workdir, eval feeds)."""
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     folder = tmp_path_factory.mktemp("oracle")
     shape = [1, *onnx.load(str(tiny_onnx_models["tiny_conv_net"])).graph.input[0].type.tensor_type.shape.dim[1:]]

@@ -15,7 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.runtime.ort_aborts import qdq_propagation_abort
+from service.pipeline.ort.aborts import qdq_propagation_abort
 from tests.realworld.corpus import build_per_class_nms_loop
 
 _PROBE = """
@@ -77,7 +77,7 @@ def test_a_relu_between_stops_the_propagation_and_ort_loads(tmp_path):
 
 def test_the_session_helper_refuses_the_level_instead_of_dying(tmp_path):
     from service.errors import OrtWouldAbort
-    from service.pipeline.runtime.ort_sessions import session_for
+    from service.pipeline.ort.sessions import session_for
 
     _model(tmp_path / "m.onnx")
     with pytest.raises(OrtWouldAbort) as e:
@@ -90,7 +90,7 @@ def test_the_session_helper_refuses_the_level_instead_of_dying(tmp_path):
 
 def test_a_job_on_a_per_class_nms_detector_reports_every_path_and_the_aborting_levels(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     build_per_class_nms_loop(tmp_path / "ssd.onnx")
     options = ComparisonOptions.model_validate({

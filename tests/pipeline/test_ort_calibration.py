@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import pytest
 
-from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from tests.pipeline.test_pre_process_external import _conv_bn_matmul
 

@@ -236,7 +236,7 @@ def test_an_empty_tensor_beside_a_passed_through_input_is_not_blamed_as_nan(tmp_
     brainmaze's spindle detector with its input also listed as an output was told "the fp32 model
     computes NaN or inf" at an empty ConstantOfShape (and to change its samples), where the cause
     was the passed-through input."""
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
     from service.pipeline.quantize.ort_quant import quantized_by_ort
 
@@ -429,7 +429,7 @@ def test_a_file_ort_cannot_load_fails_the_ort_path_naming_the_node(tmp_path):
     """The guard behind the fixups: quantize_static on the colliding file (no fixup) writes a file
     ORT refuses; the path fails with ORT's words instead of "ok" with every level failed."""
     from service.errors import OrtFileRejected
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import quantized_by_ort
 
     raw = tmp_path / "raw.onnx"

@@ -27,7 +27,7 @@ def _float_plus_double(path):
 def test_a_model_ort_cannot_load_stops_the_job_once_naming_ort_s_reason(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.inputs.safety import onnx_model_from_path
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     path = _float_plus_double(tmp_path / "m.onnx")
     onnx_model_from_path(path)  # the submit checks take it
@@ -69,7 +69,7 @@ def test_a_kernel_ort_s_cpu_build_lacks_is_named_with_the_types_asked_for(tmp_pa
     float32 loads (the one condition)."""
     from service.errors import UnsupportedModel
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     ort.InferenceSession(str(_conv(tmp_path / "f32.onnx", TensorProto.FLOAT)), providers=["CPUExecutionProvider"])
     path = _conv(tmp_path / "f64.onnx", TensorProto.DOUBLE)
@@ -105,7 +105,7 @@ def test_input_shapes_the_model_cannot_run_at_are_refused_before_any_path_runs(t
     stops in its fp32 stage as invalid_options naming ORT's words; at 8x8 the same model runs."""
     from service.errors import InvalidOptions
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     path = _pool_reshape(tmp_path / "m.onnx")
 

@@ -37,7 +37,7 @@ def _saved_by_ort(src, dst, level):
                          ids=["saved at extended", "saved at basic"])
 def test_an_upload_ort_already_optimized_gets_a_lint_naming_the_fused_ops(tmp_path, level):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     saved = _saved_by_ort(_conv_relu(tmp_path / "m.onnx"), tmp_path / "saved.onnx", level)
     fused = [n for n in onnx.load(str(saved)).graph.node if n.domain == "com.microsoft"]

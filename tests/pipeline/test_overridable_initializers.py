@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 from service.pipeline.verdict.lints import overridable_initializer_lints
 
 

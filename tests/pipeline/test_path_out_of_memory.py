@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from service.errors import NonFiniteCalibration, PathSkipped
-from service.pipeline.quantize.isolation import out_of_memory, run_path
+from service.pipeline.isolation import out_of_memory, run_path
 
 torch = pytest.importorskip("torch")
 
@@ -69,7 +69,7 @@ def test_the_hint_names_the_worker_s_own_limit():
     import sys
 
     code = ("import resource; lim = 8192 * 1024 * 1024; resource.setrlimit(resource.RLIMIT_AS, (lim, lim)); "
-            "from service.pipeline.quantize.isolation import memory_hint; print(memory_hint())")
+            "from service.pipeline.isolation import memory_hint; print(memory_hint())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "8192 MiB" in out and "QUANTCOMPARE_WORKER_MEMORY_MB" in out
 

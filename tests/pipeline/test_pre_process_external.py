@@ -11,9 +11,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 
 
 def _conv_bn_matmul(path, *, external: bool, threshold: int = 1024):

@@ -70,7 +70,7 @@ def test_a_retry_whose_optimization_drops_the_only_typed_cast_runs_without_it(tm
     DequantizeLinear only, and ort_qoperator failed with an AttributeError inside ORT's quantizer."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 
     _scaler_cast_mlp(tmp_path / "m.onnx")
@@ -92,7 +92,7 @@ def test_a_file_that_quantizes_weights_only_is_an_error_lint(tmp_path):
     The path read "ok" with rows that said "quantize that input too"."""
     from service.pipeline.runtime.levels import file_facts_from_graph
     from service.pipeline.verdict.lints import lints_for
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.pipeline.vocabulary import graph_from_model
 
     def facts(with_q):

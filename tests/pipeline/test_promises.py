@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import numpy_helper
 
-from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.verdict.gates import gate_from_string, verdict_from_report
 
 ORT_ONLY = {"artifacts": ["ort_qdq"], "levels": ["disable_all"]}

@@ -29,7 +29,7 @@ def _conv(path, weight_scale: float):
 
 def _report(path, workdir):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2,

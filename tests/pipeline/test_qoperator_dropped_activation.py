@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 F = TensorProto.FLOAT
 QUICK = {"artifacts": ["ort_qdq", "ort_qoperator"], "levels": ["disable_all"], "calibration_samples": 8,

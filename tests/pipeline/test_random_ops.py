@@ -42,7 +42,7 @@ def _sampler(path, *, seed: float | None = None):
 
 def _run(tmp_path, model):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": 4, "eval_samples": 2,

@@ -95,7 +95,7 @@ def _copied_per_conv(upload, path) -> None:
 def test_pt2e_file_of_a_shared_conv_weight_stores_it_once(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.files import repeated_initializers
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     _shared_conv(tmp_path / "shared.onnx")
     options = {"artifacts": ["pt2e_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 2,
@@ -174,7 +174,7 @@ def test_the_copies_made_for_a_shared_bias_are_not_blamed_on_the_upload(tmp_path
     writes one equal int32 zero point per copy: captcha-whisperer's unrolled LSTM read 'stores 197 extra
     copies ... where the upload stores each once', with a hint to change the upload."""
     from service.pipeline.inspect.inventory import file_info_from_onnx
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_fixups import shared_biases_copied
     from service.pipeline.quantize.ort_quant import quantized_by_ort
     from service.pipeline.verdict.lints import repeated_weight_lints

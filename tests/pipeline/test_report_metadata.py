@@ -13,7 +13,7 @@ N_PROPS, VALUE_CHARS = 50, 200_000
 def test_huge_metadata_props_are_shortened_in_the_report_and_kept_in_the_files(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.pipeline.inspect.inventory import MAX_METADATA_PROPS, MAX_METADATA_VALUE
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",

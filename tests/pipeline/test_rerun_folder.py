@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 QUICK = {"levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
          "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}}

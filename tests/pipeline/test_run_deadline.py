@@ -17,8 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 from service.errors import BudgetExceeded, UnsupportedModel
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.inputs.safety import Budgets, onnx_model_from_path
-from service.pipeline.options import ComparisonOptions
-from service.pipeline.runtime.ort_sessions import RunPastDeadline, run_within, session_for
+from service.schemas.options import ComparisonOptions
+from service.pipeline.ort.sessions import RunPastDeadline, run_within, session_for
 
 F = TensorProto.FLOAT
 QUICK = {"artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 2,

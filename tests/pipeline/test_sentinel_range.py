@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 SEQ, DIM = 8, 16
 

@@ -31,7 +31,7 @@ def _matmul_relu(path, *, output_type: bool = True, input_shape=True):
 @pytest.mark.parametrize("output_type", [True, False], ids=["type without shape", "no type at all"])
 def test_an_output_without_a_shape_is_given_the_inferred_one_and_every_path_runs(tmp_path, output_type):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     path = _matmul_relu(tmp_path / "m.onnx", output_type=output_type)
     ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])  # ORT runs the upload as it is

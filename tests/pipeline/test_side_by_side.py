@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.environment import cores_idle
 from service.pipeline.quantize.side_by_side import side_by_side
 

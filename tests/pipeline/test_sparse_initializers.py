@@ -62,7 +62,7 @@ def test_an_index_outside_the_dims_is_refused_with_what_to_do(tmp_path):
 
 def test_every_path_quantizes_a_model_with_a_sparse_weight(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     path = _sparse_matmul(tmp_path / "s.onnx", coordinates=False)
     options = ComparisonOptions.model_validate({

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from service.errors import InputShapeRequired, InvalidCalibration, InvalidOptions
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.samples import generated_samples, samples_from_npz
 from service.pipeline.inputs.specs import InputSpec, resolved_input_shapes
 

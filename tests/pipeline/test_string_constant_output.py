@@ -8,7 +8,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 
 def test_a_string_constant_output_skips_pt2e_with_a_reason(tmp_path):

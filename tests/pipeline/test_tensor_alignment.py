@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.runtime.tensor_alignment import aligned_tensors
+from service.pipeline.layers.tensor_alignment import aligned_tensors
 
 
 def _conv_relu_conv(path, *, bn: bool = False):
@@ -94,7 +94,7 @@ def test_folded_batchnorm_leaves_the_pre_bn_value_out(tmp_path):
 
     fp32 = _conv_relu_conv(tmp_path / "m.onnx", bn=True)
     # quantize the BN-free graph ORT's basic level writes (ConvBNFusion), as pre-processing would
-    from service.pipeline.runtime.ort_sessions import session_for
+    from service.pipeline.ort.sessions import session_for
 
     session_for(tmp_path / "m.onnx", "basic", optimized_model_path=tmp_path / "folded.onnx")
     folded = onnx.load(str(tmp_path / "folded.onnx"))
@@ -258,7 +258,7 @@ def test_a_bias_add_folded_into_the_conv_leaves_the_pre_bias_value_out(tmp_path,
     first Conv, compared with fp32's value before the Add (37.8 dB against what the file holds)."""
     from onnxruntime.quantization import QuantFormat
 
-    from service.pipeline.runtime.ort_sessions import session_for
+    from service.pipeline.ort.sessions import session_for
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w1"),

@@ -41,7 +41,7 @@ def _rows(session, feeds):
 
 def test_a_zipmap_classifier_is_compared_on_its_probabilities(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     _mlp_with_zipmap(tmp_path / "mlp.onnx")
     x = np.random.default_rng(3).standard_normal((N_CAL + N_EVAL, 1, 4)).astype(np.float32)

@@ -21,7 +21,7 @@ def test_sessions_are_only_built_in_ort_sessions():
 
 
 def test_the_constant_folding_cap_is_set():
-    from service.pipeline.runtime.ort_sessions import CONSTANT_FOLDING_MAX_BYTES, session_options_for
+    from service.pipeline.ort.sessions import CONSTANT_FOLDING_MAX_BYTES, session_options_for
 
     so = session_options_for("all")
     assert so.get_session_config_entry("optimization.constant_folding_max_output_size_in_bytes") == \

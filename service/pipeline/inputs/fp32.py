@@ -13,7 +13,7 @@ from service.pipeline.inputs.node_order import sort_nodes
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes
 from service.pipeline.inputs.sources import ModelSource, copy_upload
 from service.pipeline.inputs.sparse import densify_sparse_initializers
-from service.pipeline.quantize.isolation import first_line, out_of_memory
+from service.pipeline.isolation import first_line, out_of_memory
 
 
 def fp32_onnx_from_source(source: ModelSource, out_path: Path) -> Path:

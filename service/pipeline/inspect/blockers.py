@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from service.pipeline.options import LEVEL_VALUES
+from service.schemas.options import LEVEL_VALUES
 from service.pipeline.vocabulary import INT8_KERNELS, GraphIndex, is_float, op_key
 from service.schemas.advice import UnfusedNode
 

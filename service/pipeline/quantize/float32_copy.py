@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from service.pipeline.files import has_external_initializers
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.isolation import first_line
 from service.pipeline.vocabulary import HALF_ELEM_TYPES, attribute, computes_in_half, node_reads, rename_reads
 
 NOTE = ("the upload computes in float16: quantized as its float32 copy ({count} half tensors, Casts and dtype "

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from service.pipeline.files import has_external_initializers, inline_small_external_tensors
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.isolation import first_line
 
 __all__ = ["calibrated_with_weights_on_disk"]
 

@@ -86,7 +86,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.errors import NonFiniteCalibration, OrtQuantizerFailed
-from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line
+from service.pipeline.isolation import NONFINITE_HINT, first_line
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
 from service.pipeline.vocabulary import BIAS_COPY_MARK, all_tensor_names, rename_outer_reads, rename_reads, subgraphs

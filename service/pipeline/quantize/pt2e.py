@@ -10,7 +10,7 @@ from pathlib import Path
 from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
-from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, matched_hint
+from service.pipeline.isolation import NONFINITE_HINT, first_line, matched_hint
 from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
 from service.pipeline.quantize.onnx_torch.own_weights import shared_again
 from service.pipeline.quantize.onnx_torch.program import (PT2_HINT, ConversionSkipped, GraphTooLarge, graph_size_refusal,
@@ -23,7 +23,7 @@ from service.pipeline.quantize.shortcuts.pt2e import (
     install_iterative_union_find,
     install_multi_output_match_shortcut,
 )
-from service.pipeline.runtime.ort_sessions import ort_refusal
+from service.pipeline.ort.sessions import ort_refusal
 from service.pipeline.time_limit import step
 from service.pipeline.vocabulary import all_nodes
 from service.schemas.report import ToolInfo

@@ -21,7 +21,7 @@ from typing import Any
 
 from service.errors import TailConversionChanged
 from service.pipeline.inputs.output_shapes import graph_only_copy, selection_origins
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, node_reads, op_key, subgraphs
 
 # The tail is appended as written: an upload past this many tail nodes is not a post-processing step.

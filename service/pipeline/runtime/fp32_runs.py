@@ -16,9 +16,9 @@ from service.errors import BudgetExceeded, InvalidCalibration, InvalidModel, Inv
 from service.pipeline.inputs.safety.budgets import DEFAULT_BUDGETS, Budgets
 from service.pipeline.inputs.samples import Samples
 from service.pipeline.inputs.specs import InputSpec
-from service.pipeline.options import ComparisonOptions
-from service.pipeline.quantize.isolation import first_line
-from service.pipeline.runtime.ort_sessions import RunPastDeadline, run_within, session_for
+from service.schemas.options import ComparisonOptions
+from service.pipeline.isolation import first_line
+from service.pipeline.ort.sessions import RunPastDeadline, run_within, session_for
 from service.pipeline.vocabulary import all_nodes, graph_from_model
 
 

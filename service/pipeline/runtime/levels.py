@@ -41,8 +41,8 @@ from service.pipeline.inspect.graph_summary import (
     scales_at_floor,
     weight_quant_params,
 )
-from service.pipeline.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
-from service.pipeline.quantize.isolation import scrub
+from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
+from service.pipeline.isolation import scrub
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LatencyProtocol,
@@ -58,7 +58,7 @@ from service.pipeline.runtime.level_graphs import (
 from service.pipeline.runtime.numerics import (
     compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
 )
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
     INT8_COMPUTE_KERNELS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.pipeline.environment import cpu_info
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.verdict.decisions import decisions_table
 from service.pipeline.verdict.lints import lints_for, ort_optimized_upload_lints, sentinel_range_lints

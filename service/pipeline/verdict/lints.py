@@ -10,10 +10,10 @@ import onnx
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.files import declared_bytes
-from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
-from service.pipeline.runtime.ort_sessions import JOB_RANDOM_SEED
+from service.pipeline.ort.sessions import JOB_RANDOM_SEED
 from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes, op_key
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo

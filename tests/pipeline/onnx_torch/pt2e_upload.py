@@ -10,7 +10,7 @@ def pt2e_of_upload(upload: Path, out_path: Path, *, calibration_samples: int = 4
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_onnx
     from service.pipeline.inputs.specs import resolved_input_shapes
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.pipeline.quantize.pt2e import qdq_from_pt2e
 
     source = source_from_onnx(upload, name="m")

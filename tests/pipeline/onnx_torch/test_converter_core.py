@@ -188,7 +188,7 @@ def test_report_of_an_upload_with_missing_ops_names_them_all_and_keeps_the_conve
     import onnx
 
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
              helper.make_node("Det", ["h"], ["d1"], name="det1"),

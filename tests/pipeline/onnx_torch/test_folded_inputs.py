@@ -12,7 +12,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 SEQ, DIM = 8, 16
 QUICK = {"artifacts": ["pt2e_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,

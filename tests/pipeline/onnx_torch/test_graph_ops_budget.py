@@ -71,7 +71,7 @@ def test_the_same_graph_within_the_budget_quantizes(lstms, tmp_path, monkeypatch
 
 def test_the_job_reports_the_refusal_and_runs_the_ort_paths(lstms, tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({
         "artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,

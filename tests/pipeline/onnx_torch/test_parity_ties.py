@@ -100,7 +100,7 @@ def test_the_job_quantizes_such_a_head_and_says_which_rows_it_compares(tmp_path)
     """End to end: the PT2E path is ok, and the report says the outputs after the TopK hold the rows
     each file kept (compared position by position) and quotes the per-tensor SQNR of what it ranked."""
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     upload = _ranking_head(tmp_path / "head.onnx", logit_offset=-40.0)
     options = ComparisonOptions.model_validate({

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 
 from .module import contiguous, record_values
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from service.errors import PathSkipped
 from service.pipeline.quantize.already_quantized import skip_if_quantized
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.isolation import first_line
 from service.pipeline.quantize.onnx_cleanup import constant_inputs, shown_value
 from service.pipeline.vocabulary import graph_from_model
 

@@ -25,7 +25,7 @@ import numpy as np
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.runtime.numerics import concat_runs, latency_of, worst_elementwise_sqnr
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 from service.pipeline.time_limit import TimeLimitReached, time_limited
 from service.schemas.layers import LayersReport, LayersRetry, RetryArtifact
 

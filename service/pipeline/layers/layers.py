@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from service.pipeline.runtime.numerics import SQNR_FLOOR, finite_pairs, sqnr_from_sums
-from service.pipeline.runtime.ort_sessions import session_for
-from service.pipeline.runtime.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
+from service.pipeline.ort.sessions import session_for
+from service.pipeline.layers.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
 from service.schemas.layers import LayerCell, LayerOrigin, LayerRow, LayersReport
 
 # SQNR counted for an input that carries no error, when computing a drop (int8 rounding of a

@@ -15,8 +15,8 @@ import threading
 from pathlib import Path
 
 from service.errors import OrtWouldAbort
-from service.pipeline.options import LEVEL_VALUES
-from service.pipeline.runtime.ort_aborts import ABORT_SOURCE, qdq_propagation_abort
+from service.schemas.options import LEVEL_VALUES
+from service.pipeline.ort.aborts import ABORT_SOURCE, qdq_propagation_abort
 
 # Cap on one tensor produced by ConstantFolding while the session is created.
 CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
@@ -118,7 +118,7 @@ _cache_lock = threading.Lock()
 # The child makes the session the way this module does, without the check (it is the check).
 _PROBE = """
 import sys
-from service.pipeline.runtime.ort_sessions import _inference_session, session_options_for
+from service.pipeline.ort.sessions import _inference_session, session_options_for
 _inference_session(sys.argv[1], session_options_for(sys.argv[2]))
 """
 

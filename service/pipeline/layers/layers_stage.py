@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 from service.pipeline.inputs.output_shapes import output_positions
-from service.pipeline.runtime.layers import LayersBudget, layers_from_files
-from service.pipeline.runtime.layers_retry import RetryInputs, requantizer, retry_without_origins
+from service.pipeline.layers.layers import LayersBudget, layers_from_files
+from service.pipeline.layers.layers_retry import RetryInputs, requantizer, retry_without_origins
 from service.schemas.layers import LayersReport
 
 log = logging.getLogger(__name__)

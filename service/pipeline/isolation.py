@@ -70,9 +70,6 @@ _HINTS: list[tuple[str, str, str, str]] = [
      "and upload the .pt2, or compare the ORT paths only (options.artifacts)"),
     ("pt2e_qdq", "*", "Constraints violated",
      "a dim marked dynamic was specialized by the model's code; fix that dim with options.input_shapes"),
-    ("pt2e_qdq", "*", "onnx2torch",
-     "onnx2torch cannot convert this ONNX graph to torch; upload the PyTorch model as a torch.export .pt2 "
-     "to run the PT2E path"),
     ("pt2e_qdq", "TorchExportError", "",
      "torch.onnx.export could not re-export the quantized torch graph; the ORT paths are unaffected. "
      "Fixing dynamic dims with options.input_shapes, or uploading a torch.export .pt2, usually avoids it"),
