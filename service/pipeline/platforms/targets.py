@@ -16,10 +16,10 @@ advertises SME, which changes the fp32 graph (NHWC FusedConv), so the i8mm targe
 
 from __future__ import annotations
 
-import platform as _platform
 from dataclasses import dataclass
 
 from service.errors import InvalidOptions
+from service.schemas.options import EMULATED_PLATFORMS, host_platform_name
 
 __all__ = ["ARM_ARCHES", "EMULATED", "Platform", "host_name", "host_platform", "platform_from_name"]
 
@@ -45,10 +45,8 @@ EMULATED = {
     "arm64:i8mm": ("max,sme=off", "qemu max without SME (i8mm, SVE)"),
     "arm64:cortex-a53": ("cortex-a53", "Cortex-A53 (plain NEON)"),
 }
-
-
-def host_name() -> str:
-    return _platform.machine() or "unknown"
+assert set(EMULATED) == set(EMULATED_PLATFORMS)
+host_name = host_platform_name
 
 
 def _rules(arch: str) -> tuple[bool, bool]:
