@@ -55,6 +55,7 @@ from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side, torch_on_one_core
 from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
 from service.pipeline.layers.layers_stage import layers_for_comparison
+from service.pipeline.platforms.stage import platforms_stage
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.verdict.advice import advice_plan_for_job, timed_advice
@@ -213,6 +214,10 @@ def run_comparison(
                             concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs,
                             data_dependent=fp32.data_dependent_outputs())
     run.timings.update(levels.timings)
+    platforms = platforms_stage(options, levels, artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
+                                out_dir=run.art_dir, inventories=inspected.inventories,
+                                keep_level_graphs=request.keep_level_graphs,
+                                data_dependent=fp32.data_dependent_outputs(), timings=run.timings)
     layers, advice, refuted = layers_and_advice_stages(options, prepared, fp32, inspected, levels, outcomes, run,
                                                        parallel=request.parallel_paths,
                                                        concurrent_jobs=request.concurrent_jobs)
@@ -240,7 +245,7 @@ def run_comparison(
         + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
         + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
            if fp32.after_selection.moving or fp32.padded_selection() else []),
-        platform=decided.platform,
+        platform=decided.platform, platforms=platforms,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
         cost=job_cost(run.timings, artifacts, options),
     )

@@ -28,11 +28,12 @@ class PlatformAccuracy(_Model):
     how: str
 
 
-class PlatformDifference(_Model):
-    """One artifact at one level where this machine and the platform differ, and the rule that says why."""
+class SideBySideRow(_Model):
+    """One artifact at one level: this machine | the platform, and the ORT rule behind each difference."""
 
     artifact: str
     level: str
+    same: bool  # coverage, fused kernels, layout nodes and blockers all equal
     host_int8_coverage: float | None
     platform_int8_coverage: float | None
     host_kernels: dict[str, int] = Field(default_factory=dict)  # fused int8 kernels (op_key -> count)
@@ -65,5 +66,5 @@ class PlatformReport(_Model):
     decisions: list[DecisionRow] = Field(default_factory=list)
     accuracy: PlatformAccuracy | None = None
     latency: str = LATENCY_NOT_MEASURED
-    differences: list[PlatformDifference] = Field(default_factory=list)
+    side_by_side: list[SideBySideRow] = Field(default_factory=list)
     timings: dict[str, float] = Field(default_factory=dict)
