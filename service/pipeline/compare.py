@@ -55,6 +55,7 @@ from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side, torch_on_one_core
 from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
 from service.pipeline.layers.layers_stage import layers_for_comparison
+from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import platforms_stage
 from service.pipeline.runtime.levels import analyze_levels
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
@@ -245,7 +246,7 @@ def run_comparison(
         + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
         + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
            if fp32.after_selection.moving or fp32.padded_selection() else []),
-        platform=decided.platform, platforms=platforms,
+        platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
         advice=advice, advice_refuted=refuted, layers=layers, verdict=verdict, timings=dict(run.timings),
         cost=job_cost(run.timings, artifacts, options),
     )

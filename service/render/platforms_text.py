@@ -45,4 +45,9 @@ def platforms_lines(report: Report) -> list[str]:
             lines.append(f"  accuracy on {name}: {p.accuracy.samples_run} of {p.accuracy.samples_total} eval samples in "
                          f"{p.accuracy.seconds:.1f} s (budget {p.accuracy.budget_seconds:.0f} s); SQNR against "
                          f"{p.accuracy.reference}: report.json platforms.{name}.optimized")
+        if p.advice is not None:
+            lines.append(f"  advice for {name}, judged on {p.advice.judged_on}")
+            lines += [f"    {c}" for c in p.advice.candidates]
+            if p.advice.choice:
+                lines.append(f"    -> {p.advice.choice}")
     return lines

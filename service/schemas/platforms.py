@@ -45,6 +45,12 @@ class SideBySideRow(_Model):
     rules: list[str] = Field(default_factory=list)  # the ORT rule(s) that explain the difference
 
 
+class PlatformAdvice(_Model):
+    judged_on: str  # what the advice for an emulated platform rests on, said plainly
+    candidates: list[str] = Field(default_factory=list)
+    choice: str | None = None
+
+
 class PlatformError(_Model):
     code: str
     message: str
@@ -67,4 +73,5 @@ class PlatformReport(_Model):
     accuracy: PlatformAccuracy | None = None
     latency: str = LATENCY_NOT_MEASURED
     side_by_side: list[SideBySideRow] = Field(default_factory=list)
+    advice: PlatformAdvice | None = None
     timings: dict[str, float] = Field(default_factory=dict)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from service.pipeline.platforms.advice import advice_for_platform
 from service.pipeline.platforms.emulated_levels import platform_levels
 from service.pipeline.platforms.side_by_side import side_by_side_rows
 from service.pipeline.platforms.targets import host_platform, platform_from_name
@@ -43,6 +44,7 @@ def platforms_stage(options: ComparisonOptions, levels: LevelsResult, *, artifac
                                              optimized=report.optimized, inventories=inventories,
                                              levels=levels.levels, options=options),
                 "side_by_side": side_by_side_rows(levels.optimized, host, report)})
+            report = report.model_copy(update={"advice": advice_for_platform(report)})
         out[name] = report
     if timings is not None and out:
         timings["platforms"] = round(time.perf_counter() - t0, 4)
