@@ -27,6 +27,12 @@ class _HasOp(Protocol):
     domain: str
 
 
+def ai_onnx_opset(model, default: int | None = None) -> int | None:
+    """The version of the default domain (ai.onnx, written "" or "ai.onnx") ``model`` imports;
+    ``default`` when it imports none (a model of custom ops only)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default)
+
+
 def op_key(node: _HasOp) -> str:
     """Histogram key of a node (NodeProto or NodeSummary): ``op_type`` in ai.onnx, ``domain.op_type``
     elsewhere, so ``QLinearConv`` and ``com.microsoft.QLinearConv`` stay apart."""
@@ -286,10 +292,7 @@ class GraphIndex:
 
     @property
     def opset(self) -> int:
-        for o in self.model.opset_import:
-            if o.domain in ("", "ai.onnx"):
-                return o.version
-        return 0
+        return ai_onnx_opset(self.model, 0)
 
     def is_constant(self, name: str) -> bool:
         return name in self.initializers

@@ -35,7 +35,7 @@ def _report(path, workdir):
 def test_an_fp32_file_ort_cannot_run_stops_the_job_before_any_path_naming_the_node(tmp_path):
     """Before, every path ran, fp32 failed at every level and a job without gates read "passed"; the
     fp32 stage now runs the reference once on the first calibration sample and refuses the job with
-    ORT's words (runtime/fp32_runs.py). The shapes are the model's own: invalid_model."""
+    ORT's words (fp32/runs.py). The shapes are the model's own: invalid_model."""
     import pytest
 
     from service.errors import InvalidModel

@@ -212,7 +212,7 @@ def test_attribution_names_no_transformer_it_refutes(compared, tmp_path):
 def test_the_symbolic_dim_hint_does_not_ask_for_shapes_the_user_gave():
     """Every run with input_shapes set was told "set options.input_shapes", and that latency and
     advice ran at that size when both were off."""
-    from service.pipeline.compare import _symbolic_dim_lints
+    from service.pipeline.verdict.lints import symbolic_dim_lints as _symbolic_dim_lints
     from service.pipeline.inputs.specs import InputSpec
     from service.schemas.options import ComparisonOptions
 

@@ -248,7 +248,7 @@ def test_no_earlier_run_s_tensors_are_held_while_a_file_runs(zoo, monkeypatch):
     import gc
     import weakref
 
-    from service.pipeline.runtime import layers as layers_module
+    from service.pipeline.layers import layers as layers_module
 
     _, art, feeds = zoo
     real_run = layers_module._exposing.run

@@ -446,7 +446,7 @@ def test_a_file_ort_cannot_load_fails_the_ort_path_naming_the_node(tmp_path):
 
 @pytest.mark.parametrize("build", [_where_reads_a_quantized_add, _matmul_read_by_if_body], ids=["where", "if body"])
 def test_quant_pre_process_removes_the_identities_so_the_fixups_run_again_after_it(tmp_path, build):
-    """Pins why compare._input_for_ort applies the fixups a second time: quant_pre_process's ORT
+    """Pins why quantize.stage._input_for_ort applies the fixups a second time: quant_pre_process's ORT
     level-basic pass removes the inserted Identity nodes, and QOperator fails again without them."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 

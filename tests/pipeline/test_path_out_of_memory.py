@@ -75,7 +75,7 @@ def test_the_hint_names_the_worker_s_own_limit():
 
 
 def test_a_file_ort_ran_at_no_level_fails_its_path_with_a_stable_code():
-    from service.pipeline.compare import _with_levels
+    from service.pipeline.verdict.decide import _with_levels
     from service.schemas.levels import OptimizedLevel
     from service.schemas.report import Artifact
 

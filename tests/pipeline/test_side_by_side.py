@@ -102,16 +102,16 @@ def test_on_a_busy_machine_the_pt2e_path_runs_torch_on_one_thread(tmp_path, monk
     someone else holds (a CenterNet's PT2E path: 100 s against 43 s), is held to one thread, then given back."""
     import torch
 
-    import service.pipeline.compare as compare
+    import service.pipeline.quantize.stage as quantize_stage
 
     seen = []
-    real = compare.qdq_from_pt2e
+    real = quantize_stage.qdq_from_pt2e
 
     def recording(*args, **kwargs):
         seen.append(torch.get_num_threads())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(compare, "qdq_from_pt2e", recording)
+    monkeypatch.setattr(quantize_stage, "qdq_from_pt2e", recording)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)  # what torch takes on two cores, whatever this process was started with

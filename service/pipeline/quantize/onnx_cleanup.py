@@ -19,6 +19,7 @@ import onnx
 
 from service.pipeline.files import declared_bytes
 from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
+from service.pipeline.vocabulary import ai_onnx_opset
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ TORCH_CONVERTIBLE_OPSET = 17
 def _downgraded_opset(model, notes: list[str]):
     from onnx import version_converter
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = ai_onnx_opset(model)
     if opset is None or opset <= TORCH_CONVERTIBLE_OPSET:
         return model
     try:

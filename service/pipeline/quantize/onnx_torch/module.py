@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from service.pipeline.vocabulary import ai_onnx_opset
+
 from .ops.math import FUSED_DOMAIN
 from .registry import ConvertContext, OnnxNode, UnsupportedNode, find_converter
 
@@ -473,7 +475,7 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
     import torch
     from onnx import numpy_helper
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = ai_onnx_opset(model, 1)
     runner = GraphRunner(opset, building=True)
     scope = _Scope()
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
