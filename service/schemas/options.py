@@ -7,6 +7,7 @@ ignored: a CI job that misspells a gate must hear about it.
 
 from __future__ import annotations
 
+import platform as _platform
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -189,9 +190,7 @@ EMULATED_PLATFORMS = ("arm64", "arm64:neoverse-n1", "arm64:i8mm", "arm64:cortex-
 
 def host_platform_name() -> str:
     """The machine the job runs on, as ``options.platforms`` names it (``platform.machine()``)."""
-    import platform
-
-    return platform.machine() or "unknown"
+    return _platform.machine() or "unknown"
 
 
 class PlatformAccuracyOptions(_Strict):

@@ -23,7 +23,7 @@ from service.pipeline.inspect.graph_summary import compute_op_count, output_step
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.platforms.runtime import emulated_run
-from service.pipeline.platforms.targets import Platform
+from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
 from service.pipeline.runtime.levels import FileFacts, level_structure
 from service.pipeline.runtime.numerics import concat_runs, level_numerics

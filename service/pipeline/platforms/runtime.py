@@ -19,7 +19,7 @@ from pathlib import Path
 
 from service.errors import PlatformUnavailable
 from service.pipeline.platforms.sysroot import QEMU, cpu_root, default_root, ready_file
-from service.pipeline.platforms.targets import Platform
+from service.pipeline.ort.targets import Platform
 
 __all__ = ["EMULATED_SCRIPT", "emulated_command", "emulated_run", "runtime_for"]
 

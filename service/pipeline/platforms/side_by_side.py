@@ -7,7 +7,7 @@ neither explains is said to be unexplained rather than given a reason.
 
 from __future__ import annotations
 
-from service.pipeline.platforms.targets import Platform
+from service.pipeline.ort.targets import Platform
 from service.schemas.levels import OptimizedLevel
 from service.schemas.platforms import PlatformReport, SideBySideRow
 

@@ -11,7 +11,7 @@ import numpy as np
 from service.pipeline.platforms.advice import advice_for_platform
 from service.pipeline.platforms.emulated_levels import platform_levels
 from service.pipeline.platforms.side_by_side import side_by_side_rows
-from service.pipeline.platforms.targets import host_platform, platform_from_name
+from service.pipeline.ort.targets import host_platform, platform_from_name
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.verdict.decisions import decisions_table
 from service.schemas.options import ComparisonOptions

@@ -43,7 +43,7 @@ from service.pipeline.inspect.graph_summary import (
 )
 from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
 from service.pipeline.isolation import scrub
-from service.pipeline.platforms.targets import host_platform
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LatencyProtocol,

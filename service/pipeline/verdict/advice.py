@@ -42,7 +42,7 @@ import numpy as np
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
-from service.pipeline.platforms.targets import host_platform
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest

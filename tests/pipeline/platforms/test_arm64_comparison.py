@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.platforms.targets import host_platform
+from service.pipeline.ort.targets import host_platform
 from service.render.text import summary_table
 from service.schemas.options import ComparisonOptions
 from tests.pipeline.platforms.test_arm64_emulated import residual_fp32

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.platforms.emulated_levels import platform_levels, samples_npz
 from service.pipeline.platforms.runtime import emulated_run
-from service.pipeline.platforms.targets import host_platform, platform_from_name
+from service.pipeline.ort.targets import host_platform, platform_from_name
 from service.pipeline.runtime.levels import file_facts_from_graph
 from service.pipeline.runtime.numerics import max_abs_error, sqnr_db
 from service.pipeline.vocabulary import graph_from_path, op_key
