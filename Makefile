@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 ARM64  := $(VENV)/arm64/ready.json
 
-.PHONY: venv serve test test-fast bench mutants clean system-deps arm64
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps arm64
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ bench: $(STAMP)
 # Not part of `make test`: breaks the product on purpose (bench/mutants.py) and shows the suite fails.
 mutants: $(STAMP)
 	$(BIN)/python bench/mutants.py
+
+# The manual (docs/) as a site in var/site; the suite runs the same strict build (tests/test_docs_site.py).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict -d var/site
 
 clean:
 	rm -rf $(VENV) var .pytest_cache

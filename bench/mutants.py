@@ -5,12 +5,13 @@ tree (``git ls-files`` of this checkout, the working copy's contents), then runs
 should catch it, with this checkout's venv and the copy first on ``sys.path``. A mutant is
 *killed* when those tests fail; a mutant that survives is a hole in the suite.
 
-    .venv/bin/python bench/mutants.py                # every mutant; writes bench/MUTANTS.md
+    .venv/bin/python bench/mutants.py                # every mutant; writes var/bench/mutants/MUTANTS.md + .json
     .venv/bin/python bench/mutants.py gate_flip ...  # some of them, no record
     .venv/bin/python bench/mutants.py gate_flip --record  # some of them, their rows replaced in the record
     .venv/bin/python bench/mutants.py --list
 
-Not part of ``make test`` (each mutant costs a pytest start with torch, some a real comparison).
+Not part of ``make test`` (each mutant costs a pytest start with torch, some a real comparison). The record
+goes under ``var/`` (not in git); ``bench/RESULTS.md`` keeps the current table, copied from it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = str(ROOT / ".venv" / "bin" / "python")
+OUT = ROOT / "var" / "bench" / "mutants"
 
 
 @dataclass(frozen=True)
@@ -205,7 +207,7 @@ def main(argv: list[str]) -> int:
     if not chosen:
         record(rows)
     elif "--record" in argv:  # re-ran some mutants: replace their rows in the last full record
-        raw = ROOT / "bench" / "MUTANTS.json"
+        raw = OUT / "MUTANTS.json"
         previous = json.loads(raw.read_text()) if raw.exists() else []
         fresh = {r["id"]: r for r in rows}
         merged = [fresh.pop(r["id"], r) for r in previous] + list(fresh.values())
@@ -225,8 +227,9 @@ def record(rows: list[dict], rerun: list[str] | None = None) -> None:
                      f"{'yes' if r['killed'] else '**NO**'} | {r['seconds']} |")
     killed = sum(r["killed"] for r in rows)
     lines += ["", f"{killed}/{len(rows)} mutants killed.", ""]
-    (ROOT / "bench" / "MUTANTS.md").write_text("\n".join(lines))
-    (ROOT / "bench" / "MUTANTS.json").write_text(json.dumps(rows, indent=2))
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "MUTANTS.md").write_text("\n".join(lines))
+    (OUT / "MUTANTS.json").write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ def test_an_output_that_ort_s_float_rewrites_move_like_quantization_is_flagged(t
     lints = [lint for lint in report.lints if lint.code == CODE]
     if cancelled:
         assert fp32_basic is not None and fp32_basic < 10
-        # and it is ConvBNFusion (README names it): with that one rewrite off, basic equals disable_all
+        # and it is ConvBNFusion (docs/report.md names it): with that one rewrite off, basic equals disable_all
         import numpy as np
         import onnxruntime as ort
 

@@ -1,4 +1,4 @@
-"""Promises the README makes that no other test ran: the ``ort_defaults`` preset, ORT's entropy and
+"""Promises the manual (docs/) makes that no other test ran: the ``ort_defaults`` preset, ORT's entropy and
 distribution calibrators, and ``latency_ratio`` gates on a real report. Each is checked against
 something the program does not control: ORT's own signature, the written file, ORT's timings.
 """

@@ -2,7 +2,7 @@
 limit): a PT2E path past it fails alone with ``path_time_limit``, naming the step it was in, and
 the job reports the ORT paths. Before it, a PT2E path that ran past the job's time limit got the
 worker killed and the ORT results, done long before, were lost with it (madmom's BLSTM, 7945 ops,
-805 s: bench/NOTES.md, fifteenth pass)."""
+805 s: docs/history/notes.md, fifteenth pass)."""
 from __future__ import annotations
 
 import json

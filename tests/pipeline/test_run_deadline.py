@@ -1,4 +1,4 @@
-"""A run that never ends: a Loop whose trip count is an input's value (bench/NOTES.md, eighteenth pass,
+"""A run that never ends: a Loop whose trip count is an input's value (docs/history/notes.md, eighteenth pass,
 "seen, not fixed"). Before, the fp32 stage's first inference ran until the job's time limit on a server
 (the worker killed, job_timeout with a hint to raise it) and for ever in the CLI. Now every fp32 check run
 is stopped by ORT past ``budgets.max_run_seconds`` (``ort_sessions.run_within``) and the job is refused with

@@ -172,7 +172,7 @@ class UnfusedNode:
 
     node: str
     op_type: str
-    blocker: str  # stable code (README "Why a node stayed in float")
+    blocker: str  # stable code (docs/report.md, "Why ORT left a node in float")
     detail: str
     fix: str
 

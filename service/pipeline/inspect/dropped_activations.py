@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from service.schemas.levels import Lint
+from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q
 
 
 def qoperator_dropped_relu_lints(fp32_model, qoperator_model) -> list[Lint]:
@@ -26,7 +27,7 @@ def qoperator_dropped_relu_lints(fp32_model, qoperator_model) -> list[Lint]:
     graph_outputs = {o.name for o in fp32.output}
     written_by = {o: n for n in qoperator_model.graph.node for o in n.output if o}
     lost = [n for n in fp32.node
-            if n.op_type in ("Relu", "Clip") and (n.domain or "") in ("", "ai.onnx") and n.input and n.output
+            if n.op_type in ACTIVATIONS_ABSORBED_BY_Q and (n.domain or "") in ("", "ai.onnx") and n.input and n.output
             and readers[n.input[0]] + (n.input[0] in graph_outputs) > 1
             and getattr(written_by.get(n.output[0]), "op_type", None) == "DequantizeLinear"]
     if not lost:

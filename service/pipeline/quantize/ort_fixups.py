@@ -89,7 +89,14 @@ from service.errors import NonFiniteCalibration, OrtQuantizerFailed
 from service.pipeline.isolation import NONFINITE_HINT, first_line
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
-from service.pipeline.vocabulary import BIAS_COPY_MARK, all_tensor_names, rename_outer_reads, rename_reads, subgraphs
+from service.pipeline.vocabulary import (
+    BIASED_COMPUTE_OPS,
+    BIAS_COPY_MARK,
+    all_tensor_names,
+    rename_outer_reads,
+    rename_reads,
+    subgraphs,
+)
 
 _DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
@@ -259,7 +266,7 @@ def initializer_inputs_unlisted(model) -> tuple[int, tuple[int, int] | None]:
 _BIAS_INPUT = 2  # Conv/ConvTranspose/Gemm bias, a normalization's B: what quantize_bias_tensor reads
 # The ops whose input 2 ORT's quantizers quantize as a bias (scale from the reader's own scales); a
 # Concat's third input is a shape piece (magika shares one between two Concats), not a bias.
-_BIAS_READERS = {"Conv", "ConvTranspose", "Gemm", "InstanceNormalization", "LayerNormalization"}
+_BIAS_READERS = BIASED_COMPUTE_OPS | {"InstanceNormalization", "LayerNormalization"}
 
 
 def _reads_a_bias(n) -> bool:

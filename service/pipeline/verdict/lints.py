@@ -14,7 +14,7 @@ from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
 from service.pipeline.ort.sessions import JOB_RANDOM_SEED
-from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes, op_key
+from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, RANKING_OPS, all_nodes, op_key
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
@@ -374,7 +374,7 @@ def fed_back_selection_lints(model) -> list[Lint]:
         n_carried = max(len(loop.input) - 2, 0)
         carried = {o.name for o in body.output[1:1 + n_carried]}
         picks = [(n.op_type, n.output[1 if n.op_type == "TopK" else 0]) for n in body.node
-                 if n.op_type in ("ArgMax", "ArgMin", "TopK") and n.domain in ("", "ai.onnx")
+                 if n.op_type in RANKING_OPS and n.domain in ("", "ai.onnx")
                  and len(n.output) > (1 if n.op_type == "TopK" else 0)]
         body_readers: dict[str, list] = {}
         for n in body.node:

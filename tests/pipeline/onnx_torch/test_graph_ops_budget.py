@@ -2,7 +2,7 @@
 is refused before PT2E starts, naming the upload's nodes that made it big, while the ORT paths run.
 
 Why it exists: unrolled recurrences grow the graph by tens of ops per step, and PT2E plus
-torch.onnx.export take ~40 ms per op on this stack (bench/NOTES.md, ninth pass): six peephole
+torch.onnx.export take ~40 ms per op on this stack (docs/history/notes.md, ninth pass): six peephole
 LSTMs over 100 frames ran past 900 s and the job ended with no report at all."""
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ test compares the optimized models byte for byte with the shortcut on and off).
 
 4. ``prepare_pt2e``'s union-find over edges that share a quantization spec
 (``prepare._find_root_edge_or_node``) recurses once per link: a graph whose ops share their input's
-spec in a chain of ~1000 (3000 tiny Adds after a MatMul, bench/NOTES.md twentieth pass) raised
+spec in a chain of ~1000 (3000 tiny Adds after a MatMul, docs/history/notes.md twentieth pass) raised
 RecursionError, and the PT2E path was skipped with Python's words. The loop walks to the same root
 and compresses the same path, so every map ends as torchao's recursion leaves it (a test compares).
 """
