@@ -104,7 +104,6 @@ def run_comparison(
     clock.add(levels.timings)
     platforms = platforms_stage(options, levels, artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                                 out_dir=folders.artifacts, inventories=inspected.inventories,
-                                keep_level_graphs=request.keep_level_graphs,
                                 data_dependent=fp32.data_dependent_outputs(), timings=clock.timings)
     plan = advice_candidates(options, prepared, quantized, inspected, levels, ctx)
     beside = _advice_beside_layers(options, plan, inspected, request)

@@ -22,7 +22,7 @@ __all__ = ["platforms_stage"]
 
 def platforms_stage(options: ComparisonOptions, levels: LevelsResult, *, artifact_paths: dict[str, Path],
                     eval_feeds: list[dict[str, np.ndarray]], out_dir: Path, inventories: dict,
-                    keep_level_graphs: bool = True, data_dependent: dict[int, str] | None = None,
+                    data_dependent: dict[int, str] | None = None,
                     memory_mb: int = 0, timings: dict[str, float] | None = None) -> dict[str, PlatformReport]:
     """``{name: PlatformReport}`` for every emulated platform in ``options.platforms`` (this machine's
     own results stay in ``artifacts``); an unavailable runtime is a report with status ``unavailable``."""
@@ -36,7 +36,9 @@ def platforms_stage(options: ComparisonOptions, levels: LevelsResult, *, artifac
         paths = {n: p for n, p in artifact_paths.items() if n in levels.optimized}
         report = platform_levels(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
                                  options=options, levels=levels.levels, files=levels.files,
-                                 data_dependent=data_dependent, keep_level_graphs=keep_level_graphs,
+                                 # always stored: a download cannot make an emulated graph again
+                                 # (runtime/level_graphs.py regenerates with this machine's ORT)
+                                 data_dependent=data_dependent, keep_level_graphs=True,
                                  memory_mb=memory_mb)
         if report.status == "ok":
             report = report.model_copy(update={
