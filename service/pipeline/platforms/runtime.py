@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -18,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from service.errors import PlatformUnavailable
+from service.pipeline.isolation import address_space_limit
 from service.pipeline.platforms.sysroot import QEMU, cpu_root, default_root, ready_file
 from service.pipeline.ort.targets import Platform
 
@@ -45,14 +45,6 @@ def emulated_command(view: Path, script: Path, *args: str) -> list[str]:
     return [QEMU, "-L", str(view), str(view / "usr" / "bin" / "python3.11"), str(script), *args]
 
 
-def _limits(memory_mb: int):
-    def apply() -> None:
-        if memory_mb:
-            limit = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    return apply
-
-
 def emulated_run(platform: Platform, request: dict, *, timeout_s: float, memory_mb: int = 0,
                  root: Path | None = None) -> dict:
     """Run ``emulated_ort.py`` on ``request`` under ``platform``'s emulated CPU; its answer.
@@ -67,7 +59,7 @@ def emulated_run(platform: Platform, request: dict, *, timeout_s: float, memory_
                "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         proc = subprocess.Popen(emulated_command(view, EMULATED_SCRIPT, str(req_path)), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env, cwd=tmp, start_new_session=True,
-                                preexec_fn=_limits(memory_mb))
+                                preexec_fn=address_space_limit(memory_mb))
         try:
             _, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
