@@ -14,7 +14,8 @@ reconciler thread covers what the broker cannot:
   ``running`` past their deadline, the broker lost them (e.g. Redis restarted without
   persistence): they are published again, and the workers' claim runs each once more, or fails
   it as ``interrupted`` once it used its attempts;
-- finished jobs past the retention are deleted, as the local pool's housekeeping does.
+- finished jobs past the retention are deleted, as the local pool's housekeeping does, and so are
+  files no row owns once they are ``STALE_AFTER_S`` old (an API that died mid-submission).
 
 A duplicate message is always harmless (see store.py), so the reconciler errs on the
 side of publishing.
@@ -99,6 +100,8 @@ class CeleryExecutor(JobFolders):
                 if time.monotonic() - last_housekeeping >= HOUSEKEEPING_EVERY_S:
                     last_housekeeping = time.monotonic()
                     sweep_expired(self.settings, self.store, self.files)
+                    # Files of a submission whose API died between storing them and inserting the row.
+                    self.files.sweep_unknown(self.store.ids(), older_than=time.time() - STALE_AFTER_S)
             except Exception:  # a broker or store hiccup: try again next tick
                 log.warning("reconcile failed", exc_info=True)
 
