@@ -262,7 +262,8 @@ class BucketFiles:
         scratch.mkdir(parents=True, exist_ok=True)
         for rel, entry in self._manifest(job_id).items():
             name = rel[len(ARTIFACTS_DIR) + 1:]
-            if rel.startswith(ARTIFACTS_DIR + "/") and (name == model or name.startswith(model + ".")):  # + external data
+            if (rel.startswith(ARTIFACTS_DIR + "/") and SAFE_NAME.fullmatch(name)
+                    and (name == model or name.startswith(model + "."))):  # + its external data
                 self._call(f"read {name}", self.client.download_file, Bucket=self.bucket,
                            Key=self._key(job_id, entry["key"]), Filename=str(scratch / name))
         return scratch / model
