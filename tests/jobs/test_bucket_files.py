@@ -167,3 +167,30 @@ def test_a_bad_database_setting_fails_at_start_up_saying_why(postgres, tmp_path,
     with pytest.raises(ConfigurationError, match="QUANTCOMPARE_DATABASE_URL: .*" + match) as e:
         check_deployment(Settings(data_dir=tmp_path / "var", database_url=url))
     assert PG_PASSWORD not in str(e.value) and ":wrong@" not in str(e.value)  # the URL is shown without its password
+
+
+def test_a_job_whose_results_cannot_be_stored_fails_saying_so(tmp_path, monkeypatch):
+    from service.jobs.executor import LocalExecutor
+    from test_pool import make_settings, submit, wait_finished
+    from tests.deploy.servers import S3Server
+
+    server = S3Server(tmp_path / "s3").start()  # its own: this test takes it away
+    try:
+        for k, v in server.env().items():
+            monkeypatch.setenv(k, v)
+        bucket = server.create_bucket("qc-gone")
+        ex = LocalExecutor(make_settings(tmp_path / "var", workers=1, storage_url=f"s3://{bucket}/p"))
+        ex.start()
+        try:
+            job_id = submit(ex, "sleep 2")
+            while ex.get(job_id).stage is None:  # its process runs it (inputs in scratch)
+                time.sleep(0.05)
+            server.stop()  # the bucket goes away while the job runs
+            rec = wait_finished(ex, job_id, timeout=60)
+        finally:
+            ex.stop()
+    finally:
+        server.stop()
+    assert rec.status == "failed" and rec.error["code"] == "storage_unavailable"
+    assert rec.error["detail"].startswith("the job's results could not be stored: the file storage ")
+    assert list((tmp_path / "var" / "jobs").iterdir()) == []  # its scratch went too

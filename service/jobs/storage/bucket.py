@@ -84,6 +84,7 @@ class BucketFiles:
 
     def _call(self, what: str, fn, /, **kw):
         """One S3 call; a missing key is FileNotFoundError, any other failure StorageUnavailable."""
+        from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -92,7 +93,7 @@ class BucketFiles:
             if is_missing(e):
                 raise FileNotFoundError(f"{what}: no such object") from None
             raise StorageUnavailable(f"the file storage refused to {what} ({explain(e)})", hint=_RETRY_HINT) from None
-        except BotoCoreError as e:
+        except (BotoCoreError, Boto3Error) as e:  # Boto3Error: upload_file's S3UploadFailedError and kin
             raise StorageUnavailable(f"the file storage could not {what} ({explain(e)})", hint=_RETRY_HINT) from None
 
     def _objects(self, prefix: str) -> Iterator[dict]:
