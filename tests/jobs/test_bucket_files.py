@@ -194,3 +194,33 @@ def test_a_job_whose_results_cannot_be_stored_fails_saying_so(tmp_path, monkeypa
     assert rec.status == "failed" and rec.error["code"] == "storage_unavailable"
     assert rec.error["detail"].startswith("the job's results could not be stored: the file storage ")
     assert list((tmp_path / "var" / "jobs").iterdir()) == []  # its scratch went too
+
+
+def test_retention_and_the_data_budget_apply_to_the_bucket(s3, bucket, tmp_path):
+    from service.jobs.executor import LocalExecutor
+    from service.jobs.pool import sweep_expired
+    from test_pool import make_settings
+
+    # A 20 MiB input reserves 80 MiB (disk.RESERVE_FACTOR): in 0.11 GB two such jobs fit, a third only
+    # once the oldest finished one is gone.
+    settings = make_settings(tmp_path / "var", storage_url=f"s3://{bucket}/b", max_data_gb=0.11, retention_hours=1)
+    ex = LocalExecutor(settings, start_pool=False)
+
+    def finished_job(size: int) -> str:
+        staged = ex.staging_dir()
+        (staged / "input").mkdir()
+        (staged / "input" / "model.onnx").write_bytes(os.urandom(size))
+        rec = ex.submit(JobSpec(id=secrets.token_hex(16), model_file="input/model.onnx"), staged, cache_key=None)
+        assert ex.store.claim_next().id == rec.id and ex.store.finish(rec.id, "succeeded")
+        return rec.id
+
+    oldest, newer = finished_job(20 << 20), finished_job(20 << 20)
+    assert {u.id for u in ex.files.usage(ex.store.statuses())} >= {oldest, newer}
+    third = finished_job(20 << 20)  # needs room: the oldest finished job is evicted, row and objects
+    assert ex.store.get(oldest) is None and s3.keys(bucket, f"b/jobs/{oldest}/") == {}
+    assert s3.keys(bucket, f"b/jobs/{newer}/") and ex.store.get(newer) is not None
+    time.sleep(1.2)
+    expired = make_settings(tmp_path / "var", storage_url=f"s3://{bucket}/b", retention_hours=1 / 3600)
+    assert sorted(sweep_expired(expired, ex.store, ex.files)) == sorted([newer, third])
+    assert s3.keys(bucket, "b/jobs/") == {} and ex.store.ids() == set()
+    ex.store.close()
