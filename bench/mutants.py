@@ -130,6 +130,14 @@ MUTANTS: list[Mutant] = [
            "service/pipeline/quantize/shortcuts/pt2e.py", "        shared_with_map[on_the_way] = node\n",
            "        pass\n",
            ("tests/pipeline/quantize/test_pt2e_shortcuts.py::test_the_loop_leaves_every_union_find_map_as_torchao_s_recursion_does",)),
+    Mutant("postgres_no_write_lock", "PostgreSQL transactions run without the store's write lock",
+           "service/jobs/db/postgres.py", '                conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (WRITE_LOCK_KEY,))\n',
+           "", ("tests/jobs/test_store_backends.py",)),
+    Mutant("bucket_report_first", "a bucket's report is stored before the artifacts it lists",
+           "service/jobs/storage/bucket.py", "        stored = self._job_objects(job_id)\n        stored_inputs",
+           "        if stored_report(folder) is not None:\n            self._put(self._key(job_id, stored_report(folder).name), "
+           "stored_report(folder).read_bytes())\n        stored = self._job_objects(job_id)\n        stored_inputs",
+           ("tests/jobs/test_bucket_files.py::test_a_reader_never_sees_the_report_before_every_artifact",)),
 ]
 
 
