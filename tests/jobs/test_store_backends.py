@@ -128,3 +128,25 @@ def test_a_sqlite_file_from_before_migrations_keeps_its_jobs(tmp_path):
     store = JobStore(SqliteDatabase(path))
     assert store.get("a").status == "queued" and store.claim_next().id == "a"
     store.close()
+
+
+def test_a_postgres_connection_the_server_dropped_is_replaced_without_failing_the_call(postgres):
+    import psycopg
+
+    from service.jobs.db.postgres import PostgresDatabase
+
+    store = JobStore(PostgresDatabase(postgres.new_database_url()))
+    spec = _spec()
+    store.create(spec, cache_key=None)
+
+    def drop():  # as a server restart or a failover does to an idle connection
+        with psycopg.connect(postgres.url(), autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name='quantcompare'")
+
+    drop()
+    assert store.get(spec.id).status == "queued"  # a read
+    drop()
+    assert store.claim_next().id == spec.id  # a transaction: it starts again on a new connection, once
+    drop()
+    assert store.finish(spec.id, "succeeded") and store.get(spec.id).attempts == 1
+    store.close()

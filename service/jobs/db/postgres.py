@@ -9,8 +9,8 @@ is decided alone. A write takes a few milliseconds and a job minutes, so one wri
 no bottleneck at the scale of a job service.
 
 One connection per process, guarded by a lock (as the SQLite one). A connection the server dropped
-(a restart, a failover) is replaced at the next call; the call that found it broken fails, and its
-caller retries at its own pace (the supervisor's next tick, the client's next request).
+while idle (a restart, a failover) is replaced, and the call that found it dead runs once more on the
+new one: a read, or a transaction that failed at its first statement (nothing of it ran).
 """
 
 from __future__ import annotations
@@ -102,18 +102,44 @@ class PostgresDatabase:
         return self._conn
 
     def transaction(self, fn: Callable[[Any], Any]) -> Any:
+        import psycopg
+
         with self._lock:
-            conn = self._connection()
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (WRITE_LOCK_KEY,))
-                return fn(_Cursorish(conn))
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    conn.execute("BEGIN")
+                    conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (WRITE_LOCK_KEY,))
+                    break
+                except psycopg.OperationalError:
+                    # Dropped while idle (a restart, a failover): nothing of this transaction ran, so
+                    # it starts once more on a new connection.
+                    if attempt == 2 or not conn.broken:
+                        raise
+            try:
+                out = fn(_Cursorish(conn))
+            except BaseException:
+                if not conn.broken:
+                    conn.execute("ROLLBACK")
+                raise
+            # Past this point a failure is the caller's: a commit whose answer was lost must not run twice.
+            conn.execute("COMMIT")
+            return out
 
     def write(self, sql: str, params: tuple = ()) -> int:
         return self.transaction(lambda c: c.execute(sql, params).rowcount)
 
     def query(self, sql: str, params: tuple = ()) -> list:
+        import psycopg
+
         with self._lock:
-            return self._connection().execute(sql.replace("?", "%s"), params).fetchall()
+            for attempt in (1, 2):
+                conn = self._connection()
+                try:
+                    return conn.execute(sql.replace("?", "%s"), params).fetchall()
+                except psycopg.OperationalError:
+                    if attempt == 2 or not conn.broken:
+                        raise  # a read is safe to repeat once on a new connection, no more
 
     def close(self) -> None:
         with self._lock:
