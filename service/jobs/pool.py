@@ -37,8 +37,8 @@ from pathlib import Path
 import psutil
 
 from service.config import Settings
-from service.errors import (Interrupted, JobFolderMissing, JobTimeout, StorageUnavailable, WorkerDied,
-                            WorkerMemoryLimit)
+from service.errors import (InternalError, Interrupted, JobFolderMissing, JobTimeout, StorageUnavailable,
+                            WorkerDied, WorkerMemoryLimit, error_from_os)
 from service.jobs.metrics import JobMetrics
 from service.jobs.storage import open_files
 from service.jobs.storage.files import JobFiles
@@ -203,9 +203,17 @@ class WorkerPool:
                 return
             try:
                 job_dir = self.files.checkout(rec)  # a re-run (attempt > 1) gets its inputs only
+            except FileNotFoundError:  # an input went between the listing and its copy
+                job_dir = None
             except StorageUnavailable as e:
                 self._finish(rec, None, "failed", problem_from_error(StorageUnavailable(
                     f"the job's inputs could not be read from storage: {e.message}", hint="submit the model again")))
+                continue
+            except OSError as e:  # this machine's scratch: full, or not writable
+                error = error_from_os(e, "the job's inputs were copied to this worker's scratch") or InternalError(
+                    "the job's inputs could not be copied to this worker's scratch", hint="the server log has the details")
+                log.error("job %s: checkout failed: %s", rec.id, e)
+                self._finish(rec, None, "failed", problem_from_error(error))
                 continue
             if job_dir is None:
                 self._finish(rec, None, "failed", problem_from_error(JobFolderMissing(
