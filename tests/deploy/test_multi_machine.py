@@ -24,7 +24,6 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-import onnx
 import psycopg
 import pytest
 from onnx import TensorProto, helper, numpy_helper
