@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.schemas.options import ComparisonOptions
+from tests import models
 
 SEQ, DIM = 8, 16
 
@@ -82,18 +83,7 @@ def test_activations_that_are_themselves_that_large_are_not_blamed_on_a_mask(tmp
     sentinel, with a hint about padding, for CNNs that have no mask. A mask's sentinel is a large
     negative value (the zero point at the top of the range); these ranges start at 0."""
     rng = np.random.default_rng(0)
-    inits, nodes, cur = [], [], "x"
-    for k in range(3):
-        inits.append(numpy_helper.from_array(np.full((4, 4, 3, 3), 40.0, np.float32), f"w{k}"))
-        nodes += [helper.make_node("Conv", [cur, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1], name=f"conv{k}"),
-                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")]
-        cur = f"r{k}"
-    graph = helper.make_graph(nodes, "grow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info(cur, TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "grow.onnx"
-    onnx.save(model, path)
+    path = models.save("conv_chain", tmp_path / "grow.onnx", layers=3, kernel=3, pads=1, bias=False, fill=40.0, ir=8)
     npz = tmp_path / "calib.npz"
     np.savez(npz, x=np.abs(rng.standard_normal((6, 1, 4, 8, 8))).astype(np.float32) * 100)
     options = ComparisonOptions.model_validate({
