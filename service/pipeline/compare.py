@@ -6,6 +6,7 @@
     inspect   what each file writes                                                  inspect/stage.py
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32, latency                                              runtime/stage.py
+    platforms the same on each emulated platform options.platforms names (arm64)     platforms/stage.py
     layers    per-tensor error against fp32                                          layers/layers_stage.py
     advice    the changes the blockers point to, re-run and measured                 verdict/advice_stage.py
     decide    artifacts' final status, decisions, lints, platform notes, verdict     verdict/decide.py
@@ -34,6 +35,8 @@ from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.stage import Inspected, inspect_stage
 from service.pipeline.layers.layers_stage import Layered, layers_stage
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
+from service.pipeline.platforms.notes import notes_with_platforms
+from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
 from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.stage import levels_stage
 from service.pipeline.verdict.advice import AdvicePlan
@@ -100,6 +103,10 @@ def run_comparison(
         inspected = inspect_stage(options, prepared, fp32, quantized, ctx, fp32_seconds=clock.timings.get("fp32"))
     levels = levels_stage(options, prepared, fp32, inspected, ctx)
     clock.add(levels.timings)
+    platforms = {}
+    if emulated_platforms(options):
+        with clock.stage("platforms"):
+            platforms = platforms_stage(options, prepared, fp32, inspected, levels, ctx)
     plan = advice_candidates(options, prepared, quantized, inspected, levels, ctx)
     beside = _advice_beside_layers(options, plan, inspected, request)
     layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx,
@@ -112,7 +119,8 @@ def run_comparison(
     return Report(
         id=report_id, created_at=datetime.now(timezone.utc), environment=environment(), options=options,
         model=_model_info(prepared, fp32), samples=prepared.samples.info, artifacts=decided.artifacts,
-        agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints, platform=decided.platform,
+        agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
+        platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
         advice=advised.proposed, advice_refuted=advised.refuted, layers=layered.report, verdict=decided.verdict,
         timings=dict(clock.timings), cost=job_cost(clock.timings, decided.artifacts, options),
     )

@@ -51,7 +51,7 @@ COMPUTE_OPS = frozenset({
 # Contrib ops ONNX Runtime's graph optimizer writes into a session's graph, by the rewrite that writes
 # them, by the name it registers under (GeluFusion's Level2 instance is GeluFusionL2: graph_transformer_utils.cc
 # creates one per level); an upload holding them was saved after ORT optimized it (optimized_model_filepath).
-# Pinned at level extended in tests/pipeline/test_ort_optimized_upload.py; the names in tests/pipeline/test_vocabulary.py.
+# Pinned at level extended in tests/pipeline/inspect/test_ort_optimized_upload.py; the names in tests/pipeline/test_vocabulary.py.
 ORT_OPTIMIZER_OPS = {
     f"{MS}.FusedConv": "ConvActivationFusion", f"{MS}.FusedGemm": "GemmActivationFusion",
     f"{MS}.FusedMatMul": "MatMulScaleFusion, MatmulTransposeFusion", f"{MS}.BiasGelu": "BiasGeluFusion",

@@ -153,7 +153,7 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
 # Op type -> ORT 1.32 CPU EP selector kind (qdq_selector_action_transformer.cc).
 # qdq_selector_action_transformer.cc registers {"MaxPool", {12, 22}} (onnxruntime PR 29201, issue 28770: it read
 # {12} before): the rule matches MaxPool-12 and MaxPool-22 only, so a MaxPool of opset 11 or below (no 8-bit
-# MaxPool in the ONNX schema before 12) keeps its Q/DQ (OP_VERSIONS, pinned in tests/pipeline/test_blockers.py).
+# MaxPool in the ONNX schema before 12) keeps its Q/DQ (OP_VERSIONS, pinned in tests/pipeline/inspect/test_blockers.py).
 RULE_KIND: dict[str, str] = {
     **{op: "drop" for op in QDQ_DROP}, **{op: "drop_no16" for op in QDQ_DROP_NO16},
     **{op: "drop_positive" for op in QDQ_DROP_POSITIVE}, **{op: "unary" for op in QDQ_UNARY},
@@ -213,7 +213,7 @@ def _scalar(v: _View, name: str):
 # qdq_selectors.cc, CheckConvBiasScale (onnxruntime PR 28229), per output channel i: the fusion is refused when
 # |b_scale[i] - x_scale * w_scale[i]| > 0.01f * |x_scale * w_scale[i]| + 1e-6f (the two constants read from the
 # function compiled into the installed 1.32.0 wheel; PR 28229 describes the 1% relative tolerance). The test
-# tests/pipeline/test_blockers.py::test_bias_scale_mismatch pins the edge on both sides of 1e-3.
+# tests/pipeline/inspect/test_blockers.py::test_bias_scale_mismatch pins the edge on both sides of 1e-3.
 BIAS_SCALE_RTOL, BIAS_SCALE_ATOL = 1e-2, 1e-6
 
 
@@ -503,7 +503,7 @@ XNNPACK_QUANTIZED_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "GlobalAvera
 
 def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
     """Why torchao's XNNPACK quantizer wrote no Q/DQ around ``n`` in a PT2E file, where its pattern
-    list decides it (pinned in tests/pipeline/test_blockers.py); None where it does not."""
+    list decides it (pinned in tests/pipeline/inspect/test_blockers.py); None where it does not."""
     data = [i for i in n.input if i and not v.is_const(i)]
     if base == "MatMul" and len(data) == 2:
         return "a matmul of two activations: XNNPACK annotates linear (a constant weight), not matmul/bmm"

@@ -15,7 +15,7 @@ from pt2e_upload import pt2e_of_upload
 def pt2e_from_onnx(tmp_path_factory):
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
     from tests.realworld.corpus import build_opset21_unnamed_batch
 
     folder = tmp_path_factory.mktemp("pt2e_onnx")
@@ -124,7 +124,7 @@ def _conv_relu(path, dtype):
 def test_a_float16_upload_gives_a_pt2e_file_ort_loads_like_its_float32_twin(tmp_path, dtype):
     """torch wrote a float16 upload's QDQ file with float16 tensors and float32 scales, which ORT's
     type check refuses (the path failed); the graph is now converted as its float32 copy, behind the
-    upload's float16 interface (tests/pipeline/test_float16_uploads.py has the whole job)."""
+    upload's float16 interface (tests/pipeline/inputs/test_float16_uploads.py has the whole job)."""
     import onnx
     import onnxruntime as ort
 

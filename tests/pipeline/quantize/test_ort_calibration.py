@@ -15,7 +15,7 @@ import pytest
 
 from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.quantize.ort_quant import quantized_by_ort
-from tests.pipeline.test_pre_process_external import _conv_bn_matmul
+from tests.pipeline.quantize.test_pre_process_external import _conv_bn_matmul
 
 FEEDS = [{"x": np.random.default_rng(i).standard_normal((2, 3, 8, 8)).astype(np.float32)} for i in range(4)]
 

@@ -446,7 +446,7 @@ def _pt2e_rows(tmp_path, nodes, feeds, inits, out_shape):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent / "onnx_torch"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "quantize" / "onnx_torch"))
     from pt2e_upload import pt2e_of_upload
 
     onnx.save(models.from_nodes(nodes, list(feeds.items()), [("y", out_shape)], inits), str(tmp_path / "up.onnx"))
@@ -480,7 +480,7 @@ PINNED = {"not_in_xnnpack_config", "no_int8_form", "output_quantized_twice", "no
           "output_is_graph_output", "io_dtype_mismatch", "int8_activation_on_x86", "weight_dtype_mismatch",
           "bias_not_int32", "bias_scale_mismatch", "int16_not_supported", "qdq_params_differ", "scale_not_positive",
           "resize_not_nearest", "resize_tf_crop_and_resize", "bias_zero_point_nonzero", "gemm_beta_not_one", "inserted_by_layout",
-          "float_tail"}  # float_tail: tests/pipeline/test_data_dependent_outputs.py (the PT2E tail after NMS)
+          "float_tail"}  # float_tail: tests/pipeline/runtime/test_data_dependent_outputs.py (the PT2E tail after NMS)
 
 
 def residual_model(tmp_path, dtype):

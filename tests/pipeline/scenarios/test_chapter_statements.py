@@ -127,7 +127,7 @@ def test_platform_notes_quote_the_chapter_word_for_word(compared):
     from service.pipeline.verdict.platform_notes import NOT_IN_CHAPTER
 
     # shared/ sits beside the checkout (CI lays a copy there); /work/shared on a developer's machine.
-    repo = pathlib.Path(__file__).resolve().parents[2]
+    repo = pathlib.Path(__file__).resolve().parents[3]
     seeds = glob.glob(str(repo.parent / "shared" / "seeds" / "*.txt")) or glob.glob("/work/shared/seeds/*.txt")
     if not seeds:
         import pytest
