@@ -15,7 +15,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from service.api.routes.artifacts import split_name
+from service.jobs.storage.artifact_files import split_name
 from service.pipeline.options import LEVELS
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render import svg

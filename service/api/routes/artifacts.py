@@ -2,58 +2,22 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import uuid
-from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
-from service.api.deps import ExecutorDep
+from service.api.deps import ExecutorDep, job_or_404
 from service.api.errors import problem_responses
-from service.api.routes.comparisons import job_or_404
 from service.errors import NotFound
+from service.jobs.storage.artifact_files import artifact_files, download_name, downloadable_files, split_name
 from service.jobs.storage.level_downloads import level_graph_entries, regenerated_level_graph
-from service.jobs.spec import ARTIFACTS_DIR
-from service.pipeline.options import LEVELS
 from service.schemas.api import ArtifactEntry, ArtifactList
 
 router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])
-
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
-
-
-def artifact_files(job_dir: Path) -> list[Path]:
-    folder = job_dir / ARTIFACTS_DIR
-    if not folder.is_dir():
-        return []
-    # Regular files only: a symlink planted by a model's external-data tricks is never served.
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and _NAME.fullmatch(p.name))
-
-
-def downloadable_files(job_dir: Path) -> list[tuple[str, int]]:
-    """(name, size) of every file a user can download: the stored ones, and the level graphs the
-    job kept as digests only (made again on download; size = the file that will be served)."""
-    out = {p.name: p.stat().st_size for p in artifact_files(job_dir)}
-    for entry in level_graph_entries(job_dir).values():
-        out.setdefault(entry.name, entry.bytes)
-    return sorted(out.items())
-
-
-def split_name(name: str) -> tuple[str, str | None]:
-    """'ort_qdq.all.onnx' -> ('ort_qdq', 'all'); 'fp32.onnx' -> ('fp32', None)."""
-    stem = name[:-5] if name.endswith(".onnx") else name
-    artifact, _, rest = stem.partition(".")
-    level = rest if rest in LEVELS else None
-    return artifact, level
-
-
-def download_name(model_name: str | None, job_id: str, name: str) -> str:
-    return f"{model_name or 'model'}-{job_id[:8]}.{name}"
-
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactList, summary="Files the job produced",
             responses=problem_responses(401, 404))

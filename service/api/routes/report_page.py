@@ -5,10 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from service.api.deps import ExecutorDep
+from service.api.deps import ExecutorDep, job_or_404
 from service.api.errors import problem_responses
-from service.api.routes.artifacts import downloadable_files
-from service.api.routes.comparisons import job_or_404
+from service.jobs.storage.artifact_files import downloadable_files
 from service.render.page import render_job_page
 
 router = APIRouter(prefix="/v1/comparisons", tags=["report"])
