@@ -146,7 +146,8 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
                            model_name=display_name(form.model.filename))
             model_key, calib_key = f"sha256:{form.model.sha256}", form.calibration.sha256 if form.calibration else None
         elif ctype == "application/json":
-            raw = await receive_json(request)
+            raw = await receive_json(request, idle_timeout_s=settings.upload_idle_timeout_s,
+                                     min_bytes_per_s=settings.upload_min_kib_s * 1024)
             try:
                 body = ComparisonBody.model_validate(raw)
             except ValidationError as e:
