@@ -16,9 +16,10 @@ from service.api.deps import ExecutorDep, job_or_404
 from service.api.errors import problem_responses
 from service.api.file_response import DownloadResponse
 from service.errors import ArtifactGone, NotFound
-from service.jobs.storage.artifact_files import artifact_files, download_name, downloadable_files, split_name
+from service.jobs.storage.artifact_files import artifact_files, download_name, downloadable_files
 from service.jobs.storage.disk import pin, unpin
 from service.jobs.storage.level_downloads import LevelGraphEntry, level_graph_entries, regenerated_level_graph
+from service.pipeline.files import split_name
 from service.schemas.api import ArtifactEntry, ArtifactList
 
 router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])

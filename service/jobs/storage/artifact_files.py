@@ -1,7 +1,7 @@
 """The files of a job a user can download, and the names they are served under.
 
-Read by the artifacts route and by the report page (its downloads list): neither owns these rules,
-the job folder's layout does.
+Read by the artifacts route and by the report page's route (its downloads list): neither owns these
+rules, the job folder's layout does (an artifact's name -> (artifact, level) is ``pipeline.files.split_name``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from pathlib import Path
 
 from service.jobs.spec import ARTIFACTS_DIR
 from service.jobs.storage.level_downloads import level_graph_entries
-from service.pipeline.options import LEVELS
 
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
 
@@ -31,14 +30,6 @@ def downloadable_files(job_dir: Path) -> list[tuple[str, int]]:
     for entry in level_graph_entries(job_dir).values():
         out.setdefault(entry.name, entry.bytes)
     return sorted(out.items())
-
-
-def split_name(name: str) -> tuple[str, str | None]:
-    """'ort_qdq.all.onnx' -> ('ort_qdq', 'all'); 'fp32.onnx' -> ('fp32', None)."""
-    stem = name[:-5] if name.endswith(".onnx") else name
-    artifact, _, rest = stem.partition(".")
-    level = rest if rest in LEVELS else None
-    return artifact, level
 
 
 def download_name(model_name: str | None, job_id: str, name: str) -> str:

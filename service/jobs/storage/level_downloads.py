@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import json
 import os
-import resource
 import signal
 import sys
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from service.errors import ArtifactGone, Busy, LevelGraphChanged
+from service.pipeline.isolation import address_space_limit
 from service.jobs.spec import ARTIFACTS_DIR
 from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.worker import worker_environment
@@ -105,15 +105,6 @@ class RegenerationGate:
             self._mean_s = 0.8 * self._mean_s + 0.2 * (time.monotonic() - start)
 
 
-def _limits(memory_mb: int):
-    """In the child: the workers' address-space limit (the session is as big as the job's was)."""
-    def apply() -> None:
-        if memory_mb:
-            limit = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    return apply
-
-
 def _gone(entry: LevelGraphEntry) -> ArtifactGone:
     return ArtifactGone(f"{entry.name} cannot be made again: the job's {entry.artifact}.onnx is no longer on disk",
                         hint="the job was evicted or expired (QUANTCOMPARE_MAX_DATA_GB, QUANTCOMPARE_RETENTION_HOURS): "
@@ -139,7 +130,7 @@ async def regenerated_level_graph(job_dir: Path, entry: LevelGraphEntry, scratch
         sys.executable, "-m", "service.pipeline.runtime.level_graphs", str(model), entry.level,
         str(entry.intra_op_threads), entry.graph_sha256, entry.weights_sha256 or "-", str(out),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=str(scratch),
-        preexec_fn=_limits(memory_mb), start_new_session=True)
+        preexec_fn=address_space_limit(memory_mb), start_new_session=True)
     try:
         stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
     except BaseException:  # timeout, or the request was cancelled: nothing of it may outlive the download

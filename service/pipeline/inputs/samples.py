@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from service.errors import InvalidCalibration, InvalidOptions
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.specs import InputSpec
 from service.schemas.report import SamplesInfo
 

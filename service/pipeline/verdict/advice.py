@@ -18,7 +18,7 @@ but ORT's CommonSubexpressionElimination (Level1) merges the identical QuantizeL
 QDQS8ToU8Transformer runs, and without CSE the producer's output would be read by several
 QuantizeLinear, which the selectors refuse (``output_quantized_twice``).
 
-Hook for per-tensor error (issue 15, ``runtime/layers.py``): give ``measured_advice`` more
+Hook for per-tensor error (issue 15, ``layers/layers.py``): give ``measured_advice`` more
 ``Candidate``s, e.g. ``Candidate(artifact="ort_qdq", change={"ort": {"nodes_to_exclude": [...]}},
 reason="the 3 nodes whose error dominates ...", kind="accuracy")``. Accuracy candidates are
 adopted when SQNR improves by at least ``MIN_SQNR_GAIN_DB`` at no more than ``MAX_SLOWDOWN``.
@@ -42,11 +42,12 @@ import numpy as np
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
-from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
+from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
@@ -558,7 +559,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
     (on one thread or two) and timed by ``timed_advice``. None when there is nothing to measure, or when
     planning failed (logged)."""
     cpu = cpu_info()
-    int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
+    int8_allowed = host_platform().int8_allowed  # QDQIsInt8Allowed() where the candidates are measured
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
     level = options.advice.level
     unfused, kernels, before, latency_ms, digests = {}, {}, {}, {}, {}
