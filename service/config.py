@@ -67,7 +67,7 @@ class Settings(BaseModel):
     retention_hours: float = Field(168.0, ge=0, description="finished jobs older than this are deleted (0 = keep)")
     max_data_gb: float = Field(0.0, ge=0, description="disk budget of the data dir in GB: finished jobs are evicted oldest first, a job that cannot fit gets 503 (0 = no budget)")
     allow_pt2: bool = Field(True, description="accept .pt2 uploads (they need the static archive check)")
-    api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
+    api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>' (/openapi.json and /docs included)")
     executor: Literal["local", "celery"] = Field(
         "local", description="job executor; 'local' = the embedded process pool, 'celery' = `quantcompare worker` processes via the broker")
     # Celery executor only (docs/scaling.md); the API and every worker share it.
