@@ -7,8 +7,8 @@ import argparse
 from service.api.app import create_app
 from service.api.edge import edge_protocol
 from service.config import Settings, get_settings
-from service.log_format import configure_logging
 from service.jobs.cli_worker import add_worker_parser
+from service.log_format import configure_logging
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
