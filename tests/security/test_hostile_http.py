@@ -197,14 +197,11 @@ def _evil_archive() -> bytes:
     """A .zip holding a model whose input and dim names carry a fake log line and ANSI escapes. An
     archive is checked in the worker, not the API: its refusal names them in the job's error, which
     the server logs."""
-    from onnx import TensorProto, helper
+    from tests import models
 
-    graph = helper.make_graph([helper.make_node("Relu", [EVIL_INPUT], ["y"])], "g",
-                              [helper.make_tensor_value_info(EVIL_INPUT, TensorProto.FLOAT, [EVIL_DIM, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [EVIL_DIM, 4])])
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr("net.onnx", helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+        z.writestr("net.onnx", models.build("relu", x=EVIL_INPUT, shape=[EVIL_DIM, 4]).SerializeToString())
     return buf.getvalue()
 
 
