@@ -148,7 +148,7 @@ def conv_chain(layers: int, *, channels: int | Sequence[int] = 4, size: int = 8,
                ir: int | None = None) -> onnx.ModelProto:
     """``layers`` x (Conv 'conv{i}'(w{i}[, b{i}]) -> c{i} -> act 'relu{i}' -> r{i}) on x [1, C0, size, size];
     ``channels`` is one count or C0..Cn. Weights are standard normal draws times ``scale`` (w0, b0,
-    w1, ... in that order) or all ``fill``; the last layer has no act unless ``last_act``."""
+    w1, ... in that order) or all ``fill``; ``last_act=False`` leaves the last layer's act out."""
     chans = [channels] * (layers + 1) if isinstance(channels, int) else list(channels)
     rng = np.random.default_rng(seed)
     nodes, inits, prev, out_size = [], [], "x", size
