@@ -622,7 +622,7 @@ def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ins
         input_names=[s.name for s in prepared.source.specs], ort_input=run.ort_input or fp32.file.path,
         ort_settings=resolved_ort_settings(options), fp32_model=fp32.file.model,
         optimized_paths={a: {lv: run.art_dir / f"{a}.{lv}.onnx" for lv in options.levels} for a in inspected.paths},
-        data_dependent=fp32.after_selection.moving,
+        data_dependent=fp32.after_selection.moving, more_feeds=prepared.samples.more_evaluation,
     )
     if layers is not None:
         run.timings["layers"] = round(time.perf_counter() - t0, 4)
