@@ -57,6 +57,8 @@ def test_the_client_exposes_report_layers(zoo_report):
     row = layers.row(zoo_report.layers.rows[1].tensor)
     assert set(row.artifacts) == set(zoo_report.layers.rows[1].artifacts)
     assert layers.to_rows() and "<table>" in layers._repr_html_()
+    cell = zoo_report.layers.rows[1].artifacts["ort_qdq"]
+    assert row.artifacts["ort_qdq"].sqnr_db_ci == tuple(cell.sqnr_db_ci)  # its interval (issue 40)
 
 
 def test_layers_off_leaves_the_section_out(compared):

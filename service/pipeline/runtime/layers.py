@@ -52,7 +52,7 @@ _FLOAT_KINDS = ("float32", "float16", "float64", "bfloat16")
 class LayersBudget:
     max_tensors: int = 2000  # rows; beyond this the earliest tensors in graph order are kept
     min_samples: int = 8  # samples run before the intervals decide whether more are needed
-    max_samples: int = 64  # most samples run through every file
+    max_samples: int = 1024  # most samples run through every file
     max_seconds: float = 300.0  # stop adding samples once this much time has passed (>= 1 sample)
 
 
@@ -124,8 +124,8 @@ def layers_from_files(
             while not plan.enough(samples, acc):
                 feed = next(feeds, None)
                 if feed is None:
-                    plan.stopped = (f"no more held-out samples: {samples} there are" if more_feeds is not None
-                                    else f"the {samples} evaluation sample(s) given")
+                    plan.stopped = (f"no more held-out samples (all {samples} run)" if more_feeds is not None
+                                    else f"every sample given run ({samples})")
                     break
                 # The previous sample's tensors are dropped before this run, and each file's before the
                 # next file runs: a name still bound while a run allocates keeps a whole network's
@@ -226,8 +226,8 @@ class _SamplePlan:
             need = samples * (widest / TARGET_CI_DB) ** 2 if math.isfinite(widest) else b.max_samples
             self.target = min(b.max_samples, affordable, max(samples + max(1, samples // 4), math.ceil(need)))
             if self.target <= samples:
-                self.stopped = (f"the time budget (options.layers.max_seconds={b.max_seconds:g}): "
-                                f"{samples / (now - self._first):.2g} samples/s")
+                self.stopped = (f"the time budget (options.layers.max_seconds={b.max_seconds:g}) fits no more "
+                                f"at {pace:.2g} s per sample")
         return self.stopped is not None
 
 
