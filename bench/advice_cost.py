@@ -26,7 +26,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     print("| model | job s (without advice) | advice s | share | candidates re-run | proposed | refuted |")
     print("|---|---|---|---|---|---|---|")

@@ -22,7 +22,7 @@ PATHS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 def run_one(model, folder: Path, extra: dict):
     from service.errors import QuantCompareError
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     t0 = time.perf_counter()
     try:

@@ -32,7 +32,7 @@ QUANTIZED = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 
 
 def _plain(paths: dict[str, Path], feeds) -> float:
-    from service.pipeline.runtime.ort_sessions import session_for
+    from service.pipeline.ort.sessions import session_for
 
     t = time.perf_counter()
     for path in paths.values():
@@ -55,8 +55,8 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     logging.getLogger().setLevel(logging.ERROR)
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
-    from service.pipeline.runtime.layers import LayersBudget, layers_from_files
+    from service.schemas.options import ComparisonOptions
+    from service.pipeline.layers.layers import LayersBudget, layers_from_files
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_example
     from service.pipeline.inputs.specs import resolved_input_shapes

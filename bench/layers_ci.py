@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     warnings.filterwarnings("ignore")
     logging.getLogger().setLevel(logging.ERROR)
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions.model_validate({"latency": {"enabled": False}, "advice": {"enabled": False}})
     raw, lines = [], []

@@ -1,15 +1,15 @@
-"""PT2E on ONNX uploads, before/after the project's own converter (issue 12), and what conversion costs.
+"""PT2E on ONNX uploads through the project's own converter, and what conversion costs.
 
 For every fp32 ONNX model of the real-world corpus (already-quantized uploads are not quantized
 again, so they are left out) this runs, in one process, on the job's own samples:
   ort      ORT CPU runs the fp32 file (the denominator: models ORT can run)
-  before   onnx2torch (service/pipeline/onnx_to_torch.py) -> torch.export -> PT2E -> QDQ ONNX
   after    quantize/onnx_torch (specialize -> build -> parity -> torch.export) -> PT2E -> QDQ ONNX
   ort_qdq  ORT quantize_static QDQ, for scale: the time of the path next to it
 Times are wall-clock seconds (time.perf_counter) on this machine; `convert` is ONNX -> torch.export
 program (with the parity run for `after`), `pt2e` is prepare/calibrate/convert + ONNX re-export.
 
-Usage: .venv/bin/python bench/onnx_conversion.py [--no-before] [name ...]
+Usage: .venv/bin/python bench/onnx_conversion.py [name ...]
+(The onnx2torch column of the issue-12 table is history: that converter was removed.)
 """
 from __future__ import annotations
 
@@ -28,10 +28,10 @@ def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(text.split())[:160]}"
 
 
-def run(model, folder: Path, before: bool) -> dict:
+def run(model, folder: Path) -> dict:
     import onnxruntime as ort
 
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import quantized_by_ort
     from service.pipeline.quantize.pt2e import _quantized_program
     from service.pipeline.inputs.samples import generated_samples
@@ -59,10 +59,6 @@ def run(model, folder: Path, before: bool) -> dict:
     except Exception as e:  # noqa: BLE001
         row["ort_qdq"] = f"failed {time.perf_counter() - t0:.1f}s"
     variants = []
-    if before:
-        from service.pipeline.quantize.onnx_to_torch import program_from_onnx as old
-
-        variants.append(("before", lambda: (old(source, shapes, calibration=samples.calibration), None)))
     from service.pipeline.quantize.onnx_torch.program import program_from_onnx as new
 
     variants.append(("after", lambda: new(source, shapes, calibration=samples.calibration,
@@ -96,7 +92,6 @@ def main(argv: list[str]) -> int:
     logging.disable(logging.WARNING)
     from tests.realworld.corpus import CORPUS
 
-    before = "--no-before" not in argv
     names = [a for a in argv if not a.startswith("--")]
     rows = []
     with tempfile.TemporaryDirectory(prefix="onnxconv") as tmp:
@@ -104,20 +99,18 @@ def main(argv: list[str]) -> int:
             if model.name in SKIP or (names and model.name not in names):
                 continue
             try:
-                row = run(model, Path(tmp), before)
+                row = run(model, Path(tmp))
             except Exception as e:  # noqa: BLE001
                 row = {"name": model.name, "ort": f"error {_short(e)}"}
             rows.append(row)
             print(row, flush=True)
-    cols = ["name", "ort", "before", "after", "ort_qdq"] if before else ["name", "ort", "after", "ort_qdq"]
+    cols = ["name", "ort", "after", "ort_qdq"]
     print("\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
     for r in rows:
         print("| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
     runnable = [r for r in rows if r.get("ort") == "ok"]
-    for label in ("before", "after"):
-        if label in cols:
-            ok = sum(1 for r in runnable if str(r.get(label, "")).startswith("ok"))
-            print(f"{label}: PT2E QDQ file for {ok}/{len(runnable)} fp32 ONNX models ORT runs")
+    ok = sum(1 for r in runnable if str(r.get("after", "")).startswith("ok"))
+    print(f"PT2E QDQ file for {ok}/{len(runnable)} fp32 ONNX models ORT runs")
     return 0
 
 

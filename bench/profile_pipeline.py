@@ -57,7 +57,7 @@ def fp32_inference_seconds(fp32_path: Path, report) -> float:
     """The unit of job time: one fp32 inference of the resolved input shapes, 1 intra-op thread."""
     import numpy as np
 
-    from service.pipeline.runtime.ort_sessions import session_for
+    from service.pipeline.ort.sessions import session_for
 
     s = session_for(fp32_path, "all", intra_op_threads=1)
     feed = {}
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     import torchao  # noqa: F401
 
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     t_imports = time.perf_counter() - t0
     print(f"imports: torch {t_torch:.2f}s, torch+torchao+onnxruntime+pipeline {t_imports:.2f}s")
 

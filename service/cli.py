@@ -23,7 +23,7 @@ from service.errors import InvalidOptions, QuantCompareError, error_from_os, val
 from service.examples import list_examples
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.logs import quiet_toolchain_logs
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
 from service.render.text import summary_table, terminal_safe
 
@@ -41,7 +41,7 @@ def load_options(text: str | None):
     try:
         return ComparisonOptions.model_validate_json(text)
     except ValidationError as e:
-        raise InvalidOptions("invalid options: " + validation_detail(validation_errors(e), empty_loc="(body)"), hint="see `quantcompare compare --help` and the README's options table") from e
+        raise InvalidOptions("invalid options: " + validation_detail(validation_errors(e), empty_loc="(body)"), hint="see `quantcompare compare --help` and docs/options.md") from e
 
 
 def _cmd_compare(args) -> int:

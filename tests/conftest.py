@@ -18,7 +18,7 @@ def compared(tmp_path_factory):
     Latency is off unless asked for: timing is for bench/, and it costs seconds per artifact.
     """
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     cache: dict[str, tuple] = {}
 

@@ -1,7 +1,7 @@
 """Rules of the code tree that a reviewer would otherwise check by hand.
 
 - The API process never imports torch: importing any module of ``service`` leaves torch,
-  torchao, onnx2torch and onnxruntime out of ``sys.modules`` (heavy imports live inside the
+  torchao and onnxruntime out of ``sys.modules`` (heavy imports live inside the
   functions that need them), and a running app answers a real upload without importing them.
 - In-house and standard-library imports are top-level, so a module's first lines say what it
   depends on; only third-party toolchains (and the optional Celery executor) are imported lazily.
@@ -19,7 +19,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE = ROOT / "service"
-HEAVY = ("torch", "torchao", "onnx2torch", "onnxruntime")
+HEAVY = ("torch", "torchao", "onnxruntime")
 # The ONNX -> torch converters: torch code by nature, imported only by
 # quantize/onnx_torch/registry.py when a conversion runs (in a worker, never in the API process).
 TORCH_ONLY = "service.pipeline.quantize.onnx_torch.ops."
@@ -88,8 +88,6 @@ def _lazy_in_house_or_stdlib_imports() -> list[tuple[str, str]]:
     found = []
     for path in sorted(SERVICE.rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel.startswith("service/pipeline/quantize/onnx_to_torch"):
-            continue  # being replaced by quantize/onnx_torch/ (issue 12)
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, (ast.Import, ast.ImportFrom)) or node.col_offset == 0:
                 continue
@@ -109,3 +107,142 @@ def test_in_house_and_stdlib_imports_are_top_level():
                          ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_no_folder_holds_more_than_twelve_modules(folder):
     assert len([p for p in folder.glob("*.py") if p.name != "__init__.py"]) <= 12
+
+
+# The stages of a comparison, in the order the spine (service/pipeline/compare.py) runs them. A stage's
+# folder imports only from the stages before it and from the shared base (pipeline/*.py, pipeline/ort/),
+# which imports no stage: a helper two stages need lives in the base, not in the later stage.
+STAGE_ORDER = ("inputs", "fp32", "quantize", "inspect", "runtime", "layers", "verdict", "platforms")
+SHARED_BASE = ("ort",)  # folders of service/pipeline/ that every stage may import
+# Outside the pipeline: schemas/ (the JSON) imports no pipeline or route module; render/ (what a person
+# reads) imports no route; pipeline/ imports neither api/ nor jobs/ nor render/.
+LAYERS = {
+    "service.schemas": ("service.pipeline", "service.api", "service.jobs", "service.render"),
+    "service.render": ("service.api", "service.jobs"),
+    "service.pipeline": ("service.api", "service.jobs", "service.render"),
+}
+
+
+def _in_house_imports():
+    for path in sorted(SERVICE.rglob("*.py")):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("service"):
+                yield module, node.module
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("service"):
+                        yield module, alias.name
+
+
+def _pipeline_part(module: str) -> str | None:
+    """'inputs', 'quantize', ... for a stage folder's module; 'base' for the shared base; None outside."""
+    parts = module.split(".")
+    if parts[:2] != ["service", "pipeline"] or len(parts) < 3:
+        return None
+    if len(parts) == 3 or parts[2] in SHARED_BASE:
+        return "spine" if parts[2] == "compare" else "base"
+    return parts[2]
+
+
+def test_stages_import_only_the_stages_before_them():
+    upward = []
+    for module, imported in _in_house_imports():
+        here, there = _pipeline_part(module), _pipeline_part(imported)
+        if here is None or there is None or here == there or here == "spine":
+            continue
+        if here == "base" and there != "base":
+            upward.append(f"{module} (shared base) imports stage {imported}")
+        elif here in STAGE_ORDER and there in STAGE_ORDER and STAGE_ORDER.index(there) > STAGE_ORDER.index(here):
+            upward.append(f"{module} ({here}) imports the later stage {imported}")
+        elif there == "spine":
+            upward.append(f"{module} imports the spine {imported}")
+    assert upward == []
+
+
+def test_every_pipeline_folder_is_a_stage_or_the_shared_base():
+    folders = {p.name for p in (SERVICE / "pipeline").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders == set(STAGE_ORDER) | set(SHARED_BASE)
+
+
+def test_the_layers_of_the_package_import_downward():
+    wrong = [f"{module} imports {imported}" for module, imported in _in_house_imports()
+             for layer, forbidden in LAYERS.items() if module.startswith(layer + ".") or module == layer
+             for f in forbidden if imported.startswith(f)]
+    assert wrong == []
+
+
+# Literal sets of three or more op names outside the vocabulary, each a table that cites where it comes
+# from or belongs to one evaluator: (file, the names) -> why it stays where it is. Any other literal of
+# op names belongs in service/pipeline/vocabulary.py under one name.
+OP_NAME_TABLES_ALLOWED = {
+    ("service/pipeline/inputs/model_ranges.py", frozenset({"Cast", "Identity", "Reshape", "Expand", "Unsqueeze",
+                                                           "Squeeze", "Flatten", "Transpose", "Gather",
+                                                           "GatherElements", "Slice"})):
+        "the ops an id keeps its value through, on the way to an embedding (this module's walk)",
+    ("service/pipeline/inputs/safety/onnx_checks.py", frozenset({
+        "ConstantOfShape", "Expand", "Tile", "Range", "RandomNormal", "RandomUniform", "EyeLike", "Resize",
+        "Upsample", "Pad", "OneHot"})): "the static checker's amplifiers (output size set by values)",
+    ("service/pipeline/inputs/safety/onnx_checks.py", frozenset({
+        "Identity", "Cast", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Mul", "Add", "Sub", "Div", "Max", "Min",
+        "Abs", "Neg", "Gather", "Shape", "Size", "Slice", "ReduceProd", "ReduceSum", "Flatten"})):
+        "the static checker's tiny evaluator: the ops it folds",
+    ("service/pipeline/inputs/safety/onnx_checks.py", frozenset({"Mul", "Add", "Sub", "Div", "Max", "Min"})):
+        "the same evaluator's dispatch",
+    ("service/pipeline/inspect/blockers.py", frozenset({
+        "Conv", "ConvTranspose", "MatMul", "Gemm", "GlobalAveragePool", "AveragePool", "GRU", "Add", "Mul", "Concat",
+        "Relu", "Clip", "MaxPool", "ReduceMean", "Transpose", "Squeeze", "Reshape", "Slice", "Flatten"})):
+        "torchao's XNNPACK quantizer's annotated ops, cited from its source",
+    ("service/pipeline/inspect/blockers.py", frozenset({"Constant", "ConstantOfShape", "Identity", "Range"})):
+        "ops the blockers table never calls compute (with SHAPE_READING_OPS)",
+    ("service/pipeline/inspect/inventory.py", frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten",
+                                                         "Identity"})):
+        "what torch.onnx.export puts between a weight's DequantizeLinear and its reader",
+    ("service/pipeline/layers/layers_retry.py", frozenset({
+        "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Sigmoid", "Softmax", "Concat", "AveragePool",
+        "GlobalAveragePool", "LeakyRelu", "Relu", "Clip", "BatchNormalization"})):
+        "the ops exclude-and-retry may leave in float",
+    ("service/pipeline/layers/tensor_alignment.py", frozenset({"BatchNormalization", "Identity", "Dropout"})):
+        "fp32 ops a quantizer folds into a neighbour or pre-processing removes",
+    ("service/pipeline/quantize/onnx_torch/ops/rnn.py", frozenset({"Sigmoid", "Tanh"})):
+        "the ONNX RNN/GRU/LSTM schemas' default activations",
+    ("service/pipeline/verdict/lints.py", frozenset({"Mul", "Sub", "Add", "Reshape", "Transpose"})):
+        "a dequantized integer weight's way to its reader (scale Mul, zero-point Sub)",
+    ("service/pipeline/quantize/already_quantized.py", frozenset({"QGemm", "QAttention", "MatMulNBits"})):
+        "name suffixes that tell a dynamically quantized file's kernels apart",
+    ("service/pipeline/quantize/already_quantized.py", frozenset({"Integer", "QGemm", "QAttention", "MatMulNBits"})):
+        "name suffixes that tell a QOperator file's kernels apart",
+    ("service/render/svg.py", frozenset({"Transpose", "ReorderInput", "ReorderOutput"})):
+        "the page's colour for layout plumbing",
+}
+
+
+def _op_names() -> set[str]:
+    import onnx
+
+    from service.pipeline import vocabulary
+
+    names = {s.name for s in onnx.defs.get_all_schemas_with_history()}
+    for value in vars(vocabulary).values():  # contrib ops the vocabulary names, without their domain
+        if isinstance(value, (set, frozenset)):
+            names |= {v.rsplit(".", 1)[-1] for v in value if isinstance(v, str)}
+    return names
+
+
+def test_no_literal_of_three_op_names_outside_the_vocabulary():
+    ops = _op_names()
+    found = {}
+    for path in sorted(SERVICE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "service/pipeline/vocabulary.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                continue
+            names = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            hits = [n for n in names if n in ops]
+            if len(hits) >= 3 and len(hits) >= 0.6 * len(names):
+                key = (rel, frozenset(names))
+                if key not in OP_NAME_TABLES_ALLOWED:
+                    found[f"{rel}:{node.lineno}"] = sorted(set(names))
+    assert found == {}

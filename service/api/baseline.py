@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from service.errors import InvalidOptions
 from service.pipeline.verdict.gates import baseline_values_from_report
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 _HINT = "options.baseline is the id of an earlier comparison that succeeded (the 'id' in its report.json)"
 

@@ -15,7 +15,7 @@ from service.jobs.spec import JobSpec
 from service.jobs.storage.report_file import write_report
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.inputs.safety import Budgets
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 
 def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, int, int], None]) -> None:

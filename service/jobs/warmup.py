@@ -14,7 +14,7 @@ from pathlib import Path
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.logs import quiet_toolchain_logs
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
 
 log = logging.getLogger("quantcompare.warmup")

@@ -16,7 +16,7 @@ from typing import Callable
 from service import __version__
 from service.schemas.report import CpuInfo, Environment
 
-TOOLCHAIN = ("torch", "torchao", "onnx", "onnxscript", "onnxruntime", "onnx2torch", "numpy")
+TOOLCHAIN = ("torch", "torchao", "onnx", "onnxscript", "onnxruntime", "numpy")
 
 # /proc/cpuinfo flag -> the name we report. These decide MLAS's int8 kernels on x86:
 # avx2 without vnni uses u8s8 via vpmaddubsw (can saturate: see ORT's reduce_range advice),

@@ -12,8 +12,17 @@ from onnx import numpy_helper
 from onnx.external_data_helper import load_external_data_for_tensor
 
 from service.pipeline.vocabulary import GraphIndex, graph_from_model
+from service.schemas.options import LEVELS
 
 _CHUNK = 1 << 20  # uploads and artifacts can be GBs: hash in chunks, never read whole
+
+
+def split_name(name: str) -> tuple[str, str | None]:
+    """An artifact's file name -> (artifact, level): 'ort_qdq.all.onnx' -> ('ort_qdq', 'all'); 'fp32.onnx' -> ('fp32', None)."""
+    stem = name[:-5] if name.endswith(".onnx") else name
+    artifact, _, rest = stem.partition(".")
+    level = rest if rest in LEVELS else None
+    return artifact, level
 
 
 def file_sha256(path: Path | str) -> str:

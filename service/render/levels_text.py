@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from service.pipeline.options import LEVELS
+from service.schemas.options import LEVELS
 from service.render.text_table import aligned_rows
 
 __all__ = ["levels_summary_lines"]

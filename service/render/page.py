@@ -15,8 +15,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from service.api.routes.artifacts import split_name
-from service.pipeline.options import LEVELS
+from service.schemas.options import LEVELS
+from service.pipeline.files import split_name
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render import svg
 from service.render.layers_svg import sqnr_by_depth, worst_rows

@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from service.pipeline.inspect.blockers import grouped_blockers
-from service.pipeline.options import LEVELS
+from service.schemas.options import LEVELS
 from service.schemas.advice import UnfusedNode
 
 __all__ = ["advice_rows", "blocker_groups", "short_fix", "why_float_lines"]

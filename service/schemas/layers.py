@@ -1,6 +1,6 @@
 """The report's ``layers`` section: per-tensor error of every quantized file against fp32.
 
-Filled by ``service.pipeline.runtime.layers``. One row per float activation of the fp32 model
+Filled by ``service.pipeline.layers.layers``. One row per float activation of the fp32 model
 (graph inputs and every compute node's outputs, main graph only), measured at ``disable_all``
 (the file as written) on the evaluation samples.
 """

@@ -109,7 +109,7 @@ def _check_pt2_report(report: dict, artifacts: Path, pt2: Path, net, eval_feeds)
 
 def test_pt2_through_the_core(pt2_upload, tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     pt2, npz, net, eval_feeds = pt2_upload
     report = run_comparison(ComparisonRequest(model_path=pt2, model_name="net.pt2", calibration_path=npz,
@@ -202,7 +202,7 @@ def _check_archive_report(report: dict, artifacts: Path, archive: Path, net, eva
 
 def test_archive_through_the_core(zipped_onnx, tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     archive, npz, net, eval_feeds = zipped_onnx
     report = run_comparison(ComparisonRequest(model_path=archive, model_name="net.zip", calibration_path=npz,

@@ -67,7 +67,7 @@ def minimal_report(spec):
     from datetime import datetime, timezone
 
     from service.pipeline.environment import environment
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.schemas.report import ModelInfo, Report, SamplesInfo, Verdict
 
     return Report(

@@ -108,7 +108,7 @@ def test_the_rewrite_named_for_an_ort_optimizer_op_is_the_one_that_writes_it(tmp
     is GeluFusionL2's; 'GeluFusion' (the class name) switches nothing off."""
     import onnx
 
-    from service.pipeline.runtime.ort_sessions import session_for
+    from service.pipeline.ort.sessions import session_for
 
     graph = helper.make_graph(nodes(), "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],

@@ -21,7 +21,7 @@ def corpus_report(tmp_path_factory, corpus_dir):
     """``corpus_report(name, **extra_options) -> Report``, or the QuantCompareError it was refused with."""
     from service.errors import QuantCompareError
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from tests.missing_tools import skip_or_fail
     from tests.realworld.corpus import BY_NAME, MissingCorpusPackage
 

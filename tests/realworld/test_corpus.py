@@ -87,7 +87,7 @@ def test_control_flow_nodes_inside_subgraphs_are_counted(corpus_report, corpus_d
 
 def test_int64_and_bool_inputs_from_an_uploaded_npz(tmp_path, corpus_dir):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     model = BY_NAME["control_flow_int_bool_inputs"]
     path = model.locate(corpus_dir)
@@ -146,7 +146,7 @@ def test_ort_qdq_of_an_opset11_model_loads(corpus_report):
 def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     """silero's sample-rate If folds away once `sr` is one value in every calibration sample, and the
     converted module matches ORT before PT2E ever sees it."""
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
     from service.pipeline.quantize.onnx_torch.program import program_from_onnx
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_onnx
@@ -213,7 +213,7 @@ def test_magika_byte_ids_are_drawn_in_the_one_hot_range_the_model_states(corpus_
 # those where it is expected to be skipped (the reason must name what blocks it).
 PT2E_SKIPPED: dict[str, str] = {}
 # A PT2E file is written but ORT runs it at no level. arabic_romanizer_encoder was here until its
-# passed-through mask input kept torch's name "src_mask_orig" (tests/pipeline/onnx_torch/test_io_names.py).
+# passed-through mask input kept torch's name "src_mask_orig" (tests/pipeline/quantize/onnx_torch/test_io_names.py).
 PT2E_FILE_ORT_FAILS: dict[str, str] = {}
 
 

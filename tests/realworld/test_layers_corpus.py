@@ -17,9 +17,9 @@ def test_ort_qdq_figures_match_an_independent_run_on_ppocr_mobile_cls(corpus_dir
     import numpy as np
 
     from service.pipeline.quantize.onnx_cleanup import opset_for_ort
-    from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+    from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import quantized_by_ort
-    from service.pipeline.runtime.layers import layers_from_files
+    from service.pipeline.layers.layers import layers_from_files
     from tests.realworld.corpus import BY_NAME, MissingCorpusPackage
 
     try:

@@ -12,7 +12,7 @@ from service.errors import BudgetExceeded
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.inputs.safety import Budgets
 from service.pipeline.inputs.safety.activations import check_activation_bytes, inferred_at_job_shapes
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 
 F = TensorProto.FLOAT
 GiB = 1 << 30

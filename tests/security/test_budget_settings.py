@@ -14,7 +14,7 @@ from service.config import Settings
 from service.errors import BudgetExceeded
 from service.jobs.spec import JobSpec
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.safety import Budgets
 
 
@@ -60,7 +60,7 @@ def test_many_samples_of_a_large_input_are_refused_before_any_is_made(tmp_path):
     """Each input fits max_input_elements, but 4096 + 4096 samples of it would not fit in memory."""
     from service.errors import BudgetExceeded
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     options = ComparisonOptions(calibration_samples=4096, eval_samples=4096,
                                 input_shapes={"x": [64, 3, 16, 16]})

@@ -18,7 +18,7 @@ from service.api.routes.comparisons import job_or_404
 from service.errors import NotFound
 from service.jobs.storage.level_downloads import level_graph_entries, regenerated_level_graph
 from service.jobs.spec import ARTIFACTS_DIR
-from service.pipeline.options import LEVELS
+from service.pipeline.files import split_name
 from service.schemas.api import ArtifactEntry, ArtifactList
 
 router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])
@@ -41,14 +41,6 @@ def downloadable_files(job_dir: Path) -> list[tuple[str, int]]:
     for entry in level_graph_entries(job_dir).values():
         out.setdefault(entry.name, entry.bytes)
     return sorted(out.items())
-
-
-def split_name(name: str) -> tuple[str, str | None]:
-    """'ort_qdq.all.onnx' -> ('ort_qdq', 'all'); 'fp32.onnx' -> ('fp32', None)."""
-    stem = name[:-5] if name.endswith(".onnx") else name
-    artifact, _, rest = stem.partition(".")
-    level = rest if rest in LEVELS else None
-    return artifact, level
 
 
 def download_name(model_name: str | None, job_id: str, name: str) -> str:

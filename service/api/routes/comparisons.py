@@ -26,7 +26,7 @@ from service.examples import get_example
 from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.submission import submit_or_reuse
 from service.pipeline.environment import toolchain_versions
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.schemas.api import ComparisonBody, Job
 
 log = logging.getLogger("quantcompare.api")

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from service.errors import InvalidCalibration, InvalidOptions
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.specs import InputSpec
 from service.schemas.report import SamplesInfo
 

@@ -4,7 +4,7 @@ On the CPU EP, ORT runs a float16 node that has no float16 kernel (Conv, Gemm, m
 Casts to and from float (``InsertCastTransformer``, onnxruntime/core/optimizer/insert_cast_transformer.cc,
 nodes named ``InsertedPrecisionFreeCast_<tensor>``), and a Cast between a DequantizeLinear and its
 op breaks the QDQ node unit: a quantized float16 graph runs no int8 kernel there (both pinned in
-tests/pipeline/test_float16_uploads.py). The toolchains also break on one: torch.onnx.export wrote
+tests/pipeline/inputs/test_float16_uploads.py). The toolchains also break on one: torch.onnx.export wrote
 a float16 ``QuantizeLinear`` with a float32 scale, ORT's quantizer float16 scales that
 DequantizeLinear takes only from opset 19, or, after quant_pre_process had put every weight behind
 such a Cast, found no bias initializer. So PT2E and both ORT paths quantize this copy: the graph
@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from service.pipeline.files import has_external_initializers
-from service.pipeline.quantize.isolation import first_line
+from service.pipeline.isolation import first_line
 from service.pipeline.vocabulary import HALF_ELEM_TYPES, attribute, computes_in_half, node_reads, rename_reads
 
 NOTE = ("the upload computes in float16: quantized as its float32 copy ({count} half tensors, Casts and dtype "

@@ -12,13 +12,13 @@ from typing import Any
 from service.errors import NonFiniteCalibration, OrtFileRejected
 from service.pipeline.files import has_external_initializers, inline_small_external_tensors
 from service.pipeline.inputs.samples import Feed
-from service.pipeline.inspect.stored_nonfinite import nonfinite_scales
-from service.pipeline.quantize.isolation import NONFINITE_HINT, first_line, scrub
+from service.pipeline.inputs.stored_nonfinite import nonfinite_scales
+from service.pipeline.isolation import NONFINITE_HINT, first_line, scrub
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
-from service.pipeline.runtime.ort_sessions import ort_refusal, session_options_for, session_with_options
-from service.pipeline.vocabulary import all_nodes, graph_from_path
+from service.pipeline.ort.sessions import ort_refusal, session_options_for, session_with_options
+from service.pipeline.vocabulary import ai_onnx_opset, all_nodes, graph_from_path
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -105,7 +105,7 @@ def _weights_on_disk(fp32_path: Path):
 
     graph = onnx.load(str(fp32_path), load_external_data=False)
     external = has_external_initializers(graph)
-    opset = next((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = ai_onnx_opset(graph)
     return graph if external and opset is not None and opset > 10 else None
 
 

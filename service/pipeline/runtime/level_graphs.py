@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.pipeline.files import file_sha256
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 from service.pipeline.vocabulary import subgraphs
 
 GRAPH_FILE = "model.onnx"

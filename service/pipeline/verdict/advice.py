@@ -21,7 +21,7 @@ but ORT's CommonSubexpressionElimination (Level1) merges the identical QuantizeL
 QDQS8ToU8Transformer runs, and without CSE the producer's output would be read by several
 QuantizeLinear, which the selectors refuse (``output_quantized_twice``).
 
-Hook for per-tensor error (issue 15, ``runtime/layers.py``): give ``measured_advice`` more
+Hook for per-tensor error (issue 15, ``layers/layers.py``): give ``measured_advice`` more
 ``Candidate``s, e.g. ``Candidate(artifact="ort_qdq", change={"ort": {"nodes_to_exclude": [...]}},
 reason="the 3 nodes whose error dominates ...", kind="accuracy")``. Accuracy candidates are
 adopted when SQNR improves by at least ``MIN_SQNR_GAIN_DB`` at no more than ``MAX_SLOWDOWN``.
@@ -45,11 +45,12 @@ import numpy as np
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.blockers import unfused_nodes
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
-from service.pipeline.runtime.ort_sessions import session_for, session_options_for, session_with_options
+from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import graph_from_path, int8_coverage
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
@@ -205,8 +206,8 @@ def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarra
 
 
 def _int8_allowed() -> bool:
-    """ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs)."""
-    return cpu_info().arch in ("aarch64", "arm64", "ARM64")
+    """QDQIsInt8Allowed() where the candidates are measured (QDQS8ToU8Transformer runs where it is false)."""
+    return host_platform().int8_allowed
 
 
 # A candidate whose every timed run is this much slower than every run of the artifact as is, after

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from service.pipeline.vocabulary import QDQ_FUSION_LIST
-from service.pipeline.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions
 from service.schemas.levels import DecisionRow, OptimizedLevel
 from service.schemas.report import QuantizationInventory
 

@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from service.errors import InvalidOptions, validation_errors
-from service.pipeline.options import ARTIFACTS, LEVELS, Gate
+from service.schemas.options import ARTIFACTS, LEVELS, Gate
 from service.schemas.report import Artifact, GateResult, Report, SamplesInfo, Verdict
 
 METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio", "status_ok",

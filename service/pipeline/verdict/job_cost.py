@@ -10,7 +10,7 @@ would still have run; they predict nothing the job did not measure.
 
 from __future__ import annotations
 
-from service.pipeline.options import LEVELS, ComparisonOptions
+from service.schemas.options import LEVELS, ComparisonOptions
 from service.schemas.report import Artifact, JobCost
 
 __all__ = ["job_cost", "HINT_ABOVE_S", "BIG_SHARE"]

@@ -10,11 +10,11 @@ import onnx
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.files import declared_bytes
-from service.pipeline.options import ComparisonOptions, resolved_ort_settings
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
-from service.pipeline.runtime.ort_sessions import JOB_RANDOM_SEED
-from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes, op_key
+from service.pipeline.ort.sessions import JOB_RANDOM_SEED
+from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, RANKING_OPS, all_nodes, op_key
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
@@ -374,7 +374,7 @@ def fed_back_selection_lints(model) -> list[Lint]:
         n_carried = max(len(loop.input) - 2, 0)
         carried = {o.name for o in body.output[1:1 + n_carried]}
         picks = [(n.op_type, n.output[1 if n.op_type == "TopK" else 0]) for n in body.node
-                 if n.op_type in ("ArgMax", "ArgMin", "TopK") and n.domain in ("", "ai.onnx")
+                 if n.op_type in RANKING_OPS and n.domain in ("", "ai.onnx")
                  and len(n.output) > (1 if n.op_type == "TopK" else 0)]
         body_readers: dict[str, list] = {}
         for n in body.node:
@@ -627,38 +627,23 @@ def ort_optimized_upload_lints(fp32: FileFacts | None) -> list[Lint]:
     )]
 
 
-def qoperator_dropped_relu_lints(fp32_model, qoperator_model) -> list[Lint]:
-    """One lint when ORT's QOperator file lost a Relu/Clip whose input another node also reads.
-
-    ``QLinearActivation.QuantizeClipRelu`` (onnxruntime/quantization/operators/activation.py) drops every Relu or
-    Clip after a quantized op and hands its output the input's quantized value, trusting the input's range to
-    start at the activation's; ``adjust_tensor_ranges`` (base_quantizer.py) narrows that range only when the
-    Relu or Clip is its input's only reader. With a second reader the file writes the activation's output as
-    ``DequantizeLinear`` of the input, negatives included (MatMul -> {Relu, Sigmoid}: the Relu's output -0.6 dB).
-    Found in the file itself: the fp32 activation's output tensor is written there by a DequantizeLinear.
-    """
-    if qoperator_model is None:
+def symbolic_dim_lints(specs, shapes, options: ComparisonOptions, fixed_files: list[str] = ()) -> list[Lint]:
+    """The artifacts keep the model's symbolic dims (but ``fixed_files``), yet every run here used one
+    value for each."""
+    fixed, chosen = [], []
+    for spec in specs:
+        for i, d in enumerate(spec.shape):
+            if not isinstance(d, int) and spec.name in shapes and i < len(shapes[spec.name]):
+                fixed.append(f"{spec.name}[{i}] '{d or '?'}' = {shapes[spec.name][i]}")
+                chosen.append(spec.name in options.input_shapes)
+    if not fixed:
         return []
-    fp32 = fp32_model.graph
-    readers = Counter(i for n in fp32.node for i in n.input if i)
-    graph_outputs = {o.name for o in fp32.output}
-    written_by = {o: n for n in qoperator_model.graph.node for o in n.output if o}
-    lost = [n for n in fp32.node
-            if n.op_type in ("Relu", "Clip") and (n.domain or "") in ("", "ai.onnx") and n.input and n.output
-            and readers[n.input[0]] + (n.input[0] in graph_outputs) > 1
-            and getattr(written_by.get(n.output[0]), "op_type", None) == "DequantizeLinear"]
-    if not lost:
-        return []
-    names = [n.name or n.output[0] for n in lost]
-    shown = ", ".join(f"{n.op_type} '{n.name or n.output[0]}' (input '{n.input[0]}')" for n in lost[:3])
-    more = f" and {len(lost) - 3} more" if len(lost) > 3 else ""
-    return [Lint(
-        code="qoperator_dropped_activation", severity="error", artifact="ort_qoperator",
-        message=(f"ORT's QOperator quantizer removed {shown}{more} although another node also reads that input: it "
-                 "kept the input's full range, so the file writes the activation's output as the dequantized input, "
-                 "negatives included, and its figures downstream measure that, not int8 rounding"),
-        hint=(f"keep them in float with options.ort.nodes_to_exclude = {names[:8]}, or deploy the QDQ file "
-              "(ort_qdq keeps the activation)"),
-        source="onnxruntime/quantization/operators/activation.py (QLinearActivation.QuantizeClipRelu), "
-               "base_quantizer.py (adjust_tensor_ranges: only for a Relu/Clip that is its input's only reader)",
-    )]
+    ran = ["calibration", "evaluation"] + [s for s, on in (("latency", options.latency.enabled),
+                                                            ("advice", options.advice.enabled)) if on]
+    keep = (f"the artifacts but {', '.join(fixed_files)} keep symbolic input dims ({', '.join(fixed_files)} "
+            "fixes them at these sizes and runs at no other)" if fixed_files else "the artifacts keep symbolic input dims")
+    return [Lint(code="symbolic_dims_measured_at_one_size", severity="warning" if fixed_files else "info",
+                 message=f"{keep}, but {', '.join(ran)} ran with " + ", ".join(fixed),
+                 hint=("the figures hold for these sizes, the ones options.input_shapes gives; a job per size you "
+                       "deploy with measures the others" if all(chosen) else
+                       "set options.input_shapes to measure the size you deploy with"))]

@@ -34,7 +34,7 @@ def _offset_model(path) -> None:
 
 def test_a_quantized_output_that_is_one_constant_is_named(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     (tmp_path / "input").mkdir()
     model = tmp_path / "input" / "model.onnx"

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.runtime.ort_sessions import session_for
+from service.pipeline.ort.sessions import session_for
 from service.pipeline.runtime.latency import (
     SHORT_RUN_MS,
     SHORT_RUN_WARMUP,

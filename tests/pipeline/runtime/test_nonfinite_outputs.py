@@ -46,7 +46,7 @@ def test_integer_outputs_have_no_non_finite_values():
 
 
 def test_the_per_tensor_table_counts_them_too():
-    from service.pipeline.runtime.layers import Located, _Acc, _Ref
+    from service.pipeline.layers.layers import Located, _Acc, _Ref
 
     acc = _Acc()
     loc = Located("t", "name", False, None, None, None, None)
@@ -74,7 +74,7 @@ def _log_energy_model(path) -> None:
 
 def test_a_quantized_log_of_zero_is_reported_not_a_crash(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
-    from service.pipeline.options import ComparisonOptions
+    from service.schemas.options import ComparisonOptions
 
     (tmp_path / "input").mkdir()
     model = tmp_path / "input" / "model.onnx"

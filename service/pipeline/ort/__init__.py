@@ -1,0 +1,1 @@
+"""ONNX Runtime sessions shared by every stage: options, aborts, logs."""

@@ -1,0 +1,308 @@
+"""Options of one comparison, as a user writes them and as they are resolved.
+
+The same model serves the CLI (``--options JSON``), the HTTP API (``options`` form field or JSON
+body) and the report (``options`` echoes them resolved). Unknown keys are refused rather than
+ignored: a CI job that misspells a gate must hear about it.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
+LEVELS = ("disable_all", "basic", "extended", "layout", "all")
+# GraphOptimizationLevel values, in the order ORT applies them.
+LEVEL_VALUES = {"disable_all": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
+
+QuantArtifact = Literal["pt2e_qdq", "ort_qdq", "ort_qoperator"]
+Level = Literal["disable_all", "basic", "extended", "layout", "all"]
+
+
+class _Strict(BaseModel):
+    # No NaN or Infinity (Python's json reads them): a report stores them as null, which a gate's
+    # value cannot be, and no sample generator can draw them.
+    # strict: no coercion between JSON types. Lax parsing read `true` as a count of 1, "yes" or 1 as a
+    # switch and "4" as a number: a CI job's typo ran a different comparison instead of being refused.
+    # (An integer is still a valid float, as in JSON.)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+
+class InputValues(_Strict):
+    """How to make calibration values for one input when no .npz is uploaded."""
+
+    low: float | None = None
+    high: float | None = None
+    constant: float | None = None
+
+    @field_validator("high")
+    @classmethod
+    def _high_above_low(cls, v, info):
+        low = info.data.get("low")
+        if v is not None and low is not None and v <= low:
+            raise ValueError("high must be greater than low")
+        return v
+
+    @model_validator(mode="after")
+    def _range_or_constant(self):
+        if self.constant is not None and (self.low is not None or self.high is not None):
+            raise ValueError("give either a constant or a range (low and high), not both")
+        if (self.low is None) != (self.high is None):
+            raise ValueError("give low and high together (high is exclusive), or a constant")
+        return self
+
+
+class Pt2eOptions(_Strict):
+    per_channel: bool = True
+    # Ops of the torch graph PT2E may start on (pt2e.refuse_oversized_program): past it the path is
+    # skipped at once, with the nodes that made it big, instead of running past the job's time limit.
+    max_graph_ops: int = Field(8000, ge=1, le=10_000_000)
+    # Wall-clock seconds the PT2E path may run (time_limit.py): past it the path fails with
+    # path_time_limit and the job goes on with the ORT paths. None: half the job's time limit on a
+    # server (QUANTCOMPARE_JOB_TIMEOUT_S), no limit in the CLI.
+    time_limit_s: float | None = Field(None, gt=0, le=7 * 24 * 3600)
+
+
+# The extra_options keys onnxruntime 1.32's quantize_static and its calibrators read (from its
+# source). ORT ignores any other key silently, so a misspelt one would quietly change nothing.
+ORT_EXTRA_OPTIONS = frozenset({
+    "ActivationRestrictedAsymmetric", "ActivationSymmetric", "AddQDQPairToWeight", "BlockSize",
+    "CalibMaxIntermediateOutputs", "CalibMovingAverage", "CalibMovingAverageConstant", "CalibPercentile",
+    "CalibStridedMinMax", "CalibTensorRangeSymmetric", "DedicatedQDQPair", "DefaultTensorType", "EnableSubgraph",
+    "ForceQuantizeNoInputCheck", "MatMulConstBOnly", "MinimumRealRange", "OpTypesToExcludeOutputQuantization",
+    "QDQDisableWeightAdjustForInt32Bias", "QDQKeepRemovableActivations", "QDQOpTypePerChannelSupportToAxis",
+    "QuantizeBias", "SmoothQuant", "SmoothQuantAlpha", "SmoothQuantFolding", "TensorQuantOverrides",
+    "UseQDQContribOps", "WeightSymmetric", "extra.Sigmoid.nnapi",
+})
+
+
+class OrtQuantOptions(_Strict):
+    """Overrides for ORT's ``quantize_static``; ``None`` means: take it from the preset."""
+
+    calibrate_method: Literal["minmax", "entropy", "percentile", "distribution"] | None = None
+    per_channel: bool | None = None
+    activation_type: Literal["int8", "uint8"] | None = None
+    weight_type: Literal["int8", "uint8"] | None = None
+    reduce_range: bool | None = None
+    pre_process: bool = True
+    op_types_to_quantize: list[str] | None = None
+    nodes_to_exclude: list[str] | None = None
+    extra_options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("op_types_to_quantize")
+    @classmethod
+    def _some_op_types(cls, v):
+        if v is not None and not v:  # an empty list reaches quantize_static as its default: every op type
+            raise ValueError("give at least one op type (leave the key out for ORT's defaults)")
+        return v
+
+    @field_validator("extra_options")
+    @classmethod
+    def _known_extra_options(cls, v):
+        unknown = sorted(set(v) - ORT_EXTRA_OPTIONS)
+        if unknown:
+            raise ValueError(f"quantize_static does not read {', '.join(unknown)}; "
+                             f"known keys: {', '.join(sorted(ORT_EXTRA_OPTIONS))}")
+        return v
+
+
+class LatencyOptions(_Strict):
+    """The adaptive protocol of service/pipeline/runtime/latency.py: the eval runs are the first
+    timing samples, then more runs until the median is stable (``stable_rel``), at least
+    ``min_runs`` and at most ``runs`` timed runs per graph, within ``budget_seconds`` per job."""
+
+    enabled: bool = True
+    runs: int = Field(10, ge=1, le=1000)  # most timed runs per graph
+    min_runs: int = Field(5, ge=1, le=1000)
+    warmup: int = Field(1, ge=0, le=100)  # untimed runs first (eval runs count)
+    stable_rel: float = Field(0.05, gt=0, le=1)  # half-width of the median's 95% interval / median
+    budget_seconds: float = Field(60.0, ge=0, le=3600)  # top-up runs per job, shared by the graphs
+    intra_op_threads: int = Field(1, ge=1, le=64)
+
+
+class AdviceOptions(_Strict):
+    """Re-run the changes the blockers point to (e.g. uint8 activations on x86) and measure them."""
+
+    enabled: bool = True
+    # Job time the re-runs may take together; a candidate that would not fit is not re-run.
+    budget_seconds: float = Field(60.0, ge=0, le=3600)
+    level: Level = "all"
+
+
+class LayersOptions(_Strict):
+    """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
+    counterpart in each quantized file, at ``disable_all``. Each SQNR has a 95% bootstrap interval;
+    the table runs ``min_samples`` samples (the evaluation samples first, then more held-out ones),
+    then more until every interval is at most 2 dB wide, within ``max_samples`` and ``max_seconds``.
+    ``by_level``: also the SQNR of each tensor at every other requested level where it still
+    exists (the graph ORT saved at that level, run as written). ``retry_k > 0`` re-quantizes each
+    artifact with its k worst origin nodes kept in float."""
+
+    enabled: bool = True
+    by_level: bool = False
+    max_tensors: int = Field(2000, ge=1, le=100_000)
+    min_samples: int = Field(8, ge=1, le=4096)
+    max_samples: int = Field(1024, ge=1, le=4096)
+    max_seconds: float = Field(120.0, gt=0, le=3600)
+    retry_k: int = Field(0, ge=0, le=50)
+    retry_seconds: float = Field(180.0, gt=0, le=3600)
+
+
+class Gate(_Strict):
+    """One CI threshold, evaluated by the server into ``verdict``.
+
+    ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
+    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst float output), ``mismatch_share`` (worst
+    integer, bool or string output: share of its elements that differ from fp32), ``int8_coverage``,
+    ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
+    (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths),
+    or ``calibration_data_uploaded`` (1 when the uploaded .npz was used, 0 for generated samples).
+    Missing data (a failed path, a level not run) fails a gate; an exact match (SQNR ``None``) passes.
+
+    ``relative_to="baseline"`` makes the threshold the baseline's figure plus ``value``
+    (``ort_qdq.all.sqnr_db>=baseline-0.5``). ``baseline_values`` holds that figure per artifact;
+    whoever resolves the baseline fills it (the API from ``options.baseline``, the client from a
+    saved report.json). ``null`` there is an exact match (SQNR without error, as in
+    ``numerics.worst_sqnr_db``); an artifact absent from it has no baseline figure and fails.
+    """
+
+    artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
+    level: Level = "all"
+    metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio",
+                    "status_ok", "calibration_data_uploaded"]
+    op: Literal[">=", ">", "<=", "<", "=="] = ">="
+    value: float = 1.0
+    # latency_ratio only: a failing figure that is marked noisy fails the gate ("fail", the default:
+    # CI re-runs), or passes it with the reason in the message ("pass"). A passing one always passes.
+    on_noisy: Literal["fail", "pass"] = "fail"
+    relative_to: Literal["baseline"] | None = None
+    baseline_values: dict[QuantArtifact, float | None] | None = None
+
+    @model_validator(mode="after")
+    def _relative_metric(self):
+        if self.relative_to and self.metric == "status_ok":
+            raise ValueError("status_ok cannot be relative to a baseline")
+        return self
+
+
+# The emulated platforms (service/pipeline/platforms/targets.py gives each its QEMU_CPU).
+EMULATED_PLATFORMS = ("arm64", "arm64:neoverse-n1", "arm64:i8mm", "arm64:cortex-a53")
+
+
+def host_platform_name() -> str:
+    """The machine the job runs on, as ``options.platforms`` names it (``platform.machine()``)."""
+    return _platform.machine() or "unknown"
+
+
+class PlatformAccuracyOptions(_Strict):
+    """Accuracy on an emulated platform: the eval samples, run on every level graph of every artifact
+    within ``budget_seconds`` (one sample each is timed first; as many as fit are then run on all)."""
+
+    enabled: bool = True
+    budget_seconds: float = Field(120.0, ge=0, le=3600)
+
+
+class ComparisonOptions(_Strict):
+    artifacts: list[QuantArtifact] = Field(default_factory=lambda: list(ARTIFACTS))
+    # Values for dynamic dims: {"input_name": [1, 3, 224, 224]}; a dim that is already fixed must match.
+    input_shapes: dict[str, list[int]] = Field(default_factory=dict)
+    input_values: dict[str, InputValues] = Field(default_factory=dict)
+    calibration_samples: int = Field(16, ge=1, le=4096)
+    eval_samples: int = Field(8, ge=1, le=4096)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    preset: Literal["matched", "ort_defaults"] = "matched"
+    pt2e: Pt2eOptions = Field(default_factory=Pt2eOptions)
+    ort: OrtQuantOptions = Field(default_factory=OrtQuantOptions)
+    levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
+    latency: LatencyOptions = Field(default_factory=LatencyOptions)
+    attribution: bool = False
+    advice: AdviceOptions = Field(default_factory=AdviceOptions)
+    layers: LayersOptions = Field(default_factory=LayersOptions)
+    gates: list[Gate] = Field(default_factory=list)
+    # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
+    # into each relative gate's ``baseline_values`` before the job runs.
+    baseline: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+    # Where ORT's graphs are made: None = the machine the job runs on. An emulated platform (arm64 under
+    # qemu-user, docs/CONTRACTS.md "Platforms") adds level graphs and accuracy, never latency.
+    platforms: list[str] | None = None
+    platform_accuracy: PlatformAccuracyOptions = Field(default_factory=lambda: PlatformAccuracyOptions())
+
+    @field_validator("platforms")
+    @classmethod
+    def _known_platforms(cls, v):
+        if v is None:
+            return v
+        if not v or len(set(v)) != len(v):
+            raise ValueError("give at least one platform, each once (leave the key out for this machine)")
+        known = (host_platform_name(), *EMULATED_PLATFORMS)
+        unknown = [p for p in v if p not in known]
+        if unknown:
+            raise ValueError(f"unknown platform(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        return v
+
+    @model_validator(mode="after")
+    def _relative_gates_have_a_baseline(self):
+        for gate in self.gates:
+            if gate.relative_to and gate.baseline_values is None and self.baseline is None:
+                raise ValueError(
+                    "a gate relative to the baseline needs one: set options.baseline to the id of an earlier "
+                    "comparison (or pass --baseline report.json to quantcompare-client check)"
+                )
+        return self
+
+    @field_validator("artifacts", "levels")
+    @classmethod
+    def _unique_nonempty(cls, v):
+        if not v:  # nothing would be made or measured, and a job without gates would read "passed"
+            raise ValueError("give at least one (leave the key out for all of them)")
+        if len(set(v)) != len(v):
+            raise ValueError("entries must be unique")
+        return v
+
+    @field_validator("input_shapes")
+    @classmethod
+    def _positive_dims(cls, v):
+        for name, dims in v.items():
+            if not dims or any(d < 1 or d > 1_000_000 for d in dims):
+                raise ValueError(f"input_shapes[{name!r}]: every dim must be between 1 and 1000000")
+        return v
+
+
+def resolved_ort_settings(options: ComparisonOptions) -> dict[str, Any]:
+    """The exact ``quantize_static`` settings for a preset plus the user's overrides.
+
+    ``matched`` mirrors torchao's XNNPACK symmetric config: int8 activations (asymmetric),
+    int8 weights symmetric, per-channel unless PT2E was asked for per-tensor, MinMax-free
+    histogram calibration cannot be mirrored exactly (ORT has no HistogramObserver), so
+    MinMax is used and the report says so.
+    """
+    o = options.ort
+    if options.preset == "matched":
+        base = {
+            "calibrate_method": "minmax",
+            "per_channel": options.pt2e.per_channel,
+            "activation_type": "int8",
+            "weight_type": "int8",
+            "reduce_range": False,
+            "extra_options": {"WeightSymmetric": True, "ActivationSymmetric": False},
+        }
+    else:  # ORT's own defaults for quantize_static
+        base = {
+            "calibrate_method": "minmax",
+            "per_channel": False,
+            "activation_type": "int8",
+            "weight_type": "int8",
+            "reduce_range": False,
+            "extra_options": {},
+        }
+    for key in ("calibrate_method", "per_channel", "activation_type", "weight_type", "reduce_range"):
+        val = getattr(o, key)
+        if val is not None:
+            base[key] = val
+    base["extra_options"] = {**base["extra_options"], **o.extra_options}
+    base["op_types_to_quantize"] = o.op_types_to_quantize
+    base["nodes_to_exclude"] = o.nodes_to_exclude
+    base["pre_process"] = o.pre_process
+    return base
