@@ -6,6 +6,7 @@
     inspect   what each file writes                                                  inspect/stage.py
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32, latency                                              runtime/stage.py
+    platforms the same on each emulated platform options.platforms names (arm64)     platforms/stage.py
     layers    per-tensor error against fp32                                          layers/layers_stage.py
     advice    the changes the blockers point to, re-run and measured                 verdict/advice_stage.py
     decide    artifacts' final status, decisions, lints, platform notes, verdict     verdict/decide.py
@@ -35,7 +36,7 @@ from service.pipeline.inspect.stage import Inspected, inspect_stage
 from service.pipeline.layers.layers_stage import Layered, layers_stage
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
-from service.pipeline.platforms.stage import platforms_stage
+from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
 from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.stage import levels_stage
 from service.pipeline.verdict.advice import AdvicePlan
@@ -102,9 +103,10 @@ def run_comparison(
         inspected = inspect_stage(options, prepared, fp32, quantized, ctx, fp32_seconds=clock.timings.get("fp32"))
     levels = levels_stage(options, prepared, fp32, inspected, ctx)
     clock.add(levels.timings)
-    platforms = platforms_stage(options, levels, artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
-                                out_dir=folders.artifacts, inventories=inspected.inventories,
-                                data_dependent=fp32.data_dependent_outputs(), timings=clock.timings)
+    platforms = {}
+    if emulated_platforms(options):
+        with clock.stage("platforms"):
+            platforms = platforms_stage(options, prepared, fp32, inspected, levels, ctx)
     plan = advice_candidates(options, prepared, quantized, inspected, levels, ctx)
     beside = _advice_beside_layers(options, plan, inspected, request)
     layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx,

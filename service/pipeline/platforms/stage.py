@@ -3,11 +3,10 @@ own level graphs, blockers, decisions and accuracy, and the rows that set it bes
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-
-import numpy as np
-
+from service.pipeline.context import StageContext
+from service.pipeline.fp32.stage import Fp32
+from service.pipeline.inputs.stage import Prepared
+from service.pipeline.inspect.stage import Inspected
 from service.pipeline.platforms.advice import advice_for_platform
 from service.pipeline.platforms.emulated_levels import platform_levels
 from service.pipeline.platforms.side_by_side import side_by_side_rows
@@ -17,23 +16,25 @@ from service.pipeline.verdict.decisions import decisions_table
 from service.schemas.options import ComparisonOptions
 from service.schemas.platforms import PlatformReport
 
-__all__ = ["platforms_stage"]
+__all__ = ["emulated_platforms", "platforms_stage"]
 
 
-def platforms_stage(options: ComparisonOptions, levels: LevelsResult, *, artifact_paths: dict[str, Path],
-                    eval_feeds: list[dict[str, np.ndarray]], out_dir: Path, inventories: dict,
-                    data_dependent: dict[int, str] | None = None,
-                    memory_mb: int = 0, timings: dict[str, float] | None = None) -> dict[str, PlatformReport]:
+def emulated_platforms(options: ComparisonOptions) -> list[str]:
+    """The names in ``options.platforms`` that this stage runs (the host's own results are the levels stage's)."""
+    return [name for name in options.platforms or [] if platform_from_name(name).emulated]
+
+
+def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
+                    levels: LevelsResult, ctx: StageContext, *, memory_mb: int = 0) -> dict[str, PlatformReport]:
     """``{name: PlatformReport}`` for every emulated platform in ``options.platforms`` (this machine's
     own results stay in ``artifacts``); an unavailable runtime is a report with status ``unavailable``."""
     host = host_platform()
     out: dict[str, PlatformReport] = {}
-    t0 = time.perf_counter()
-    for name in options.platforms or []:
+    eval_feeds, out_dir = prepared.samples.evaluation, ctx.folders.artifacts
+    data_dependent, inventories = fp32.data_dependent_outputs(), inspected.inventories
+    for name in emulated_platforms(options):
         platform = platform_from_name(name)
-        if not platform.emulated:
-            continue
-        paths = {n: p for n, p in artifact_paths.items() if n in levels.optimized}
+        paths = {n: p for n, p in inspected.paths.items() if n in levels.optimized}
         report = platform_levels(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
                                  options=options, levels=levels.levels, files=levels.files,
                                  # always stored: a download cannot make an emulated graph again
@@ -48,6 +49,4 @@ def platforms_stage(options: ComparisonOptions, levels: LevelsResult, *, artifac
                 "side_by_side": side_by_side_rows(levels.optimized, host, report)})
             report = report.model_copy(update={"advice": advice_for_platform(report)})
         out[name] = report
-    if timings is not None and out:
-        timings["platforms"] = round(time.perf_counter() - t0, 4)
     return out
