@@ -139,10 +139,10 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
             ))
 
         last = next((per_level[lv] for lv in reversed(list(per_level)) if not per_level[lv].error), None)
-        if last is not None and last.compute_ops_fp32 and last.int8_coverage == 0 and not nothing_quantized:
+        if last is not None and last.int8_coverage == 0 and not nothing_quantized:
             out.append(Lint(
                 code="no_int8_kernels", severity="warning", artifact=a,
-                message=f"at level {last.level} none of the {last.compute_ops_fp32} compute ops runs in an int8 "
+                message=f"at level {last.level} none of the {sum(last.compute_ops_float.values())} compute ops runs in an int8 "
                         "kernel: the file is quantized but ORT computes in float between Q/DQ pairs.",
                 hint="check the quantizer's annotations and ORT's fusion conditions (activation dtype, "
                      "per-channel zero points, opset); see the diff at level extended",
