@@ -43,6 +43,7 @@ from service.jobs.metrics import JobMetrics
 from service.jobs.storage import open_files
 from service.jobs.storage.files import JobFiles
 from service.jobs.store import JobRecord, JobStore
+from service.jobs.storage.disk import eviction_lock, pinned_jobs
 from service.jobs.worker import clean_env_launcher, worker_main
 from service.schemas.api import problem_from_error
 
@@ -175,7 +176,7 @@ class WorkerPool:
         proc = self._ctx.Process(
             target=worker_main, args=(child,), daemon=True, name="quantcompare-worker",
             kwargs={"preload": s.preload_modules, "job_function": s.job_function,
-                    "memory_mb": s.worker_memory_mb, "log_level": s.log_level},
+                    "memory_mb": s.worker_memory_mb, "log_level": s.log_level, "log_format": s.log_format},
         )
         # A worker starts from a minimal environment (no QUANTCOMPARE_* secrets, no credentials of the
         # operator's shell): spawn execs a launcher that clears the environment first (worker.py).
@@ -467,11 +468,14 @@ def prepare_data_dir(settings: Settings, store: JobStore, files: JobFiles | None
 
 
 def sweep_expired(settings: Settings, store: JobStore, files: JobFiles | None = None) -> list[str]:
+    """Delete finished jobs past the retention, but not one a download has pinned (its next sweep will)."""
     if not settings.retention_hours:
         return []
     files = files or open_files(settings)
-    ids = store.finished_before(time.time() - settings.retention_hours * 3600)
-    for job_id in ids:
-        files.delete(job_id)
-        store.delete(job_id)
+    with eviction_lock(settings.data_dir):
+        pinned = pinned_jobs(settings.data_dir)
+        ids = [j for j in store.finished_before(time.time() - settings.retention_hours * 3600) if j not in pinned]
+        for job_id in ids:
+            files.delete(job_id)
+            store.delete(job_id)
     return ids

@@ -168,6 +168,12 @@ class JobStore:
         rows = self.db.query("SELECT * FROM jobs WHERE id=?", (job_id,))
         return _record(rows[0]) if rows else None
 
+    def in_flight(self, cache_key: str) -> JobRecord | None:
+        """The oldest queued or running job with this key (the one ``create_or_join`` would join)."""
+        rows = self.db.query("SELECT * FROM jobs WHERE cache_key=? AND status IN ('queued', 'running') "
+                             "ORDER BY created_at LIMIT 1", (cache_key,))
+        return _record(rows[0]) if rows else None
+
     def find_succeeded(self, cache_key: str) -> Iterator[JobRecord]:
         rows = self.db.query("SELECT * FROM jobs WHERE cache_key=? AND status='succeeded' "
                              "ORDER BY finished_at DESC LIMIT 5", (cache_key,))
