@@ -1,8 +1,11 @@
-"""Float weights and quantization scales a file stores as NaN or inf.
+"""Float weights and quantization scales a file stores as NaN or inf, and NaN or inf the graph builds
+from its own constants.
 
 A quantizer that meets NaN or inf on the calibration samples (NonFiniteCalibration) cannot tell
-whether the samples drove the model there or the file stores it; the fix differs (other samples vs
-another export), so the job reads the weights once, only when a path failed that way.
+whether the samples drove the model there, the file stores it, or the graph computes it from
+constants and shapes alone (a fill value ``ConstantOfShape(value=NaN)`` that a ``Where`` selects);
+the fix differs (other samples, another export, leaving the reading op type out of quantization), so
+the job looks once, only when a path failed that way.
 """
 
 from __future__ import annotations
@@ -11,7 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, op_key
+from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SELECTION_OPS, node_reads, op_key
+
+# Ops whose output depends on their input's shape only, never its values: with the job's input shapes
+# fixed, every sample gives them the same value (unless a selection upstream makes the shape move).
+_SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 
 def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
@@ -61,6 +68,58 @@ def selected_by_where(model, tensor: str) -> tuple[list[str], list[str], bool] |
             todo.extend(i for i in producers[t].input if i)
     return ([n.name or "(unnamed)" for n in readers], sorted(found),
             all(list(n.input).index(tensor) == 1 for n in readers))
+
+
+def made_without_samples(model, tensor: str) -> list[str] | None:
+    """The nodes that compute ``tensor`` (main graph, in graph order, "<op> '<name>'") when no value of
+    any graph input reaches it: it is built from initializers, Constant nodes and the shapes of
+    tensors whose shape no selection moves, so every sample gives it the same value. None when a
+    graph input's values reach it (the samples decide it), when a node upstream draws random numbers
+    or reads a selection's shape, or when ``tensor`` is a graph input itself."""
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output if o}
+    inputs = {vi.name for vi in graph.input} - {t.name for t in graph.initializer}
+    if tensor in inputs:
+        return None
+    moving = _after_selection(graph)
+    made, todo, seen = [], [tensor], set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in inputs:
+            return None
+        node = producers.get(t)
+        if node is None:
+            continue  # an initializer (or a Constant's tensor): the same value for every sample
+        if node.op_type in RANDOM_OPS:
+            return None
+        made.append(node)
+        if node.op_type in _SHAPE_ONLY and (node.domain or "") in ("", "ai.onnx"):
+            if node.input and node.input[0] in moving:
+                return None  # the shape of a selection's rows: the samples decide it
+            continue
+        todo.extend(node_reads(node))
+    order = {id(n): i for i, n in enumerate(graph.node)}
+    return [f"{n.op_type} '{n.name or n.output[0]}'" for n in sorted(made, key=lambda n: order[id(n)])]
+
+
+def _after_selection(graph) -> set[str]:
+    """Tensors whose shape may move with the values: a selection's outputs and what is computed from them."""
+    readers: dict[str, list] = {}
+    for n in graph.node:
+        for i in node_reads(n):
+            readers.setdefault(i, []).append(n)
+    todo = [o for n in graph.node if n.op_type in SELECTION_OPS for o in n.output if o]
+    seen: set[str] = set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        todo.extend(o for n in readers.get(t, []) for o in n.output if o)
+    return seen
 
 
 def nonfinite_scales(graph) -> list[tuple[str, str]]:
