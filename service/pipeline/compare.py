@@ -207,7 +207,8 @@ def run_comparison(
                               pt2e_time_limit_s=options.pt2e.time_limit_s or request.pt2e_time_limit_s)
     inspected = inspect_stage(options, prepared, fp32, outcomes, run)
     # before the levels stage, which takes (and drops) the graphs the inspect stage parsed
-    dropped_activations = qoperator_dropped_relu_lints(fp32.file.model, _loaded_model(inspected, "ort_qoperator"))
+    qoperator = _loaded_model(inspected, "ort_qoperator")
+    dropped_activations = qoperator_dropped_relu_lints(_quantizer_input(run, fp32) if qoperator else None, qoperator)
     levels = analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                             out_dir=run.art_dir, options=options, progress=run.notify, loaded=inspected.loaded,
                             concurrent_jobs=request.concurrent_jobs, keep_level_graphs=request.keep_level_graphs,
@@ -250,6 +251,13 @@ def _loaded_model(inspected: Inspected, artifact: str):
     """The ModelProto of a file the inspect stage parsed (its graph only), or None when the path did not get there."""
     graph = inspected.loaded.get(artifact)
     return graph.model if graph is not None else None
+
+
+def _quantizer_input(run: _Run, fp32: Fp32):
+    """The graph of the file quantize_static read (pre-processed: its nodes are the ones ORT's quantizer saw)."""
+    if run.ort_input is None or run.ort_input == fp32.file.path:
+        return fp32.file.model
+    return onnx.load(str(run.ort_input), load_external_data=False)
 
 
 def _clear_earlier_run(art_dir: Path, request: ComparisonRequest) -> None:
