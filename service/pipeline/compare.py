@@ -56,6 +56,7 @@ from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side,
 from service.pipeline.runtime.fp32_runs import refuse_if_fp32_cannot_run
 from service.pipeline.layers.layers_stage import layers_for_comparison
 from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.runtime.output_kinds import artifact_accuracy
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.verdict.advice import advice_plan_for_job, timed_advice
 from service.pipeline.verdict.decide import decided_from_levels
@@ -283,6 +284,8 @@ def _with_levels(art: Artifact, optimized: dict) -> Artifact:
     """The artifact with its levels; a file that ORT ran at no level is a failed path, not an ok one
     with an error in each level (a CI gate on status_ok must see it)."""
     update: dict = {"optimized": optimized}
+    if art.name != "fp32":
+        update["accuracy"], update["accuracy_note"] = artifact_accuracy(optimized)
     errors = [(level, ol.error) for level, ol in optimized.items() if ol.error]
     if art.status == "ok" and optimized and len(errors) == len(optimized):
         reference = " It is the fp32 reference, so no quantized file could be compared either." if art.name == "fp32" else ""

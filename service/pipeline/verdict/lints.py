@@ -102,6 +102,7 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
         out.extend(_collapsed_output_lints(a, per_level))
         out.extend(_integer_output_lints(a, per_level))
         out.extend(_data_dependent_lints(a, per_level))
+        out.extend(_unjudged_output_lints(a, per_level))
 
         per_channel = [w for w in f.weights if w["per_channel"]]
         if per_channel and f.opset < 13:
@@ -346,7 +347,8 @@ def random_op_lints(model) -> list[Lint]:
                  "with one process-wide value plus the node's index in the graph. This job sets that value "
                  f"(onnxruntime.set_seed({JOB_RANDOM_SEED})), so its figures repeat from job to job; but a quantized file "
                  "places the op at another index than fp32, so it draws other numbers, and every figure downstream "
-                 "of the op measures two different draws as well as quantization."),
+                 "of the op measures two different draws as well as quantization: the outputs it reaches are "
+                 "reported as not measured."),
         hint=("give each random op a seed attribute (the quantized files keep it, so every file draws the same "
               "numbers and the figures measure quantization alone), or feed the noise as an input"),
         source="onnxruntime/core/providers/cpu/generator/random.h (GetRandomSeed() + node Index()), core/framework/random_seed.cc",
@@ -541,6 +543,47 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
               "e.g. without its NMS step) or run onnx.utils.extract_model to cut it there; CI can gate on the rest"),
         source="ONNX operator spec: NonMaxSuppression, NonZero, Unique and Compress have value-dependent output shapes",
     )]
+
+
+def _unjudged_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
+    """Outputs SQNR cannot judge (runtime/output_kinds.py), at the highest level with numerics: circular and
+    saturated ones with the figure that fits (info), and float outputs with no figure at all (warning; those
+    compared by shape have data_dependent_outputs)."""
+    last = next((ol for ol in reversed(list(per_level.values())) if ol.numerics), None)
+    if last is None:
+        return []
+    outs, level = last.numerics.outputs, last.level
+    out = []
+    circular = [o for o in outs if o.judged_by == "angular_error"]
+    if circular:
+        shown = "; ".join(f"{o.name!r}: SQNR {_db(o.sqnr_db)}, angular error max {o.angular_error_max:.4f} rad, mean "
+                          f"{o.angular_error_mean:.4f} rad ({o.kind_detail})" for o in circular)
+        out.append(Lint(
+            code="circular_outputs", severity="info", artifact=artifact,
+            message=(f"{len(circular)} output(s) hold angles, which wrap around: a value just past pi is the one just "
+                     "past -pi, which SQNR counts as an error of 2 pi. They are judged by the angular error (the "
+                     f"difference wrapped into [-pi, pi)), and their SQNR is in no worst figure (at {level}: {shown})."),
+            hint=f"gate on them with '{artifact}.all.angular_error<=0.05' (radians); sqnr_db gates read the other outputs"))
+    saturated = [o for o in outs if o.judged_by == "argmax_agreement"]
+    if saturated:
+        shown = "; ".join(f"{o.name!r}: argmax agreement {o.argmax_agreement:.1%}, SQNR {_db(o.sqnr_db)} "
+                          f"({o.kind_detail})" for o in saturated)
+        out.append(Lint(
+            code="saturated_outputs", severity="info", artifact=artifact,
+            message=(f"{len(saturated)} classifier output(s) are saturated: one class takes all the probability in "
+                     "nearly every row, so SQNR counts a flipped class as a huge error and the rest as none. They are "
+                     f"judged by argmax agreement, and their SQNR is in no worst figure (at {level}: {shown})."),
+            hint=f"gate on them with '{artifact}.all.argmax_agreement>=0.99'"))
+    missing = [o for o in outs if o.judged_by is None and o.compared != "shape"]
+    if missing:
+        out.append(Lint(
+            code="unmeasured_outputs", severity="warning", artifact=artifact,
+            message=(f"{len(missing)} output(s) have no accuracy figure (at {level}): "
+                     + "; ".join(f"{o.name!r}: {o.not_measured}" for o in missing)
+                     + ". They count in no worst figure; with nothing else measured, accuracy gates fail."),
+            hint=("upload samples that move the output (an .npz of real inputs) for one the same on every sample; "
+                  "give each random op a seed attribute for one drawn from random numbers")))
+    return out
 
 
 def _worst_per_output(per_level: dict[str, OptimizedLevel], figure, *, kept=bool) -> dict[str, tuple[float, list[str]]]:
