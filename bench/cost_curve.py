@@ -2,7 +2,7 @@
 
     python bench/cost_curve.py [--sizes 1,10,30,100,300] [--real ppocr_v4_det,ppocr_v4_det@960] [--big-gb 1.0]
                                [--file model.onnx --options '{"input_shapes": {...}}']
-                               [--json bench/cost_curve.json] [--options JSON]
+                               [--json var/bench/cost_curve.json] [--options JSON]
 
 Each job runs the way a service worker runs it, in a fresh process per model: import the
 toolchain, ``warm_up()`` (the worker preload), then ``run_comparison`` on the model with the
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
                    help="a real .onnx outside the corpus (repeatable), run with --options, e.g. a model from a wheel")
     p.add_argument("--big-gb", type=float, default=0.0)
     p.add_argument("--options", default="{}")
-    p.add_argument("--json", default=str(ROOT / "bench" / "cost_curve.json"))
+    p.add_argument("--json", default=str(ROOT / "var" / "bench" / "cost_curve.json"))
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     p.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -298,6 +298,7 @@ def main(argv=None) -> int:
             row["size"] = f"{blocks * 4 * 1024 * 1024 / 1e9:.2f} GB external data, .zip archive (built)"
             rows.append(row)
             print(json.dumps(row), flush=True)
+    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"rows": rows, "cpu_count": os.cpu_count(),
                                            "load_avg_end": os.getloadavg()}, indent=1))
     return 0

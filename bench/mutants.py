@@ -5,12 +5,13 @@ tree (``git ls-files`` of this checkout, the working copy's contents), then runs
 should catch it, with this checkout's venv and the copy first on ``sys.path``. A mutant is
 *killed* when those tests fail; a mutant that survives is a hole in the suite.
 
-    .venv/bin/python bench/mutants.py                # every mutant; writes bench/MUTANTS.md
+    .venv/bin/python bench/mutants.py                # every mutant; writes var/bench/mutants/MUTANTS.md + .json
     .venv/bin/python bench/mutants.py gate_flip ...  # some of them, no record
     .venv/bin/python bench/mutants.py gate_flip --record  # some of them, their rows replaced in the record
     .venv/bin/python bench/mutants.py --list
 
-Not part of ``make test`` (each mutant costs a pytest start with torch, some a real comparison).
+Not part of ``make test`` (each mutant costs a pytest start with torch, some a real comparison). The record
+goes under ``var/`` (not in git); ``bench/RESULTS.md`` keeps the current table, copied from it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PY = str(ROOT / ".venv" / "bin" / "python")
+OUT = ROOT / "var" / "bench" / "mutants"
 
 
 @dataclass(frozen=True)
@@ -43,44 +45,44 @@ class Mutant:
 MUTANTS: list[Mutant] = [
     Mutant("gate_flip", "flip a comparison in gates: >= reads as <=",
            "service/pipeline/verdict/gates.py", '">=": actual >= value', '">=": actual <= value',
-           ("tests/pipeline/test_gates.py",)),
+           ("tests/pipeline/verdict/test_gates.py",)),
     Mutant("gate_worst_best", "a '*' gate judges the best artifact instead of the worst",
            "service/pipeline/verdict/gates.py", "        return min(values)\n", "        return max(values)\n",
-           ("tests/pipeline/test_gates.py",)),
+           ("tests/pipeline/verdict/test_gates.py",)),
     Mutant("sqnr_doubled", "double every SQNR",
            "service/pipeline/runtime/numerics.py", "return max(_SQNR_FLOOR, 10.0 * math.log10(s / n))",
            "return max(_SQNR_FLOOR, 20.0 * math.log10(s / n))",
-           ("tests/pipeline/test_oracles.py::test_sqnr_of_a_known_noise_power",
-            "tests/pipeline/test_oracles.py::test_level_numerics_equal_a_recomputation_from_ort_outputs")),
+           ("tests/pipeline/scenarios/test_oracles.py::test_sqnr_of_a_known_noise_power",
+            "tests/pipeline/scenarios/test_oracles.py::test_level_numerics_equal_a_recomputation_from_ort_outputs")),
     Mutant("sqnr_floor_off", "a zero reference with error reads as infinite (None) instead of the floor",
            "service/pipeline/runtime/numerics.py", "    if s == 0.0:\n        return _SQNR_FLOOR",
-           "    if s == 0.0:\n        return None", ("tests/pipeline/test_oracles.py::test_sqnr_of_a_zero_reference_is_the_floor",)),
+           "    if s == 0.0:\n        return None", ("tests/pipeline/scenarios/test_oracles.py::test_sqnr_of_a_zero_reference_is_the_floor",)),
     Mutant("cosine_zero_vectors", "cosine of two zero vectors reads 0",
            "service/pipeline/runtime/numerics.py", "    if na == 0.0 and nb == 0.0:\n        return 1.0",
            "    if na == 0.0 and nb == 0.0:\n        return 0.0",
-           ("tests/pipeline/test_oracles.py::test_cosine_of_zero_parallel_and_opposite_vectors",)),
+           ("tests/pipeline/scenarios/test_oracles.py::test_cosine_of_zero_parallel_and_opposite_vectors",)),
     Mutant("drift_steps_off", "drift in steps divides by twice the step",
            "service/pipeline/runtime/numerics.py", "drift_steps = drift / steps[k]", "drift_steps = drift / (2 * steps[k])",
-           ("tests/pipeline/test_oracles.py::test_max_abs_error_and_drift_in_steps",)),
+           ("tests/pipeline/scenarios/test_oracles.py::test_max_abs_error_and_drift_in_steps",)),
     Mutant("scale_scaled", "every reported scale x 1.01",
            "service/pipeline/inspect/inventory.py",
            "scale = np.atleast_1d(np.asarray(scale if scale is not None else [np.nan], dtype=np.float64))",
            "scale = 1.01 * np.atleast_1d(np.asarray(scale if scale is not None else [np.nan], dtype=np.float64))",
-           ("tests/pipeline/test_core.py::test_op_zoo_inventory_matches_the_file",)),
+           ("tests/pipeline/scenarios/test_core.py::test_op_zoo_inventory_matches_the_file",)),
     Mutant("bias_flag_constant", "the bias-scale check always says it matches",
            "service/pipeline/inspect/inventory.py",
            "return bool(np.allclose(np.ravel(s_b), np.ravel(s_x * s_w), rtol=1e-5, atol=0))", "return True",
-           ("tests/pipeline/test_oracles.py::test_int32_bias_scale_is_input_scale_times_weight_scale_in_the_file",)),
+           ("tests/pipeline/scenarios/test_oracles.py::test_int32_bias_scale_is_input_scale_times_weight_scale_in_the_file",)),
     Mutant("op_key_no_domain", "histogram keys drop the domain (QLinearConv and com.microsoft.QLinearConv merge)",
            "service/pipeline/vocabulary.py",
            'return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"',
-           "return node.op_type", ("tests/pipeline/test_oracles.py::test_level_histograms_are_ort_saved_graphs",)),
+           "return node.op_type", ("tests/pipeline/scenarios/test_oracles.py::test_level_histograms_are_ort_saved_graphs",)),
     Mutant("archive_traversal", "turn off a safety check: '..' in an archive member is accepted",
            "service/pipeline/inputs/safety/archives.py", 'if any(p in (".", "..") for p in parts) or not parts or len(parts) > 2:',
            "if not parts or len(parts) > 2:", ("tests/safety/test_safety_archives.py",)),
     Mutant("u8s8_lint_off", "the AVX2-without-VNNI saturation lint never fires",
            "service/pipeline/verdict/lints.py", "and runs_u8 and s8_weights and not reduce_range:",
-           "and runs_u8 and s8_weights and not reduce_range and False:", ("tests/pipeline/test_lints.py",)),
+           "and runs_u8 and s8_weights and not reduce_range and False:", ("tests/pipeline/verdict/test_lints.py",)),
     Mutant("healthz_met_ignores_jobs", "the bench /healthz target ignores whether the jobs succeeded",
            "bench/run.py", 'and h.get("jobs_submitted", 2) == h.get("jobs_succeeded") and bool(h.get("requests"))',
            'and bool(h.get("requests"))', ("tests/bench/test_bench_checks.py",)),
@@ -97,37 +99,37 @@ MUTANTS: list[Mutant] = [
     Mutant("histogram_search_float64", "the histogram search compares in float64, not torch's float32",
            "service/pipeline/quantize/shortcuts/pt2e.py", "            low = float(f32(next_alpha * total))",
            "            low = next_alpha * total",
-           ("tests/pipeline/test_pt2e_shortcuts.py",)),
+           ("tests/pipeline/quantize/test_pt2e_shortcuts.py",)),
     Mutant("level_digest_names", "the level graph digest keeps node names (ORT varies them per session)",
            "service/pipeline/runtime/level_graphs.py", '        n.name = ""\n', "        pass\n",
            ("tests/pipeline/runtime/test_level_graphs.py",)),
     Mutant("advice_never_settles", "advice timing stops after the fewest pairs whatever they show",
            "service/pipeline/verdict/advice.py",
            "        return (hi <= threshold and verdict_ratio <= threshold) or (lo > threshold and verdict_ratio > threshold)",
-           "        return True", ("tests/pipeline/test_advice.py",)),
+           "        return True", ("tests/pipeline/verdict/test_advice.py",)),
     Mutant("calibration_all_ops", "calibration with the weights on disk calibrates every op type",
            "service/pipeline/quantize/ort_calibration.py",
            "    op_types = op_types or sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default",
-           "    op_types = op_types or []", ("tests/pipeline/test_ort_calibration.py",)),
+           "    op_types = op_types or []", ("tests/pipeline/quantize/test_ort_calibration.py",)),
     Mutant("layers_keep_previous_file", "the layers stage keeps the previous file's tensors while the next file runs",
            "service/pipeline/layers/layers.py", "                    got = value = None\n                    got = ctx.run(feed)",
-           "                    got = ctx.run(feed)", ("tests/pipeline/test_layers.py",)),
+           "                    got = ctx.run(feed)", ("tests/pipeline/layers/test_layers.py",)),
     Mutant("pt2e_outputs_torch_named", "the PT2E file of an ONNX upload keeps torch's output names",
            "service/pipeline/quantize/pt2e.py", "[o.name for o in source.onnx_model.graph.output] if source.onnx_model is not None else None",
-           "None", ("tests/pipeline/onnx_torch/test_io_names.py",)),
+           "None", ("tests/pipeline/quantize/onnx_torch/test_io_names.py",)),
     Mutant("converter_keeps_every_value", "the converted module's forward keeps every value to the end",
            "service/pipeline/quantize/onnx_torch/module.py", "            runner.run_node(node, scope, main=True)\n            _free(scope, frees)",
-           "            runner.run_node(node, scope, main=True)", ("tests/pipeline/onnx_torch/test_converter_core.py",)),
+           "            runner.run_node(node, scope, main=True)", ("tests/pipeline/quantize/onnx_torch/test_converter_core.py",)),
     Mutant("unstable_fp32_unflagged", "an fp32 output that ORT's float rewrites move below 40 dB is not flagged",
            "service/pipeline/verdict/reference_noise.py", "UNSTABLE_DB = 40.0", "UNSTABLE_DB = -100.0",
-           ("tests/pipeline/test_lints.py",)),
+           ("tests/pipeline/verdict/test_lints.py",)),
     Mutant("outputs_read_no_input", "a graph whose outputs read no input is taken (it 'succeeded' at 139 dB)",
            "service/pipeline/inputs/safety/onnx_checks.py", "    if any(o.name in reached for o in g.output):\n        return",
            "    if True:\n        return", ("tests/safety/test_hostile_structure.py::test_outputs_that_read_no_input_are_refused",)),
     Mutant("union_find_no_compression", "the iterative union-find stops pointing the path at the root",
            "service/pipeline/quantize/shortcuts/pt2e.py", "        shared_with_map[on_the_way] = node\n",
            "        pass\n",
-           ("tests/pipeline/test_pt2e_shortcuts.py::test_the_loop_leaves_every_union_find_map_as_torchao_s_recursion_does",)),
+           ("tests/pipeline/quantize/test_pt2e_shortcuts.py::test_the_loop_leaves_every_union_find_map_as_torchao_s_recursion_does",)),
 ]
 
 
@@ -205,7 +207,7 @@ def main(argv: list[str]) -> int:
     if not chosen:
         record(rows)
     elif "--record" in argv:  # re-ran some mutants: replace their rows in the last full record
-        raw = ROOT / "bench" / "MUTANTS.json"
+        raw = OUT / "MUTANTS.json"
         previous = json.loads(raw.read_text()) if raw.exists() else []
         fresh = {r["id"]: r for r in rows}
         merged = [fresh.pop(r["id"], r) for r in previous] + list(fresh.values())
@@ -225,8 +227,9 @@ def record(rows: list[dict], rerun: list[str] | None = None) -> None:
                      f"{'yes' if r['killed'] else '**NO**'} | {r['seconds']} |")
     killed = sum(r["killed"] for r in rows)
     lines += ["", f"{killed}/{len(rows)} mutants killed.", ""]
-    (ROOT / "bench" / "MUTANTS.md").write_text("\n".join(lines))
-    (ROOT / "bench" / "MUTANTS.json").write_text(json.dumps(rows, indent=2))
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "MUTANTS.md").write_text("\n".join(lines))
+    (OUT / "MUTANTS.json").write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Issue 16's tables from one bench run's raw JSON (bench/results16/): prints Markdown.
+"""Issue 16's tables from one bench run's raw JSON (``bench/real_size.sh`` writes var/bench/real_size/):
+prints Markdown.
 
-    python bench/real_size_table.py [bench/results16]
+    python bench/real_size_table.py [var/bench/real_size]
 
 Reads ``cost_curve.json`` (bench/cost_curve.py), ``big_archive.json`` (cost_curve.py --big-gb) and
 ``resnet18.json`` (bench/run.py --models resnet18 --json), whichever exist.
@@ -56,7 +57,7 @@ def cost_rows(rows) -> list[str]:
 
 
 def main(argv=None) -> int:
-    folder = Path((argv or sys.argv[1:] or ["bench/results16"])[0])
+    folder = Path((argv or sys.argv[1:] or ["var/bench/real_size"])[0])
     lines: list[str] = []
     cc = folder / "cost_curve.json"
     if cc.exists():

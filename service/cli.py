@@ -41,7 +41,7 @@ def load_options(text: str | None):
     try:
         return ComparisonOptions.model_validate_json(text)
     except ValidationError as e:
-        raise InvalidOptions("invalid options: " + validation_detail(validation_errors(e), empty_loc="(body)"), hint="see `quantcompare compare --help` and the README's options table") from e
+        raise InvalidOptions("invalid options: " + validation_detail(validation_errors(e), empty_loc="(body)"), hint="see `quantcompare compare --help` and docs/options.md") from e
 
 
 def _cmd_compare(args) -> int:

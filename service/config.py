@@ -1,6 +1,6 @@
 """Service settings, read once from ``QUANTCOMPARE_*`` environment variables.
 
-Every field below is ``QUANTCOMPARE_<FIELD NAME IN CAPITALS>``; the README's "Settings" section
+Every field below is ``QUANTCOMPARE_<FIELD NAME IN CAPITALS>``; docs/settings.md
 lists them (a test keeps the two in step). ``get_settings()`` is cached; tests build a
 ``Settings(...)`` of their own and hand it to ``create_app(settings)`` or override the
 dependency, rather than patching the environment mid-run.
@@ -36,7 +36,7 @@ class Settings(BaseModel):
     max_queue: int = Field(32, ge=0, le=100_000, description="queued jobs before 503")
     # Uploads being received at once; past this a submission gets 429 + Retry-After.
     max_concurrent_uploads: int = Field(8, ge=1, le=1024, description="uploads in flight before 429")
-    # 30 min: a real-size model takes ~1200 fp32 inference-times with the defaults (bench/RESULTS.md),
+    # 30 min: a real-size model takes ~1200 fp32 inference-times with the defaults (docs/history/results.md),
     # so at ~1 s an inference a job runs ~20 min on one idle core; 15 min killed such jobs.
     job_timeout_s: float = Field(1800.0, gt=0, description="wall-clock limit per job; the worker's process group is killed past it")
     # Address-space limit (RLIMIT_AS) of each worker, and the RSS at which the supervisor kills it.
@@ -63,7 +63,7 @@ class Settings(BaseModel):
     api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
     executor: Literal["local", "celery"] = Field(
         "local", description="job executor; 'local' = the embedded process pool, 'celery' = `quantcompare worker` processes via the broker")
-    # Celery executor only (README "Scaling out with Celery"); the API and every worker share it.
+    # Celery executor only (docs/scaling.md); the API and every worker share it.
     broker_url: str | None = Field(None, description="Redis URL of the Celery broker, e.g. redis://redis:6379/0 (executor=celery, `quantcompare worker`)")
     job_lost_after_s: float = Field(60.0, gt=0, description="a job still running this long past its time limit lost its worker and runs again (celery)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")

@@ -28,6 +28,7 @@ so the chain stays in the log while the user sees only our words.
     ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
     ├── Pt2eFileRejected    pt2e_file_rejected   (inside a report: ORT cannot load the file PT2E wrote)
     ├── OrtFileRejected     ort_file_rejected    (inside a report: ORT cannot load the file quantize_static wrote)
+    ├── PlatformUnavailable platform_unavailable (inside a report: an emulated platform whose runtime is missing or broken)
     ├── FileAccessDenied    file_access_denied   403  a path cannot be read or written (EACCES, EPERM, EROFS)
     └── JobFailed                                (the ``error`` of a failed job; never an HTTP error)
         ├── WorkerDied          worker_died          the worker process died (signal, stage)
@@ -195,6 +196,12 @@ class OrtWouldAbort(QuantCompareError):
     graph transformer), confirmed in a separate process: the level is not run."""
 
     code, status, title = "ort_would_abort", 500, "ONNX Runtime aborts on this file at this level"
+
+
+class PlatformUnavailable(QuantCompareError):
+    """An emulated platform (``options.platforms``) whose runtime is missing or broken: that platform is
+    left out of the report with this code and the job's other platforms still run."""
+    code, status, title = "platform_unavailable", 422, "The emulated platform cannot run here"
 
 
 class JobFailed(QuantCompareError):

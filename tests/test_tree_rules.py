@@ -112,7 +112,7 @@ def test_no_folder_holds_more_than_twelve_modules(folder):
 # The stages of a comparison, in the order the spine (service/pipeline/compare.py) runs them. A stage's
 # folder imports only from the stages before it and from the shared base (pipeline/*.py, pipeline/ort/),
 # which imports no stage: a helper two stages need lives in the base, not in the later stage.
-STAGE_ORDER = ("inputs", "quantize", "inspect", "runtime", "layers", "verdict")
+STAGE_ORDER = ("inputs", "fp32", "quantize", "inspect", "runtime", "layers", "verdict", "platforms")
 SHARED_BASE = ("ort",)  # folders of service/pipeline/ that every stage may import
 # Outside the pipeline: schemas/ (the JSON) imports no pipeline or route module; render/ (what a person
 # reads) imports no route; pipeline/ imports neither api/ nor jobs/ nor render/.
@@ -170,3 +170,79 @@ def test_the_layers_of_the_package_import_downward():
              for layer, forbidden in LAYERS.items() if module.startswith(layer + ".") or module == layer
              for f in forbidden if imported.startswith(f)]
     assert wrong == []
+
+
+# Literal sets of three or more op names outside the vocabulary, each a table that cites where it comes
+# from or belongs to one evaluator: (file, the names) -> why it stays where it is. Any other literal of
+# op names belongs in service/pipeline/vocabulary.py under one name.
+OP_NAME_TABLES_ALLOWED = {
+    ("service/pipeline/inputs/model_ranges.py", frozenset({"Cast", "Identity", "Reshape", "Expand", "Unsqueeze",
+                                                           "Squeeze", "Flatten", "Transpose", "Gather",
+                                                           "GatherElements", "Slice"})):
+        "the ops an id keeps its value through, on the way to an embedding (this module's walk)",
+    ("service/pipeline/inputs/safety/onnx_checks.py", frozenset({
+        "ConstantOfShape", "Expand", "Tile", "Range", "RandomNormal", "RandomUniform", "EyeLike", "Resize",
+        "Upsample", "Pad", "OneHot"})): "the static checker's amplifiers (output size set by values)",
+    ("service/pipeline/inputs/safety/onnx_checks.py", frozenset({
+        "Identity", "Cast", "Concat", "Unsqueeze", "Squeeze", "Reshape", "Mul", "Add", "Sub", "Div", "Max", "Min",
+        "Abs", "Neg", "Gather", "Shape", "Size", "Slice", "ReduceProd", "ReduceSum", "Flatten"})):
+        "the static checker's tiny evaluator: the ops it folds",
+    ("service/pipeline/inputs/safety/onnx_checks.py", frozenset({"Mul", "Add", "Sub", "Div", "Max", "Min"})):
+        "the same evaluator's dispatch",
+    ("service/pipeline/inspect/blockers.py", frozenset({
+        "Conv", "ConvTranspose", "MatMul", "Gemm", "GlobalAveragePool", "AveragePool", "GRU", "Add", "Mul", "Concat",
+        "Relu", "Clip", "MaxPool", "ReduceMean", "Transpose", "Squeeze", "Reshape", "Slice", "Flatten"})):
+        "torchao's XNNPACK quantizer's annotated ops, cited from its source",
+    ("service/pipeline/inspect/blockers.py", frozenset({"Constant", "ConstantOfShape", "Identity", "Range"})):
+        "ops the blockers table never calls compute (with SHAPE_READING_OPS)",
+    ("service/pipeline/inspect/inventory.py", frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten",
+                                                         "Identity"})):
+        "what torch.onnx.export puts between a weight's DequantizeLinear and its reader",
+    ("service/pipeline/layers/layers_retry.py", frozenset({
+        "Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul", "Sigmoid", "Softmax", "Concat", "AveragePool",
+        "GlobalAveragePool", "LeakyRelu", "Relu", "Clip", "BatchNormalization"})):
+        "the ops exclude-and-retry may leave in float",
+    ("service/pipeline/layers/tensor_alignment.py", frozenset({"BatchNormalization", "Identity", "Dropout"})):
+        "fp32 ops a quantizer folds into a neighbour or pre-processing removes",
+    ("service/pipeline/quantize/onnx_torch/ops/rnn.py", frozenset({"Sigmoid", "Tanh"})):
+        "the ONNX RNN/GRU/LSTM schemas' default activations",
+    ("service/pipeline/verdict/lints.py", frozenset({"Mul", "Sub", "Add", "Reshape", "Transpose"})):
+        "a dequantized integer weight's way to its reader (scale Mul, zero-point Sub)",
+    ("service/pipeline/quantize/already_quantized.py", frozenset({"QGemm", "QAttention", "MatMulNBits"})):
+        "name suffixes that tell a dynamically quantized file's kernels apart",
+    ("service/pipeline/quantize/already_quantized.py", frozenset({"Integer", "QGemm", "QAttention", "MatMulNBits"})):
+        "name suffixes that tell a QOperator file's kernels apart",
+    ("service/render/svg.py", frozenset({"Transpose", "ReorderInput", "ReorderOutput"})):
+        "the page's colour for layout plumbing",
+}
+
+
+def _op_names() -> set[str]:
+    import onnx
+
+    from service.pipeline import vocabulary
+
+    names = {s.name for s in onnx.defs.get_all_schemas_with_history()}
+    for value in vars(vocabulary).values():  # contrib ops the vocabulary names, without their domain
+        if isinstance(value, (set, frozenset)):
+            names |= {v.rsplit(".", 1)[-1] for v in value if isinstance(v, str)}
+    return names
+
+
+def test_no_literal_of_three_op_names_outside_the_vocabulary():
+    ops = _op_names()
+    found = {}
+    for path in sorted(SERVICE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == "service/pipeline/vocabulary.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                continue
+            names = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+            hits = [n for n in names if n in ops]
+            if len(hits) >= 3 and len(hits) >= 0.6 * len(names):
+                key = (rel, frozenset(names))
+                if key not in OP_NAME_TABLES_ALLOWED:
+                    found[f"{rel}:{node.lineno}"] = sorted(set(names))
+    assert found == {}

@@ -12,7 +12,7 @@ from service.jobs.cli_worker import add_worker_parser
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("serve", help="run the HTTP API and its worker pool",
-                              description="Run the HTTP API. Settings come from QUANTCOMPARE_* variables (README).")
+                              description="Run the HTTP API. Settings come from QUANTCOMPARE_* variables (docs/settings.md).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--workers", type=int, default=None, help="worker processes (QUANTCOMPARE_WORKERS)")

@@ -7,8 +7,9 @@ not the line of defence. Only pure-Python checks run here, on small uploads, off
 * ONNX: parsed with external data off, then the static walk and the budgets (no onnx C++
   checker, no onnxruntime: native code only ever sees hostile bytes inside a worker);
 * .pt2: the static archive check (zipfile, json, pickletools; torch is never imported here);
-* the resolved input shapes against ``max_input_elements`` and, for ONNX, the calibration .npz
-  against the model's inputs (names, shapes, dtypes, NaN/Inf).
+* ONNX: the prepare stage's own pre-check (``inputs.stage.checked_input_shapes``: the .npz's keys,
+  the resolved input shapes against ``max_input_elements``, generated samples' bytes), then a small
+  calibration .npz against the model's inputs (shapes, dtypes, NaN/Inf).
 
 Uploads larger than :data:`PREVALIDATE_MAX_BYTES` and .zip/.tar model archives are checked in
 the worker only; their refusal is a job that ends ``failed`` with the same ``code``.
@@ -20,20 +21,13 @@ import logging
 import zipfile
 from pathlib import Path
 
-import numpy as np
-
 from service.config import Settings
 from service.errors import QuantCompareError
-from service.pipeline.inputs.data_shapes import array_shapes_in_npz
-from service.pipeline.inputs.safety import (
-    check_input_elements,
-    check_pt2_archive,
-    onnx_model_from_path,
-    sniff_model_format,
-)
-from service.pipeline.inputs.samples import check_calibration_keys, samples_from_npz
+from service.pipeline.inputs.safety import check_pt2_archive, onnx_model_from_path, sniff_model_format
+from service.pipeline.inputs.samples import samples_from_npz
 from service.pipeline.inputs.sources import is_model_archive
-from service.pipeline.inputs.specs import input_specs_from_onnx, resolved_input_shapes
+from service.pipeline.inputs.specs import input_specs_from_onnx
+from service.pipeline.inputs.stage import checked_input_shapes
 from service.schemas.options import ComparisonOptions
 
 log = logging.getLogger("quantcompare.api")
@@ -69,14 +63,7 @@ def _prevalidate(model_path: Path, calibration_path: Path | None, options: Compa
         return
     model = onnx_model_from_path(model_path, budgets=budgets, structural_check=False)
     specs = input_specs_from_onnx(model)
-    data_shapes = None
-    if calibration_path is not None:  # headers only: cheap for any size, and dims may come from them
-        data_shapes = array_shapes_in_npz(calibration_path)
-        with np.load(calibration_path, allow_pickle=False) as npz:  # its directory only: a stray key is refused now
-            check_calibration_keys(npz.files, specs)
-    shapes, _ = resolved_input_shapes(specs, options.input_shapes, data_shapes=data_shapes)
-    for name, shape in shapes.items():
-        check_input_elements(name, shape, budgets)
+    shapes, _ = checked_input_shapes(specs, options, calibration_path, budgets)  # the prepare stage's own checks
     if calibration_path is not None and _small_npz(calibration_path):
         samples_from_npz(calibration_path, specs, shapes, options, max_bytes=4 * PREVALIDATE_MAX_BYTES)
 

@@ -169,7 +169,7 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
             what = {"model": "model", "calibration": "calibration data", "options": "options"}[part.field]
             raise PayloadTooLarge(
                 f"the {what} is larger than this server's limit of {part.limit / _MIB:g} MiB",
-                hint="upload a smaller file, or raise the limit on the server (see the README's Settings)")
+                hint="upload a smaller file, or raise the limit on the server (see docs/settings.md)")
         if part.buffer is not None:
             part.buffer += chunk
         else:

@@ -1,4 +1,4 @@
-"""``quantcompare worker``: run jobs from the Celery broker (README "Scaling out with Celery")."""
+"""``quantcompare worker``: run jobs from the Celery broker (docs/scaling.md)."""
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def _stage_words(stage: str | None) -> str:
 
 def _timeout_hint(stage: str | None) -> str:
     hint = "try a smaller model or fewer samples, or raise QUANTCOMPARE_JOB_TIMEOUT_S"
-    if stage == "quantize":  # the PT2E path is the long one there (bench/NOTES.md, "fifth pass")
+    if stage == "quantize":  # the PT2E path is the long one there (docs/history/notes.md, "fifth pass")
         hint = ("the PT2E path's time grows with the torch graph (unrolled LSTM/GRU steps above all): a lower "
                 "options.pt2e.time_limit_s or max_graph_ops stops it sooner, a shorter sequence in options.input_shapes shrinks it, "
                 "options.artifacts without pt2e_qdq gets the ORT results; or " + hint)

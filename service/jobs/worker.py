@@ -65,7 +65,7 @@ def clean_env_launcher(folder: Path | None = None) -> str | None:
     """Write a ``worker-python`` launcher that runs this interpreter under ``env -i`` with only
     :data:`WORKER_ENV_KEEP`. Returns its path, or None where it cannot run (no ``env``, a
     noexec temp dir): workers then only scrub ``os.environ`` (``/proc/self/environ`` keeps the
-    start-up environment, so the README says to keep secrets out of the server's environment).
+    start-up environment, so docs/security.md says to keep secrets out of the server's environment).
     """
 
     env_bin = _shutil.which("env") or "/usr/bin/env"

@@ -190,3 +190,12 @@ def run_path(artifact: str, stage: str, fn, *args, time_limit_s: float | None = 
                                                          message=scrub(f"out of memory: {first}"), hint=memory_hint()))
         return PathOutcome(ok=False, error=PathError(stage=stage, code="path_failed", type=type(e).__name__, message=scrub(first),
                                                      hint=hint_for(artifact, e)))
+
+
+def address_space_limit(memory_mb: int):
+    """A ``preexec_fn`` for a child process: RLIMIT_AS of ``memory_mb`` MiB (0: the limit it inherits)."""
+    def apply() -> None:
+        if memory_mb:
+            limit = memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply

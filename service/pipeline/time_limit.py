@@ -1,7 +1,7 @@
 """A wall-clock limit on one path, so that a slow PT2E path fails alone instead of taking the job.
 
 Why: PT2E and ``torch.onnx.export`` take time in proportion to the torch graph's ops (40-56 ms per
-op here, twice that beside another job; bench/NOTES.md, ninth and fifteenth passes), and the
+op here, twice that beside another job; docs/history/notes.md, ninth and fifteenth passes), and the
 ``max_graph_ops`` cap is a count, not a clock: madmom's BLSTM, 7945 ops, just under the cap, took
 805 s. Past the job's time limit the worker is killed, and the ORT paths' results, done long before,
 go with it. With this limit the PT2E path fails with ``path_time_limit`` and the job goes on.

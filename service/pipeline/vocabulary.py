@@ -27,6 +27,12 @@ class _HasOp(Protocol):
     domain: str
 
 
+def ai_onnx_opset(model, default: int | None = None) -> int | None:
+    """The version of the default domain (ai.onnx, written "" or "ai.onnx") ``model`` imports;
+    ``default`` when it imports none (a model of custom ops only)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default)
+
+
 def op_key(node: _HasOp) -> str:
     """Histogram key of a node (NodeProto or NodeSummary): ``op_type`` in ai.onnx, ``domain.op_type``
     elsewhere, so ``QLinearConv`` and ``com.microsoft.QLinearConv`` stay apart."""
@@ -45,7 +51,7 @@ COMPUTE_OPS = frozenset({
 # Contrib ops ONNX Runtime's graph optimizer writes into a session's graph, by the rewrite that writes
 # them, by the name it registers under (GeluFusion's Level2 instance is GeluFusionL2: graph_transformer_utils.cc
 # creates one per level); an upload holding them was saved after ORT optimized it (optimized_model_filepath).
-# Pinned at level extended in tests/pipeline/test_ort_optimized_upload.py; the names in tests/pipeline/test_vocabulary.py.
+# Pinned at level extended in tests/pipeline/inspect/test_ort_optimized_upload.py; the names in tests/pipeline/test_vocabulary.py.
 ORT_OPTIMIZER_OPS = {
     f"{MS}.FusedConv": "ConvActivationFusion", f"{MS}.FusedGemm": "GemmActivationFusion",
     f"{MS}.FusedMatMul": "MatMulScaleFusion, MatmulTransposeFusion", f"{MS}.BiasGelu": "BiasGeluFusion",
@@ -76,31 +82,57 @@ QUANTIZED_KERNELS = INT8_KERNELS | WEIGHT_ONLY_KERNELS
 QUANTIZED_FILE_OPS = QDQ_OPS | QUANTIZED_KERNELS | {
     "DynamicQuantizeLinear", f"{MS}.QuantizeLinear", f"{MS}.DequantizeLinear"}
 
+# ORT 1.32's CPU QDQ selector registry, by the kind of rule each op is registered under
+# (qdq_selector_action_transformer.cc; inspect/blockers.py reads each rule's conditions).
+QDQ_DROP = frozenset({"Expand", "Flatten", "Gather", "GatherElements", "Reshape", "Slice", "Squeeze", "Tile",
+                      "Transpose", "Unsqueeze"})  # DropQDQNodesRules
+QDQ_DROP_NO16 = frozenset({"Resize"})  # DropQDQNodesRules, 8-bit only
+# DropQDQNodesRules with a positive scale; MaxPool registered for {12, 22} only (blockers.OP_VERSIONS).
+QDQ_DROP_POSITIVE = frozenset({"MaxPool", "ReduceMax", "ReduceMin"})
+QDQ_UNARY = frozenset({"AveragePool", "LeakyRelu", "GlobalAveragePool", "Sigmoid", "Softmax"})  # UnaryOpQDQRules
+QDQ_BINARY = frozenset({"Add", "Mul"})  # BinaryOpQDQRules
 # Ops whose Q/DQ ORT drops or replaces so that they run on the integer data
-# (qdq_selector_action_transformer.cc: DropQDQNodesRules, SplitQDQRules, DropDQNodesRules).
-QDQ_DROP_OPS = frozenset({
-    "MaxPool", "ReduceMax", "ReduceMin", "Resize", "Expand", "Flatten", "Gather", "GatherElements",
-    "Reshape", "Slice", "Squeeze", "Tile", "Transpose", "Unsqueeze", "Split", "ArgMax",
-})
+# (DropQDQNodesRules, SplitQDQRules, DropDQNodesRules).
+QDQ_DROP_OPS = QDQ_DROP | QDQ_DROP_NO16 | QDQ_DROP_POSITIVE | {"Split", "ArgMax"}
 # Ops whose QDQ node unit ORT turns into an int8 kernel or runs on int8: the drop list plus the
 # unary / binary / variadic / Conv / MatMul / Gemm / Where rules of the same file.
-QDQ_FUSION_LIST = QDQ_DROP_OPS | {
-    "Conv", "MatMul", "Gemm", "Add", "Mul", "Concat", "AveragePool", "GlobalAveragePool",
-    "LeakyRelu", "Sigmoid", "Softmax", "Where",
-}
+QDQ_FUSION_LIST = QDQ_DROP_OPS | QDQ_UNARY | QDQ_BINARY | {"Conv", "MatMul", "Gemm", "Concat", "Where"}
+# Activations whose clamp a QuantizeLinear after them absorbs: the Level2 rules ReluQuantFusion /
+# ClipQuantFusion (registered as ReluQuantRewrite / ClipQuantRewrite) remove them at session time,
+# quantize_static (QDQ) leaves them out of the file, and ORT's QOperator quantizer drops them
+# (QLinearActivation.QuantizeClipRelu).
+ACTIVATIONS_ABSORBED_BY_Q = frozenset({"Relu", "Clip"})
+# Ops that run a subgraph attribute.
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
+# Recurrences: GEMMs inside one node, unrolled step by step by torch.export.
+RECURRENT_OPS = frozenset({"LSTM", "GRU", "RNN"})
+# Ops whose output is an index picked by value (a flipped pick changes everything read through it).
+RANKING_OPS = frozenset({"TopK", "ArgMax", "ArgMin"})
+# Ops whose output depends only on their input's shape, never its values.
+SHAPE_READING_OPS = frozenset({"Shape", "Size"})
+# Compute ops whose input 2 is a bias (what quantize_bias_tensor reads; int32 in a quantized file).
+BIASED_COMPUTE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
+# Ops whose result does not change when their inputs are swapped.
+COMMUTATIVE_OPS = frozenset({"Add", "Mul", "Max", "Min", "Sum", "Mean"})
 # ONNX ops that draw random numbers; without a ``seed`` attribute ORT seeds each kernel with one
 # per-process value (from the clock unless set) plus the node's index (cpu/generator/random.h).
 # quantcompare's name for the copy of a shared bias it gives each further reader before ORT quantizes
 # (quantize/ort_fixups.shared_biases_copied): '<bias>__reader<k>', and ORT's tensors made from it.
 BIAS_COPY_MARK = "__reader"
 
-RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
-                        "Bernoulli"})
+RANDOM_LIKE_OPS = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"})  # read an input
+RANDOM_OPS = RANDOM_LIKE_OPS | {"RandomNormal", "RandomUniform"}
 # ONNX ops whose output *shape* is computed from the values they read (the ONNX spec's output
 # shapes: NonMaxSuppression [num_selected, 3], NonZero [rank, num_nonzero], Unique [num_unique],
 # Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in
 # length when the values differ: a quantized detector keeps other boxes than fp32 does.
 SELECTION_OPS = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
+# The selections the ONNX -> torch converter carries whole: their count becomes a torch SymInt
+# (quantize/onnx_torch/data_sizes.py).
+CONVERTED_SELECTION_OPS = frozenset({"NonZero"})
+# Shape arithmetic that converter evaluates on such a count (numpy on ints and SymInts) rather than as torch ops.
+SIZE_ARITHMETIC_OPS = frozenset({"Identity", "Cast", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Add", "Sub",
+                                 "Mul", "Div", "Neg", "Max", "Min", "ReduceProd", "ReduceSum"})
 # Ops whose result says which rows to keep, by value: the selections above, and TopK (a detector's
 # end-to-end head keeps its 300 best anchors), whose output shape is fixed by k.
 ROW_PICKING_OPS = SELECTION_OPS | {"TopK"}
@@ -286,10 +318,7 @@ class GraphIndex:
 
     @property
     def opset(self) -> int:
-        for o in self.model.opset_import:
-            if o.domain in ("", "ai.onnx"):
-                return o.version
-        return 0
+        return ai_onnx_opset(self.model, 0)
 
     def is_constant(self, name: str) -> bool:
         return name in self.initializers

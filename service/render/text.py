@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render.levels_text import levels_summary_lines
+from service.render.platforms_text import platforms_lines
 from service.render.units import human_size
 from service.render.why_float import why_float_lines
 from service.schemas.report import Report
@@ -84,6 +85,7 @@ def summary_table(report: Report) -> str:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.
         lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
+    lines += platforms_lines(report)
     if report.layers is not None and report.layers.rows:
         lines += ["", f"per-tensor error ({len(report.layers.rows)} tensors at disable_all; report.json 'layers'):"]
         for art, tensor in report.layers.worst.items():

@@ -17,7 +17,7 @@ class UnfusedNode(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     node: str  # node name in ORT's saved graph (the file's name when ORT kept it)
     op_type: str  # key as in op_histogram (domain.op_type outside ai.onnx)
-    blocker: str  # stable code, see service/pipeline/inspect/blockers.py BLOCKERS and README
+    blocker: str  # stable code, see service/pipeline/inspect/blockers.py BLOCKERS and docs/report.md
     detail: str  # this node's facts: dtypes, readers, the Q/DQ that is missing
     fix: str  # what a user would change
 

@@ -7,6 +7,7 @@ ignored: a CI job that misspells a gate must hear about it.
 
 from __future__ import annotations
 
+import platform as _platform
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -186,6 +187,23 @@ class Gate(_Strict):
         return self
 
 
+# The emulated platforms (service/pipeline/platforms/targets.py gives each its QEMU_CPU).
+EMULATED_PLATFORMS = ("arm64", "arm64:neoverse-n1", "arm64:i8mm", "arm64:cortex-a53")
+
+
+def host_platform_name() -> str:
+    """The machine the job runs on, as ``options.platforms`` names it (``platform.machine()``)."""
+    return _platform.machine() or "unknown"
+
+
+class PlatformAccuracyOptions(_Strict):
+    """Accuracy on an emulated platform: the eval samples, run on every level graph of every artifact
+    within ``budget_seconds`` (one sample each is timed first; as many as fit are then run on all)."""
+
+    enabled: bool = True
+    budget_seconds: float = Field(120.0, ge=0, le=3600)
+
+
 class ComparisonOptions(_Strict):
     artifacts: list[QuantArtifact] = Field(default_factory=lambda: list(ARTIFACTS))
     # Values for dynamic dims: {"input_name": [1, 3, 224, 224]}; a dim that is already fixed must match.
@@ -206,6 +224,23 @@ class ComparisonOptions(_Strict):
     # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
     # into each relative gate's ``baseline_values`` before the job runs.
     baseline: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+    # Where ORT's graphs are made: None = the machine the job runs on. An emulated platform (arm64 under
+    # qemu-user, docs/CONTRACTS.md "Platforms") adds level graphs and accuracy, never latency.
+    platforms: list[str] | None = None
+    platform_accuracy: PlatformAccuracyOptions = Field(default_factory=lambda: PlatformAccuracyOptions())
+
+    @field_validator("platforms")
+    @classmethod
+    def _known_platforms(cls, v):
+        if v is None:
+            return v
+        if not v or len(set(v)) != len(v):
+            raise ValueError("give at least one platform, each once (leave the key out for this machine)")
+        known = (host_platform_name(), *EMULATED_PLATFORMS)
+        unknown = [p for p in v if p not in known]
+        if unknown:
+            raise ValueError(f"unknown platform(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        return v
 
     @model_validator(mode="after")
     def _relative_gates_have_a_baseline(self):

@@ -1,5 +1,5 @@
 """A real ``quantcompare serve`` on a free loopback port, in its own process (shared by the
-api, e2e and bench code). Started the way the README starts it."""
+api, e2e and bench code). Started the way docs/scaling.md starts it."""
 
 from __future__ import annotations
 

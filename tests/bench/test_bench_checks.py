@@ -50,12 +50,13 @@ def test_a_service_ratio_says_how_much_work_it_skipped(bench):
     assert bench.levels_reused(report) == 2
 
 
-def test_record_writes_raw_json_and_does_not_append_the_notes(bench, tmp_path, monkeypatch):
+def test_record_writes_tables_and_raw_json_under_var_not_into_bench(bench, tmp_path, monkeypatch):
     import argparse
     import json
 
-    monkeypatch.setattr(bench, "BENCH", tmp_path)
-    (tmp_path / "NOTES.md").write_text("## stale notes that must not be appended\n")
+    assert bench.OUT.relative_to(ROOT).parts[0] == "var"  # raw output stays out of git (var/ is ignored)
+    monkeypatch.setattr(bench, "OUT", tmp_path / "run")
+    monkeypatch.setattr(bench, "BENCH", tmp_path / "bench-must-not-be-written")
     row = {"model": "resnet18", "runs": 1, "by_hand_s": 10.0, "cli_s": 9.0, "service_s": 6.0, "repeat_ms": 5.0,
            "repeat_cached": True, "cli_ratio": 0.9, "service_ratio": 0.6, "rss_by_hand_mb": 1, "rss_cli_mb": 1,
            "rss_worker_mb": 1, "by_hand_steps": {}, "cli_timings": {}, "service_timings": {}, "sqnr_all": {},
@@ -65,9 +66,9 @@ def test_record_writes_raw_json_and_does_not_append_the_notes(bench, tmp_path, m
     mach = {"cpu": "x", "arch": "x86_64", "logical_cores": 2, "physical_cores": 2, "memory_gib": 1,
             "load_avg_at_start": [0, 0, 0], "isa_flags": [], "python": "3.11", "versions": {}}
     bench.record([row], extras, mach, argparse.Namespace(runs=1), "2026-01-01T00:00:00+00:00")
-    text = (tmp_path / "RESULTS.md").read_text()
-    assert "stale notes" not in text
+    assert not (tmp_path / "bench-must-not-be-written").exists()
+    text = (tmp_path / "run" / "RESULTS.md").read_text()
     assert "/healthz p99 <= 50 ms with two comparisons running (both succeed, every probe 200): **not met**" in text
     assert "(upload accepted): **not met**" in text
     assert "not equal work: the service reused 3 level graph(s)" in text
-    assert json.loads((tmp_path / "RESULTS.json").read_text())["rows"][0]["levels_reused"] == 3
+    assert json.loads((tmp_path / "run" / "RESULTS.json").read_text())["rows"][0]["levels_reused"] == 3

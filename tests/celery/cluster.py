@@ -89,7 +89,7 @@ class RedisServer:
 
 
 class Worker:
-    """One `quantcompare worker` process, started the way the README starts it."""
+    """One `quantcompare worker` process, started the way docs/scaling.md starts it."""
 
     def __init__(self, env: dict, log_dir: Path, name: str, workers: int = 1, cwd: Path | None = None):
         self.env = dict(env)

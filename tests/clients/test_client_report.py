@@ -14,7 +14,7 @@ from service.pipeline.verdict.gates import gate_from_string, gate_to_string
 
 PUBLIC = {
     "__version__", "Client", "AsyncClient", "DEFAULT_TIMEOUT",
-    "Report", "Layers", "LayerRow", "LayerCell", "LayerOrigin", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
+    "Report", "Layers", "LayerRow", "LayerCell", "LayerOrigin", "Platform", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
     "OptimizedLevel", "UnfusedNode", "Numerics", "OutputNumerics", "Latency", "LevelDiff", "Rewrite", "Decision",
     "Advice", "AdviceFigures", "Lint",
     "GateResult", "Verdict", "ModelInfo", "Example",

@@ -1,5 +1,5 @@
 """Job retention (``retention_hours``): finished jobs past it are deleted, index row and folder;
-running, queued and recent jobs stay; 0 keeps everything. The README promises it; this runs it."""
+running, queued and recent jobs stay; 0 keeps everything. docs/settings.md promises it; this runs it."""
 
 from __future__ import annotations
 

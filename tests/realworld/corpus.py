@@ -435,7 +435,7 @@ CORPUS: list[CorpusModel] = [
                 wheel_file("nudenet", "320n.onnx"), {"input_shapes": {"images": [1, 3, 64, 64]}}, in_suite=False),
     CorpusModel("captcha_crnn", "captcha-whisperer 0.1.0: CRNN whose LSTM was exported unrolled (80 Gemm, 40 Split), "
                 "opset 17, 'batch' dim, 19 MB", wheel_file("captcha-whisperer", "models/captcha_crnn.onnx"),
-                # bench only: PT2E over 80 unrolled LSTM Gemms takes minutes (bench/ONNX_CONVERSION.md)
+                # bench only: PT2E over 80 unrolled LSTM Gemms takes minutes (bench/RESULTS.md)
                 {"input_shapes": {"image": [1, 3, 60, 160]}}, in_suite=False),
     CorpusModel("arabic_romanizer_encoder", "arabic-name-romanizer 0.2.0: bidirectional GRU x2, int64 token ids + "
                 "bool mask inputs, opset 17", wheel_file("arabic-name-romanizer", "resources/encoder.onnx"),

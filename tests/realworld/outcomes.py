@@ -1,13 +1,13 @@
 """The expected outcome of every corpus model on every path: ONE table, pinned.
 
 ``tests/realworld/test_corpus.py`` fails when a model's status on a path differs from this table
-(a model that stops quantizing, or starts to), and the README's corpus table is generated from it
-(``.venv/bin/python -m tests.realworld.readme_table --write``; a test checks the README matches).
+(a model that stops quantizing, or starts to), and the corpus table of docs/realworld.md is generated from it
+(``.venv/bin/python -m tests.realworld.outcomes_table --write``; a test checks the page matches).
 Change an entry deliberately, in the same commit as the change that moves the outcome.
 
 Statuses: ``ok``, ``failed`` (the tool ran and raised), ``skipped`` (the path cannot apply: named
 cause), ``-`` (the path is not requested for that model). Pinned from main at 841eace, plus the two unused-domain models main added by 0faf271 (issue 19); pt2e_qdq statuses moved to ok
-by the ONNX -> torch converter (issue 12, bench/ONNX_CONVERSION.md), with its five new wheel models.
+by the ONNX -> torch converter (issue 12, bench/RESULTS.md), with its five new wheel models.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ PATHS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 
 
 class Outcome(NamedTuple):
-    label: str  # what the README's first column shows
+    label: str  # what docs/realworld.md's first column shows
     pt2e_qdq: str
     ort_qdq: str
     ort_qoperator: str
-    why: str = ""  # why a path is not ok, for a reader of the README
+    why: str = ""  # why a path is not ok, for a reader of docs/realworld.md
 
     def statuses(self) -> dict[str, str]:
         return {p: getattr(self, p) for p in PATHS if getattr(self, p) != "-"}

@@ -1,10 +1,10 @@
-"""The pinned corpus outcomes are one table, the README shows that table, and it covers the corpus."""
+"""The pinned corpus outcomes are one table, docs/realworld.md shows that table, and it covers the corpus."""
 
 from __future__ import annotations
 
 from tests.realworld.corpus import CORPUS
 from tests.realworld.outcomes import OUTCOMES, PATHS
-from tests.realworld.readme_table import README, readme_section, render
+from tests.realworld.outcomes_table import PAGE, page_section, render
 
 
 def test_every_corpus_model_has_a_pinned_outcome_and_no_other():
@@ -20,6 +20,6 @@ def test_pinned_paths_are_the_requested_paths():
         assert (o.why == "") == all(s == "ok" for s in o.statuses().values()), f"{m.name}: a non-ok path says why"
 
 
-def test_readme_corpus_table_is_generated_from_the_outcomes():
-    assert readme_section(README.read_text()) == render(), \
-        "README.md's corpus table is stale: run .venv/bin/python -m tests.realworld.readme_table --write"
+def test_docs_corpus_table_is_generated_from_the_outcomes():
+    assert page_section(PAGE.read_text()) == render(), \
+        "docs/realworld.md's corpus table is stale: run .venv/bin/python -m tests.realworld.outcomes_table --write"

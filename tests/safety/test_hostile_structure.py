@@ -1,4 +1,4 @@
-"""Hostile structure (bench/NOTES.md, twentieth pass): graphs that ORT runs but nothing here can compare
+"""Hostile structure (docs/history/notes.md, twentieth pass): graphs that ORT runs but nothing here can compare
 honestly, refused at the upload with a code and what to do. Each failed on the old code: a bfloat16 output
 was blamed on the model's shapes, a float8 output compared as integers, a model whose outputs read no input
 'succeeded' with 139 dB and 'nothing_quantized ()'."""

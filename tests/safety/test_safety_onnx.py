@@ -255,7 +255,7 @@ STRUCTURE = {
     "IR version 99": (lambda: tiny_onnx(ir=99), UnsupportedModel, "IR version 99"),
     "raw data shorter than its dims": (lambda: _short_raw(), InvalidModel, "declares"),
     # shape=None on an input: ORT runs it, onnx's checker refuses it; the message names it. (An output
-    # without a shape is given the inferred one: tests/pipeline/test_shapeless_outputs.py.)
+    # without a shape is given the inferred one: tests/pipeline/inputs/test_shapeless_outputs.py.)
     "an input without a shape": (lambda: tiny_onnx(inputs=[helper.make_tensor_value_info("x", F, None)]),
                                  InvalidModel, "(graph input/output 'x')"),
 }

@@ -1,5 +1,5 @@
 """Every onnxruntime session the service creates itself goes through session_options_for (the
-constant-folding cap). quantize_static / quant_pre_process build their own: see the README."""
+constant-folding cap). quantize_static / quant_pre_process build their own: see docs/security.md."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ SERVICE = Path(__file__).resolve().parents[2] / "service"
 def test_sessions_are_only_built_in_ort_sessions():
     offenders = []
     for path in SERVICE.rglob("*.py"):
-        if path.name == "ort_sessions.py":
+        if path.relative_to(SERVICE).as_posix() == "pipeline/ort/sessions.py":
             continue
         for i, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\b(InferenceSession|SessionOptions)\s*\(", line):

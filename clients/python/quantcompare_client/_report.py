@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ._layers import Layers
+from ._platforms import Platform, platforms_from
 from ._svg import bar_chart
 
 __all__ = [
@@ -171,7 +172,7 @@ class UnfusedNode:
 
     node: str
     op_type: str
-    blocker: str  # stable code (README "Why a node stayed in float")
+    blocker: str  # stable code (docs/report.md, "Why ORT left a node in float")
     detail: str
     fix: str
 
@@ -485,6 +486,8 @@ class Report:
         if isinstance(raw_layers, list):
             raw_layers = {"rows": raw_layers}
         self.layers: Optional[Layers] = Layers(raw_layers) if isinstance(raw_layers, dict) else None
+        # Other platforms (issue 41: arm64 as emulated ORT), side by side with this report's artifacts.
+        self.platforms: Dict[str, Platform] = platforms_from(self.raw.get("platforms"))
 
     # -- lookups --------------------------------------------------------------------------------
 

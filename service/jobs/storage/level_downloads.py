@@ -8,7 +8,6 @@ digests the job recorded before anything is served (see runtime/level_graphs.py)
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import uuid
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.errors import LevelGraphChanged
+from service.pipeline.isolation import address_space_limit
 from service.jobs.spec import ARTIFACTS_DIR
 from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.worker import worker_environment
@@ -55,15 +55,6 @@ def level_graph_entries(job_dir: Path) -> dict[str, LevelGraphEntry]:
     return out
 
 
-def _limits(memory_mb: int):
-    """In the child: the workers' address-space limit (the session is as big as the job's was)."""
-    def apply() -> None:
-        if memory_mb:
-            limit = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    return apply
-
-
 def regenerated_level_graph(job_dir: Path, entry: LevelGraphEntry, scratch: Path, *,
                             timeout: float = REGENERATE_TIMEOUT_S, memory_mb: int = 0) -> Path:
     """Make the level graph again into ``scratch`` (the caller deletes it); raises LevelGraphChanged.
@@ -77,7 +68,7 @@ def regenerated_level_graph(job_dir: Path, entry: LevelGraphEntry, scratch: Path
     proc = subprocess.run(
         [sys.executable, "-m", "service.pipeline.runtime.level_graphs", str(model), entry.level,
          str(entry.intra_op_threads), entry.graph_sha256, entry.weights_sha256 or "-", str(out)],
-        capture_output=True, text=True, timeout=timeout, env=env, cwd=str(scratch), preexec_fn=_limits(memory_mb))
+        capture_output=True, text=True, timeout=timeout, env=env, cwd=str(scratch), preexec_fn=address_space_limit(memory_mb))
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     result = json.loads(lines[-1]) if lines else {"ok": False, "message": proc.stderr[-2000:]}
     if not result.get("ok"):

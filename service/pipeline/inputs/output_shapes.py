@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.pipeline.vocabulary import RANDOM_OPS, ROW_PICKING_OPS, SELECTION_OPS, all_nodes, node_reads, subgraphs
+from service.pipeline.vocabulary import (
+    RANDOM_OPS,
+    ROW_PICKING_OPS,
+    SELECTION_OPS,
+    SHAPE_READING_OPS,
+    all_nodes,
+    node_reads,
+    subgraphs,
+)
 
 
 def shapeless_outputs(model) -> list[str]:
@@ -106,7 +114,7 @@ def constant_tensors(graph) -> set[str]:
     converter folds it."""
     fixed = {t.name for t in graph.initializer}
     for node in graph.node:
-        if node.op_type in ("Constant", "Shape", "Size") or (
+        if node.op_type in SHAPE_READING_OPS | {"Constant"} or (
                 node.input and next(subgraphs(node), None) is None and node.op_type not in RANDOM_OPS
                 and all(i in fixed for i in node.input if i)):
             fixed.update(o for o in node.output if o)

@@ -14,11 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SELECTION_OPS, node_reads, op_key
-
-# Ops whose output depends on their input's shape only, never its values: with the job's input shapes
-# fixed, every sample gives them the same value (unless a selection upstream makes the shape move).
-_SHAPE_ONLY = frozenset({"Shape", "Size"})
+from service.pipeline.vocabulary import (QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SELECTION_OPS, SHAPE_READING_OPS,
+                                         node_reads, op_key)
 
 
 def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
@@ -96,7 +93,9 @@ def made_without_samples(model, tensor: str) -> list[str] | None:
         if node.op_type in RANDOM_OPS:
             return None
         made.append(node)
-        if node.op_type in _SHAPE_ONLY and (node.domain or "") in ("", "ai.onnx"):
+        # a Shape/Size reads its input's shape only: with the job's input shapes fixed, the same on every
+        # sample (unless a selection upstream makes the shape move)
+        if node.op_type in SHAPE_READING_OPS and (node.domain or "") in ("", "ai.onnx"):
             if node.input and node.input[0] in moving:
                 return None  # the shape of a selection's rows: the samples decide it
             continue

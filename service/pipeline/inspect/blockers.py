@@ -30,7 +30,19 @@ import numpy as np
 import onnx
 
 from service.schemas.options import LEVEL_VALUES
-from service.pipeline.vocabulary import INT8_KERNELS, GraphIndex, is_float, op_key
+from service.pipeline.vocabulary import (
+    ACTIVATIONS_ABSORBED_BY_Q,
+    INT8_KERNELS,
+    QDQ_BINARY,
+    QDQ_DROP,
+    QDQ_DROP_NO16,
+    QDQ_DROP_POSITIVE,
+    QDQ_UNARY,
+    SHAPE_READING_OPS,
+    GraphIndex,
+    is_float,
+    op_key,
+)
 from service.schemas.advice import UnfusedNode
 
 __all__ = ["BLOCKERS", "Blocker", "ExtendedRows", "grouped_blockers", "reasons_by_op", "rows_index", "unfused_by_level",
@@ -45,7 +57,7 @@ class Blocker:
     source: str  # where in ORT 1.32 the condition is
 
 
-# The table the README documents. Codes are stable: CI jobs and the client key on them.
+# The table docs/report.md documents. Codes are stable: CI jobs and the client key on them.
 BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
     Blocker("no_qdq_in_file", "no DequantizeLinear on its inputs and no QuantizeLinear on its output: "
             "the quantizer left it in float", "quantize this op (op_types_to_quantize / the quantizer's "
@@ -141,24 +153,17 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
 )}
 
 # Op type -> ORT 1.32 CPU EP selector kind (qdq_selector_action_transformer.cc).
-_DROP_QDQ = {"Expand", "Flatten", "Gather", "GatherElements", "Reshape", "Slice", "Squeeze", "Tile", "Transpose",
-             "Unsqueeze"}
-_DROP_QDQ_NO16 = {"Resize"}
 # qdq_selector_action_transformer.cc registers {"MaxPool", {12, 22}} (onnxruntime PR 29201, issue 28770: it read
 # {12} before): the rule matches MaxPool-12 and MaxPool-22 only, so a MaxPool of opset 11 or below (no 8-bit
-# MaxPool in the ONNX schema before 12) keeps its Q/DQ (OP_VERSIONS, pinned in tests/pipeline/test_blockers.py).
-_DROP_QDQ_POSITIVE = {"MaxPool", "ReduceMax", "ReduceMin"}
-_UNARY = {"AveragePool", "LeakyRelu", "GlobalAveragePool", "Sigmoid", "Softmax"}
-_BINARY = {"Add", "Mul"}
+# MaxPool in the ONNX schema before 12) keeps its Q/DQ (OP_VERSIONS, pinned in tests/pipeline/inspect/test_blockers.py).
 RULE_KIND: dict[str, str] = {
-    **{op: "drop" for op in _DROP_QDQ}, **{op: "drop_no16" for op in _DROP_QDQ_NO16},
-    **{op: "drop_positive" for op in _DROP_QDQ_POSITIVE}, **{op: "unary" for op in _UNARY},
-    **{op: "binary" for op in _BINARY}, "Concat": "variadic", "Conv": "conv", "MatMul": "matmul",
+    **{op: "drop" for op in QDQ_DROP}, **{op: "drop_no16" for op in QDQ_DROP_NO16},
+    **{op: "drop_positive" for op in QDQ_DROP_POSITIVE}, **{op: "unary" for op in QDQ_UNARY},
+    **{op: "binary" for op in QDQ_BINARY}, "Concat": "variadic", "Conv": "conv", "MatMul": "matmul",
     "Gemm": "gemm", "Split": "split", "Where": "where",
 }
-# No selector of their own, yet a QuantizeLinear after them removes them (the Level2 rules ReluQuantFusion and
-# ClipQuantFusion, registered as ReluQuantRewrite / ClipQuantRewrite): quantizing their output is the change that helps.
-_ABSORBED_BY_Q = {"Relu", "Clip"}
+# ACTIVATIONS_ABSORBED_BY_Q have no selector of their own, yet a QuantizeLinear after them removes them:
+# quantizing their output is the change that helps.
 # The op versions (SinceVersion) a rule is registered for, where it names any; an op absent here matches at
 # every version.
 OP_VERSIONS = {"MaxPool": (12, 22)}
@@ -170,7 +175,7 @@ _BASE_OP = {"com.microsoft.FusedConv": "Conv", "com.microsoft.nchwc.Conv": "Conv
             "com.microsoft.nchwc.Upsample": "Resize", "com.microsoft.QuickGelu": "Mul"}
 # ORT's own layout plumbing, not nodes of the model.
 _PLUMBING = {"com.microsoft.nchwc.ReorderInput", "com.microsoft.nchwc.ReorderOutput"}
-_NOT_COMPUTE = {"Shape", "Size", "Constant", "ConstantOfShape", "Identity", "Range"}
+_NOT_COMPUTE = SHAPE_READING_OPS | {"Constant", "ConstantOfShape", "Identity", "Range"}
 _QDQ = {"QuantizeLinear", "DequantizeLinear"}
 _INT16 = {"int16", "uint16"}
 class _View:
@@ -210,7 +215,7 @@ def _scalar(v: _View, name: str):
 # qdq_selectors.cc, CheckConvBiasScale (onnxruntime PR 28229), per output channel i: the fusion is refused when
 # |b_scale[i] - x_scale * w_scale[i]| > 0.01f * |x_scale * w_scale[i]| + 1e-6f (the two constants read from the
 # function compiled into the installed 1.32.0 wheel; PR 28229 describes the 1% relative tolerance). The test
-# tests/pipeline/test_blockers.py::test_bias_scale_mismatch pins the edge on both sides of 1e-3.
+# tests/pipeline/inspect/test_blockers.py::test_bias_scale_mismatch pins the edge on both sides of 1e-3.
 BIAS_SCALE_RTOL, BIAS_SCALE_ATOL = 1e-2, 1e-6
 
 
@@ -366,7 +371,7 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
     # GetQDQSelection: a Relu/Clip that is the only reader and whose Q makes it redundant joins the group.
     readers = [c for o in n.output if o for c in v.readers(o)]
     qnode_src = n
-    if len(readers) == 1 and readers[0].op_type in ("Relu", "Clip") and len(v.readers(readers[0].output[0])) == 1 \
+    if len(readers) == 1 and readers[0].op_type in ACTIVATIONS_ABSORBED_BY_Q and len(v.readers(readers[0].output[0])) == 1 \
             and readers[0].output[0] not in v.graph_outputs and kind in ("conv", "matmul", "gemm", "binary", "unary"):
         qnode_src = readers[0]
     qs = [c for o in qnode_src.output if o for c in v.readers(o) if _is_q(c)]
@@ -500,7 +505,7 @@ XNNPACK_QUANTIZED_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "GlobalAvera
 
 def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
     """Why torchao's XNNPACK quantizer wrote no Q/DQ around ``n`` in a PT2E file, where its pattern
-    list decides it (pinned in tests/pipeline/test_blockers.py); None where it does not."""
+    list decides it (pinned in tests/pipeline/inspect/test_blockers.py); None where it does not."""
     data = [i for i in n.input if i and not v.is_const(i)]
     if base == "MatMul" and len(data) == 2:
         return "a matmul of two activations: XNNPACK annotates linear (a constant weight), not matmul/bmm"
@@ -573,7 +578,7 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
             why = _not_in_xnnpack_config(v, n, base) if pt2e else None
             if why:
                 rows.append(_row(n, key, "not_in_xnnpack_config", why))
-            elif kind is None and base not in _ABSORBED_BY_Q:
+            elif kind is None and base not in ACTIVATIONS_ABSORBED_BY_Q:
                 rows.append(_row(n, key, "no_int8_form", f"no Q/DQ in the file; no rule for {rule_name}"))
             else:
                 rows.append(_row(n, key, "no_qdq_in_file", "no DequantizeLinear before it, no QuantizeLinear after it"))

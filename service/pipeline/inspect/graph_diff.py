@@ -25,13 +25,23 @@ from collections import Counter
 
 import onnx
 
-from service.pipeline.vocabulary import INT8_KERNELS, MS, NCHWC, QDQ_DROP_OPS, QDQ_OPS, GraphIndex, op_key
+from service.pipeline.vocabulary import (
+    ACTIVATIONS_ABSORBED_BY_Q,
+    BIASED_COMPUTE_OPS,
+    INT8_KERNELS,
+    MS,
+    NCHWC,
+    QDQ_DROP_OPS,
+    QDQ_OPS,
+    GraphIndex,
+    op_key,
+)
 from service.schemas.levels import LevelDiff, Rewrite
 
 _TOKEN = re.compile(r"(_token_\d+)+$")
 # Level2 RewriteRules: the classes ReluQuantFusion / ClipQuantFusion (qdq_transformer/relu_quantizelinear.h,
 # clip_quantizelinear.h) register under these names, the ones optimization.disable_specified_optimizers and the
-# attribution in runtime/levels.py switch off (tests/pipeline/test_graph_diff.py pins each).
+# attribution in runtime/levels.py switch off (tests/pipeline/inspect/test_graph_diff.py pins each).
 RELU_QUANT, CLIP_QUANT = "ReluQuantRewrite", "ClipQuantRewrite"
 
 def _key(n: onnx.NodeProto) -> tuple:
@@ -264,7 +274,7 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
     w_i8 = [c for n in add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int8"
             and n.input[0] in new.initializers
             for c in new.consumers.get(n.output[0], []) if len(c.input) > 1 and c.input[1] == n.output[0]
-            and c.op_type in ("Conv", "ConvTranspose", "Gemm")]
+            and c.op_type in BIASED_COMPUTE_OPS]
     if w_i8 and not rem_only:
         return rw(f"float weight of {_count_text([op_key(c) for c in w_i8])} quantized to int8 per tensor "
                   "(asymmetric)" + (", bias to int32" if dq_i32 else "")
@@ -290,7 +300,7 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
         ops = _count_text([op_key(o) for o, _ in pairs])
         return rw(f"activations int8 -> uint8 ({ops} rewritten)", "s8_to_u8", "QDQS8ToU8Transformer")
 
-    if rk and set(rk) <= {"Relu", "Clip"} and not add_only:
+    if rk and set(rk) <= ACTIVATIONS_ABSORBED_BY_Q and not add_only:
         t = RELU_QUANT if "Relu" in rk else CLIP_QUANT
         follow = [n.op_type for n in mod_new]
         into = " into QuantizeLinear" if "QuantizeLinear" in follow else ""

@@ -15,6 +15,7 @@ import onnx
 from onnx import helper
 
 from service.pipeline.vocabulary import (
+    BIASED_COMPUTE_OPS,
     COMPUTE_OPS,
     CONVERTER_METADATA_PREFIX,
     DATA_MOVEMENT_OPS,
@@ -113,7 +114,7 @@ def bias_state(graph: GraphIndex) -> BiasState:
         bias = QLINEAR_BIAS_INDEX.get(key)
         if bias is not None:
             i32 += int(len(n.input) > bias and bool(n.input[bias]))
-        elif key in ("Conv", "ConvTranspose", "Gemm", f"{MS}.FusedConv", f"{NCHWC}.Conv") and len(n.input) > 2 and n.input[2]:
+        elif key in BIASED_COMPUTE_OPS | {f"{MS}.FusedConv", f"{NCHWC}.Conv"} and len(n.input) > 2 and n.input[2]:
             if _bias_input_is_int32(graph, n.input[2]):
                 i32 += 1
             else:

@@ -13,6 +13,7 @@ import numpy as np
 
 from service.pipeline.files import external_data_bytes, file_sha256, repeated_initializers
 from service.pipeline.vocabulary import (
+    ACTIVATIONS_ABSORBED_BY_Q,
     BIAS_COPY_MARK,
     COMPUTE_OPS,
     DEQUANTIZE,
@@ -223,7 +224,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
 
     folded = []
     if fp32_histogram:
-        for act in ("Relu", "Clip"):
+        for act in sorted(ACTIVATIONS_ABSORBED_BY_Q, reverse=True):  # Relu, then Clip, as reports list them
             gone = fp32_histogram.get(act, 0) - hist.get(act, 0)
             if gone > 0:
                 folded.append(FoldedActivation(
@@ -288,11 +289,11 @@ def _bias_scale_matches(g: GraphIndex, node, bias_dq) -> bool | None:
 _WEIGHT_SLOT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "com.microsoft.FusedConv": 1}
 # A float op between another op and its QuantizeLinear belongs to that op's unit only when the
 # quantizer absorbs it (ORT's ReluQuantFusion / ClipQuantFusion, PT2E's conv-relu patterns).
-_UNIT_TAIL = {"Relu", "Clip"}
+_UNIT_TAIL = ACTIVATIONS_ABSORBED_BY_Q
 # What torch.onnx.export puts between a weight's DequantizeLinear and its reader (nn.Linear on a 3-D
 # input: DQ(w) -> Transpose -> MatMul): ORT's transpose optimizer moves it into the constant at level
 # basic, so the reader reads a dequantized weight all the same.
-_WEIGHT_LAYOUT = {"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
+_WEIGHT_LAYOUT = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
 
 
 _INTEGER_KERNELS = ("ConvInteger", "MatMulInteger")  # quantize_dynamic's kernels: x, w, x_zp, w_zp

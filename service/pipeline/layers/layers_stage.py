@@ -1,4 +1,5 @@
-"""The spine's call into per-tensor error: the ``layers`` table, then exclude-and-retry when asked.
+"""The layers stage: per-tensor error of each quantized file against fp32 (the ``layers`` table), then
+exclude-and-retry when asked.
 
 A failure here never fails the comparison: the table is extra evidence, so it comes back with
 the reason in ``notes`` and no rows.
@@ -8,14 +9,65 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
+from service.pipeline.context import StageContext
+from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.output_shapes import output_positions
+from service.pipeline.inputs.stage import Prepared
+from service.pipeline.inspect.stage import Inspected
 from service.pipeline.layers.layers import LayersBudget, layers_from_files
 from service.pipeline.layers.layers_retry import RetryInputs, requantizer, retry_without_origins
+from service.pipeline.quantize.side_by_side import side_by_side
+from service.pipeline.quantize.stage import Quantized
 from service.schemas.layers import LayersReport
+from service.schemas.options import ComparisonOptions, resolved_ort_settings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Layered:
+    report: LayersReport | None  # None: the table is off, or no quantized file got this far
+    seconds: float  # the table's own time (0 without a table)
+    wall: float  # the stage's wall time, ``beside`` included
+
+
+def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, quantized: Quantized,
+                 inspected: Inspected, ctx: StageContext, *, beside: Callable[[], None] | None = None) -> Layered:
+    """The per-tensor table, after the levels stage wrote the optimized graphs (its progress is part of
+    ``evaluate``). ``beside``: work that times nothing (advice's re-quantizations), run on a second
+    thread while the table is computed; this thread helps with it once the table is done."""
+    source = prepared.source
+
+    def table() -> tuple[LayersReport | None, float]:
+        t0 = time.perf_counter()
+        report = layers_for_comparison(
+            options=options, paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
+            tools={n: a.tool for n, a in inspected.artifacts.items() if a.tool is not None},
+            out_dir=ctx.folders.scratch, source=source, shapes=prepared.shapes,
+            calibration=prepared.samples.calibration, input_names=[s.name for s in source.specs],
+            ort_input=quantized.ort_input or fp32.file.path, ort_settings=resolved_ort_settings(options),
+            fp32_model=fp32.file.model,
+            optimized_paths={a: {lv: ctx.folders.artifacts / f"{a}.{lv}.onnx" for lv in options.levels}
+                             for a in inspected.paths},
+            data_dependent=fp32.after_selection.moving,
+        )
+        return report, (round(time.perf_counter() - t0, 4) if report is not None else 0.0)
+
+    def table_then_beside() -> tuple[LayersReport | None, float]:
+        made = table()
+        beside()  # whatever the other thread has not taken yet
+        return made
+
+    t0 = time.perf_counter()
+    if beside is None:
+        report, seconds = table()
+    else:
+        (report, seconds), _ = side_by_side(table_then_beside, beside, parallel=True)
+    return Layered(report=report, seconds=seconds, wall=time.perf_counter() - t0)
 
 
 def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools: dict, out_dir: Path,

@@ -36,6 +36,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.pipeline.vocabulary import (
+    ACTIVATIONS_ABSORBED_BY_Q,
+    BIASED_COMPUTE_OPS,
+    COMMUTATIVE_OPS,
     CONVERTER_METADATA_PREFIX,
     DEQUANTIZE,
     MS,
@@ -49,15 +52,13 @@ from service.pipeline.vocabulary import (
 
 ONNX_NODE_KEY = CONVERTER_METADATA_PREFIX + "onnx_node"
 
-_COMMUTATIVE = {"Add", "Mul", "Max", "Min", "Sum", "Mean"}
 # fp32 ops a quantizer may drop into a neighbour: activations into the QuantizeLinear clamp,
 # BatchNormalization into the Conv's weights, no-ops removed by pre-processing.
-ACTIVATIONS_CLAMPED = {"Relu", "Clip"}
-_ABSORBABLE = ACTIVATIONS_CLAMPED | {"BatchNormalization", "Identity", "Dropout"}
+_ABSORBABLE = ACTIVATIONS_ABSORBED_BY_Q | {"BatchNormalization", "Identity", "Dropout"}
 _NAME_SCOPES = "pkg.torch.onnx.name_scopes"
 # Ops whose following Add of a constant ORT's ConvAddFusion / MatMulAddFusion (quant_pre_process, level
 # basic) folds in as their bias: the file's output of the op is then the value after the Add.
-_TAKES_A_BIAS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+_TAKES_A_BIAS = BIASED_COMPUTE_OPS | {"MatMul"}
 
 
 def _bias_add(n, ref: "GraphView") -> bool:
@@ -354,7 +355,7 @@ def _check_absorbed_consumer(o: str, c: str, ref: GraphView, idx: GraphView, raw
     for a in fp32_next:
         if a.op_type in file_ops:
             continue
-        if a.op_type in ACTIVATIONS_CLAMPED and len(readers) == 1:
+        if a.op_type in ACTIVATIONS_ABSORBED_BY_Q and len(readers) == 1:
             raw_only[o] = f"the file dropped the {a.op_type} after it into a QuantizeLinear"
         else:
             hidden[o] = (f"the file folded the {a.op_type} after it into this op: its '{c}' is the value after "
@@ -423,7 +424,7 @@ def _by_module_scope(n, idx: GraphView, scopes: dict[str, list], claimed: set[in
 
 
 def _key(op: str, inputs: list[str]) -> tuple:
-    return (op, tuple(sorted(inputs)) if op in _COMMUTATIVE else tuple(inputs))
+    return (op, tuple(sorted(inputs)) if op in COMMUTATIVE_OPS else tuple(inputs))
 
 
 def _float_tensors(ref: GraphView, wanted: list[str] | None) -> list[str]:

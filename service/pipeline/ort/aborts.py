@@ -17,7 +17,7 @@ QOperator file of such a graph.
 
 from __future__ import annotations
 
-from service.pipeline.vocabulary import DEQUANTIZE, MS, QUANTIZE, node_reads, subgraphs
+from service.pipeline.vocabulary import DEQUANTIZE, MS, QUANTIZE, ai_onnx_opset, node_reads, subgraphs
 
 # CanNodePropagate() in qdq_propagation.cc: op -> the since-versions it accepts (ai.onnx).
 PROPAGATING_OPS = {"MaxPool": {12}, "Reshape": {5, 13, 14, 19}, "Transpose": {1, 13},
@@ -46,7 +46,7 @@ def _constant_scalar(name: str, initializers: dict) -> bool:
 def qdq_propagation_abort(model) -> str | None:
     """The tensor at which QDQPropagationTransformer would abort ORT on ``model`` (read through an
     If/Loop/Scan body after a DequantizeLinear and ops it propagates through), or None."""
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = ai_onnx_opset(model, 0)
     return _abort_in(model.graph, opset, {})
 
 

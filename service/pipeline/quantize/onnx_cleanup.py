@@ -19,10 +19,9 @@ import onnx
 
 from service.pipeline.files import declared_bytes
 from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
+from service.pipeline.vocabulary import CONTROL_FLOW_OPS, ai_onnx_opset
 
 log = logging.getLogger(__name__)
-
-CONTROL_FLOW = ("If", "Loop", "Scan")
 
 
 @dataclass
@@ -116,7 +115,7 @@ def _fold_constants(model, notes: list[str]):
         after = Counter(n.op_type for n in folded.graph.node)
         removed = sum(before.values()) - sum(after.values())
         if removed > 0:
-            gone_cf = {op: before[op] - after.get(op, 0) for op in CONTROL_FLOW if before[op] - after.get(op, 0) > 0}
+            gone_cf = {op: before[op] - after.get(op, 0) for op in sorted(CONTROL_FLOW_OPS) if before[op] - after.get(op, 0) > 0}
             extra = ""
             if gone_cf:
                 extra = " (" + ", ".join(f"{op} x{n}" for op, n in gone_cf.items()) + " folded away)"
@@ -173,7 +172,7 @@ TORCH_CONVERTIBLE_OPSET = 17
 def _downgraded_opset(model, notes: list[str]):
     from onnx import version_converter
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = ai_onnx_opset(model)
     if opset is None or opset <= TORCH_CONVERTIBLE_OPSET:
         return model
     try:
@@ -223,7 +222,7 @@ def constant_inputs(calibration: list[dict[str, np.ndarray]], *, max_elements: i
 
 def control_flow_nodes(model) -> Counter:
     """If/Loop/Scan in the main graph (what onnx2torch cannot convert)."""
-    return Counter(n.op_type for n in model.graph.node if n.op_type in CONTROL_FLOW and n.domain in ("", "ai.onnx"))
+    return Counter(n.op_type for n in model.graph.node if n.op_type in CONTROL_FLOW_OPS and n.domain in ("", "ai.onnx"))
 
 
 # quantize_static writes per-channel DequantizeLinear(axis=...) whatever the opset; `axis` exists

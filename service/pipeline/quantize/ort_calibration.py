@@ -3,7 +3,7 @@
 ``quantize_static`` holds a large model several times over while it calibrates: its own copy
 (``load_model_with_shape_infer``), the calibrator's second copy, the augmented model serialized
 to bytes to save it, and the calibration session's. For a 1 GB model with external data that
-peaked at 4.4 GB here (``bench/NOTES.md``, issue 16). ORT's calibrator needs the graph only: it
+peaked at 4.4 GB here (``docs/history/notes.md``, issue 16). ORT's calibrator needs the graph only: it
 adds ReduceMin/ReduceMax (or histogram) outputs and runs a session. So the same calibrator class
 runs here on the graph alone, its augmented graph saved beside the weights it refers to, and the
 ranges it computes go where ``quantize_static`` reads its calibration cache

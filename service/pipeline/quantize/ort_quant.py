@@ -19,7 +19,7 @@ from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.pipeline.quantize.ort_nonfinite import constant_nonfinite, retry_cache
 from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
 from service.pipeline.ort.sessions import ort_refusal, session_options_for, session_with_options
-from service.pipeline.vocabulary import all_nodes, graph_from_path
+from service.pipeline.vocabulary import ai_onnx_opset, all_nodes, graph_from_path
 from service.schemas.report import ToolInfo
 
 log = logging.getLogger(__name__)
@@ -106,7 +106,7 @@ def _weights_on_disk(fp32_path: Path):
 
     graph = onnx.load(str(fp32_path), load_external_data=False)
     external = has_external_initializers(graph)
-    opset = next((o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")), None)
+    opset = ai_onnx_opset(graph)
     return graph if external and opset is not None and opset > 10 else None
 
 

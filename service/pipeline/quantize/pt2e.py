@@ -36,7 +36,7 @@ def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], ca
     ONNX uploads go through the project's own converter (quantize/onnx_torch), which specializes
     the graph to the resolved shapes and checks parity with ORT before anything is quantized.
     onnx2torch is no longer used: on the real-world corpus it converted fewer models (no GRU/LSTM,
-    no opset-18 input forms, untraceable shape arithmetic), see README "ONNX uploads and PT2E".
+    no opset-18 input forms, untraceable shape arithmetic), see docs/uploads.md.
     """
     if source.program is not None:
         return source.program, None
@@ -152,7 +152,7 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int, *, model=N
     Why a count of ops: prepare_pt2e, convert_pt2e and torch.onnx.export (its decompositions and
     onnxscript's rewriter) each walk the whole graph, and on this stack their time grows with its
     size, not its weights: 2676 ops (six peephole LSTMs unrolled over 16 steps) took 108 s after
-    torch.export, 40 ms per op (bench/NOTES.md, ninth pass); a 100-step twin would run past the job's
+    torch.export, 40 ms per op (docs/history/notes.md, ninth pass); a 100-step twin would run past the job's
     time limit and take the ORT paths' results with it. Converted from ONNX, the ops are attributed
     to the upload's nodes (``meta["custom"]["onnx_node"]``, names.py), so the message names them."""
     ops = [n for n in program.graph.nodes if n.op == "call_function"]

@@ -22,7 +22,7 @@ from typing import Any
 from service.errors import TailConversionChanged
 from service.pipeline.inputs.output_shapes import graph_only_copy, selection_origins
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, node_reads, op_key, subgraphs
+from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, ai_onnx_opset, node_reads, op_key, subgraphs
 
 # The tail is appended as written: an upload past this many tail nodes is not a post-processing step.
 MAX_TAIL_NODES = 2000
@@ -145,7 +145,7 @@ def splice_tail(path: Path, split: SelectionSplit, *, prefix_path: Path, feed: d
     from onnx import helper, version_converter
 
     proto = onnx.load(str(path))
-    target = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    target = ai_onnx_opset(proto)
     tail_nodes, tail_inits = list(split.tail_nodes), list(split.tail_initializers)
     if split.opsets.get("", target) != target:
         made = {o.name: o for o in proto.graph.output}

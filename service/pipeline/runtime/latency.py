@@ -44,9 +44,9 @@ __all__ = [
 
 # A run this short is mostly per-call cost (binding, output allocation, caches left cold by the
 # previous feed) that the eval loop over different feeds, right after the session is made, does
-# not warm: such samples read 20-40% above an independent median (bench/results16b, 0.05-0.1 ms
-# graphs). Those graphs are timed apart, on the first feed, after SHORT_RUN_WARMUP untimed runs:
-# at this length that costs at most (3 + max_runs) x 2 ms.
+# not warm: such samples read 20-40% above an independent median (0.05-0.1 ms graphs;
+# docs/history/results.md, second run). Those graphs are timed apart, on the first feed, after
+# SHORT_RUN_WARMUP untimed runs: at this length that costs at most (3 + max_runs) x 2 ms.
 SHORT_RUN_MS = 2.0
 SHORT_RUN_WARMUP = 3
 

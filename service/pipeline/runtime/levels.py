@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from service.pipeline.environment import cores_idle, cpu_info
+from service.pipeline.environment import cores_idle
 from service.pipeline.inspect.blockers import reasons_by_op, rows_index, unfused_nodes
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
@@ -43,6 +43,7 @@ from service.pipeline.inspect.graph_summary import (
 )
 from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions
 from service.pipeline.isolation import scrub
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LatencyProtocol,
@@ -72,7 +73,7 @@ from service.pipeline.vocabulary import (
 )
 from service.schemas.levels import AgreementRow, OptimizedLevel
 
-__all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph"]
+__all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph", "level_structure"]
 
 
 @dataclass(frozen=True)
@@ -203,8 +204,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     shared = _Shared(levels=levels, options=options, eval_feeds=eval_feeds, out_dir=out_dir,
                      graphs_dir=out_dir / "_level_graphs", protocol=protocol,
                      budget=LatencyBudget(protocol.budget_seconds, len(names) * len(levels)),
-                     # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
-                     int8_allowed=cpu_info().arch in ("aarch64", "arm64", "ARM64"),
+                     # ORT's QDQIsInt8Allowed() on this machine (platforms/targets.py)
+                     int8_allowed=host_platform().int8_allowed,
                      keep_level_graphs=keep_level_graphs, concurrent_jobs=concurrent_jobs, progress=progress,
                      total=len(names) * len(levels), data_dependent=dict(data_dependent or {}))
 
@@ -285,23 +286,12 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
         diff = diff_graphs(prev_graph, graph, previous=prev_level)
         if options.attribution and diff.rewrites and level != "disable_all":
             diff = _attribute(diff, path, level, prev_graph, threads)
-        hist = op_histogram(graph)
-        kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
-        nodes = node_summaries(graph)
-        act = Counter(n.activation_dtype or "unknown" for n in nodes
-                      if op_key(n) in INT8_KERNELS)
-        int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
-        float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
-        # Over this graph's own compute: PT2E unrolls an LSTM into a dozen Gemms, and fp32's one LSTM
-        # as the denominator made 3 int8 Gemms of 13 read as coverage 1.0.
-        float_count = sum(float_compute.values())
-        coverage = int8_compute / (int8_compute + float_count) if fp32_compute and int8_compute + float_count else (
-            0.0 if fp32_compute else None)
-        unfused = unfused_nodes(graph, level=level, int8_allowed=shared.int8_allowed, previous=extended_rows,
-                                pt2e=name == "pt2e_qdq", float_tail=float_tail)
+        structure = level_structure(graph, name=name, level=level, facts=facts, fp32_compute=fp32_compute,
+                                    int8_allowed=shared.int8_allowed, extended_rows=extended_rows,
+                                    float_tail=float_tail)
         if level == "extended":
-            extended_rows = rows_index(unfused, graph)
-        ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
+            extended_rows = structure.pop("extended_rows")
+        structure.pop("extended_rows", None)
         shared.step("optimize", "optimize", time.perf_counter() - t0, count=True)
 
         t1 = time.perf_counter()
@@ -342,15 +332,8 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
         shared.step("evaluate", "evaluate", time.perf_counter() - t1, count=False)
 
         per_level[level] = OptimizedLevel(
-            level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error,
-            op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
-            quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
-            int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
-            compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
-            ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
-            unfused=[] if name == "fp32" else unfused,
-            bias=bias_state(graph),
-            layout=layout_info(graph, facts.transposes), diff=diff, numerics=numerics, latency=latency,
+            level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error, **structure,
+            diff=diff, numerics=numerics, latency=latency,
             session_seconds=session_seconds, evaluate_seconds=round(evaluate_seconds, 4), same_graph_as=same_as,
             graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
             weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
@@ -358,6 +341,38 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
         )
         prev_graph, prev_level = graph, level
     return _ArtifactLevels(per_level=per_level, facts=facts, outputs=outputs_at, output_names=onames, steps=steps)
+
+
+def level_structure(graph: GraphIndex, *, name: str, level: str, facts: FileFacts, fp32_compute: int,
+                    int8_allowed: bool, extended_rows=None, float_tail=None) -> dict:
+    """What one level graph holds, as ``OptimizedLevel`` fields: histogram, int8 kernels and coverage,
+    the nodes left float and why (the blockers under the platform's ``int8_allowed``), bias, layout.
+    The same for the graphs this machine's ORT saved and those an emulated platform's ORT saved;
+    ``extended_rows`` (popped by the caller) is what the layout levels read of ``extended``'s blockers."""
+    hist = op_histogram(graph)
+    kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
+    nodes = node_summaries(graph)
+    act = Counter(n.activation_dtype or "unknown" for n in nodes if op_key(n) in INT8_KERNELS)
+    int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
+    float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
+    # Over this graph's own compute: PT2E unrolls an LSTM into a dozen Gemms, and fp32's one LSTM
+    # as the denominator made 3 int8 Gemms of 13 read as coverage 1.0.
+    float_count = sum(float_compute.values())
+    coverage = int8_compute / (int8_compute + float_count) if fp32_compute and int8_compute + float_count else (
+        0.0 if fp32_compute else None)
+    unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows,
+                            pt2e=name == "pt2e_qdq", float_tail=float_tail or {})
+    ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
+    return dict(
+        op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
+        quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
+        int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
+        compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
+        ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
+        unfused=[] if name == "fp32" else unfused, bias=bias_state(graph),
+        layout=layout_info(graph, facts.transposes),
+        extended_rows=rows_index(unfused, graph) if level == "extended" else None,
+    )
 
 
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],

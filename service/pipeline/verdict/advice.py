@@ -42,6 +42,7 @@ import numpy as np
 
 from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
@@ -558,7 +559,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
     (on one thread or two) and timed by ``timed_advice``. None when there is nothing to measure, or when
     planning failed (logged)."""
     cpu = cpu_info()
-    int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
+    int8_allowed = host_platform().int8_allowed  # QDQIsInt8Allowed() where the candidates are measured
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
     level = options.advice.level
     unfused, kernels, before, latency_ms, digests = {}, {}, {}, {}, {}

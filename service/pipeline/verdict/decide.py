@@ -1,25 +1,51 @@
-"""The decide stage: what the levels results mean, for a person and for CI.
+"""The decide stage: what the earlier stages measured means, for a person and for CI.
 
-Reads what the earlier stages measured (the levels results, each file's inventory) and computes
-nothing about ORT itself: the decisions table, the lints, where this machine differs from the
-chapter, and the gate verdict.
+Reads what the earlier stages measured (the levels results, each file's inventory, the per-tensor
+table, advice) and computes nothing about ORT itself: each artifact's final status, the decisions
+table, every lint of the report (gathered here and nowhere else, each code in ``lint_catalog``), where
+this machine differs from the chapter, and the gate verdict.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from service.pipeline.context import StageContext
 from service.pipeline.environment import cpu_info
-from service.schemas.options import ComparisonOptions
+from service.pipeline.fp32.stage import Fp32
+from service.pipeline.inputs.stage import Prepared
+from service.pipeline.inspect.stage import Inspected
+from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
+from service.pipeline.runtime.output_kinds import artifact_accuracy
+from service.pipeline.verdict.advice_stage import Advised
 from service.pipeline.verdict.decisions import decisions_table
-from service.pipeline.verdict.lints import lints_for, ort_optimized_upload_lints, sentinel_range_lints
+from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.verdict.lint_catalog import checked_lints
+from service.pipeline.verdict.lints import (
+    fed_back_selection_lints,
+    folded_input_lints,
+    integer_weight_lints,
+    lints_for,
+    no_artifact_lints,
+    ort_optimized_upload_lints,
+    overridable_initializer_lints,
+    padded_selection_lints,
+    random_op_lints,
+    repeated_weight_lints,
+    selection_input_lints,
+    sentinel_range_lints,
+    symbolic_dim_lints,
+)
+from service.pipeline.verdict.made_up_data import made_up_data_lints
 from service.pipeline.verdict.platform_notes import platform_notes
 from service.pipeline.verdict.reference_noise import (
     nonfinite_reference_lints, saturated_reference_lints, unstable_reference_lints,
 )
+from service.schemas.layers import LayersReport
 from service.schemas.levels import DecisionRow, Lint, PlatformNote
-from service.schemas.report import CpuInfo, QuantizationInventory
+from service.schemas.options import ComparisonOptions
+from service.schemas.report import Artifact, CpuInfo, PathError, QuantizationInventory, Verdict
 
 
 @dataclass(frozen=True)
@@ -27,6 +53,35 @@ class Decided:
     decisions: list[DecisionRow]
     lints: list[Lint]
     platform: list[PlatformNote]
+    artifacts: dict[str, Artifact] = field(default_factory=dict)  # with their levels and final status
+    verdict: Verdict | None = None
+
+
+def decide_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, quantized: Quantized,
+                 inspected: Inspected, levels: LevelsResult, layers: LayersReport | None, advised: Advised,
+                 ctx: StageContext) -> Decided:
+    """Each artifact with its levels (a file ORT ran at no level is a failed path), the decisions, every
+    lint, the platform notes and the gates' verdict."""
+    artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
+                 for name, art in inspected.artifacts.items()}
+    decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
+                                  batchnorm_in_source=_batchnorm_count(prepared.source.program),
+                                  advice_measured=advised.proposed + advised.refuted)
+    lints = checked_lints(
+        made_up_data_lints(prepared.samples.info) + decided.lints
+        + symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
+        + random_op_lints(fp32.file.model) + fed_back_selection_lints(fp32.file.model)
+        + inspected.lints
+        + integer_weight_lints(fp32.file.model) + overridable_initializer_lints(fp32.file.model)
+        + folded_input_lints(artifacts.get("pt2e_qdq"))
+        + no_artifact_lints(artifacts, already_quantized=quantized.already_quantized)
+        + padded_selection_lints(fp32.padded_selection())
+        + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
+        + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
+           if fp32.after_selection.moving or fp32.padded_selection() else []))
+    verdict = verdict_from_artifacts(artifacts, options, list(options.gates), samples=prepared.samples.info)
+    return Decided(decisions=decided.decisions, lints=lints, platform=decided.platform, artifacts=artifacts,
+                   verdict=verdict)
 
 
 def decided_from_levels(levels: LevelsResult, *, inventories: dict[str, QuantizationInventory | None],
@@ -48,3 +103,29 @@ def decided_from_levels(levels: LevelsResult, *, inventories: dict[str, Quantiza
         + saturated_reference_lints(levels.optimized.get("fp32", {}), levels.reference_outputs),
         platform=platform_notes(levels.optimized, cpu, advice_measured),
     )
+
+
+def _with_levels(art: Artifact, optimized: dict) -> Artifact:
+    """The artifact with its levels; a file that ORT ran at no level is a failed path, not an ok one
+    with an error in each level (a CI gate on status_ok must see it)."""
+    update: dict = {"optimized": optimized}
+    if art.name != "fp32":
+        update["accuracy"], update["accuracy_note"] = artifact_accuracy(optimized)
+    errors = [(level, ol.error) for level, ol in optimized.items() if ol.error]
+    if art.status == "ok" and optimized and len(errors) == len(optimized):
+        reference = " It is the fp32 reference, so no quantized file could be compared either." if art.name == "fp32" else ""
+        update["status"] = "failed"
+        update["error"] = PathError(
+            stage="evaluate", code="ort_run_failed", type="OrtRunFailed",
+            message=f"ONNX Runtime could not run this file at any level ({', '.join(lv for lv, _ in errors)}); "
+                    f"at {errors[0][0]}: {errors[0][1]}.{reference}",
+            hint="load the file in onnxruntime yourself and run one sample to see the same error; "
+                 "ORT's message names the node it stopped at")
+    return art.model_copy(update=update)
+
+
+def _batchnorm_count(program) -> int:
+    if program is None:
+        return 0
+    return sum(1 for n in program.graph.nodes
+               if n.op == "call_function" and "batch_norm" in str(getattr(n.target, "__name__", n.target)))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-import numpy as np
 import onnx
 
 from service.pipeline.environment import cpu_info
@@ -15,7 +14,7 @@ from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
 from service.pipeline.ort.sessions import JOB_RANDOM_SEED
-from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, all_nodes, node_reads, op_key
+from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, RANKING_OPS, all_nodes, op_key
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
@@ -377,7 +376,7 @@ def fed_back_selection_lints(model) -> list[Lint]:
         n_carried = max(len(loop.input) - 2, 0)
         carried = {o.name for o in body.output[1:1 + n_carried]}
         picks = [(n.op_type, n.output[1 if n.op_type == "TopK" else 0]) for n in body.node
-                 if n.op_type in ("ArgMax", "ArgMin", "TopK") and n.domain in ("", "ai.onnx")
+                 if n.op_type in RANKING_OPS and n.domain in ("", "ai.onnx")
                  and len(n.output) > (1 if n.op_type == "TopK" else 0)]
         body_readers: dict[str, list] = {}
         for n in body.node:
@@ -671,62 +670,23 @@ def ort_optimized_upload_lints(fp32: FileFacts | None) -> list[Lint]:
     )]
 
 
-def qoperator_dropped_relu_lints(read_model, qoperator_model) -> list[Lint]:
-    """One lint when ORT's QOperator file lost a Relu/Clip whose input another node also reads.
-
-    ``QLinearActivation.QuantizeClipRelu`` (onnxruntime/quantization/operators/activation.py) drops every Relu or
-    Clip whose input is quantized (activations not symmetric) and hands its output the input's quantized value,
-    trusting the input's range to start at the activation's; ``adjust_tensor_ranges`` (base_quantizer.py) narrows
-    that range only when the Relu or Clip is its input's only reader. With a second reader the file carries the
-    input's full range where the activation's output was, negatives included. Found in the file itself, by the
-    activations of ``read_model`` (the file quantize_static read) that the QOperator file no longer runs:
-    - a float reader gets the output as ``DequantizeLinear`` of the input (MatMul -> {Relu, Sigmoid}: -0.6 dB);
-    - a quantized reader reads the input's quantized tensor, and the output's name is gone from the file (a
-      tf2onnx PReLU, ``Relu(h) + alpha * Relu(Neg(h))``: QLinearAdd reads ``h_quantized``, -1.7 dB).
-    Not where the input's quantized range starts at 0 anyway (its zero point is the type's lowest value).
-    """
-    if qoperator_model is None or read_model is None:
+def symbolic_dim_lints(specs, shapes, options: ComparisonOptions, fixed_files: list[str] = ()) -> list[Lint]:
+    """The artifacts keep the model's symbolic dims (but ``fixed_files``), yet every run here used one
+    value for each."""
+    fixed, chosen = [], []
+    for spec in specs:
+        for i, d in enumerate(spec.shape):
+            if not isinstance(d, int) and spec.name in shapes and i < len(shapes[spec.name]):
+                fixed.append(f"{spec.name}[{i}] '{d or '?'}' = {shapes[spec.name][i]}")
+                chosen.append(spec.name in options.input_shapes)
+    if not fixed:
         return []
-    read = read_model.graph
-    readers = Counter(i for n in read.node for i in node_reads(n))
-    graph_outputs = {o.name for o in read.output}
-    qop = qoperator_model.graph
-    written_by = {o: n for n in qop.node for o in n.output if o}
-    present = written_by.keys() | {i.name for i in qop.input} | {t.name for t in qop.initializer}
-
-    def dropped(n) -> bool:
-        out = n.output[0]
-        return (out not in present or getattr(written_by.get(out), "op_type", None) == "DequantizeLinear") \
-            and not _starts_at_lowest(qop, n.input[0])
-
-    lost = [n for n in read.node
-            if n.op_type in ("Relu", "Clip") and (n.domain or "") in ("", "ai.onnx") and n.input and n.output
-            and readers[n.input[0]] + (n.input[0] in graph_outputs) > 1 and dropped(n)]
-    if not lost:
-        return []
-    names = [n.name or n.output[0] for n in lost]
-    shown = ", ".join(f"{n.op_type} '{n.name or n.output[0]}' (input '{n.input[0]}')" for n in lost[:3])
-    more = f" and {len(lost) - 3} more" if len(lost) > 3 else ""
-    return [Lint(
-        code="qoperator_dropped_activation", severity="error", artifact="ort_qoperator",
-        message=(f"ORT's QOperator quantizer removed {shown}{more} although another node also reads that input: it "
-                 "kept the input's full range and hands the activation's readers the input's quantized value "
-                 "(a float reader its DequantizeLinear), negatives included, so the figures downstream measure that, "
-                 "not int8 rounding"),
-        hint=(f"keep them in float with options.ort.nodes_to_exclude = {names[:8]}, or deploy the QDQ file "
-              "(ort_qdq keeps the activation)"),
-        source="onnxruntime/quantization/operators/activation.py (QLinearActivation.QuantizeClipRelu), "
-               "base_quantizer.py (adjust_tensor_ranges: only for a Relu/Clip that is its input's only reader)",
-    )]
-
-
-def _starts_at_lowest(graph, tensor: str) -> bool:
-    """The quantized value ORT wrote for ``tensor`` (``<tensor>_zero_point``, quant_utils.py's naming) has the
-    lowest value of its type as zero point: its range starts at 0, so nothing a Relu removes is in it."""
-    from onnx import numpy_helper
-
-    zp = next((t for t in graph.initializer if t.name == f"{tensor}_zero_point"), None)
-    if zp is None:
-        return False
-    value = numpy_helper.to_array(zp)
-    return value.size == 1 and value.dtype.kind in "iu" and int(value.reshape(-1)[0]) == np.iinfo(value.dtype).min
+    ran = ["calibration", "evaluation"] + [s for s, on in (("latency", options.latency.enabled),
+                                                            ("advice", options.advice.enabled)) if on]
+    keep = (f"the artifacts but {', '.join(fixed_files)} keep symbolic input dims ({', '.join(fixed_files)} "
+            "fixes them at these sizes and runs at no other)" if fixed_files else "the artifacts keep symbolic input dims")
+    return [Lint(code="symbolic_dims_measured_at_one_size", severity="warning" if fixed_files else "info",
+                 message=f"{keep}, but {', '.join(ran)} ran with " + ", ".join(fixed),
+                 hint=("the figures hold for these sizes, the ones options.input_shapes gives; a job per size you "
+                       "deploy with measures the others" if all(chosen) else
+                       "set options.input_shapes to measure the size you deploy with"))]

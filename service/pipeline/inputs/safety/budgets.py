@@ -32,7 +32,7 @@ class Budgets:
     max_activation_bytes: int = 512 * MiB
     max_subgraph_depth: int = 8  # If/Loop/Scan bodies nested in each other (silero-vad nests 4)
     max_loop_trip_count: int = 100_000  # a Loop's constant trip count
-    # One fp32 inference on one sample, checked in the fp32 stage (runtime/fp32_runs.py): a Loop whose trip
+    # One fp32 inference on one sample, checked in the fp32 stage (fp32/runs.py): a Loop whose trip
     # count comes from an input's value states none in the file. A job at the defaults runs each file at five
     # levels on every sample, so a model past this per sample could not finish the job's time limit anyway.
     max_run_seconds: float = 60.0

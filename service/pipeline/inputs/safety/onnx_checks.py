@@ -29,7 +29,7 @@ import numpy as np
 from service.errors import InvalidModel, UnsupportedModel
 from service.pipeline.inputs.node_order import sort_nodes, topological_order
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes, shapeless_outputs
-from service.pipeline.vocabulary import all_nodes, node_reads
+from service.pipeline.vocabulary import RANDOM_LIKE_OPS, all_nodes, node_reads
 
 from .budgets import DEFAULT_BUDGETS, Budgets
 
@@ -716,7 +716,7 @@ class _Walker:
 
         inputs = [i for i in node.input if i]
         is_const = all(i in const_derived for i in inputs) and not _implicit_inputs(node)
-        if is_const and node.op_type not in ("RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"):
+        if is_const and node.op_type not in RANDOM_LIKE_OPS:
             const_derived.update(o for o in node.output if o)
 
         if node.op_type == "Constant" and (node.domain or "") in ("", "ai.onnx"):

@@ -23,11 +23,12 @@ from typing import Any
 
 import numpy as np
 
-# The ops whose outputs may have a size the values decide, for which a converter exists.
-DATA_SIZED_OPS = frozenset({"NonZero"})
-# Shape arithmetic evaluated on sizes (numpy object arrays) rather than as torch ops.
-SIZE_OPS = frozenset({"Identity", "Cast", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Add", "Sub", "Mul",
-                      "Div", "Neg", "Max", "Min", "ReduceProd", "ReduceSum"})
+from service.pipeline.vocabulary import CONVERTED_SELECTION_OPS, SIZE_ARITHMETIC_OPS
+
+# The ops whose outputs may have a size the values decide, for which a converter exists; the shape arithmetic
+# evaluated on sizes (numpy object arrays) rather than as torch ops.
+DATA_SIZED_OPS = CONVERTED_SELECTION_OPS
+SIZE_OPS = SIZE_ARITHMETIC_OPS
 _INT_TYPES = {2, 3, 4, 5, 6, 7, 12, 13}  # ONNX TensorProto integer types
 
 
@@ -113,14 +114,13 @@ def size_values(node, args: list[np.ndarray | None]) -> list[np.ndarray]:
         for s, e, a, st in zip(starts, ends, axes, steps):
             index[a] = slice(int(s), int(e), int(st))
         return [x[tuple(index)]]
-    if op in ("Add", "Sub", "Mul", "Div", "Max", "Min"):
-        y = np.asarray(args[1], dtype=object)
-        fn = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _trunc_div,
-              "Max": torch.sym_max, "Min": torch.sym_min}[op]
-        return [np.frompyfunc(fn, 2, 1)(x, y).astype(object)]
+    binary = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b, "Div": _trunc_div,
+              "Max": torch.sym_max, "Min": torch.sym_min}
+    if op in binary:
+        return [np.frompyfunc(binary[op], 2, 1)(x, np.asarray(args[1], dtype=object)).astype(object)]
     if op == "Neg":
         return [-x]
-    if op in ("ReduceProd", "ReduceSum"):
+    if op.startswith("Reduce"):  # ReduceProd, ReduceSum
         axes = _axes(node, args, 1)
         keep = bool(attrs.get("keepdims", 1))
         reduce = np.prod if op == "ReduceProd" else np.sum

@@ -28,14 +28,16 @@ from typing import Any
 
 import numpy as np
 
+from service.pipeline.vocabulary import RANDOM_OPS, SHAPE_READING_OPS, ai_onnx_opset
+
 from .data_sizes import DATA_SIZED_OPS, SIZE_OPS, as_dim, shape_value, size_tensor, size_values
 from .ops.math import FUSED_DOMAIN
 from .registry import ConvertContext, OnnxNode, UnsupportedNode, find_converter
 
 # ops whose output only depends on the (static) shape of their input
-_SHAPE_OPS = {"Shape", "Size"}
+_SHAPE_OPS = SHAPE_READING_OPS
 # ops never folded: their output is random or they hold state
-_NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+_NEVER_FOLD = RANDOM_OPS
 # above this many elements a folded value stays an op instead of a stored constant... except
 # initializer-only expressions (weights), which are folded whatever their size.
 _FOLD_LIMIT = 1 << 26
@@ -530,7 +532,7 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
     import torch
     from onnx import numpy_helper
 
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+    opset = ai_onnx_opset(model, 1)
     runner = GraphRunner(opset, building=True)
     scope = _Scope()
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}

@@ -23,14 +23,13 @@ from typing import Any
 import numpy as np
 
 from service.pipeline.ort.sessions import session_for
+from service.pipeline.vocabulary import RANKING_OPS
 
 from .module import contiguous, record_values
 
 RTOL = 1e-3
 INT_MISMATCH = 0.01
 
-
-RANKING_OPS = ("TopK", "ArgMax", "ArgMin")
 
 
 @dataclass

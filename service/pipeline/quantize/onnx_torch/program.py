@@ -21,7 +21,7 @@ from service.errors import PathSkipped
 from service.pipeline.quantize.already_quantized import skip_if_quantized
 from service.pipeline.isolation import first_line
 from service.pipeline.quantize.onnx_cleanup import constant_inputs, shown_value
-from service.pipeline.vocabulary import graph_from_model
+from service.pipeline.vocabulary import RECURRENT_OPS, graph_from_model
 
 from .module import ConversionError, MissingConverters, build_module, contiguous
 from .parity import parity_vs_onnx
@@ -110,7 +110,7 @@ def graph_size_refusal(what: str, per_node: Counter, max_graph_ops: int, *, mode
     where = f"; the most from {biggest}" if biggest else ""
     message = (f"{what}, more than options.pt2e.max_graph_ops ({max_graph_ops}): "
                f"PT2E and torch.onnx.export take time in proportion to it{where}")
-    recurrent = any(op in ("LSTM", "GRU", "RNN", "Loop", "Scan") for op, _ in per_node)
+    recurrent = any(op in RECURRENT_OPS | {"Loop", "Scan"} for op, _ in per_node)
     hint = ("recurrences and loops are unrolled step by step: fix a shorter sequence with options.input_shapes, "
             "or upload a .pt2 that keeps nn.LSTM/nn.GRU whole; " if recurrent else "")
     fixed = fixed_trip_loops(model, [name for (op, name), _ in per_node.most_common(3) if op == "Loop"])

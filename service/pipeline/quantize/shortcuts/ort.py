@@ -22,7 +22,7 @@ it quantizes, in Python: ``ONNXModel.replace_input_of_all_nodes`` / ``replace_ou
 visit every input of every node, ``find_by_name`` builds a list of every initializer with the name
 before it takes the first, and ``BaseQuantizer.adjust_tensor_ranges`` rebuilds
 ``input_name_to_nodes()`` for every Relu and Clip. A chain of 1000 Conv+Relu took 25-32 s to quantize
-in QDQ format (``bench/NOTES.md``, tenth pass). The same functions here:
+in QDQ format (``docs/history/notes.md``, tenth pass). The same functions here:
 
 - skip a node whose inputs (outputs) do not hold the name, by protobuf's own ``in`` (one C-level
   scan instead of a Python loop over the node's fields), then replace as ORT does;
@@ -35,7 +35,7 @@ Still a scan per tensor, so still quadratic, with a smaller constant; no index t
 elsewhere in ORT could leave stale.
 
 Tests compare the augmented models and the quantized files ORT writes with the shortcuts on and
-off byte for byte (tests/pipeline/test_ort_shortcuts.py). Each replaced body is ORT 1.32's: with any
+off byte for byte (tests/pipeline/quantize/test_ort_shortcuts.py). Each replaced body is ORT 1.32's: with any
 other ORT, or if ORT's names move, nothing is installed.
 """
 

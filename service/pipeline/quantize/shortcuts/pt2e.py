@@ -12,7 +12,7 @@ patterns find nothing and the pass only costs time.
 
 The guard calls torchao's pass unchanged whenever some BN takes a conv's output; otherwise it
 returns the graph as is. A test pins that the converted module is the same code either way
-(``tests/pipeline/test_pt2e_shortcuts.py``). torchao is pinned; if the names move, the
+(``tests/pipeline/quantize/test_pt2e_shortcuts.py``). torchao is pinned; if the names move, the
 guard is not installed and convert takes the usual path.
 
 2. ``HistogramObserver._non_linear_param_search`` (the XNNPACK config's activation observer picks
@@ -36,7 +36,7 @@ test compares the optimized models byte for byte with the shortcut on and off).
 
 4. ``prepare_pt2e``'s union-find over edges that share a quantization spec
 (``prepare._find_root_edge_or_node``) recurses once per link: a graph whose ops share their input's
-spec in a chain of ~1000 (3000 tiny Adds after a MatMul, bench/NOTES.md twentieth pass) raised
+spec in a chain of ~1000 (3000 tiny Adds after a MatMul, docs/history/notes.md twentieth pass) raised
 RecursionError, and the PT2E path was skipped with Python's words. The loop walks to the same root
 and compresses the same path, so every map ends as torchao's recursion leaves it (a test compares).
 """

@@ -14,7 +14,7 @@ Past ``UNROLL_UP_TO_STEPS`` steps (sequence x directions) an LSTM or GRU whose v
 ``linear_before_reset=1`` as torch.nn.GRU computes it) is kept whole as ``torch.lstm`` /
 ``torch.gru``: what torch.export writes for an ``nn.LSTM`` model, which PT2E leaves in float and
 torch.onnx.export writes as one ONNX LSTM/GRU. Unrolled, a 2-layer LSTM over 300 steps was still
-in torch.onnx.export after 14 minutes (bench/NOTES.md, "fifth pass"); whole, the same network
+in torch.onnx.export after 14 minutes (docs/history/notes.md, "fifth pass"); whole, the same network
 quantizes in ~15 s. Other variants unroll up to ``MAX_STEPS`` and are refused past it.
 
 Semantics follow the ONNX spec and ORT's CPU kernels (deep_cpu_lstm / deep_cpu_gru / rnn):

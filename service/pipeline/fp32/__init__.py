@@ -1,0 +1,1 @@
+"""The fp32 stage: the reference file every quantized path is measured against, checked to run."""
