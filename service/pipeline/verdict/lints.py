@@ -544,6 +544,20 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
     )]
 
 
+# judged_by -> (lint code, what the lint says of them, each one's figure, a gate on it): output_kinds.py
+_OTHER_JUDGES = (
+    ("angular_error", "circular_outputs",
+     "output(s) hold angles, which wrap around: a value just past pi is the one just past -pi, which SQNR counts as "
+     "an error of 2 pi. They are judged by the angular error (the difference wrapped into [-pi, pi))",
+     lambda o: f"angular error max {o.angular_error_max:.4f} rad, mean {o.angular_error_mean:.4f} rad",
+     "angular_error<=0.05"),
+    ("argmax_agreement", "saturated_outputs",
+     "classifier output(s) are saturated: one class takes all the probability in nearly every row, so SQNR counts "
+     "a flipped class as a huge error and the rest as none. They are judged by argmax agreement",
+     lambda o: f"argmax agreement {o.argmax_agreement:.1%}", "argmax_agreement>=0.99"),
+)
+
+
 def _unjudged_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
     """Outputs SQNR cannot judge (runtime/output_kinds.py), at the highest level with numerics: circular and
     saturated ones with the figure that fits (info), and float outputs with no figure at all (warning; those
@@ -553,26 +567,13 @@ def _unjudged_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) 
         return []
     outs, level = last.numerics.outputs, last.level
     out = []
-    circular = [o for o in outs if o.judged_by == "angular_error"]
-    if circular:
-        shown = "; ".join(f"{o.name!r}: SQNR {_db(o.sqnr_db)}, angular error max {o.angular_error_max:.4f} rad, mean "
-                          f"{o.angular_error_mean:.4f} rad ({o.kind_detail})" for o in circular)
-        out.append(Lint(
-            code="circular_outputs", severity="info", artifact=artifact,
-            message=(f"{len(circular)} output(s) hold angles, which wrap around: a value just past pi is the one just "
-                     "past -pi, which SQNR counts as an error of 2 pi. They are judged by the angular error (the "
-                     f"difference wrapped into [-pi, pi)), and their SQNR is in no worst figure (at {level}: {shown})."),
-            hint=f"gate on them with '{artifact}.all.angular_error<=0.05' (radians); sqnr_db gates read the other outputs"))
-    saturated = [o for o in outs if o.judged_by == "argmax_agreement"]
-    if saturated:
-        shown = "; ".join(f"{o.name!r}: argmax agreement {o.argmax_agreement:.1%}, SQNR {_db(o.sqnr_db)} "
-                          f"({o.kind_detail})" for o in saturated)
-        out.append(Lint(
-            code="saturated_outputs", severity="info", artifact=artifact,
-            message=(f"{len(saturated)} classifier output(s) are saturated: one class takes all the probability in "
-                     "nearly every row, so SQNR counts a flipped class as a huge error and the rest as none. They are "
-                     f"judged by argmax agreement, and their SQNR is in no worst figure (at {level}: {shown})."),
-            hint=f"gate on them with '{artifact}.all.argmax_agreement>=0.99'"))
+    for judged_by, code, what, figure, gate in _OTHER_JUDGES:
+        judged = [o for o in outs if o.judged_by == judged_by]
+        if judged:
+            shown = "; ".join(f"{o.name!r}: {figure(o)}, SQNR {_db(o.sqnr_db)} ({o.kind_detail})" for o in judged)
+            out.append(Lint(code=code, severity="info", artifact=artifact,
+                            message=f"{len(judged)} {what}, and their SQNR is in no worst figure (at {level}: {shown}).",
+                            hint=f"gate on them with '{artifact}.all.{gate}'; sqnr_db gates read the other outputs"))
     missing = [o for o in outs if o.judged_by is None and o.compared != "shape"]
     if missing:
         out.append(Lint(
