@@ -53,20 +53,29 @@ class Settings(BaseModel):
     # trickles a byte now and then, would hold it for ever and turn every other upload away (429).
     upload_idle_timeout_s: float = Field(60.0, gt=0, description="an upload sending nothing this long is dropped (408)")
     upload_min_kib_s: float = Field(16.0, ge=0, description="after upload_idle_timeout_s, an upload averaging less than this (KiB/s) is dropped (408; 0 = no minimum)")
+    # uvicorn closes an idle keep-alive connection only after a response: one that opens and sends
+    # nothing, or half its headers, was held for ever (service/api/edge.py).
+    header_timeout_s: float = Field(15.0, gt=0, description="a request line and headers not all received this long after the connection opened (or its last response) get 408 and the connection is closed")
     max_calibration_mb: float = Field(256.0, gt=0, description="largest calibration .npz in MiB (413 past it)")
+    # A level graph a job kept as digests is made again per download, in a process holding a session as
+    # large as the job's (service/jobs/storage/level_downloads.py).
+    level_graph_slots: int = Field(2, ge=1, le=64, description="level graphs made again for downloads at once")
+    level_graph_queue: int = Field(8, ge=0, le=10_000, description="level-graph downloads waiting for a slot before 429")
     max_wait_s: float = Field(600.0, ge=0, description="largest ?wait= a request may ask for")
     # A job that was running when the service stopped is run again once; a second interruption fails it.
     max_attempts: int = Field(2, ge=1, le=10, description="runs of a job across service restarts")
     retention_hours: float = Field(168.0, ge=0, description="finished jobs older than this are deleted (0 = keep)")
     max_data_gb: float = Field(0.0, ge=0, description="disk budget of the data dir in GB: finished jobs are evicted oldest first, a job that cannot fit gets 503 (0 = no budget)")
     allow_pt2: bool = Field(True, description="accept .pt2 uploads (they need the static archive check)")
-    api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
+    api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>' (/openapi.json and /docs included)")
     executor: Literal["local", "celery"] = Field(
         "local", description="job executor; 'local' = the embedded process pool, 'celery' = `quantcompare worker` processes via the broker")
     # Celery executor only (docs/scaling.md); the API and every worker share it.
     broker_url: str | None = Field(None, description="Redis URL of the Celery broker, e.g. redis://redis:6379/0 (executor=celery, `quantcompare worker`)")
     job_lost_after_s: float = Field(60.0, gt=0, description="a job still running this long past its time limit lost its worker and runs again (celery)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    # Either way every control character a request or a model put in a message is escaped (service/log_format.py).
+    log_format: Literal["text", "json"] = Field("text", description="'text': one line per event; 'json': one JSON object per line (for a log shipper)")
     # Static budgets checked before the heavy calls (service.pipeline.inputs.safety.Budgets). Set one with
     # QUANTCOMPARE_BUDGET_<FIELD> (e.g. QUANTCOMPARE_BUDGET_MAX_NODES=50000) or all as a JSON object here.
     budgets: Budgets = Field(default_factory=Budgets, description="budget overrides as JSON, or QUANTCOMPARE_BUDGET_<FIELD> each")

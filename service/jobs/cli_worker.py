@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from service.config import Settings, get_settings
+from service.log_format import configure_logging
 
 
 def add_worker_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,5 +34,5 @@ def run_worker_command(args: argparse.Namespace) -> int:
         print("error: `quantcompare worker` needs QUANTCOMPARE_BROKER_URL (or --broker-url), e.g. redis://127.0.0.1:6379/0",
               file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging(settings.log_level, settings.log_format, role="celery")
     return run_worker(settings, node_name=args.name)

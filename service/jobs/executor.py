@@ -22,7 +22,8 @@ from service.jobs.metrics import JobMetrics
 from service.jobs.pool import WorkerPool, prepare_data_dir
 from service.jobs.spec import JobSpec
 from service.jobs.store import JobRecord, JobStore
-from service.jobs.storage.disk import folder_bytes, jobs_on_disk, plan_for_new_job, reservation_for
+from service.jobs.storage.disk import (eviction_lock, folder_bytes, jobs_on_disk, pinned_jobs, plan_for_new_job,
+                                       reservation_for)
 from service.jobs.storage.report_file import has_report
 
 log = logging.getLogger("quantcompare.jobs")
@@ -76,29 +77,39 @@ class JobFolders:
         if not self.settings.max_data_gb:
             return
         budget = int(self.settings.max_data_gb * 1e9)
-        jobs = jobs_on_disk(self.settings.jobs_dir, self.store.statuses())
-        # Uploads in flight count; this job's own upload is part of its reservation.
-        other = folder_bytes(self.settings.tmp_dir) if self.settings.tmp_dir.is_dir() else 0
-        other -= input_bytes if staged is not None else 0
-        need = reservation_for(input_bytes)
-        plan = plan_for_new_job(jobs, need=need, budget=budget, other_bytes=other)
-        if not plan.fits:
-            self.metrics.rejected.labels("data_dir_full").inc()
-            raise DataDirFull(
-                f"the data directory has no room for this job: it may need {need / 1e6:.0f} MB, "
-                f"{plan.used / 1e6:.0f} MB are in use and {plan.reserved / 1e6:.0f} MB are held by queued and "
-                f"running jobs, of a {budget / 1e9:g} GB budget (QUANTCOMPARE_MAX_DATA_GB)",
-                hint="retry after the time in the Retry-After header, when running jobs have finished",
-                retry_after=self.retry_after())
-        for job_id in plan.evict:
-            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
-            self.store.delete(job_id)
-            log.info("evicted finished job %s to stay within QUANTCOMPARE_MAX_DATA_GB", job_id)
+        with eviction_lock(self.settings.data_dir):  # no download pins a job between the plan and the delete
+            jobs = jobs_on_disk(self.settings.jobs_dir, self.store.statuses())
+            # Uploads in flight count; this job's own upload is part of its reservation.
+            other = folder_bytes(self.settings.tmp_dir) if self.settings.tmp_dir.is_dir() else 0
+            other -= input_bytes if staged is not None else 0
+            need = reservation_for(input_bytes)
+            plan = plan_for_new_job(jobs, need=need, budget=budget, other_bytes=other,
+                                    pinned=pinned_jobs(self.settings.data_dir))
+            if not plan.fits:
+                self.metrics.rejected.labels("data_dir_full").inc()
+                raise DataDirFull(
+                    f"the data directory has no room for this job: it may need {need / 1e6:.0f} MB, "
+                    f"{plan.used / 1e6:.0f} MB are in use and {plan.reserved / 1e6:.0f} MB are held by queued and "
+                    f"running jobs, of a {budget / 1e9:g} GB budget (QUANTCOMPARE_MAX_DATA_GB)",
+                    hint="retry after the time in the Retry-After header, when running jobs have finished",
+                    retry_after=self.retry_after())
+            for job_id in plan.evict:
+                shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
+                self.store.delete(job_id)
+                log.info("evicted finished job %s to stay within QUANTCOMPARE_MAX_DATA_GB", job_id)
 
     def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
         job_dir = self.settings.jobs_dir / spec.id
         if self.settings.max_data_gb:
             with self._room_lock:  # two submissions must not both take the last room
+                # The join first: an identical job in flight takes no room, so a full data dir must not
+                # refuse it (make_room would answer 503 for a job that is never created).
+                joined = self.store.in_flight(cache_key) if cache_key is not None else None
+                if joined is not None:
+                    if staged is not None:
+                        shutil.rmtree(staged, ignore_errors=True)
+                    self.metrics.joined.inc()
+                    return joined
                 try:
                     self.make_room(folder_bytes(staged) if staged is not None else 0, staged)
                 except BaseException:

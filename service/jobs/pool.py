@@ -36,6 +36,7 @@ from service.errors import Interrupted, JobFolderMissing, JobTimeout, WorkerDied
 from service.jobs.metrics import JobMetrics
 from service.jobs.spec import ARTIFACTS_DIR
 from service.jobs.store import JobRecord, JobStore
+from service.jobs.storage.disk import eviction_lock, pinned_jobs
 from service.jobs.storage.report_file import remove_report
 from service.jobs.worker import clean_env_launcher, worker_main
 from service.schemas.api import problem_from_error
@@ -163,7 +164,7 @@ class WorkerPool:
         proc = self._ctx.Process(
             target=worker_main, args=(child,), daemon=True, name="quantcompare-worker",
             kwargs={"preload": s.preload_modules, "job_function": s.job_function,
-                    "memory_mb": s.worker_memory_mb, "log_level": s.log_level},
+                    "memory_mb": s.worker_memory_mb, "log_level": s.log_level, "log_format": s.log_format},
         )
         # A worker starts from a minimal environment (no QUANTCOMPARE_* secrets, no credentials of the
         # operator's shell): spawn execs a launcher that clears the environment first (worker.py).
@@ -440,10 +441,13 @@ def last_changed(path: Path) -> float:
 
 
 def sweep_expired(settings: Settings, store: JobStore) -> list[str]:
+    """Delete finished jobs past the retention, but not one a download has pinned (its next sweep will)."""
     if not settings.retention_hours:
         return []
-    ids = store.finished_before(time.time() - settings.retention_hours * 3600)
-    for job_id in ids:
-        shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
-        store.delete(job_id)
+    with eviction_lock(settings.data_dir):
+        pinned = pinned_jobs(settings.data_dir)
+        ids = [j for j in store.finished_before(time.time() - settings.retention_hours * 3600) if j not in pinned]
+        for job_id in ids:
+            shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
+            store.delete(job_id)
     return ids

@@ -213,6 +213,13 @@ class JobStore:
             row = self._conn.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
         return _record(row) if row else None
 
+    def in_flight(self, cache_key: str) -> JobRecord | None:
+        """The oldest queued or running job with this key (the one ``create_or_join`` would join)."""
+        with self._lock:
+            row = self._conn.execute("SELECT * FROM jobs WHERE cache_key=? AND status IN ('queued', 'running') "
+                                     "ORDER BY created_at LIMIT 1", (cache_key,)).fetchone()
+        return _record(row) if row else None
+
     def find_succeeded(self, cache_key: str) -> Iterator[JobRecord]:
         with self._lock:
             rows = self._conn.execute(

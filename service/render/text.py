@@ -87,12 +87,21 @@ def summary_table(report: Report) -> str:
         lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
     lines += platforms_lines(report)
     if report.layers is not None and report.layers.rows:
-        lines += ["", f"per-tensor error ({len(report.layers.rows)} tensors at disable_all; report.json 'layers'):"]
-        for art, tensor in report.layers.worst.items():
-            row = next(r for r in report.layers.rows if r.tensor == tensor)
-            top = next((o for o in report.layers.origins if o.artifact == art), None)
-            lines.append(f"  {art:<14}worst {tensor} ({row.op_type}) {row.artifacts[art].sqnr_db:.1f} dB"
-                         + (f"; {top.summary}" if top else ""))
+        layers = report.layers
+        lines += ["", f"per-tensor error ({len(layers.rows)} tensors at disable_all, {layers.samples} samples, "
+                      f"95% intervals; report.json 'layers'):"]
+        for art, tensor in layers.worst.items():
+            row = next(r for r in layers.rows if r.tensor == tensor)
+            worst = layers.worst_detail.get(art)
+            top = next((o for o in layers.origins if o.artifact == art), None)
+            lines.append(f"  {art:<14}worst {tensor} ({row.op_type}) "
+                         + (worst.summary if worst else f"{row.artifacts[art].sqnr_db:.1f} dB"))
+            if top:
+                lines.append(f"  {'':<14}{top.summary}")
+        if layers.sampling is not None:
+            widest = layers.sampling.widest_db
+            lines.append(f"  samples: {layers.samples} ({layers.sampling.stopped}"
+                         + ("" if widest is None else f"; widest interval {widest:.1f} dB") + ")")
     retry = report.layers.retry if report.layers is not None else None
     if retry is not None and (retry.artifacts or retry.skipped):
         lines += ["", f"exclude and retry (the {retry.k} worst origin node(s) left in float; report.json 'layers.retry'):"]

@@ -175,7 +175,11 @@ class OptimizedLevel(_Model):
     quantize_linear: int = 0
     dequantize_linear: int = 0
     int8_kernels: dict[str, int] = Field(default_factory=dict)
-    compute_ops_fp32: int = 0  # Conv/MatMul/Gemm/... in the fp32 model: the coverage denominator
+    # Conv/MatMul/Gemm/... in the fp32 file as written (main graph and bodies; not a local function's
+    # body). Not the coverage denominator: ORT folds, inlines and fuses, so the graph that runs differs.
+    compute_ops_fp32: int = 0
+    # int8_coverage and its two counts, over this level's graph as ORT saved it (vocabulary.int8_coverage):
+    # int8 compute kernels / (those + compute ops on float data); None without compute ops.
     compute_ops_int8: int = 0
     compute_ops_float: dict[str, int] = Field(default_factory=dict)
     int8_coverage: float | None = None

@@ -133,15 +133,18 @@ class AdviceOptions(_Strict):
 
 class LayersOptions(_Strict):
     """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
-    counterpart in each quantized file, at ``disable_all``, on the first ``max_samples`` evaluation
-    samples. ``by_level``: also the SQNR of each tensor at every other requested level where it still
+    counterpart in each quantized file, at ``disable_all``. Each SQNR has a 95% bootstrap interval;
+    the table runs ``min_samples`` samples (the evaluation samples first, then more held-out ones),
+    then more until every interval is at most 2 dB wide, within ``max_samples`` and ``max_seconds``.
+    ``by_level``: also the SQNR of each tensor at every other requested level where it still
     exists (the graph ORT saved at that level, run as written). ``retry_k > 0`` re-quantizes each
     artifact with its k worst origin nodes kept in float."""
 
     enabled: bool = True
     by_level: bool = False
     max_tensors: int = Field(2000, ge=1, le=100_000)
-    max_samples: int = Field(2, ge=1, le=4096)
+    min_samples: int = Field(8, ge=1, le=4096)
+    max_samples: int = Field(1024, ge=1, le=4096)
     max_seconds: float = Field(120.0, gt=0, le=3600)
     retry_k: int = Field(0, ge=0, le=50)
     retry_seconds: float = Field(180.0, gt=0, le=3600)

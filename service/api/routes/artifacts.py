@@ -2,49 +2,27 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
-from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import ExecutorDep
+from service.api.deps import ExecutorDep, job_or_404
 from service.api.errors import problem_responses
-from service.api.routes.comparisons import job_or_404
-from service.errors import NotFound
-from service.jobs.storage.level_downloads import level_graph_entries, regenerated_level_graph
-from service.jobs.spec import ARTIFACTS_DIR
+from service.api.file_response import DownloadResponse
+from service.errors import ArtifactGone, NotFound
+from service.jobs.storage.artifact_files import artifact_files, download_name, downloadable_files
+from service.jobs.storage.disk import pin, unpin
+from service.jobs.storage.level_downloads import LevelGraphEntry, level_graph_entries, regenerated_level_graph
 from service.pipeline.files import split_name
 from service.schemas.api import ArtifactEntry, ArtifactList
 
 router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])
-
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
-
-
-def artifact_files(job_dir: Path) -> list[Path]:
-    folder = job_dir / ARTIFACTS_DIR
-    if not folder.is_dir():
-        return []
-    # Regular files only: a symlink planted by a model's external-data tricks is never served.
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and _NAME.fullmatch(p.name))
-
-
-def downloadable_files(job_dir: Path) -> list[tuple[str, int]]:
-    """(name, size) of every file a user can download: the stored ones, and the level graphs the
-    job kept as digests only (made again on download; size = the file that will be served)."""
-    out = {p.name: p.stat().st_size for p in artifact_files(job_dir)}
-    for entry in level_graph_entries(job_dir).values():
-        out.setdefault(entry.name, entry.bytes)
-    return sorted(out.items())
-
-
-def download_name(model_name: str | None, job_id: str, name: str) -> str:
-    return f"{model_name or 'model'}-{job_id[:8]}.{name}"
 
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactList, summary="Files the job produced",
@@ -62,25 +40,44 @@ def list_artifacts(job_id: str, executor: ExecutorDep) -> Any:
 @router.get("/{job_id}/artifacts/{name}", summary="Download one file",
             response_class=FileResponse,
             responses={200: {"content": {"application/octet-stream": {}}, "description": "the file"},
-                       **problem_responses(401, 404, 409)})
-def download_artifact(job_id: str, name: str, executor: ExecutorDep) -> Any:
+                       **problem_responses(401, 404, 409, 410, 416, 429)})
+async def download_artifact(job_id: str, name: str, request: Request, executor: ExecutorDep) -> Any:
+    # Async, so that waiting for a level graph holds no thread of the request pool; the file system
+    # and the store are read on that pool (an eviction holding the lock must not stall the event loop).
     rec = job_or_404(executor, job_id)
-    job_dir = executor.job_dir(rec.id)
+    # Pinned until the body is sent (or the client left): eviction skips the job meanwhile.
+    marker = await run_in_threadpool(pin, executor.settings.data_dir, rec.id)
+    try:
+        return await _download(request, executor, rec, name, release=[partial(unpin, marker)])
+    except BaseException:
+        unpin(marker)
+        raise
+
+
+def _locate(executor, job_id: str, name: str) -> tuple[Path, Path | None, LevelGraphEntry | None]:
+    job_or_404(executor, job_id)  # evicted in the moment before the pin: the job is gone, say so
+    job_dir = executor.job_dir(job_id)
     match = next((p for p in artifact_files(job_dir) if p.name == name), None)
-    entry = level_graph_entries(job_dir).get(name) if match is None else None
+    return job_dir, match, level_graph_entries(job_dir).get(name) if match is None else None
+
+
+async def _download(request: Request, executor, rec, name: str, *, release: list) -> DownloadResponse:
+    job_dir, match, entry = await run_in_threadpool(_locate, executor, rec.id, name)
     if entry is not None:
         scratch = executor.settings.tmp_dir / f"download-{uuid.uuid4().hex}"
         try:
-            made = regenerated_level_graph(job_dir, entry, scratch, memory_mb=executor.settings.worker_memory_mb)
+            async with request.app.state.level_graphs.slot():
+                made = await regenerated_level_graph(job_dir, entry, scratch,
+                                                     memory_mb=executor.settings.worker_memory_mb)
+            filename = download_name(rec.spec.model_name, rec.id, name) + (".zip" if made.suffix == ".zip" else "")
+            return DownloadResponse(made, filename=filename,
+                                    release=[*release, partial(shutil.rmtree, scratch, ignore_errors=True)])
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
-        filename = download_name(rec.spec.model_name, rec.id, name)
-        if made.suffix == ".zip":
-            filename += ".zip"
-        return FileResponse(made, media_type="application/octet-stream", filename=filename,
-                            background=BackgroundTask(shutil.rmtree, scratch, ignore_errors=True))
     if match is None:
+        if not job_dir.is_dir():
+            raise ArtifactGone("this job's files are no longer on disk",
+                               hint="the job was evicted or expired: submit the model again")
         raise NotFound("this job has no artifact by that name", hint=f"GET /v1/comparisons/{rec.id}/artifacts lists them")
-    return FileResponse(match, media_type="application/octet-stream",
-                        filename=download_name(rec.spec.model_name, rec.id, match.name))
+    return DownloadResponse(match, filename=download_name(rec.spec.model_name, rec.id, match.name), release=release)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import shutil
 import time
 from typing import Annotated, Any
@@ -16,12 +15,12 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from service.api import prevalidate
-from service.api.deps import ExecutorDep, SettingsDep
+from service.api.deps import ExecutorDep, SettingsDep, job_or_404
 from service.api.baseline import options_with_baseline
 from service.api.envelope import envelope
 from service.api.errors import problem_responses
 from service.api.uploads import display_name, receive_form, receive_json
-from service.errors import Busy, InvalidOptions, InvalidRequest, NotFound, validation_detail, validation_errors
+from service.errors import Busy, InvalidOptions, InvalidRequest, validation_detail, validation_errors
 from service.examples import get_example
 from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.submission import submit_or_reuse
@@ -33,7 +32,6 @@ log = logging.getLogger("quantcompare.api")
 
 router = APIRouter(prefix="/v1/comparisons", tags=["comparisons"])
 
-_ID = re.compile(r"[0-9a-f]{32}")
 WaitQuery = Annotated[float, Query(ge=0, le=3600, description="seconds to wait for the job to finish")]
 
 _REQUEST_BODY = {
@@ -54,13 +52,6 @@ _REQUEST_BODY = {
         "application/json": {"schema": ComparisonBody.model_json_schema(ref_template="#/components/schemas/{model}")},
     },
 }
-
-
-def job_or_404(executor, job_id: str):
-    rec = executor.get(job_id) if _ID.fullmatch(job_id) else None
-    if rec is None:
-        raise NotFound(f"no comparison with id {job_id[:40]!r}", hint="ids come from POST /v1/comparisons")
-    return rec
 
 
 def resolve_options(raw: dict[str, Any]) -> ComparisonOptions:
@@ -155,7 +146,8 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
                            model_name=display_name(form.model.filename))
             model_key, calib_key = f"sha256:{form.model.sha256}", form.calibration.sha256 if form.calibration else None
         elif ctype == "application/json":
-            raw = await receive_json(request)
+            raw = await receive_json(request, idle_timeout_s=settings.upload_idle_timeout_s,
+                                     min_bytes_per_s=settings.upload_min_kib_s * 1024)
             try:
                 body = ComparisonBody.model_validate(raw)
             except ValidationError as e:

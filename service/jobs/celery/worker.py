@@ -37,6 +37,7 @@ from service.jobs.celery.store import SharedJobStore
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import STARTUP_TIMEOUT_S, WorkerPool
 from service.jobs.store import JobRecord
+from service.log_format import formatter
 from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.celery")
@@ -197,9 +198,17 @@ def default_node_name() -> str:
 
 def run_worker(settings: Settings, *, node_name: str | None = None) -> int:
     """Start the pool, then the Celery consumer (blocks until a warm shutdown: SIGTERM/Ctrl-C)."""
+    from celery import signals
     from celery.utils.nodenames import default_nodename, host_format
 
     require_broker(settings)
+
+    def escaped_lines(logger=None, **_):  # Celery sets up its own handlers: they format through ours
+        for handler in getattr(logger, "handlers", []):
+            handler.setFormatter(formatter(settings.log_format, role="celery"))
+
+    signals.after_setup_logger.connect(escaped_lines, weak=False)
+    signals.after_setup_task_logger.connect(escaped_lines, weak=False)
     node_name = host_format(default_nodename(node_name or default_node_name()))  # expands %h, adds @host
     runtime = WorkerRuntime(settings)
     app = worker_app(settings, runtime)

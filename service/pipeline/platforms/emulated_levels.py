@@ -19,7 +19,7 @@ import numpy as np
 
 from service.errors import PlatformUnavailable
 from service.pipeline.inspect.graph_diff import diff_graphs
-from service.pipeline.inspect.graph_summary import compute_op_count, output_steps
+from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.platforms.runtime import emulated_run
@@ -27,7 +27,7 @@ from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
 from service.pipeline.runtime.levels import FileFacts, level_structure
 from service.pipeline.runtime.numerics import concat_runs, level_numerics
-from service.pipeline.vocabulary import float_tail_nodes, graph_from_path
+from service.pipeline.vocabulary import float_tail_nodes, graph_from_path, int8_coverage
 from service.schemas.levels import OptimizedLevel
 from service.schemas.options import LEVEL_VALUES, ComparisonOptions
 from service.schemas.platforms import PlatformAccuracy, PlatformError, PlatformReport, PlatformRules
@@ -110,7 +110,7 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
     reference = ref_names = None
     if n and "fp32" in artifact_paths:
         reference, ref_names = _reference(Path(artifact_paths["fp32"]), levels[0], eval_feeds[:n])
-    fp32_compute = compute_op_count(graph_from_path(Path(artifact_paths["fp32"]), lazy=True)) \
+    fp32_compute = int8_coverage(graph_from_path(Path(artifact_paths["fp32"]), lazy=True)).float_count \
         if "fp32" in artifact_paths else 0
     optimized: dict[str, dict[str, OptimizedLevel]] = {}
     for name in names:

@@ -31,7 +31,6 @@ from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
     FlooredWeight,
     bias_state,
-    compute_op_count,
     layout_info,
     node_summaries,
     op_histogram,
@@ -63,12 +62,12 @@ from service.pipeline.runtime.numerics import (
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
-    INT8_COMPUTE_KERNELS,
     INT8_KERNELS,
     GraphIndex,
     all_nodes,
     float_tail_nodes,
     graph_from_path,
+    int8_coverage,
     op_key,
 )
 from service.schemas.levels import AgreementRow, OptimizedLevel
@@ -143,7 +142,7 @@ class _Shared:
     concurrent_jobs: LoadProbe | None
     progress: Callable[[str, int, int], None] | None
     total: int
-    fp32_compute: int = 0  # the int8_coverage denominator; fp32 runs first
+    fp32_compute: int = 0  # compute ops of the fp32 file as written (OptimizedLevel.compute_ops_fp32); fp32 runs first
     reference: list[np.ndarray] | None = None  # fp32 at its first level: every SQNR is against it
     reference_names: list[str] = field(default_factory=list)
     data_dependent: dict[int, str] = field(default_factory=dict)  # output position -> why: compared by shape
@@ -256,7 +255,7 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
     lat = options.latency
     threads = lat.intra_op_threads
     if name == "fp32":
-        shared.fp32_compute = compute_op_count(file_graph)
+        shared.fp32_compute = int8_coverage(file_graph).float_count
         shared.drawn = outputs_after_random_draws(file_graph.model)
     fp32_compute = shared.fp32_compute
     facts = file_facts_from_graph(file_graph)
@@ -353,13 +352,10 @@ def level_structure(graph: GraphIndex, *, name: str, level: str, facts: FileFact
     kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
     nodes = node_summaries(graph)
     act = Counter(n.activation_dtype or "unknown" for n in nodes if op_key(n) in INT8_KERNELS)
-    int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
-    float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
-    # Over this graph's own compute: PT2E unrolls an LSTM into a dozen Gemms, and fp32's one LSTM
-    # as the denominator made 3 int8 Gemms of 13 read as coverage 1.0.
-    float_count = sum(float_compute.values())
-    coverage = int8_compute / (int8_compute + float_count) if fp32_compute and int8_compute + float_count else (
-        0.0 if fp32_compute else None)
+    # Over this graph's own compute (vocabulary.int8_coverage): PT2E unrolls an LSTM into a dozen
+    # Gemms, ORT folds a U @ V weight and inlines local functions; the fp32 file counts none of that.
+    counted = int8_coverage(graph)
+    int8_compute, float_compute, coverage = counted.int8_count, counted.float_ops, counted.coverage
     unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows,
                             pt2e=name == "pt2e_qdq", float_tail=float_tail or {})
     ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))

@@ -47,6 +47,35 @@ def sqnr_from_sums(signal: float, noise: float) -> float | None:
     return max(SQNR_FLOOR, 10.0 * math.log10(signal / noise))
 
 
+BOOTSTRAP_RESAMPLES = 1000
+
+
+def sqnr_intervals_from_sums(signal: np.ndarray, noise: np.ndarray, *, resamples: int = BOOTSTRAP_RESAMPLES,
+                             seed: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile-bootstrap interval of ``sqnr_from_sums(signal.sum(0), noise.sum(0))`` per column.
+
+    ``signal`` and ``noise`` are (samples, figures): each figure's power sums per evaluation sample.
+    A resample draws the samples with replacement (every figure the same draw, from one seeded
+    generator: the intervals are reproducible) and sums them again, as the figure itself sums all
+    samples. The bounds are order statistics of the resampled SQNRs; +inf where a resample holds no
+    noise at all, floored at SQNR_FLOOR like the figure.
+    """
+    n = signal.shape[0]
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(np.float64)  # (resamples, n)
+    low_rank = int(np.floor((1 - level) / 2 * resamples))
+    high_rank = min(resamples - 1, int(np.ceil((1 + level) / 2 * resamples)) - 1)
+    lows, highs = np.empty(signal.shape[1]), np.empty(signal.shape[1])
+    for start in range(0, signal.shape[1], 512):  # (resamples x 512) at a time: a 2000-row table stays small
+        cols = slice(start, start + 512)
+        sig, err = counts @ signal[:, cols], counts @ noise[:, cols]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            db = np.where(err == 0, np.inf, 10.0 * np.log10(sig / err))
+        db = np.sort(np.maximum(np.nan_to_num(db, nan=SQNR_FLOOR, posinf=np.inf, neginf=SQNR_FLOOR), SQNR_FLOOR), axis=0)
+        lows[cols], highs[cols] = db[low_rank], db[high_rank]
+    return lows, highs
+
+
 def sqnr_db(reference: np.ndarray, actual: np.ndarray) -> float | None:
     """10*log10(signal power / noise power); ``None`` when the two are identical (infinite)."""
     ref = reference.astype(np.float64, copy=False).ravel()

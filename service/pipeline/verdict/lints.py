@@ -140,10 +140,10 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
             ))
 
         last = next((per_level[lv] for lv in reversed(list(per_level)) if not per_level[lv].error), None)
-        if last is not None and last.compute_ops_fp32 and last.int8_coverage == 0 and not nothing_quantized:
+        if last is not None and last.int8_coverage == 0 and not nothing_quantized:
             out.append(Lint(
                 code="no_int8_kernels", severity="warning", artifact=a,
-                message=f"at level {last.level} none of the {last.compute_ops_fp32} compute ops runs in an int8 "
+                message=f"at level {last.level} none of the {sum(last.compute_ops_float.values())} compute ops runs in an int8 "
                         "kernel: the file is quantized but ORT computes in float between Q/DQ pairs.",
                 hint="check the quantizer's annotations and ORT's fusion conditions (activation dtype, "
                      "per-channel zero points, opset); see the diff at level extended",
@@ -264,15 +264,20 @@ def sentinel_range_lints(inventories: dict) -> list[Lint]:
             continue
         readers = sorted({c for _, t in wide for c in t.consumers})
         names = _first_three([f"'{t.name}' (step {step:.3g})" for step, t in wide])
-        if all(_range_starts_at_zero(t) for _, t in wide):
-            # a mask's sentinel is a large negative value (zero point at the top); these start at 0
+        if not any(_range_ends_at_zero(t) for _, t in wide):
+            # A mask's sentinel is a large negative value (the zero point at the top of the range). Ranges that
+            # start at 0, or reach that far on both sides of it (a U-Net's skip convs at 1e12 on any input,
+            # rescaled by the InstanceNormalization that reads them), are values the network computes.
+            shape = ("Their ranges start at 0 (the zero point at the bottom of the type)"
+                     if all(_range_starts_at_zero(t) for _, t in wide) else
+                     "Their ranges reach that far on both sides of 0, where a mask's sentinel is one large negative "
+                     "value (the zero point at the top of the type)")
             out.append(Lint(
                 code="sentinel_in_activation_range", severity="error", artifact=artifact,
                 message=f"{len(wide)} activation(s) were calibrated to an int8 step of {SENTINEL_SCALE:g} or more: "
-                        f"{names}{', read by ' + ', '.join(readers) if readers else ''}. Their ranges start at 0 (the "
-                        "zero point at the bottom of the type): the values themselves are that large, activations "
-                        "that grow layer after layer or inputs far larger than the model expects, and every value "
-                        "smaller than half a step quantizes to 0.",
+                        f"{names}{', read by ' + ', '.join(readers) if readers else ''}. {shape}: the values "
+                        "themselves are that large, activations that grow layer after layer or inputs far larger "
+                        "than the model expects, and every value smaller than half a step quantizes to 0.",
                 hint="check the inputs' scale (upload an .npz of real inputs, or set options.input_values); values "
                      "this large fit no 8-bit grid that also holds ordinary ones: keep the ops that compute them in "
                      "float with options.ort.nodes_to_exclude (ORT paths; PT2E has no per-node option)",
@@ -292,10 +297,19 @@ def sentinel_range_lints(inventories: dict) -> list[Lint]:
     return out
 
 
+_TYPE_BOUNDS = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+
+
 def _range_starts_at_zero(t) -> bool:
     """The zero point within 5% of the bottom of its type: a range of [~0, max]."""
-    lo, hi = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}.get(t.dtype, (None, None))
+    lo, hi = _TYPE_BOUNDS.get(t.dtype, (None, None))
     return lo is not None and bool(t.zero_point) and all(z - lo <= 0.05 * (hi - lo) for z in t.zero_point)
+
+
+def _range_ends_at_zero(t) -> bool:
+    """The zero point within 5% of the top of its type: a range of [min, ~0], a mask's sentinel's shape."""
+    lo, hi = _TYPE_BOUNDS.get(t.dtype, (None, None))
+    return lo is not None and bool(t.zero_point) and all(hi - z <= 0.05 * (hi - lo) for z in t.zero_point)
 
 
 def _scale_floor_lints(f) -> list[Lint]:

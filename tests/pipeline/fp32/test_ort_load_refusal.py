@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.errors import InvalidModel
+from tests import models
 
 
 def _float_plus_double(path):
@@ -55,12 +56,7 @@ def test_a_failed_pre_process_optimization_is_said_and_its_traceback_kept_out_of
 
 def _conv(path, dtype):
     np_dtype = {TensorProto.DOUBLE: np.float64, TensorProto.FLOAT: np.float32}[dtype]
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv")], "g",
-        [helper.make_tensor_value_info("x", dtype, [1, 3, 8, 8])], [helper.make_tensor_value_info("y", dtype, [1, 4, 6, 6])],
-        [numpy_helper.from_array(np.ones((4, 3, 3, 3), np_dtype), "w")])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
-    return path
+    return models.save("conv", path, w=np.ones((4, 3, 3, 3), np_dtype), elem=dtype, names=("conv",), ir=9)
 
 
 def test_a_kernel_ort_s_cpu_build_lacks_is_named_with_the_types_asked_for(tmp_path):

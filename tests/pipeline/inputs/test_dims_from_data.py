@@ -14,6 +14,7 @@ import pytest
 from service.errors import InputShapeRequired, InvalidCalibration
 from service.pipeline.inputs.data_shapes import array_shapes_in_npz
 from service.pipeline.inputs.specs import InputSpec, resolved_input_shapes
+from tests import models
 
 IMG = InputSpec("image", "float32", ("batch", 3, "height", "width"))
 MASK = InputSpec("mask", "float32", ("batch", 1, "height", "width"))
@@ -126,19 +127,11 @@ def test_pt2_batch_range_lower_bound_is_the_default(tmp_path):
 
 def test_prevalidation_takes_dims_from_the_data_too(tmp_path):
     """The API's early check must not refuse what the worker would accept."""
-    import onnx
-    from onnx import TensorProto as T
-    from onnx import helper as h
-
     from service.api.prevalidate import prevalidate_upload
     from service.config import Settings
     from service.schemas.options import ComparisonOptions
 
-    g = h.make_graph([h.make_node("Relu", ["image"], ["y"])], "g",
-                     [h.make_tensor_value_info("image", T.FLOAT, ["batch", 3, "height", "width"])],
-                     [h.make_tensor_value_info("y", T.FLOAT, ["batch", 3, "height", "width"])])
-    model = tmp_path / "m.onnx"
-    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), str(model))
+    model = models.save("relu", tmp_path / "m.onnx", x="image", shape=["batch", 3, "height", "width"])
     good = _npz(tmp_path, image=np.zeros((2, 1, 3, 10, 12), np.float32))
     prevalidate_upload(model, good, ComparisonOptions(), Settings(data_dir=tmp_path))
     bad = tmp_path / "bad.npz"

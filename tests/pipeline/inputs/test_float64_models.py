@@ -4,22 +4,14 @@ _is_tensor_quantizable), so its file is the float model. The lint says that is w
 lint claims the file "is quantized"; the same graph in float32 is quantized (the one condition)."""
 from __future__ import annotations
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
+
+from tests import models
 
 
 def _matmul_relu(path, dtype):
-    np_dtype = {TensorProto.DOUBLE: np.float64, TensorProto.FLOAT: np.float32}[dtype]
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np_dtype), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", dtype, [1, 8])],
-                              [helper.make_tensor_value_info("y", dtype, [1, 4])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return models.save("matmul_relu", path, x_shape=[1, 8], w=(8, 4), elem=dtype, ir=8)
 
 
 @pytest.mark.parametrize("dtype", [TensorProto.DOUBLE, TensorProto.FLOAT], ids=["float64", "float32"])

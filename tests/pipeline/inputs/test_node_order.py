@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 from service.errors import InvalidModel
 from service.pipeline.inputs.node_order import sort_nodes
 from service.pipeline.inputs.safety import onnx_model_from_path
+from tests import models
 
 F = TensorProto.FLOAT
 
@@ -55,8 +56,7 @@ def test_a_body_is_sorted_with_the_outer_names_it_reads():
     body = helper.make_graph([helper.make_node("Neg", ["t"], ["o"], name="neg"),
                               helper.make_node("Relu", ["x"], ["t"], name="relu")], "then", [],
                              [helper.make_tensor_value_info("o", F, [1, 4])])
-    other = helper.make_graph([helper.make_node("Identity", ["x"], ["o2"])], "else", [],
-                              [helper.make_tensor_value_info("o2", F, [1, 4])])
+    other = models.branch("Identity", ["x"], "o2", [1, 4])
     g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=other)], "g",
                           [helper.make_tensor_value_info("x", F, [1, 4]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
                           [helper.make_tensor_value_info("y", F, [1, 4])])

@@ -4,28 +4,22 @@ no shape set): ORT runs the file, onnx's checker refuses it. Before, the upload 
 gives, says so, and every path runs. An input without a shape is still refused: samples need one."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto
 
 from service.errors import InvalidModel
+from tests import models
 
 
 def _matmul_relu(path, *, output_type: bool = True, input_shape=True):
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "w")
     y = onnx.ValueInfoProto()
     y.name = "y"
     if output_type:
         y.type.tensor_type.elem_type = TensorProto.FLOAT  # a type, no shape
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8] if input_shape else None)
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-                               helper.make_node("Relu", ["h"], ["y"], name="relu")], "g", [x], [y], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return models.save("matmul_relu", path, x_shape=[1, 8] if input_shape else None, w=(8, 4), y=y,
+                       names=("mm", "relu"), ir=8)
 
 
 @pytest.mark.parametrize("output_type", [True, False], ids=["type without shape", "no type at all"])

@@ -9,6 +9,7 @@ from service.errors import InputShapeRequired, InvalidCalibration, InvalidOption
 from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.samples import generated_samples, samples_from_npz
 from service.pipeline.inputs.specs import InputSpec, resolved_input_shapes
+from tests import models
 
 IMG = InputSpec("image", "float32", ("batch", 3, "height", "width"))
 TOKENS = InputSpec("tokens", "int64", ("N", "seq"))
@@ -177,15 +178,7 @@ def test_a_misspelt_ort_extra_option_is_refused_not_ignored():
 
 
 def _identity_of(elem_type):
-    import onnx
-    from onnx import helper
-
-    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", elem_type, [2])],
-                              [helper.make_tensor_value_info("y", elem_type, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    return model
+    return models.build("identity", shape=[2], elem=elem_type, opset=21, ir=10)
 
 
 def test_every_input_dtype_taken_is_one_ort_is_fed_from_numpy():

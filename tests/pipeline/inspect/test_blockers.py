@@ -13,6 +13,7 @@ from service.pipeline.environment import cpu_info
 from service.pipeline.vocabulary import graph_from_path
 from service.pipeline.inspect.blockers import BLOCKERS, grouped_blockers, unfused_by_level, unfused_nodes
 from service.pipeline.ort.sessions import session_options_for
+from tests import models
 
 X86 = cpu_info().arch not in ("aarch64", "arm64", "ARM64")
 DT = {"uint8": TensorProto.UINT8, "int8": TensorProto.INT8, "int32": TensorProto.INT32,
@@ -79,9 +80,8 @@ class Builder:
         self.outputs.append(vi)
 
     def save(self, path):
-        g = helper.make_graph(self.nodes, "g", self.inputs, self.outputs, self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opset)])
-        m.ir_version = 8 if self.opset < 21 else 10
+        m = models.from_nodes(self.nodes, self.inputs, self.outputs, self.inits, opset=self.opset,
+                              ir=8 if self.opset < 21 else 10)
         onnx.save(m, str(path))
         return path
 
@@ -449,10 +449,7 @@ def _pt2e_rows(tmp_path, nodes, feeds, inits, out_shape):
     sys.path.insert(0, str(Path(__file__).parents[1] / "quantize" / "onnx_torch"))
     from pt2e_upload import pt2e_of_upload
 
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in feeds.items()],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
-                              [numpy_helper.from_array(a, n) for n, a in inits.items()])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "up.onnx"))
+    onnx.save(models.from_nodes(nodes, list(feeds.items()), [("y", out_shape)], inits), str(tmp_path / "up.onnx"))
     pt2e_of_upload(tmp_path / "up.onnx", tmp_path / "pt2e.onnx", calibration_samples=2, eval_samples=1)
     g, _ = saved(tmp_path / "pt2e.onnx")
     rows = unfused_nodes(g, level="extended", int8_allowed=False, pt2e=True)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.vocabulary import graph_from_model, graph_from_path
 from service.pipeline.ort.sessions import session_for, session_options_for
+from tests import models
 
 
 def _model(nodes, inits, inputs, outputs, opset=17):
-    g = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return models.from_nodes(nodes, inputs, outputs, inits, opset=opset)
 
 
 def _level(tmp_path, model, level):

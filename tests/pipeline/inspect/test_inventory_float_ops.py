@@ -12,6 +12,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.inspect.inventory import inventory_from_onnx
+from tests import models
 
 
 def _consts():
@@ -24,10 +25,7 @@ def _consts():
 
 
 def _model(nodes, out_shape):
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], _consts())
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 7
+    model = models.from_nodes(nodes, [("x", [1, 4, 8, 8])], [("y", out_shape)], _consts(), opset=13, ir=7)
     onnx.checker.check_model(model)
     ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])  # a file ORT runs
     return model

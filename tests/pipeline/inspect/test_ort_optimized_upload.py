@@ -4,25 +4,16 @@ ORT-only LayerNormalization (ONNX domain, opset < 17) onnx's checker refuses is 
 The one condition: the same model saved at level basic, where ORT fuses nothing into contrib ops."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from service.errors import UnsupportedModel
+from tests import models
 
 
 def _conv_relu(path):
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3, "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-                               helper.make_node("Relu", ["c"], ["y"], name="relu")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return models.save("conv_relu", path, pads=1, scale=0.3, names=("conv", "relu"), ir=8)
 
 
 def _saved_by_ort(src, dst, level):

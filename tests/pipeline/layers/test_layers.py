@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from service.pipeline.layers.layers import layers_from_files
+from tests import models
 
 QUANTIZED = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 
@@ -213,21 +214,12 @@ def test_by_level_reads_the_graph_ort_saved_because_exposing_a_tensor_blocks_the
 def test_files_with_megabytes_of_inline_weights_give_the_oracle_s_figures_and_leave_no_copies(tmp_path):
     """The exposing copies write inline weights of 1 MiB and more to a data file of their own (one
     copy in memory fewer); the figures are still ORT's, and copy and data are gone afterwards."""
-    from onnx import TensorProto, helper, numpy_helper
-
     from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import quantized_by_ort
 
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((768, 768)) / 28).astype(np.float32)  # 2.25 MiB, inline
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"], name="relu")],
-        "big", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 768])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 768])], [numpy_helper.from_array(w, "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    fp32 = tmp_path / "fp32.onnx"
-    onnx.save(model, str(fp32))
+    fp32 = models.save("matmul_relu", tmp_path / "fp32.onnx", x_shape=[4, 768], w=w, names=("mm", "relu"), ir=8)
     feeds = [{"x": rng.standard_normal((4, 768)).astype(np.float32)} for _ in range(3)]
     qdq = tmp_path / "ort_qdq.onnx"
     quantized_by_ort(fp32, qdq, feeds, ["x"], quant_format="qdq", settings=resolved_ort_settings(ComparisonOptions()))

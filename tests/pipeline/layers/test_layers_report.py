@@ -17,7 +17,9 @@ def zoo_report(compared):
 def test_the_report_carries_a_layers_table_by_default(zoo_report):
     layers = zoo_report.layers
     assert layers is not None and layers.rows and layers.level == "disable_all"
-    assert layers.samples == min(zoo_report.options.layers.max_samples, zoo_report.options.eval_samples)
+    # The sample count adapts to the intervals: at least the evaluation samples, and why it stopped
+    assert zoo_report.options.eval_samples <= layers.samples <= zoo_report.options.layers.max_samples
+    assert layers.sampling.stopped
     assert layers.aligned_all_share >= 0.5
     assert set(layers.worst) == {a for a, art in zoo_report.artifacts.items() if a != "fp32" and art.status == "ok"}
     for a, tensor in layers.worst.items():
@@ -55,6 +57,8 @@ def test_the_client_exposes_report_layers(zoo_report):
     row = layers.row(zoo_report.layers.rows[1].tensor)
     assert set(row.artifacts) == set(zoo_report.layers.rows[1].artifacts)
     assert layers.to_rows() and "<table>" in layers._repr_html_()
+    cell = zoo_report.layers.rows[1].artifacts["ort_qdq"]
+    assert row.artifacts["ort_qdq"].sqnr_db_ci == tuple(cell.sqnr_db_ci)  # its interval (issue 40)
 
 
 def test_layers_off_leaves_the_section_out(compared):
@@ -74,7 +78,11 @@ def test_the_cli_summary_names_the_worst_tensor_per_artifact(zoo_report):
 def test_retry_through_the_spine_feeds_advice_items(compared):
     from service.pipeline.layers.layers_retry import advice_from_retry
 
-    report, _ = compared("op_zoo_net", layers={"retry_k": 1}, latency={"enabled": True, "runs": 3})
+    # Two samples, the table's count before its intervals: their chance drops give op_zoo_net compute-op
+    # origins to exclude. With the adaptive count (~550 samples) no drop at a compute op reaches 3 dB, so
+    # there is nothing to retry: this test is about the plumbing.
+    report, _ = compared("op_zoo_net", layers={"retry_k": 1, "min_samples": 2, "max_samples": 2},
+                         latency={"enabled": True, "runs": 3})
     retry = report.layers.retry
     assert retry is not None and retry.k == 1
     done = [r for r in retry.artifacts if not r.error]

@@ -101,9 +101,6 @@ def test_an_onnx_upload_is_retried_on_every_path(tmp_path):
     """A plain ONNX upload (no torch module scopes) whose MatMul + Add quant_pre_process fuses into a Gemm
     named '<MatMul>/MatMulAddFusion': the retry failed on all three paths ("no torch module scope";
     "none of add1 is a node of the file ORT quantizes")."""
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_onnx
     from service.pipeline.inputs.specs import resolved_input_shapes
@@ -111,18 +108,9 @@ def test_an_onnx_upload_is_retried_on_every_path(tmp_path):
     from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
     from service.pipeline.quantize.pt2e import qdq_from_pt2e
 
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1"),
-             numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32), "w2"),
-             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b2")]
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
-             helper.make_node("Add", ["m1", "b1"], ["a1"], name="add1"), helper.make_node("Relu", ["a1"], ["r1"], name="relu1"),
-             helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="mm2"), helper.make_node("Add", ["m2", "b2"], ["y"], name="add2")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    from tests import models
+
+    model = models.build("mlp", ir=8)
     fp32 = tmp_path / "fp32.onnx"
     onnx.save(model, str(fp32))
 

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.layers.tensor_alignment import aligned_tensors
+from tests import models
 
 
 def _conv_relu_conv(path, *, bn: bool = False):
@@ -200,21 +201,7 @@ def test_an_integer_tensor_with_no_step_is_left_out_not_compared_raw(tmp_path):
 
 def _mlp(path, *, gemm: bool):
     """x -> MatMul + Add (or the Gemm quant_pre_process fuses them into) -> a1 -> Relu -> MatMul + Add -> y."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((16, 32)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b1"),
-             numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32), "w2"),
-             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b2")]
-    first = ([helper.make_node("Gemm", ["x", "w1", "b1"], ["a1"], name="add1")] if gemm else
-             [helper.make_node("MatMul", ["x", "w1"], ["m1"], name="mm1"),
-              helper.make_node("Add", ["m1", "b1"], ["a1"], name="add1")])
-    nodes = first + [helper.make_node("Relu", ["a1"], ["r1"], name="relu1"),
-                     helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="mm2"),
-                     helper.make_node("Add", ["m2", "b2"], ["y"], name="add2")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = models.build("mlp", gemm=gemm, ir=8)
     onnx.save(model, path)
     return model
 

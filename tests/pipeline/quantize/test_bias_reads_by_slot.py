@@ -4,25 +4,13 @@ and recycles their ids, so on brainmaze's seizure model (every Conv reading its 
 told ORT's paths "2 biases read by several nodes ... given one copy per reader" and the next did not."""
 from __future__ import annotations
 
-import numpy as np
-from onnx import TensorProto, helper, numpy_helper
-
 from service.pipeline.quantize.ort_fixups import _other_reads, shared_biases_copied
+from tests import models
 
 
 def _convs(n: int):
     """``n`` Convs in a chain, each with its own weight and bias, a Relu between each two."""
-    rng = np.random.default_rng(0)
-    nodes, inits, cur = [], [], "x"
-    for i in range(n):
-        inits += [numpy_helper.from_array(rng.standard_normal((4, 4, 1, 1)).astype(np.float32), f"w{i}"),
-                  numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), f"b{i}")]
-        nodes += [helper.make_node("Conv", [cur, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}"),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"], name=f"relu{i}")]
-        cur = f"r{i}"
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info(cur, TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return models.build("conv_chain", layers=n)
 
 
 class _NewWrappersEachTime:

@@ -4,22 +4,18 @@ the cut, so ort_file_rejected's hint pointed at a node its message no longer nam
 
 from __future__ import annotations
 
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from service.pipeline.isolation import first_line
+from tests import models
 
 
 def test_a_long_ort_refusal_keeps_the_node_it_names(tmp_path):
     long = "encoder.albert_layer_groups.0.albert_layers.0.attention.query.bias_quantized" * 3
-    graph = helper.make_graph(
-        [helper.make_node("Sqrt", [long], ["y"], name="the_refused_sqrt")], "g",
-        [helper.make_tensor_value_info(long, TensorProto.INT8, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.INT8, [2])])
-    path = tmp_path / "m.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    path = models.save("unary", tmp_path / "m.onnx", op="Sqrt", x=long, shape=[2], elem=TensorProto.INT8,
+                       node="the_refused_sqrt")
     with pytest.raises(Exception) as caught:
         ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     full = str(caught.value).splitlines()[0]

@@ -19,6 +19,7 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantiz
 
 from service.errors import OrtQuantizerFailed
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer, fixed_for_ort_quantizer
+from tests import models
 
 RNG = np.random.default_rng(0)
 
@@ -35,10 +36,8 @@ class _Reader(CalibrationDataReader):
 def _matmul_read_by_if_body(path: Path) -> None:
     """MatMul whose output only If branches read, from the outer scope (what torch writes around a data-dependent branch)."""
     w = nh.from_array(RNG.standard_normal((4, 4)).astype(np.float32), "W")
-    then_g = h.make_graph([h.make_node("Relu", ["/MatMul_output_0"], ["t"])], "then", [],
-                          [h.make_tensor_value_info("t", T.FLOAT, [1, 4])])
-    else_g = h.make_graph([h.make_node("Neg", ["/MatMul_output_0"], ["e"])], "else", [],
-                          [h.make_tensor_value_info("e", T.FLOAT, [1, 4])])
+    then_g = models.branch("Relu", ["/MatMul_output_0"], "t", [1, 4])
+    else_g = models.branch("Neg", ["/MatMul_output_0"], "e", [1, 4])
     nodes = [h.make_node("MatMul", ["x", "W"], ["/MatMul_output_0"], name="/MatMul"),
              h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
              h.make_node("Greater", ["s", "zero"], ["c"]),
@@ -175,9 +174,7 @@ def test_an_upload_tensor_named_like_ort_s_scale_for_another_breaks_the_qdq_file
 
 
 def test_a_file_without_the_traits_is_passed_through(tmp_path):
-    x = h.make_tensor_value_info("x", T.FLOAT, [1, 4])
-    g = h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [x], [h.make_tensor_value_info("y", T.FLOAT, [1, 4])])
-    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), str(tmp_path / "m.onnx"))
+    models.save("relu", tmp_path / "m.onnx", opset=13)
     assert fixed_for_ort_quantizer(tmp_path / "m.onnx", tmp_path / "out.onnx") == (tmp_path / "m.onnx", None)
     assert not (tmp_path / "out.onnx").exists()
 

@@ -12,19 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.inspect.graph_summary import TORCHAO_XNNPACK_EPS, scales_at_floor
 from service.pipeline.vocabulary import graph_from_model
+from tests import models
 
 
 def _conv(path, weight_scale: float):
-    w = (np.random.default_rng(0).standard_normal((8, 8, 3, 3)) * weight_scale).astype(np.float32)
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.zeros(8, np.float32), "b")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return models.save("conv", path, x_shape=[1, 8, 16, 16], cout=8, pads=1, scale=weight_scale,
+                       bias=np.zeros(8, np.float32), names=("conv",), ir=8)
 
 
 def _report(path, workdir):

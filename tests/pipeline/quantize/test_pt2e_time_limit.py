@@ -11,14 +11,12 @@ import signal
 import threading
 import time
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.schemas.options import ComparisonOptions
 from service.pipeline.time_limit import TimeLimitReached, step, time_limited
+from tests import models
 
 QUICK = {"artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
          "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}}
@@ -27,19 +25,8 @@ QUICK = {"artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calib
 @pytest.fixture(scope="module")
 def conv_upload(tmp_path_factory):
     """An ONNX upload (the PT2E path converts it to torch first): Conv -> Relu -> Conv."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.2, n)
-             for n, s in (("w1", (8, 3, 3, 3)), ("b1", (8,)), ("w2", (4, 8, 3, 3)), ("b2", (4,)))]
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-             helper.make_node("Conv", ["r1", "w2", "b2"], ["y"], name="conv2", pads=[1, 1, 1, 1])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path_factory.mktemp("limit") / "convs.onnx"
-    onnx.save(model, path)
-    return path
+    return models.save("conv_chain", tmp_path_factory.mktemp("limit") / "convs.onnx", layers=2, channels=[3, 8, 4],
+                       size=16, kernel=3, pads=1, scale=0.2, last_act=False, ir=8)
 
 
 def test_a_pt2e_path_past_its_limit_fails_alone_and_the_ort_paths_are_reported(conv_upload, tmp_path):

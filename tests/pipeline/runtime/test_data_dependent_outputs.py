@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests import models
 from tests.realworld.corpus import build_nms_detector
 
 N_CAL, N_EVAL = 8, 4
@@ -109,10 +110,7 @@ def test_a_gate_on_a_model_whose_every_output_follows_nms_says_why_it_cannot_pas
 
 
 def _graph(nodes, inputs, outputs, inits=()):
-    model = helper.make_model(helper.make_graph(nodes, "g", inputs, outputs, list(inits)),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return models.from_nodes(nodes, inputs, outputs, inits, ir=8)
 
 
 def test_only_tensors_after_a_selection_whose_shape_inference_cannot_fix_count():
@@ -139,8 +137,7 @@ def test_only_tensors_after_a_selection_whose_shape_inference_cannot_fix_count()
     lint, = padded_selection_lints({"fixed": after.fixed["fixed"]})  # said so: compared row by row
     assert "'fixed' follows NonZero 'nz'" in lint.message and "position by position" in lint.message
     # A selection inside an If body makes the If's outputs move too.
-    body = helper.make_graph([helper.make_node("NonZero", ["x"], ["inner"])], "then", [],
-                             [helper.make_tensor_value_info("inner", TensorProto.INT64, None)])
+    body = models.branch("NonZero", ["x"], "inner", elem=TensorProto.INT64)
     other = helper.make_graph([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Unsqueeze", ["s", "ax"], ["u"])],
                               "else", [], [helper.make_tensor_value_info("u", TensorProto.INT64, None)])
     branched = _graph(
@@ -157,9 +154,7 @@ def test_only_tensors_after_a_selection_whose_shape_inference_cannot_fix_count()
         [numpy_helper.from_array(np.array([True, False, True]), "mask"),
          numpy_helper.from_array(np.array([0], np.int64), "ax")])
     assert data_dependent_tensors(folded, {"x": (2, 3)}) == {}
-    assert data_dependent_tensors(_graph([helper.make_node("Relu", ["x"], ["y"])],
-                                         [helper.make_tensor_value_info("x", f, [2])],
-                                         [helper.make_tensor_value_info("y", f, [2])]), {"x": (2,)}) == {}
+    assert data_dependent_tensors(models.build("relu", shape=[2], ir=8), {"x": (2,)}) == {}
 
 
 def _detector_opset11(path):

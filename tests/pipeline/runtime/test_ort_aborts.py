@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.ort.aborts import qdq_propagation_abort
+from tests import models
 from tests.realworld.corpus import build_per_class_nms_loop
 
 _PROBE = """
@@ -32,10 +33,8 @@ def _model(path, *, relu_between=False, second_reader=False):
     """x -> Q -> DQ -> Reshape [-> Relu] -> read inside both branches of an If."""
     f = TensorProto.FLOAT
     read = "relu" if relu_between else "flat"
-    then = helper.make_graph([helper.make_node("Identity", [read], ["t"])], "then", [],
-                             [helper.make_tensor_value_info("t", f, [8])])
-    other = helper.make_graph([helper.make_node("Neg", [read], ["e"])], "else", [],
-                              [helper.make_tensor_value_info("e", f, [8])])
+    then = models.branch("Identity", [read], "t", [8])
+    other = models.branch("Neg", [read], "e", [8])
     nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"]),
              helper.make_node("DequantizeLinear", ["xq", "s", "zp"], ["xd"]),
              helper.make_node("Reshape", ["xd", "shape"], ["flat"])]

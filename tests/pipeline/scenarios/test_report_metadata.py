@@ -3,9 +3,10 @@
 upload's props, and the report repeated each file's). The files keep every byte of it."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
+
+from tests import models
 
 N_PROPS, VALUE_CHARS = 50, 200_000
 
@@ -15,12 +16,7 @@ def test_huge_metadata_props_are_shortened_in_the_report_and_kept_in_the_files(t
     from service.pipeline.inspect.inventory import MAX_METADATA_PROPS, MAX_METADATA_VALUE
     from service.schemas.options import ComparisonOptions
 
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], [w])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = models.build("matmul", x_shape=[1, 8], w=(8, 8), names=("mm",), ir=8)
     model.producer_name = "P" * 5000
     helper.set_model_props(model, {f"key{i}": f"v{i}" + "A" * VALUE_CHARS for i in range(N_PROPS)})
     onnx.save(model, tmp_path / "meta.onnx")

@@ -140,9 +140,13 @@ def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_be
     (_, fastest_before), (_, fastest_after), pairs = _interleaved_ms(before, slow, {}, runs=20, warmup=1)
     assert pairs == GIVE_UP_PAIRS and slow.calls == 1 + GIVE_UP_PAIRS
     assert fastest_after > GIVE_UP_RATIO * fastest_before
+    # A graph under SHORT_RUN_MS gets the levels stage's extra warm-up, before and after alike (a 'before'
+    # session warmed by earlier candidates against a cold 'after' read a tiny graph's change as slower).
+    from service.pipeline.runtime.latency import SHORT_RUN_WARMUP
+
     same_a, same_b = Sleeps(0.001), Sleeps(0.001)
     *_, pairs = _interleaved_ms(same_a, same_b, {}, runs=8, warmup=1)
-    assert pairs == 8 and same_b.calls == 9
+    assert pairs == 8 and same_a.calls == same_b.calls == 1 + SHORT_RUN_WARMUP + 8
 
 
 def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
@@ -157,7 +161,7 @@ def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
         _latency_settled,
     )
 
-    speed = Candidate("ort_qdq", {"ort": {"activation_type": "uint8"}}, "r", blocked_nodes=3)
+    speed = Candidate("ort_qdq", {"ort": {"activation_type": "uint8"}}, "r", blocked=("a", "b", "c"))
     before = AdviceFigures(int8_coverage=0.2, sqnr_db=30.0, level="all")
     fused = AdviceFigures(int8_coverage=1.0, sqnr_db=30.0, level="all")
     settled = _latency_settled(speed, before, fused)
@@ -166,9 +170,9 @@ def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
     assert settled([10.0] * MIN_PAIRS, [12.0] * MIN_PAIRS)
     # Pairs on both sides of the 0.9x threshold: more pairs can still move the verdict.
     assert not settled([10.0] * MIN_PAIRS, [8.5, 9.5, 8.6, 9.4, 9.0])
-    # No blocked node fused (coverage unchanged): refuted by coverage, so latency cannot decide.
-    assert _latency_settled(speed, before, before)([10.0], [5.0])
-    # The same for a speed candidate losing more than the allowed SQNR.
+    # Coverage unchanged: latency still decides (coverage is never a veto), so timing goes on.
+    assert not _latency_settled(speed, before, before)([10.0] * MIN_PAIRS, [8.5, 9.5, 8.6, 9.4, 9.0])
+    # A speed candidate losing more than the allowed SQNR is refuted whatever the timing gives.
     lossy = AdviceFigures(int8_coverage=1.0, sqnr_db=20.0, level="all")
     assert _latency_settled(speed, before, lossy)([10.0], [5.0])
 
@@ -252,3 +256,56 @@ def test_a_change_orts_graph_does_not_show_is_refuted_without_runs(compared, cha
     else:
         assert m.after.latency_ms and m.before.latency_ms  # made, run and timed
         assert "very same graph" not in entry.reason
+
+
+def _ratio(m, key: str) -> float:
+    return getattr(m.after, key) / getattr(m.before, key)
+
+
+def test_no_measured_win_is_refuted_and_each_refutation_states_what_was_measured(compared):
+    """A candidate at <= 0.8x the time (by the median and by the fastest run) with SQNR within 0.5 dB is
+    adopted. op_zoo_net's ort_qoperator uint8 ran 0.64x at 0 dB and was refuted as 'int8 coverage stays
+    1.00: no blocked node fused': its one blocked node is a Transpose, outside the coverage count, and it
+    did fuse. Which blocked nodes fused is reported, counted in ORT's saved graph; never a veto."""
+    report, _ = compared("op_zoo_net")
+    measured = [e for e in report.advice + report.advice_refuted if e.measured and e.measured.after.latency_ms]
+    assert measured
+    for e in measured:
+        m = e.measured
+        sq_before, sq_after = (np.inf if f.sqnr_db is None else f.sqnr_db for f in (m.before, m.after))
+        if _ratio(m, "latency_ms") <= 0.8 and _ratio(m, "latency_min_ms") <= 0.8 and abs(sq_after - sq_before) <= 0.5:
+            # An alternative for the same artifact that measured better still wins over it (and says so).
+            assert e.adopted or "superseded by" in e.reason, (e.change, e.reason)
+    # Whether a given run measures a win depends on the machine's load (uint8 ran 0.61-0.8x here); the
+    # reasons below do not: ort_qoperator uint8 (coverage 1.0 -> 1.0) and DedicatedQDQPair (coverage
+    # unchanged) were refuted for coverage on every run before.
+    for e in measured:
+        assert "coverage" not in e.reason.split("refuted:")[-1], e.reason  # not a rule: never a reason
+    for e in measured:
+        if e.blocked_fused is not None:
+            assert f"{len(e.blocked_fused)} of {e.blocked_nodes} blocked node" in e.reason
+            assert set(e.blocked_fused) <= set(r.node for r in report.artifacts[e.artifact].optimized["all"].unfused)
+
+
+@pytest.mark.parametrize("after, adopted, says", [
+    # resnet18 ort_qoperator uint8: 135 -> 10 ms at -0.1 dB, coverage 1.0 before and after (one blocked Reshape)
+    (dict(latency_ms=10.0, latency_min_ms=9.5, sqnr_db=29.9), True, []),
+    (dict(latency_ms=12.0, latency_min_ms=11.0, sqnr_db=30.0), False, ["1.20x by the median", "1.22x"]),
+    (dict(latency_ms=5.0, latency_min_ms=5.0, sqnr_db=27.0), False, ["SQNR 27.0 dB vs 30.0 dB before"]),
+    (dict(latency_ms=12.0, latency_min_ms=11.0, sqnr_db=27.0), False, ["1.20x by the median", "SQNR 27.0 dB"]),
+], ids=["faster at coverage 1.0: adopted", "slower: refuted by time", "lossy: refuted by SQNR", "both, both said"])
+def test_the_adopt_rule_reads_speed_and_accuracy_only(after, adopted, says):
+    from service.pipeline.verdict.advice import _supported, _why_not
+
+    c = Candidate("ort_qoperator", {"ort": {"activation_type": "uint8"}}, "r", blocked=("node_reshape",))
+    before = AdviceFigures(int8_coverage=1.0, latency_ms=10.0, latency_min_ms=9.0, sqnr_db=30.0, level="all")
+    after = AdviceFigures(int8_coverage=1.0, level="all", **after)
+    if after.latency_ms == 10.0:
+        before = before.model_copy(update={"latency_ms": 135.0, "latency_min_ms": 130.0})
+    assert _supported(c, before, after) == adopted
+    why = _why_not(c, before, after)
+    assert all(s in why for s in says) and ("coverage" not in why)
+    if not any("SQNR" in s for s in says):
+        assert "SQNR" not in why
+    if not any("median" in s for s in says):
+        assert "median" not in why

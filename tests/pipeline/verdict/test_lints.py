@@ -158,8 +158,9 @@ def _conv_model(path, *, in_if: bool) -> None:
              numpy_helper.from_array(np.array(0, np.float32), "zero")]
     conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])
     if in_if:
-        branch = [helper.make_graph([helper.make_node("Conv", ["x", "w"], [o], pads=[1, 1, 1, 1])], o, [],
-                                    [helper.make_tensor_value_info(o, TensorProto.FLOAT, [1, 4, 8, 8])]) for o in ("t", "e")]
+        from tests import models
+
+        branch = [models.branch("Conv", ["x", "w"], o, [1, 4, 8, 8], pads=[1, 1, 1, 1]) for o in ("t", "e")]
         nodes = [helper.make_node("ReduceMean", ["x"], ["m"], keepdims=0), helper.make_node("Greater", ["m", "zero"], ["c"]),
                  helper.make_node("If", ["c"], ["y"], then_branch=branch[0], else_branch=branch[1])]
     else:

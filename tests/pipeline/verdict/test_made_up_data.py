@@ -20,6 +20,7 @@ from service.pipeline.inputs.model_ranges import input_ranges_from_onnx
 from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.samples import generated_samples
 from service.pipeline.inputs.specs import input_specs_from_onnx, resolved_input_shapes
+from tests import models
 
 FAST = {"calibration_samples": 2, "eval_samples": 1, "levels": ["disable_all"], "artifacts": ["ort_qdq"]}
 
@@ -96,9 +97,8 @@ def test_client_and_server_read_the_gate_alike():
 # -- ranges the model states -------------------------------------------------------------------
 
 def _save(tmp_path: Path, nodes, inputs, inits, name="m.onnx") -> Path:
-    g = h.make_graph(nodes, "g", inputs, [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
     path = tmp_path / name
-    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), str(path))
+    onnx.save(models.from_nodes(nodes, inputs, [("y", None)], inits), str(path))
     return path
 
 

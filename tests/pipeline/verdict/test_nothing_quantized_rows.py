@@ -3,18 +3,14 @@ in an int8 kernel (float kernels between Q/DQ)" about a file without a single Q/
 from surfaces-surrogates read that way)."""
 from __future__ import annotations
 
-import onnx
-from onnx import TensorProto, helper
+from tests import models
 
 
 def test_a_file_without_quantized_activations_reads_n_a_for_the_dtype_it_runs(tmp_path):
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.schemas.options import ComparisonOptions
 
-    graph = helper.make_graph([helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Sqrt", ["e"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    models.save("unary", tmp_path / "m.onnx", op=["Exp", "Sqrt"], shape=[1, 8])
     options = ComparisonOptions.model_validate({
         "artifacts": ["ort_qdq"], "levels": ["disable_all", "extended"], "calibration_samples": 2, "eval_samples": 1,
         "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})

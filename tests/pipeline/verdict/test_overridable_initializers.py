@@ -4,27 +4,15 @@ lost Conv+BatchNorm folding on the ORT paths (28.4 -> 14.7 dB) with no word why.
 installed ORT: the same Conv + BatchNormalization folds at basic only when the weights are not listed."""
 from __future__ import annotations
 
-import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.verdict.lints import overridable_initializer_lints
+from tests import models
 
 
 def _conv_bn(path, *, listed: bool, ir_version: int = 8):
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
-    inits += [numpy_helper.from_array(v.astype(np.float32), n) for n, v in
-              (("g", rng.random(4) + 0.5), ("b", rng.standard_normal(4)), ("m", rng.standard_normal(4)), ("v", rng.random(4) + 0.5))]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
-    if listed:
-        inputs += [helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)) for t in inits]
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-                               helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["y"])], "g", inputs,
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = ir_version
+    model = models.build("conv_bn", pads=1, listed=listed, opset=13, ir=ir_version)
     onnx.save(model, str(path))
     return model
 

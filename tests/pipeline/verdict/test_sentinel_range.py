@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.schemas.options import ComparisonOptions
+from tests import models
 
 SEQ, DIM = 8, 16
 
@@ -76,31 +77,37 @@ def test_the_same_model_calibrated_without_padding_has_no_such_range(masked_atte
     assert report.artifacts["ort_qdq"].status == "ok"
 
 
+def _sentinel_lint(path, x: np.ndarray, tmp_path):
+    """The sentinel lint of an ort_qdq job on ``path`` calibrated on the samples ``x``."""
+    npz = tmp_path / "calib.npz"
+    np.savez(npz, x=x)
+    options = ComparisonOptions.model_validate({
+        "artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": 4, "eval_samples": 2,
+        "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})
+    report = run_comparison(ComparisonRequest(model_path=path, model_name="grow.onnx", calibration_path=npz,
+                                              options=options), tmp_path / "job")
+    return next(l for l in report.lints if l.code == "sentinel_in_activation_range")
+
+
 def test_activations_that_are_themselves_that_large_are_not_blamed_on_a_mask(tmp_path):
     """onnx's caffe2-era light models (every weight a ConstantOfShape of 0.02, so values grow layer after
     layer: steps of 3.6e7 to 3.3e18 after Relu) got this lint saying the range is an attention mask's
     sentinel, with a hint about padding, for CNNs that have no mask. A mask's sentinel is a large
     negative value (the zero point at the top of the range); these ranges start at 0."""
     rng = np.random.default_rng(0)
-    inits, nodes, cur = [], [], "x"
-    for k in range(3):
-        inits.append(numpy_helper.from_array(np.full((4, 4, 3, 3), 40.0, np.float32), f"w{k}"))
-        nodes += [helper.make_node("Conv", [cur, f"w{k}"], [f"c{k}"], pads=[1, 1, 1, 1], name=f"conv{k}"),
-                  helper.make_node("Relu", [f"c{k}"], [f"r{k}"], name=f"relu{k}")]
-        cur = f"r{k}"
-    graph = helper.make_graph(nodes, "grow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info(cur, TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "grow.onnx"
-    onnx.save(model, path)
-    npz = tmp_path / "calib.npz"
-    np.savez(npz, x=np.abs(rng.standard_normal((6, 1, 4, 8, 8))).astype(np.float32) * 100)
-    options = ComparisonOptions.model_validate({
-        "artifacts": ["ort_qdq"], "levels": ["disable_all"], "calibration_samples": 4, "eval_samples": 2,
-        "latency": {"enabled": False}, "advice": {"enabled": False}, "layers": {"enabled": False}})
-    report = run_comparison(ComparisonRequest(model_path=path, model_name="grow.onnx", calibration_path=npz,
-                                              options=options), tmp_path / "job")
-    lint = next(l for l in report.lints if l.code == "sentinel_in_activation_range")
+    path = models.save("conv_chain", tmp_path / "grow.onnx", layers=3, kernel=3, pads=1, bias=False, fill=40.0, ir=8)
+    lint = _sentinel_lint(path, np.abs(rng.standard_normal((6, 1, 4, 8, 8))).astype(np.float32) * 100, tmp_path)
     assert "mask" not in lint.message and "padding" not in lint.hint
     assert "start at 0" in lint.message
+
+
+def test_large_values_of_both_signs_are_not_blamed_on_a_mask(tmp_path):
+    """adaptive-terrain-diffusion's U-Net (opset 18) computes skip-connection Convs of ~1e12 on any input,
+    of both signs, which the InstanceNormalization reading them rescales: the lint called them an attention
+    mask's sentinel and pointed at padding. Here: three Convs of normal(0, 40) weights, no activation."""
+    path = models.save("conv_chain", tmp_path / "grow.onnx", layers=3, kernel=3, pads=1, bias=False, act=None,
+                       scale=40.0, ir=8)
+    lint = _sentinel_lint(path, np.random.default_rng(0).standard_normal((6, 1, 4, 8, 8)).astype(np.float32) * 100,
+                          tmp_path)
+    assert "padding" not in lint.hint and "added to the scores" not in lint.message
+    assert "both sides of 0" in lint.message and "the values themselves are that large" in lint.message

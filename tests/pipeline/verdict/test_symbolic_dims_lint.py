@@ -5,25 +5,17 @@ now names the files that fixed them, checked on the files themselves."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.schemas.options import ComparisonOptions
+from tests import models
 
 
 def test_the_lint_names_the_pt2e_file_as_fixed_at_the_job_shapes(tmp_path):
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "w")]
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-                               helper.make_node("Relu", ["c"], ["y"], name="relu")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, "H", "W"])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, "H", "W"])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, tmp_path / "m.onnx")
+    models.save("conv_relu", tmp_path / "m.onnx", x_shape=["N", 3, "H", "W"], y_shape=["N", 4, "H", "W"], pads=1,
+                scale=0.3, names=("conv", "relu"), ir=8)
     options = ComparisonOptions.model_validate({
         "artifacts": ["pt2e_qdq", "ort_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
         "input_shapes": {"x": [1, 3, 16, 16]},

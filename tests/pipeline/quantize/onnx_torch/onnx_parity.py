@@ -22,19 +22,17 @@ def make_model(nodes, feeds: dict[str, np.ndarray], outputs: list[str], *,
                output_types: dict[str, int] | None = None):
     """A model whose graph inputs are ``feeds`` (names, dtypes, static shapes) and whose outputs
     are ``outputs`` (float unless ``output_types`` says otherwise; shape left to inference)."""
-    from onnx import TensorProto, helper, numpy_helper
+    import onnx
+    from onnx import TensorProto
+
+    from tests import models
 
     if not isinstance(nodes, (list, tuple)):
         nodes = [nodes]
-    graph = helper.make_graph(
-        list(nodes), "t",
-        [helper.make_tensor_value_info(n, _elem_type(a), list(np.asarray(a).shape)) for n, a in feeds.items()],
-        [helper.make_tensor_value_info(o, (output_types or {}).get(o, TensorProto.FLOAT), None) for o in outputs],
-        initializer=[numpy_helper.from_array(np.asarray(a), n) for n, a in (initializers or {}).items()],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = min(model.ir_version, 10)
-    return model
+    return models.from_nodes(
+        nodes, [(n, np.asarray(a).shape, _elem_type(a)) for n, a in feeds.items()],
+        [(o, None, (output_types or {}).get(o, TensorProto.FLOAT)) for o in outputs], initializers or {},
+        opset=opset, ir=min(onnx.IR_VERSION, 10))
 
 
 def ort_outputs(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -8,15 +8,13 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_parity import ort_outputs
+from tests import models
 
 RNG = np.random.default_rng(0)
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+    return models.from_nodes(nodes, inputs, outputs, inits, opset=opset, ir=8)
 
 
 def _shape_chain_model():
@@ -221,10 +219,8 @@ def test_eager_runs_hold_the_live_tensors_not_every_tensor_of_the_network():
     depth = 24
     nodes = [helper.make_node("Relu" if k % 2 else "Neg", [f"t{k}"], [f"t{k + 1}"], name=f"n{k}") for k in range(depth)]
     # t1 is read again at the end through an If body's outer scope: it must stay alive until then.
-    then_g = helper.make_graph([helper.make_node("Add", [f"t{depth}", "t1"], ["z"])], "then", [],
-                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3])])
-    else_g = helper.make_graph([helper.make_node("Sub", [f"t{depth}", "t1"], ["w"])], "else", [],
-                               [helper.make_tensor_value_info("w", TensorProto.FLOAT, [2, 3])])
+    then_g = models.branch("Add", [f"t{depth}", "t1"], "z", [2, 3])
+    else_g = models.branch("Sub", [f"t{depth}", "t1"], "w", [2, 3])
     nodes.append(helper.make_node("If", ["flag"], ["y"], then_branch=then_g, else_branch=else_g, name="if"))
     graph = helper.make_graph(
         [helper.make_node("Identity", ["x"], ["t0"], name="in")] + nodes, "chain",

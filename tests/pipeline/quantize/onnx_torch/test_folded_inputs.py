@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.schemas.options import ComparisonOptions
+from tests import models
 
 SEQ, DIM = 8, 16
 QUICK = {"artifacts": ["pt2e_qdq"], "levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1,
@@ -47,9 +48,8 @@ def _branch_on_sample_rate(path):
     inits = [numpy_helper.from_array((rng.standard_normal((DIM, DIM)) * 0.3).astype(np.float32), "W"),
              numpy_helper.from_array(np.array(16000, np.int64), "k16"),
              numpy_helper.from_array(np.array(2.0, np.float32), "two"), numpy_helper.from_array(np.array(3.0, np.float32), "three")]
-    out = helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, DIM])
-    then = helper.make_graph([helper.make_node("Mul", ["h", "two"], ["b"])], "then", [], [out])
-    other = helper.make_graph([helper.make_node("Mul", ["h", "three"], ["b"])], "else", [], [out])
+    then = models.branch("Mul", ["h", "two"], "b", [1, DIM])
+    other = models.branch("Mul", ["h", "three"], "b", [1, DIM])
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="proj"),
              helper.make_node("Equal", ["sr", "k16"], ["is16"], name="is16k"),
              helper.make_node("If", ["is16"], ["y"], then_branch=then, else_branch=other, name="by_rate")]

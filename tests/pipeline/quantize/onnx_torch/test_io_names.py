@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.quantize.onnx_torch.names import restore_io_names
 from pt2e_upload import pt2e_of_upload
+from tests import models
 
 
 def _passthrough_upload(path):
@@ -66,11 +67,7 @@ def test_pt2e_file_runs_on_the_upload_feed_and_names_its_outputs_like_the_upload
 
 
 def _graph(nodes, inputs, outputs):
-    model = helper.make_model(helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in inputs],
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in outputs]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    return model
+    return models.from_nodes(nodes, [(n, [2]) for n in inputs], [(n, [2]) for n in outputs])
 
 
 def _run(model, feed):

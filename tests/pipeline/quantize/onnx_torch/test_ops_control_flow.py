@@ -9,20 +9,16 @@ from onnx import TensorProto, helper
 
 from onnx_parity import assert_matches_ort, make_model, ort_outputs, rand, torch_module
 from service.pipeline.quantize.onnx_torch.module import ConversionError
+from tests import models
 
 RNG = np.random.default_rng(4)
 F32 = TensorProto.FLOAT
 
 
-def _branch(name, op, out):
-    node = helper.make_node(op, ["X"], [out])
-    return helper.make_graph([node], name, [], [helper.make_tensor_value_info(out, F32, None)])
-
-
 def _if_model(cond_nodes, cond_name, *, feeds_extra=None, inits=None):
     x = rand(RNG, 2, 3)
     node = helper.make_node("If", [cond_name], ["Y"], name="if0",
-                            then_branch=_branch("then", "Relu", "t_out"), else_branch=_branch("else", "Neg", "e_out"))
+                            then_branch=models.branch("Relu", ["X"], "t_out"), else_branch=models.branch("Neg", ["X"], "e_out"))
     feeds = {"X": x, **(feeds_extra or {})}
     return make_model(cond_nodes + [node], feeds, ["Y"], initializers=inits), feeds
 
@@ -61,9 +57,8 @@ def test_if_on_input_data_computes_both_branches_and_selects(flag):
 
 def test_if_on_input_data_with_branches_of_different_shapes_is_refused_by_name():
     x = rand(RNG, 2, 3)
-    then_g = _branch("then", "Relu", "t_out")
-    else_g = helper.make_graph([helper.make_node("ReduceSum", ["X"], ["e_out"], keepdims=0)], "else", [],
-                               [helper.make_tensor_value_info("e_out", F32, None)])
+    then_g = models.branch("Relu", ["X"], "t_out")
+    else_g = models.branch("ReduceSum", ["X"], "e_out", keepdims=0)
     node = helper.make_node("If", ["C"], ["Y"], name="if_shapes", then_branch=then_g, else_branch=else_g)
     feeds = {"X": x, "C": np.array(True)}
     model = make_model([node], feeds, ["Y"])

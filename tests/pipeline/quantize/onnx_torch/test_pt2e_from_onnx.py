@@ -112,16 +112,12 @@ def test_input_names_python_folds_refuses_or_chokes_on_keep_their_names_in_the_p
 
 
 def _conv_relu(path, dtype):
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto
+
+    from tests import models
 
     elem = TensorProto.FLOAT16 if dtype == "float16" else TensorProto.FLOAT
-    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((4, 3, 3, 3)) * 0.2).astype(dtype), "w")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["y"], name="relu")],
-        "conv_relu", [helper.make_tensor_value_info("x", elem, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", elem, [1, 4, 6, 6])], [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    models.save("conv_relu", path, scale=0.2, elem=elem, names=("conv", "relu"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
@@ -170,15 +166,10 @@ def test_a_node_onnxscripts_folding_rewrites_keeps_the_upload_s_name(tmp_path):
     (RemoveOptionalBiasFromConv) by a node named 'node_Conv_0': the PT2E file, the per-tensor table and
     every message then named a node the upload does not have."""
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
-    w = numpy_helper.from_array((np.random.default_rng(0).standard_normal((4, 3, 3, 3)) * 0.2).astype(np.float32), "w")
-    b = numpy_helper.from_array(np.zeros(4, np.float32), "b")
-    graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["y"], name="relu")],
-        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [w, b])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / "m.onnx"))
+    from tests import models
+
+    models.save("conv_relu", tmp_path / "m.onnx", scale=0.2, bias=np.zeros(4, np.float32), names=("conv", "relu"))
     pt2e_of_upload(tmp_path / "m.onnx", tmp_path / "pt2e.onnx")
     named = [p.value for n in onnx.load(str(tmp_path / "pt2e.onnx")).graph.node for p in n.metadata_props
              if p.key == "quantcompare.onnx_node"]
