@@ -558,14 +558,14 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
     )]
 
 
-# judged_by -> (lint code, what the lint says of them, each one's figure, a gate on it): output_kinds.py
+# judged_by -> (what the lint says of them, each one's figure, a gate on it): output_kinds.py
 _OTHER_JUDGES = (
-    ("angular_error", "circular_outputs",
+    ("angular_error",
      "output(s) hold angles, which wrap around: a value just past pi is the one just past -pi, which SQNR counts as "
      "an error of 2 pi. They are judged by the angular error (the difference wrapped into [-pi, pi))",
      lambda o: f"angular error max {o.angular_error_max:.4f} rad, mean {o.angular_error_mean:.4f} rad",
      "angular_error<=0.05"),
-    ("argmax_agreement", "saturated_outputs",
+    ("argmax_agreement",
      "classifier output(s) are saturated: one class takes all the probability in nearly every row, so SQNR counts "
      "a flipped class as a huge error and the rest as none. They are judged by argmax agreement",
      lambda o: f"argmax agreement {o.argmax_agreement:.1%}", "argmax_agreement>=0.99"),
@@ -581,11 +581,12 @@ def _unjudged_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) 
         return []
     outs, level = last.numerics.outputs, last.level
     out = []
-    for judged_by, code, what, figure, gate in _OTHER_JUDGES:
+    for judged_by, what, figure, gate in _OTHER_JUDGES:
         judged = [o for o in outs if o.judged_by == judged_by]
         if judged:
             shown = "; ".join(f"{o.name!r}: {figure(o)}, SQNR {_db(o.sqnr_db)} ({o.kind_detail})" for o in judged)
-            out.append(Lint(code=code, severity="info", artifact=artifact,
+            out.append(Lint(code="circular_outputs" if judged_by == "angular_error" else "saturated_outputs",
+                            severity="info", artifact=artifact,
                             message=f"{len(judged)} {what}, and their SQNR is in no worst figure (at {level}: {shown}).",
                             hint=f"gate on them with '{artifact}.all.{gate}'; sqnr_db gates read the other outputs"))
     missing = [o for o in outs if o.judged_by is None and o.compared != "shape"]
