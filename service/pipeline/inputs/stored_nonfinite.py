@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from service.pipeline.vocabulary import (QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SELECTION_OPS, SHAPE_READING_OPS,
-                                         node_reads, op_key)
+from service.pipeline.inputs.output_shapes import selection_origins
+from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SHAPE_READING_OPS, node_reads, op_key
 
 
 def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
@@ -78,7 +78,7 @@ def made_without_samples(model, tensor: str) -> list[str] | None:
     inputs = {vi.name for vi in graph.input} - {t.name for t in graph.initializer}
     if tensor in inputs:
         return None
-    moving = _after_selection(graph)
+    moving = selection_origins(graph)[0]  # tensors whose shape may move with the values
     made, todo, seen = [], [tensor], set()
     while todo:
         t = todo.pop()
@@ -102,23 +102,6 @@ def made_without_samples(model, tensor: str) -> list[str] | None:
         todo.extend(node_reads(node))
     order = {id(n): i for i, n in enumerate(graph.node)}
     return [f"{n.op_type} '{n.name or n.output[0]}'" for n in sorted(made, key=lambda n: order[id(n)])]
-
-
-def _after_selection(graph) -> set[str]:
-    """Tensors whose shape may move with the values: a selection's outputs and what is computed from them."""
-    readers: dict[str, list] = {}
-    for n in graph.node:
-        for i in node_reads(n):
-            readers.setdefault(i, []).append(n)
-    todo = [o for n in graph.node if n.op_type in SELECTION_OPS for o in n.output if o]
-    seen: set[str] = set()
-    while todo:
-        t = todo.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        todo.extend(o for n in readers.get(t, []) for o in n.output if o)
-    return seen
 
 
 def nonfinite_scales(graph) -> list[tuple[str, str]]:
