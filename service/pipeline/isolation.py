@@ -51,7 +51,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 NONFINITE_HINT = ("the samples are likely outside what the model accepts (samples.generators in the report says how "
                   "they were made): upload representative inputs as an .npz, or set options.input_values; every path "
                   "calibrates on the same samples. A tensor infinite on any data (a mask filled with -inf) needs its node "
-                  "left in float: options.ort.nodes_to_exclude")
+                  "left in float: options.ort.nodes_to_exclude keeps an inf scale out of ORT's file; a NaN needs the op "
+                  "types that read or write it left out of options.ort.op_types_to_quantize, since ORT's calibrator "
+                  "measures every tensor of a listed op type, excluded node or not")
 
 # (artifact or "*", exception type name or "*", message substring, hint). First match wins.
 _HINTS: list[tuple[str, str, str, str]] = [

@@ -128,6 +128,12 @@ RANDOM_OPS = RANDOM_LIKE_OPS | {"RandomNormal", "RandomUniform"}
 # Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in
 # length when the values differ: a quantized detector keeps other boxes than fp32 does.
 SELECTION_OPS = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
+# The selections the ONNX -> torch converter carries whole: their count becomes a torch SymInt
+# (quantize/onnx_torch/data_sizes.py).
+CONVERTED_SELECTION_OPS = frozenset({"NonZero"})
+# Shape arithmetic that converter evaluates on such a count (numpy on ints and SymInts) rather than as torch ops.
+SIZE_ARITHMETIC_OPS = frozenset({"Identity", "Cast", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Add", "Sub",
+                                 "Mul", "Div", "Neg", "Max", "Min", "ReduceProd", "ReduceSum"})
 # Ops whose result says which rows to keep, by value: the selections above, and TopK (a detector's
 # end-to-end head keeps its 300 best anchors), whose output shape is fixed by k.
 ROW_PICKING_OPS = SELECTION_OPS | {"TopK"}

@@ -64,6 +64,19 @@ def summary_table(report: Report) -> str:
             lines.append(f"  {name} {art.status}: {art.error.message}")
             if art.error.hint:
                 lines.append(f"    hint: {art.error.hint}")
+    # An ok path whose figures leave outputs unmeasured, or judge them by another figure than SQNR, says so
+    # under the table: "ok" must not read as "accurate" when nothing measured it.
+    for name, art in report.artifacts.items():
+        if art.accuracy not in (None, "measured"):
+            lines.append(f"  {name} ok, accuracy {art.accuracy}: {art.accuracy_note}")
+        numerics = next((ol.numerics for ol in reversed(list(art.optimized.values())) if ol.numerics), None)
+        for o in (numerics.outputs if numerics and name != "fp32" else []):
+            if o.judged_by == "angular_error":
+                lines.append(f"  {name} output {o.name!r} circular: angular error max {o.angular_error_max:.4f} rad, "
+                             f"mean {o.angular_error_mean:.4f} rad (SQNR {o.sqnr_db if o.sqnr_db is None else round(o.sqnr_db, 1)} dB "
+                             "counts in no worst figure)")
+            elif o.judged_by == "argmax_agreement":
+                lines.append(f"  {name} output {o.name!r} saturated classifier: argmax agreement {o.argmax_agreement:.1%}")
     extra = levels_summary_lines(report)
     if extra:
         lines += [""] + list(extra)

@@ -154,12 +154,15 @@ class Gate(_Strict):
     """One CI threshold, evaluated by the server into ``verdict``.
 
     ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
-    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst float output), ``mismatch_share`` (worst
-    integer, bool or string output: share of its elements that differ from fp32), ``int8_coverage``,
+    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst float output SQNR judges), ``mismatch_share`` (worst
+    integer, bool or string output: share of its elements that differ from fp32), ``angular_error`` (largest
+    mean angular error of a circular output, radians), ``argmax_agreement`` (lowest share of rows whose top class
+    is fp32's, over the outputs that are probabilities), ``int8_coverage``,
     ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
     (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths),
     or ``calibration_data_uploaded`` (1 when the uploaded .npz was used, 0 for generated samples).
-    Missing data (a failed path, a level not run) fails a gate; an exact match (SQNR ``None``) passes.
+    Missing data (a failed path, a level not run, an accuracy no output measures) fails a gate; an exact match
+    (SQNR ``None``) passes.
 
     ``relative_to="baseline"`` makes the threshold the baseline's figure plus ``value``
     (``ort_qdq.all.sqnr_db>=baseline-0.5``). ``baseline_values`` holds that figure per artifact;
@@ -170,8 +173,8 @@ class Gate(_Strict):
 
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
     level: Level = "all"
-    metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio",
-                    "status_ok", "calibration_data_uploaded"]
+    metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement",
+                    "int8_coverage", "latency_ratio", "status_ok", "calibration_data_uploaded"]
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
     # latency_ratio only: a failing figure that is marked noisy fails the gate ("fail", the default:

@@ -195,6 +195,12 @@ class Artifact(_Model):
     quantization: QuantizationInventory | None = None
     optimized: dict[str, OptimizedLevel] = Field(default_factory=dict)
     seconds: float | None = None
+    # Whether the figures say how accurate this file is, at its highest level with numerics
+    # (``LevelNumerics.accuracy``): "not measured" on an ok path means no output has an accuracy figure
+    # (every output compared by shape, the same on every sample, or drawn from unseeded random ops), and
+    # ``accuracy_note`` says which and why. Null for fp32 and for a path that did not run.
+    accuracy: Literal["measured", "partly measured", "not measured"] | None = None
+    accuracy_note: str | None = None
 
 
 class GateResult(_Model):

@@ -67,11 +67,13 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
             "add an int8<->float round trip and no int8 kernel", "qdq_selector_action_transformer.cc (no selector "
             "registered for the op type)"),
     Blocker("not_in_xnnpack_config", "torchao's XNNPACK quantizer has no static pattern for this op: its STATIC_OPS "
-            "annotate linear (a constant weight), conv, a ConvTranspose only together with the Relu after it, "
+            "annotate linear (a constant weight), conv (1-D and 2-D; a 3-D conv only together with the Relu "
+            "after it), a ConvTranspose only together with the Relu after it, "
             "adaptive_avg_pool2d, add, mul, cat and GRU inputs/outputs",
             "nothing in PT2E's XNNPACK config quantizes it; the ORT paths do where quantize_static lists the op "
             "(a MatMul of two activations, a lone ConvTranspose, Sigmoid, Softmax, ...)",
-            "torchao/testing/pt2e/_xnnpack_quantizer.py: XNNPACKQuantizer.STATIC_OPS"),
+            "torchao/testing/pt2e/_xnnpack_quantizer.py: XNNPACKQuantizer.STATIC_OPS; _xnnpack_quantizer_utils.py: "
+            "_annotate_conv (conv1d, conv2d), _do_annotate_conv_relu (torchao/quantization/pt2e/utils.py _is_conv_node)"),
     Blocker("float_tail", "the upload's post-processing after a selection (NonMaxSuppression, NonZero, ...): "
             "quantcompare's PT2E path appends it in float as the upload wrote it, since torch.export has no form "
             "for an output whose shape depends on the values",
@@ -511,6 +513,15 @@ def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
         readers = sorted({r.op_type for o in n.output if o for r in v.readers(o)})
         return ("a ConvTranspose not followed by a Relu (read by " + (", ".join(readers) or "the graph output")
                 + "): XNNPACK's static config annotates conv_transpose_relu only")
+    weight = v.g.initializers.get(n.input[1]) if base == "Conv" and len(n.input) > 1 else None
+    if weight is not None and len(weight.dims) == 5:
+        # torchao/testing/pt2e/_xnnpack_quantizer_utils.py: _annotate_conv ("conv") matches aten.conv1d and
+        # aten.conv2d only; _do_annotate_conv_relu ("conv_relu") takes any conv torchao/quantization/pt2e/utils.py
+        # _is_conv_node knows, conv3d included, but only with a Relu as the conv's one reader.
+        readers = sorted({r.op_type for o in n.output if o for r in v.readers(o)})
+        return ("a 3-D convolution not followed by a Relu (read by " + (", ".join(readers) or "the graph output")
+                + "): XNNPACK's 'conv' pattern annotates conv1d and conv2d only; a conv3d is quantized only through "
+                "'conv_relu', with a Relu as its one reader")
     return None
 
 

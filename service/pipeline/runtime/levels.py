@@ -55,6 +55,7 @@ from service.pipeline.runtime.level_graphs import (
     self_contained_from_level_graph,
     session_and_level_graph,
 )
+from service.pipeline.runtime.output_kinds import outputs_after_random_draws
 from service.pipeline.runtime.numerics import (
     compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
 )
@@ -145,6 +146,8 @@ class _Shared:
     reference: list[np.ndarray] | None = None  # fp32 at its first level: every SQNR is against it
     reference_names: list[str] = field(default_factory=list)
     data_dependent: dict[int, str] = field(default_factory=dict)  # output position -> why: compared by shape
+    # output position -> the unseeded random op it depends on (fp32's file, read first): not measured
+    drawn: dict[int, str] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=lambda: {"optimize": 0.0, "evaluate": 0.0})
     done: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -238,7 +241,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     output_names = {n: a.output_names for n, a in by_name.items() if a.output_names}
     steps_of = {n: a.steps for n, a in by_name.items()}
     t2 = time.perf_counter()
-    agreement = agreement_rows(results, output_names, steps_of, levels, skip=set(shared.data_dependent))
+    agreement = agreement_rows(results, output_names, steps_of, levels, skip=set(shared.data_dependent) | set(shared.drawn))
     timings["evaluate"] += time.perf_counter() - t2
     return LevelsResult(optimized={n: by_name[n].per_level for n in names},
                         agreement=agreement, timings={k: round(v, 4) for k, v in timings.items()},
@@ -253,6 +256,7 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
     threads = lat.intra_op_threads
     if name == "fp32":
         shared.fp32_compute = int8_coverage(file_graph).float_count
+        shared.drawn = outputs_after_random_draws(file_graph.model)
     fp32_compute = shared.fp32_compute
     facts = file_facts_from_graph(file_graph)
     steps = output_steps(file_graph)
@@ -313,7 +317,7 @@ def _artifact_levels(name: str, path: Path, file_graph: GraphIndex, shared: _Sha
             if shared.reference is not None:
                 numerics = level_numerics(shared.reference, shared.reference_names, outputs, onames, steps=steps,
                                           previous=prev_outputs, samples=len(shared.eval_feeds),
-                                          data_dependent=shared.data_dependent)
+                                          data_dependent=shared.data_dependent, drawn=shared.drawn)
             prev_outputs = outputs
         except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
             error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]

@@ -104,7 +104,7 @@ class AdviceContext:
     reference: list[np.ndarray] | None = None
     before: dict[str, AdviceFigures] | None = None
     latency_ms: dict[str, float] | None = None
-    data_dependent: frozenset[int] = frozenset()  # output positions compared by shape in the report
+    data_dependent: frozenset[int] = frozenset()  # output positions the report's worst SQNR leaves out
     # artifact -> the digest of the graph ORT wrote for it at ``level`` in the levels stage
     # (``LevelGraphFiles.digest``): a candidate ORT rewrites into that very graph changes nothing.
     before_digest: dict[str, str] | None = None
@@ -624,9 +624,11 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
 
 
 def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
-    """The outputs the levels stage compared by shape (after a selection): not in any SQNR here either."""
+    """The outputs the levels stage's worst SQNR leaves out (compared by shape after a selection, or judged by
+    another figure or by none: ``OutputNumerics.judged_by``, the same for every file): not in any SQNR here
+    either, so a candidate's figure and the artifact's compare the same outputs."""
     numerics = next((ol.numerics for ol in fp32_levels.values() if ol.numerics is not None), None)
-    return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.compared == "shape")
+    return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.judged_by != "sqnr")
 
 
 def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,

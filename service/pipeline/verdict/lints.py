@@ -101,6 +101,7 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
         out.extend(_collapsed_output_lints(a, per_level))
         out.extend(_integer_output_lints(a, per_level))
         out.extend(_data_dependent_lints(a, per_level))
+        out.extend(_unjudged_output_lints(a, per_level))
 
         per_channel = [w for w in f.weights if w["per_channel"]]
         if per_channel and f.opset < 13:
@@ -359,7 +360,8 @@ def random_op_lints(model) -> list[Lint]:
                  "with one process-wide value plus the node's index in the graph. This job sets that value "
                  f"(onnxruntime.set_seed({JOB_RANDOM_SEED})), so its figures repeat from job to job; but a quantized file "
                  "places the op at another index than fp32, so it draws other numbers, and every figure downstream "
-                 "of the op measures two different draws as well as quantization."),
+                 "of the op measures two different draws as well as quantization: the outputs it reaches are "
+                 "reported as not measured."),
         hint=("give each random op a seed attribute (the quantized files keep it, so every file draws the same "
               "numbers and the figures measure quantization alone), or feed the noise as an input"),
         source="onnxruntime/core/providers/cpu/generator/random.h (GetRandomSeed() + node Index()), core/framework/random_seed.cc",
@@ -554,6 +556,49 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
               "e.g. without its NMS step) or run onnx.utils.extract_model to cut it there; CI can gate on the rest"),
         source="ONNX operator spec: NonMaxSuppression, NonZero, Unique and Compress have value-dependent output shapes",
     )]
+
+
+# judged_by -> (what the lint says of them, each one's figure, a gate on it): output_kinds.py
+_OTHER_JUDGES = (
+    ("angular_error",
+     "output(s) hold angles, which wrap around: a value just past pi is the one just past -pi, which SQNR counts as "
+     "an error of 2 pi. They are judged by the angular error (the difference wrapped into [-pi, pi))",
+     lambda o: f"angular error max {o.angular_error_max:.4f} rad, mean {o.angular_error_mean:.4f} rad",
+     "angular_error<=0.05"),
+    ("argmax_agreement",
+     "classifier output(s) are saturated: one class takes all the probability in nearly every row, so SQNR counts "
+     "a flipped class as a huge error and the rest as none. They are judged by argmax agreement",
+     lambda o: f"argmax agreement {o.argmax_agreement:.1%}", "argmax_agreement>=0.99"),
+)
+
+
+def _unjudged_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
+    """Outputs SQNR cannot judge (runtime/output_kinds.py), at the highest level with numerics: circular and
+    saturated ones with the figure that fits (info), and float outputs with no figure at all (warning; those
+    compared by shape have data_dependent_outputs)."""
+    last = next((ol for ol in reversed(list(per_level.values())) if ol.numerics), None)
+    if last is None:
+        return []
+    outs, level = last.numerics.outputs, last.level
+    out = []
+    for judged_by, what, figure, gate in _OTHER_JUDGES:
+        judged = [o for o in outs if o.judged_by == judged_by]
+        if judged:
+            shown = "; ".join(f"{o.name!r}: {figure(o)}, SQNR {_db(o.sqnr_db)} ({o.kind_detail})" for o in judged)
+            out.append(Lint(code="circular_outputs" if judged_by == "angular_error" else "saturated_outputs",
+                            severity="info", artifact=artifact,
+                            message=f"{len(judged)} {what}, and their SQNR is in no worst figure (at {level}: {shown}).",
+                            hint=f"gate on them with '{artifact}.all.{gate}'; sqnr_db gates read the other outputs"))
+    missing = [o for o in outs if o.judged_by is None and o.compared != "shape"]
+    if missing:
+        out.append(Lint(
+            code="unmeasured_outputs", severity="warning", artifact=artifact,
+            message=(f"{len(missing)} output(s) have no accuracy figure (at {level}): "
+                     + "; ".join(f"{o.name!r}: {o.not_measured}" for o in missing)
+                     + ". They count in no worst figure; with nothing else measured, accuracy gates fail."),
+            hint=("upload samples that move the output (an .npz of real inputs) for one the same on every sample; "
+                  "give each random op a seed attribute for one drawn from random numbers")))
+    return out
 
 
 def _worst_per_output(per_level: dict[str, OptimizedLevel], figure, *, kept=bool) -> dict[str, tuple[float, list[str]]]:

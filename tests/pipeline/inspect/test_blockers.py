@@ -470,6 +470,22 @@ def test_a_lone_conv_transpose_is_not_in_the_xnnpack_config(tmp_path, relu):
         assert "conv_transpose_relu" in rows["ConvTranspose"].detail
 
 
+@pytest.mark.parametrize("relu", [False, True], ids=["alone: float", "before a Relu: quantized"])
+def test_a_lone_conv3d_is_not_in_the_xnnpack_config(tmp_path, relu):
+    """A 3-D convolution PT2E left float read "no_qdq_in_file" (quantize it: nothing to act on). torchao's
+    'conv' annotator takes aten.conv1d/conv2d only; 'conv_relu' takes conv3d too, before a Relu."""
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t" if relu else "y"], pads=[1] * 6)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["t"], ["y"]))
+    rows = _pt2e_rows(tmp_path, nodes, {"x": [1, 3, 4, 6, 6]}, {"w": w}, [1, 4, 4, 6, 6])
+    if relu:
+        assert "Conv" not in rows or rows["Conv"].blocker != "not_in_xnnpack_config"
+    else:
+        assert rows["Conv"].blocker == "not_in_xnnpack_config"
+        assert "3-D convolution" in rows["Conv"].detail and "conv1d and conv2d only" in rows["Conv"].detail
+
+
 def test_a_matmul_of_two_activations_is_not_in_the_xnnpack_config(tmp_path):
     rows = _pt2e_rows(tmp_path, [helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": [1, 4, 8], "b": [1, 8, 4]}, {},
                       [1, 4, 4])

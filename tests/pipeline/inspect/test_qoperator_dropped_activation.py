@@ -51,3 +51,41 @@ def test_the_dropped_relu_is_named_and_excluding_it_brings_the_figure_back(relu_
     report = run_comparison(ComparisonRequest(model_path=relu_beside_sigmoid, options=fixed), tmp_path / "excluded")
     assert _sqnr(report, "ort_qoperator", "r") > 30
     assert not [x for x in report.lints if x.code == "qoperator_dropped_activation"]
+
+
+@pytest.fixture(scope="module")
+def tf2onnx_prelu(tmp_path_factory):
+    """tf2onnx's PReLU: h = x @ W; y = Relu(h) + alpha * Relu(Neg(h)). Both readers of the Relu's output are
+    quantized in the QOperator file, so nothing dequantizes it: the tensor is simply gone (issue 42)."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+             helper.make_node("Relu", ["h"], ["pos"], name="relu"),
+             helper.make_node("Neg", ["h"], ["nh"], name="neg"),
+             helper.make_node("Relu", ["nh"], ["rn"], name="relu_neg"),
+             helper.make_node("Mul", ["rn", "alpha"], ["negpart"], name="scale"),
+             helper.make_node("Add", ["pos", "negpart"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, [1, 16])],
+                              [helper.make_tensor_value_info("y", F, [1, 16])],
+                              [numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32) * 0.3, "W"),
+                               numpy_helper.from_array(np.full((16,), -0.25, np.float32), "alpha")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("prelu") / "prelu.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_a_dropped_relu_whose_output_is_gone_from_the_file_is_named(tf2onnx_prelu, tmp_path):
+    report = run_comparison(ComparisonRequest(model_path=tf2onnx_prelu, options=ComparisonOptions.model_validate(QUICK)),
+                            tmp_path / "as_is")
+    qop = onnx.load(str(tmp_path / "as_is" / "artifacts" / "ort_qoperator.onnx"))
+    assert "pos" not in {o for n in qop.graph.node for o in n.output}  # no DequantizeLinear writes it: gone
+    assert _sqnr(report, "ort_qoperator", "y") < _sqnr(report, "ort_qdq", "y") - 6
+    (lint,) = [x for x in report.lints if x.code == "qoperator_dropped_activation"]
+    assert "Relu 'relu' (input 'h')" in lint.message and "relu_neg" not in lint.message
+    assert "nodes_to_exclude = ['relu']" in lint.hint
+
+    fixed = ComparisonOptions.model_validate({**QUICK, "ort": {"nodes_to_exclude": ["relu"]}})
+    again = run_comparison(ComparisonRequest(model_path=tf2onnx_prelu, options=fixed), tmp_path / "excluded")
+    assert _sqnr(again, "ort_qoperator", "y") > _sqnr(report, "ort_qoperator", "y") + 6
+    assert not [x for x in again.lints if x.code == "qoperator_dropped_activation"]
