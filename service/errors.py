@@ -18,16 +18,24 @@ so the chain stays in the log while the user sees only our words.
     ├── BudgetExceeded      budget_exceeded      413/422  model too large for the configured budgets
     ├── PayloadTooLarge     payload_too_large    413
     ├── UploadTooSlow       upload_too_slow      408  an upload stalled or came in below the minimum rate
+    ├── HeadersTooSlow      header_timeout       408  a request's line and headers did not arrive in time
+    ├── IncompleteUpload    incomplete_upload    400  the body ended before its form's closing boundary
+                                                      (or short of its Content-Length): nothing ran
     ├── InvalidRequest      invalid_request      400  the HTTP request itself is malformed
     ├── Unauthorized        unauthorized         401  an API token is required
     ├── NotFound            not_found            404
     ├── Busy                busy                 429/503 (+ Retry-After)
-    │   └── DataDirFull     data_dir_full        503 (+ Retry-After): no room under QUANTCOMPARE_MAX_DATA_GB
+    │   ├── DataDirFull     data_dir_full        503 (+ Retry-After): no room under QUANTCOMPARE_MAX_DATA_GB
+    │   └── StorageUnavailable storage_unavailable 503 (+ Retry-After): the bucket (QUANTCOMPARE_STORAGE_URL)
+    │                                                did not answer or refused; also a job's error when its files could not be moved
     ├── LevelGraphChanged   level_graph_mismatch 409  a level graph made again for a download differs
+    ├── ArtifactGone        artifact_gone        410  the job's files were removed while it was downloaded
+    ├── RangeNotSatisfiable range_not_satisfiable 416 a download's Range header is malformed or past the file
     ├── PathSkipped         path_skipped         (inside a report, per artifact; never an HTTP error)
     ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
     ├── Pt2eFileRejected    pt2e_file_rejected   (inside a report: ORT cannot load the file PT2E wrote)
     ├── OrtFileRejected     ort_file_rejected    (inside a report: ORT cannot load the file quantize_static wrote)
+    ├── PlatformUnavailable platform_unavailable (inside a report: an emulated platform whose runtime is missing or broken)
     ├── FileAccessDenied    file_access_denied   403  a path cannot be read or written (EACCES, EPERM, EROFS)
     └── JobFailed                                (the ``error`` of a failed job; never an HTTP error)
         ├── WorkerDied          worker_died          the worker process died (signal, stage)
@@ -114,6 +122,22 @@ class UploadTooSlow(QuantCompareError):
     code, status, title = "upload_too_slow", 408, "The upload was too slow"
 
 
+class HeadersTooSlow(QuantCompareError):
+    """A connection that sent no complete request line and headers within the server's header timeout:
+    an idle or half-sent request would otherwise hold its connection for ever (answered by the server's
+    HTTP protocol, service/api/edge.py, not by a route)."""
+
+    code, status, title = "header_timeout", 408, "The request's headers did not arrive in time"
+
+
+class IncompleteUpload(QuantCompareError):
+    """A body that ended early: a multipart form without its closing boundary, or fewer bytes than
+    its Content-Length (a proxy's limit or a dropped connection cut it). Nothing runs on a part of a
+    form: a cut options part would run with default options, a cut calibration part on a stub."""
+
+    code, status, title = "incomplete_upload", 400, "The upload arrived incomplete"
+
+
 class InvalidRequest(QuantCompareError):
     """The HTTP request itself is malformed (multipart, JSON, content type, query)."""
 
@@ -143,10 +167,28 @@ class DataDirFull(Busy):
     code, status, title = "data_dir_full", 503, "No room for this job in the data directory"
 
 
+class StorageUnavailable(Busy):
+    """The S3-compatible bucket (QUANTCOMPARE_STORAGE_URL) did not answer or refused a request: a
+    submission gets 503 + Retry-After; a job whose inputs or results could not be moved fails with it."""
+
+    code, status, title = "storage_unavailable", 503, "The file storage is unavailable"
+
+
 class LevelGraphChanged(QuantCompareError):
     """A level graph made again for a download differs from the one the job measured."""
 
     code, status, title = "level_graph_mismatch", 409, "The optimized graph cannot be reproduced here"
+
+
+class ArtifactGone(QuantCompareError):
+    """The job is listed but the file a download reads (or makes a level graph from) is no longer on
+    disk: evicted or expired in the moment before the download pinned it, or removed by hand."""
+
+    code, status, title = "artifact_gone", 410, "The job's files are gone"
+
+
+class RangeNotSatisfiable(QuantCompareError):
+    code, status, title = "range_not_satisfiable", 416, "The requested range cannot be served"
 
 
 class PathSkipped(QuantCompareError):
@@ -195,6 +237,12 @@ class OrtWouldAbort(QuantCompareError):
     graph transformer), confirmed in a separate process: the level is not run."""
 
     code, status, title = "ort_would_abort", 500, "ONNX Runtime aborts on this file at this level"
+
+
+class PlatformUnavailable(QuantCompareError):
+    """An emulated platform (``options.platforms``) whose runtime is missing or broken: that platform is
+    left out of the report with this code and the job's other platforms still run."""
+    code, status, title = "platform_unavailable", 422, "The emulated platform cannot run here"
 
 
 class JobFailed(QuantCompareError):
@@ -254,6 +302,17 @@ def error_from_os(e: BaseException, during: str) -> QuantCompareError | None:
                             hint="check the path's permissions (and that the disk is not read-only), then retry")
 
 
+ECHO_MAX_CHARS = 64
+MAX_VALIDATION_ERRORS = 32  # a body of 10,000 unknown keys is answered with the first ones
+
+
+def shown(value: str, limit: int = ECHO_MAX_CHARS) -> str:
+    """A name a client sent, as an error message may quote it: cut to ``limit`` characters (an unknown
+    example name of 200 KB was echoed whole), the cut said."""
+    value = str(value)
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
+
+
 # Pydantic's error types whose own message reads as jargon to a person.
 _PLAIN_MESSAGES = {"extra_forbidden": "unknown field", "json_invalid": "not valid JSON"}
 
@@ -261,8 +320,9 @@ _PLAIN_MESSAGES = {"extra_forbidden": "unknown field", "json_invalid": "not vali
 def validation_errors(e, *, skip=("body", "query", "path")) -> list[dict[str, str]]:
     """A pydantic ``ValidationError`` as ``[{"loc": "latency.runs", "msg": ...}]``: where and what,
     never the input value (it may be large or hostile). ``skip`` drops FastAPI's location prefixes."""
-    return [{"loc": ".".join(str(p) for p in err.get("loc", ()) if p not in skip),
-             "msg": _PLAIN_MESSAGES.get(err.get("type"), err.get("msg", "invalid"))} for err in e.errors()]
+    return [{"loc": ".".join(shown(p) for p in err.get("loc", ()) if p not in skip),
+             "msg": _PLAIN_MESSAGES.get(err.get("type"), err.get("msg", "invalid"))}
+            for err in e.errors()[:MAX_VALIDATION_ERRORS]]
 
 
 def validation_detail(errors: list[dict[str, str]], *, empty_loc: str, limit: int = 8) -> str:

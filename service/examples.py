@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from service.errors import InvalidOptions
+from service.errors import InvalidOptions, shown
 
 
 @dataclass(frozen=True)
@@ -311,6 +311,6 @@ def get_example(name: str) -> Example:
         return EXAMPLES[name]
     except KeyError:
         raise InvalidOptions(
-            f"unknown example {name!r}",
+            f"unknown example {shown(name)!r}",
             hint=f"choose one of: {', '.join(EXAMPLES)} (GET /v1/examples lists them)",
         ) from None

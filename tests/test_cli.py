@@ -133,16 +133,10 @@ def test_a_failing_gate_exits_1(tmp_path):
 def test_names_from_the_upload_cannot_drive_the_terminal(tmp_path):
     """An input named 'x\\x1b[31mRED' was printed as is: the summary turned the reader's terminal red
     (or worse: escape sequences can retitle windows, move the cursor, hide lines)."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from tests import models
 
     name = "x\x1b[31mRED\x07"
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 4)).astype(np.float32), "w")
-    g = helper.make_graph([helper.make_node("MatMul", [name, "w"], ["y"])], "g",
-                          [helper.make_tensor_value_info(name, TensorProto.FLOAT, [2, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), tmp_path / "m.onnx")
+    models.save("matmul", tmp_path / "m.onnx", x=name, x_shape=[2, 4], w=(4, 4), ir=9)
     proc = _run("compare", str(tmp_path / "m.onnx"), "--options",
                 '{"latency": {"enabled": false}, "advice": {"enabled": false}, "layers": {"enabled": false}, '
                 '"levels": ["disable_all"], "calibration_samples": 2, "eval_samples": 1}', "--out", str(tmp_path / "o"))
@@ -169,17 +163,13 @@ def test_a_model_with_its_external_data_beside_it_is_read_where_it_lies(tmp_path
     """torch.onnx.export(dynamo=True) writes model.onnx + model.onnx.data by default; the CLI refused
     it ("refers to external data file ..., which was not uploaded with the model"). The user's two
     files are read in place and copied, never moved, into the artifacts."""
-    import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
 
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32), "w")
-    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 64])], [w])
+    from tests import models
+
     folder = tmp_path / "export"
     folder.mkdir()
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), folder / "m.onnx",
+    onnx.save(models.build("matmul_relu", x_shape=[2, 3], w=(3, 64), ir=9), folder / "m.onnx",
               save_as_external_data=True, location="m.onnx.data", size_threshold=0)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     assert set(before) == {"m.onnx", "m.onnx.data"}

@@ -14,9 +14,10 @@ from service import __version__
 from service.api.deps import require_token
 from service.api.envelope import ReportCache
 from service.api.errors import install_error_handlers
-from service.api.routes import artifacts, comparisons, meta, ops, report_page
+from service.api.routes import artifacts, comparisons, docs, meta, ops, report_page
 from service.config import Settings, get_settings
 from service.jobs.factory import make_executor
+from service.jobs.storage.level_downloads import RegenerationGate
 
 log = logging.getLogger("quantcompare.api")
 
@@ -41,13 +42,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             executor.stop()
 
-    app = FastAPI(title="quantcompare", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    # FastAPI's own /openapi.json, /docs and /redoc answer without the token and load Swagger UI from a
+    # CDN: routes/docs.py serves the first two behind the token, with the assets from the package.
+    app = FastAPI(title="quantcompare", version=__version__, description=DESCRIPTION, lifespan=lifespan,
+                  openapi_url=None, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.reports = ReportCache()
     app.state.uploads = {"active": 0}
+    app.state.level_graphs = RegenerationGate(settings.level_graph_slots, settings.level_graph_queue)
     install_error_handlers(app)
     guarded = [Depends(require_token)]
     app.include_router(ops.router)
-    for module in (comparisons, artifacts, report_page, meta):
+    for module in (comparisons, artifacts, report_page, meta, docs):
         app.include_router(module.router, dependencies=guarded)
     return app

@@ -7,7 +7,7 @@ failed job later, and the resolved figures are part of the options the report ec
 
 from __future__ import annotations
 
-from service.errors import InvalidOptions
+from service.errors import InvalidOptions, shown
 from service.pipeline.verdict.gates import baseline_values_from_report
 from service.schemas.options import ComparisonOptions
 
@@ -20,11 +20,11 @@ def options_with_baseline(options: ComparisonOptions, executor, reports) -> Comp
         return options
     rec = executor.get(options.baseline)
     if rec is None:
-        raise InvalidOptions(f"options.baseline: no comparison with id {options.baseline!r} on this server", hint=_HINT)
+        raise InvalidOptions(f"options.baseline: no comparison with id {shown(options.baseline)!r} on this server", hint=_HINT)
     if rec.status != "succeeded":
         raise InvalidOptions(f"options.baseline: comparison {options.baseline} is {rec.status}, not succeeded",
                              hint="wait for it to finish, or pick a comparison that succeeded")
-    baseline = reports.load(executor.job_dir(rec.id))
+    baseline = reports.load(executor.files, rec.id)
     if baseline is None:
         raise InvalidOptions(f"options.baseline: the report of {options.baseline} is gone or was written by "
                              "another report schema", hint="run the baseline again on this server version")

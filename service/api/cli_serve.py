@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
 from service.api.app import create_app
+from service.api.edge import edge_protocol
 from service.config import Settings, get_settings
-from service.jobs.cli_worker import add_worker_parser
+from service.jobs.cli_worker import add_worker_parser, preflight
+from service.log_format import configure_logging
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
@@ -32,8 +33,12 @@ def run_serve(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir}.items() if v is not None}
     if overrides:
         settings = Settings.model_validate({**settings.model_dump(), **overrides})
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging(settings.log_level, settings.log_format, role="api")
+    if (code := preflight(settings)) is not None:  # a wrong database or bucket: one line, exit 2
+        return code
     # One API process: it owns the worker pool, so no uvicorn --workers here.
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=settings.log_level,
-                proxy_headers=False, server_header=False, timeout_graceful_shutdown=5)
+                proxy_headers=False, server_header=False, timeout_graceful_shutdown=5,
+                http=edge_protocol(settings.header_timeout_s),
+                log_config=None)  # uvicorn's loggers go through ours (escaped), not its own formatters
     return 0

@@ -1,4 +1,4 @@
-"""Job records -> the job envelope, with the report read from the job's folder."""
+"""Job records -> the job envelope, with the report read from the job's storage."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ import logging
 import threading
 from collections import OrderedDict
 from datetime import datetime, timezone
-from pathlib import Path
 
 from pydantic import ValidationError
 
+from service.jobs.storage.files import JobFiles
 from service.jobs.store import JobRecord
-from service.jobs.storage.report_file import read_report_bytes, stored_partial_report, stored_report
 from service.schemas.api import Job, JobLinks, Problem, Progress
 from service.schemas.report import Report
 
@@ -28,31 +27,28 @@ def links(job_id: str) -> JobLinks:
 
 
 class ReportCache:
-    """Parsed reports by (path, mtime): polling clients do not re-parse the same file."""
+    """Parsed reports by (job, version of the stored report): polling clients do not re-parse the same file."""
 
     def __init__(self, size: int = 32):
-        self._items: OrderedDict[tuple[str, int], Report] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str], Report] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
 
-    def load(self, job_dir: Path, *, partial: bool = False) -> Report | None:
+    def load(self, files: JobFiles, job_id: str, *, partial: bool = False) -> Report | None:
         """The job's report; ``partial``: the sections a running job has finished so far."""
-        path = stored_partial_report(job_dir) if partial else stored_report(job_dir)
-        try:
-            if path is None:
-                return None
-            key = (str(path), path.stat().st_mtime_ns)
-        except OSError:
+        version = files.report_version(job_id, partial=partial)
+        if version is None:
             return None
+        key = (job_id, version)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
         try:
-            report = Report.model_validate_json(read_report_bytes(job_dir, partial=partial))
+            report = Report.model_validate_json(files.report_bytes(job_id, partial=partial))
         except (OSError, ValidationError, ValueError):
             # A report written by an older schema: treat as absent rather than fail the request.
-            log.warning("report of %s does not load with this version's schema", job_dir.name, exc_info=True)
+            log.warning("report of %s does not load with this version's schema", job_id, exc_info=True)
             return None
         with self._lock:
             self._items[key] = report
@@ -61,10 +57,10 @@ class ReportCache:
         return report
 
 
-def envelope(rec: JobRecord, job_dir: Path, reports: ReportCache, *, cached: bool = False) -> Job:
+def envelope(rec: JobRecord, files: JobFiles, reports: ReportCache, *, cached: bool = False) -> Job:
     # A running job carries the sections it has finished (Report.partial); a finished one its report.
-    report = (reports.load(job_dir) if rec.status == "succeeded"
-              else reports.load(job_dir, partial=True) if rec.status == "running" else None)
+    report = (reports.load(files, rec.id) if rec.status == "succeeded"
+              else reports.load(files, rec.id, partial=True) if rec.status == "running" else None)
     return Job(
         id=rec.id, status=rec.status, cached=cached,
         created_at=_ts(rec.created_at), started_at=_ts(rec.started_at), finished_at=_ts(rec.finished_at),

@@ -21,8 +21,8 @@ from fastapi import Request
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import ClientDisconnect
 
-from service.errors import (InvalidCalibration, InvalidModel, InvalidOptions, InvalidRequest, PayloadTooLarge,
-                            UnsupportedModel, UploadTooSlow)
+from service.errors import (IncompleteUpload, InvalidCalibration, InvalidModel, InvalidOptions, InvalidRequest,
+                            PayloadTooLarge, UnsupportedModel, UploadTooSlow)
 
 MAX_OPTIONS_BYTES = 64 * 1024
 MAX_JSON_BODY_BYTES = 256 * 1024
@@ -113,24 +113,38 @@ async def paced(stream: AsyncIterator[bytes], *, idle_timeout_s: float, min_byte
         yield chunk
 
 
+def declared_length(request: Request) -> int | None:
+    declared = request.headers.get("content-length", "")
+    return int(declared) if declared.isdigit() else None
+
+
+def refuse_short_body(received: int, declared: int | None) -> None:
+    """IncompleteUpload when the body ended before its Content-Length: the client half-closed the
+    connection mid-body (the server's protocol then ends the body where it stopped)."""
+    if declared is not None and received < declared:
+        raise IncompleteUpload(f"the body ended after {received} of the {declared} bytes its Content-Length "
+                               "announced; nothing was run",
+                               hint="the upload was cut (a proxy's limit or a dropped connection): send it again")
+
+
 async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, max_calibration_bytes: int,
                        allow_pt2: bool, idle_timeout_s: float, min_bytes_per_s: float) -> ReceivedForm:
     _, params = parse_options_header(request.headers.get("content-type", ""))
     boundary = params.get(b"boundary")
     if not boundary or len(boundary) > 200:
         raise InvalidRequest("multipart body without a boundary", hint="let your HTTP client build the multipart body")
-    declared = request.headers.get("content-length")
+    declared = declared_length(request)
     ceiling = max_model_bytes + max_calibration_bytes + MAX_OPTIONS_BYTES + 64 * 1024
-    if declared and declared.isdigit() and int(declared) > ceiling:
+    if declared is not None and declared > ceiling:
         raise PayloadTooLarge(
-            f"the upload is {int(declared) / _MIB:.1f} MiB; this server takes models up to "
+            f"the upload is {declared / _MIB:.1f} MiB; this server takes models up to "
             f"{max_model_bytes / _MIB:g} MiB and calibration data up to {max_calibration_bytes / _MIB:g} MiB",
             hint="raise QUANTCOMPARE_MAX_UPLOAD_MB on the server, or upload a smaller model")
 
     input_dir = staged / "input"
     input_dir.mkdir(exist_ok=True)
     parts: dict[str, _Part] = {}
-    state: dict[str, Any] = {"part": None, "hname": b"", "hvalue": b"", "headers": {}}
+    state: dict[str, Any] = {"part": None, "hname": b"", "hvalue": b"", "headers": {}, "ended": False}
 
     def on_part_begin():
         state["headers"] = {}
@@ -183,14 +197,19 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
             part.handle = None
         state["part"] = None
 
+    def on_end():  # the closing boundary: only now is the form whole
+        state["ended"] = True
+
     parser = MultipartParser(boundary, {
         "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
         "on_header_end": on_header_end, "on_headers_finished": on_headers_finished,
-        "on_part_data": on_part_data, "on_part_end": on_part_end,
+        "on_part_data": on_part_data, "on_part_end": on_part_end, "on_end": on_end,
     }, max_header_count=16)
+    received = 0
     try:
         async for chunk in paced(request.stream(), idle_timeout_s=idle_timeout_s, min_bytes_per_s=min_bytes_per_s):
             if chunk:
+                received += len(chunk)
                 parser.write(chunk)
         parser.finalize()
     except (PayloadTooLarge, InvalidRequest, UploadTooSlow):
@@ -205,6 +224,14 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
         for part in parts.values():
             if part.handle is not None:
                 part.handle.close()
+    refuse_short_body(received, declared)
+    if not state["ended"]:
+        # python-multipart's finalize() does not check this: a form cut inside a part would otherwise
+        # run on what arrived (a cut options part: default options; a cut calibration part: a stub)
+        cut = state["part"].field if state["part"] is not None else None
+        raise IncompleteUpload(("the form ended inside its " + repr(cut) + " part" if cut else
+                                "the form ended before its closing boundary") + "; nothing was run",
+                               hint="the upload was cut (a proxy's limit or a dropped connection): send it again")
 
     model = parts.get("model")
     if model is None or model.path is None:
@@ -239,13 +266,16 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
     )
 
 
-async def receive_json(request: Request) -> dict[str, Any]:
+async def receive_json(request: Request, *, idle_timeout_s: float, min_bytes_per_s: float) -> dict[str, Any]:
+    """The JSON body, read under the same pace as an upload: a body shorter than its Content-Length
+    was otherwise waited for without limit."""
     body = bytearray()
-    async for chunk in request.stream():
+    async for chunk in paced(request.stream(), idle_timeout_s=idle_timeout_s, min_bytes_per_s=min_bytes_per_s):
         body += chunk
         if len(body) > MAX_JSON_BODY_BYTES:
             raise PayloadTooLarge(f"a JSON body is limited to {MAX_JSON_BODY_BYTES // 1024} KiB",
                                   hint="upload models as multipart (curl -F model=@net.onnx)")
+    refuse_short_body(len(body), declared_length(request))
     try:
         value = json.loads(bytes(body))
     except (ValueError, UnicodeDecodeError, RecursionError):

@@ -6,7 +6,9 @@ import argparse
 import logging
 import sys
 
-from service.config import Settings, get_settings
+from service.config import ConfigurationError, Settings, get_settings
+from service.jobs.factory import check_deployment
+from service.log_format import configure_logging
 
 
 def add_worker_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,5 +36,18 @@ def run_worker_command(args: argparse.Namespace) -> int:
         print("error: `quantcompare worker` needs QUANTCOMPARE_BROKER_URL (or --broker-url), e.g. redis://127.0.0.1:6379/0",
               file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_logging(settings.log_level, settings.log_format, role="celery")
+    if (code := preflight(settings)) is not None:
+        return code
     return run_worker(settings, node_name=args.name)
+
+
+def preflight(settings: Settings) -> int | None:
+    """The store and storage answer (exit code None), or one line on stderr and exit code 2."""
+    try:
+        checked = check_deployment(settings)
+    except ConfigurationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logging.getLogger("quantcompare").info("store: %s; files: %s", *checked)
+    return None

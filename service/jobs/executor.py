@@ -1,15 +1,15 @@
 """The job system as the API sees it: stage files, submit, look up, find a cached result.
 
 ``Executor`` is what the API relies on. Both implementations keep jobs in the same store and
-data directory (``JobFolders``, below) and differ only in who runs them: ``LocalExecutor`` hands
-them to this machine's worker pool, ``jobs.celery.executor.CeleryExecutor`` publishes them to a
-broker for ``quantcompare worker`` processes. ``jobs.factory.make_executor`` picks one.
+storage (``JobFolders``, below) and differ only in who runs them: ``LocalExecutor`` hands them to
+this machine's worker pool, ``jobs.celery.executor.CeleryExecutor`` publishes them to a broker for
+``quantcompare worker`` processes. ``jobs.factory.make_executor`` picks one. The store is a SQLite
+file or PostgreSQL (``jobs/db/``), the files job folders or a bucket (``jobs/storage/``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import uuid
@@ -20,10 +20,12 @@ from service.config import Settings
 from service.errors import Busy, DataDirFull
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import WorkerPool, prepare_data_dir
+from service.jobs.db import open_database
 from service.jobs.spec import JobSpec
+from service.jobs.storage import open_files
+from service.jobs.storage.disk import eviction_lock, folder_bytes, pinned_jobs, plan_for_new_job, reservation_for
+from service.jobs.storage.files import JobFiles
 from service.jobs.store import JobRecord, JobStore
-from service.jobs.storage.disk import folder_bytes, jobs_on_disk, plan_for_new_job, reservation_for
-from service.jobs.storage.report_file import has_report
 
 log = logging.getLogger("quantcompare.jobs")
 
@@ -33,6 +35,7 @@ class Executor(Protocol):
 
     settings: Settings
     store: JobStore
+    files: JobFiles
     metrics: JobMetrics
 
     def start(self) -> None: ...
@@ -44,20 +47,20 @@ class Executor(Protocol):
         ...
     def retry_after(self) -> int: ...
     def get(self, job_id: str) -> JobRecord | None: ...
-    def job_dir(self, job_id: str) -> Path: ...
     def cached(self, key: str) -> list[JobRecord]: ...
 
 
 class JobFolders:
-    """The part every executor shares: the job index, the job folders, submission and reads.
+    """The part every executor shares: the job index, the job files, submission and reads.
 
     A subclass says how a queued job reaches a worker (``_enqueue``) and how it starts and stops.
     """
 
-    def __init__(self, settings: Settings, store: JobStore):
+    def __init__(self, settings: Settings, store: JobStore, files: JobFiles | None = None):
         self.settings = settings
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         self.store = store
+        self.files = files or open_files(settings)
         self.metrics = JobMetrics(store=self.store)
         self.recovered: dict[str, list[str]] = {}
         self._room_lock = threading.Lock()
@@ -76,60 +79,65 @@ class JobFolders:
         if not self.settings.max_data_gb:
             return
         budget = int(self.settings.max_data_gb * 1e9)
-        jobs = jobs_on_disk(self.settings.jobs_dir, self.store.statuses())
-        # Uploads in flight count; this job's own upload is part of its reservation.
-        other = folder_bytes(self.settings.tmp_dir) if self.settings.tmp_dir.is_dir() else 0
-        other -= input_bytes if staged is not None else 0
-        need = reservation_for(input_bytes)
-        plan = plan_for_new_job(jobs, need=need, budget=budget, other_bytes=other)
-        if not plan.fits:
-            self.metrics.rejected.labels("data_dir_full").inc()
-            raise DataDirFull(
-                f"the data directory has no room for this job: it may need {need / 1e6:.0f} MB, "
-                f"{plan.used / 1e6:.0f} MB are in use and {plan.reserved / 1e6:.0f} MB are held by queued and "
-                f"running jobs, of a {budget / 1e9:g} GB budget (QUANTCOMPARE_MAX_DATA_GB)",
-                hint="retry after the time in the Retry-After header, when running jobs have finished",
-                retry_after=self.retry_after())
-        for job_id in plan.evict:
-            shutil.rmtree(self.job_dir(job_id), ignore_errors=True)
-            self.store.delete(job_id)
-            log.info("evicted finished job %s to stay within QUANTCOMPARE_MAX_DATA_GB", job_id)
+        with eviction_lock(self.settings.data_dir):  # no download pins a job between the plan and the delete
+            jobs = self.files.usage(self.store.statuses())
+            # Uploads in flight count; this job's own upload is part of its reservation.
+            other = folder_bytes(self.settings.tmp_dir) if self.settings.tmp_dir.is_dir() else 0
+            other -= input_bytes if staged is not None else 0
+            need = reservation_for(input_bytes)
+            plan = plan_for_new_job(jobs, need=need, budget=budget, other_bytes=other,
+                                    pinned=pinned_jobs(self.settings.data_dir))
+            if not plan.fits:
+                self.metrics.rejected.labels("data_dir_full").inc()
+                raise DataDirFull(
+                    f"the data directory has no room for this job: it may need {need / 1e6:.0f} MB, "
+                    f"{plan.used / 1e6:.0f} MB are in use and {plan.reserved / 1e6:.0f} MB are held by queued and "
+                    f"running jobs, of a {budget / 1e9:g} GB budget (QUANTCOMPARE_MAX_DATA_GB)",
+                    hint="retry after the time in the Retry-After header, when running jobs have finished",
+                    retry_after=self.retry_after())
+            for job_id in plan.evict:
+                self.files.delete(job_id)
+                self.store.delete(job_id)
+                log.info("evicted finished job %s to stay within QUANTCOMPARE_MAX_DATA_GB", job_id)
 
     def submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
-        job_dir = self.settings.jobs_dir / spec.id
         if self.settings.max_data_gb:
             with self._room_lock:  # two submissions must not both take the last room
+                # The join first: an identical job in flight takes no room, so a full data dir must not
+                # refuse it (make_room would answer 503 for a job that is never created).
+                joined = self.store.in_flight(cache_key) if cache_key is not None else None
+                if joined is not None:
+                    if staged is not None:
+                        shutil.rmtree(staged, ignore_errors=True)
+                    self.metrics.joined.inc()
+                    return joined
                 try:
                     self.make_room(folder_bytes(staged) if staged is not None else 0, staged)
                 except BaseException:
                     if staged is not None:
                         shutil.rmtree(staged, ignore_errors=True)
                     raise
-                return self._submit(spec, staged, cache_key=cache_key, job_dir=job_dir)
-        return self._submit(spec, staged, cache_key=cache_key, job_dir=job_dir)
+                return self._submit(spec, staged, cache_key=cache_key)
+        return self._submit(spec, staged, cache_key=cache_key)
 
-    def _submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None, job_dir: Path) -> JobRecord:
-        if staged is not None:
-            os.replace(staged, job_dir)  # same filesystem: atomic, no copy
-        else:
-            job_dir.mkdir(parents=True)
-        spec.write(job_dir)
+    def _submit(self, spec: JobSpec, staged: Path | None, *, cache_key: str | None) -> JobRecord:
+        self.files.create(spec, staged)  # the inputs are stored before the row that lets a worker claim them
         try:
             answer = self.store.create_or_join(spec, cache_key=cache_key, max_queue=self.settings.max_queue)
         except BaseException:
-            shutil.rmtree(job_dir, ignore_errors=True)
+            self.files.delete(spec.id)
             raise
         if answer is not None and answer != spec.id:
             # An identical job (same cache key) is queued or running: this submission joins it
             # (a CI matrix posting one model from several jobs at once gets one job, not 503s).
-            shutil.rmtree(job_dir, ignore_errors=True)
+            self.files.delete(spec.id)
             joined = self.store.get(answer)
             if joined is not None:
                 self.metrics.joined.inc()
                 return joined
             answer = None  # vanished between the two reads (deleted): treat as no room, the client retries
         if answer is None:
-            shutil.rmtree(job_dir, ignore_errors=True)
+            self.files.delete(spec.id)
             self.metrics.rejected.labels("queue_full").inc()
             raise Busy(f"the queue is full ({self.settings.max_queue} jobs waiting)",
                        hint="retry after the time in the Retry-After header", retry_after=self.retry_after())
@@ -150,23 +158,25 @@ class JobFolders:
         return self.store.get(job_id)
 
     def job_dir(self, job_id: str) -> Path:
+        """The job's folder on this machine (with a bucket: a worker's scratch while it runs there)."""
         return self.settings.jobs_dir / job_id
 
     def cached(self, key: str) -> list[JobRecord]:
-        """Succeeded jobs with this key whose report is still on disk, newest first."""
-        return [r for r in self.store.find_succeeded(key) if has_report(self.job_dir(r.id))]
+        """Succeeded jobs with this key whose report is still stored, newest first."""
+        return [r for r in self.store.find_succeeded(key) if self.files.report_version(r.id) is not None]
 
 
 class LocalExecutor(JobFolders):
     """Jobs run in this machine's supervised worker pool (``jobs.pool``)."""
 
     def __init__(self, settings: Settings, *, start_pool: bool = True):
-        super().__init__(settings, JobStore(settings.db_path))
-        self.pool = WorkerPool(settings, self.store, self.metrics)
+        super().__init__(settings, JobStore(open_database(settings)))
+        self.pool = WorkerPool(settings, self.store, self.metrics, files=self.files)
         self._start_pool = start_pool
 
     def start(self) -> None:
-        self.recovered = prepare_data_dir(self.settings, self.store)
+        self.files.check()
+        self.recovered = prepare_data_dir(self.settings, self.store, self.files)
         if self._start_pool:
             self.pool.start()
 

@@ -10,6 +10,11 @@ group), resident memory per worker (on top of the worker's own RLIMIT_AS), and r
 worker after ``worker_max_jobs`` jobs. Progress messages go straight to the store, so any
 API process reading the store sees them.
 
+Where a job runs is the storage's to say (``jobs/storage/``): its own folder in the data directory,
+or, with a bucket, a scratch folder filled with its inputs at dispatch. A succeeded job's results
+are stored (``checkin``: to the bucket, on a thread of its own so this loop keeps watching the other
+workers) before its row says "succeeded".
+
 Workers are started with the 'spawn' context: the API process never imports torch, and no
 process ever forks after torch is imported.
 """
@@ -33,11 +38,14 @@ from pathlib import Path
 import psutil
 
 from service.config import Settings
-from service.errors import Interrupted, JobFolderMissing, JobTimeout, WorkerDied, WorkerMemoryLimit
+from service.errors import (InternalError, Interrupted, JobFolderMissing, JobTimeout, StorageUnavailable,
+                            WorkerDied, WorkerMemoryLimit, error_from_os)
 from service.jobs.metrics import JobMetrics
-from service.jobs.spec import ARTIFACTS_DIR, JobSpec
+from service.jobs.spec import JobSpec
+from service.jobs.storage import open_files
+from service.jobs.storage.files import JobFiles
 from service.jobs.store import JobRecord, JobStore
-from service.jobs.storage.report_file import remove_report
+from service.jobs.storage.disk import eviction_lock, pinned_jobs
 from service.jobs.worker import clean_env_launcher, worker_main
 from service.schemas.api import problem_from_error
 
@@ -55,6 +63,7 @@ class _Worker:
     spawned_at: float
     state: str = "starting"  # starting | idle | busy | retiring
     job: JobRecord | None = None
+    folder: Path | None = None  # where the job runs (storage.checkout)
     job_started: float = 0.0
     stage: str | None = None
     stage_started: float = 0.0
@@ -78,9 +87,12 @@ def _timeout_hint(stage: str | None) -> str:
 
 
 class WorkerPool:
-    def __init__(self, settings: Settings, store: JobStore, metrics: JobMetrics | None = None):
+    def __init__(self, settings: Settings, store: JobStore, metrics: JobMetrics | None = None,
+                 files: JobFiles | None = None):
         self.settings = settings
         self.store = store
+        self.files = files or open_files(settings)
+        self._checkins: set[threading.Thread] = set()
         self.metrics = metrics or JobMetrics(store=store)
         self.metrics.bind(store=store, pool=self)
         self._ctx = multiprocessing.get_context("spawn")
@@ -106,6 +118,8 @@ class WorkerPool:
         self.wake()
         if self._thread is not None:
             self._thread.join(timeout)
+        for t in list(self._checkins):  # results being stored: let them land (the row follows them)
+            t.join(timeout)
 
     def wake(self) -> None:
         """A job was queued: dispatch now rather than at the next tick."""
@@ -164,7 +178,7 @@ class WorkerPool:
         proc = self._ctx.Process(
             target=worker_main, args=(child,), daemon=True, name="quantcompare-worker",
             kwargs={"preload": s.preload_modules, "job_function": s.job_function,
-                    "memory_mb": s.worker_memory_mb, "log_level": s.log_level},
+                    "memory_mb": s.worker_memory_mb, "log_level": s.log_level, "log_format": s.log_format},
         )
         # A worker starts from a minimal environment (no QUANTCOMPARE_* secrets, no credentials of the
         # operator's shell): spawn execs a launcher that clears the environment first (worker.py).
@@ -190,22 +204,33 @@ class WorkerPool:
             rec = self.store.claim_next()
             if rec is None:
                 return
-            job_dir = self.settings.jobs_dir / rec.id
-            if not job_dir.is_dir():
+            try:
+                job_dir = self.files.checkout(rec)  # a re-run (attempt > 1) gets its inputs only
+            except FileNotFoundError:  # an input went between the listing and its copy
+                job_dir = None
+            except StorageUnavailable as e:
+                self._finish(rec, None, "failed", problem_from_error(StorageUnavailable(
+                    f"the job's inputs could not be read from storage: {e.message}", hint="submit the model again")))
+                continue
+            except OSError as e:  # this machine's scratch: full, or not writable
+                error = error_from_os(e, "the job's inputs were copied to this worker's scratch") or InternalError(
+                    "the job's inputs could not be copied to this worker's scratch", hint="the server log has the details")
+                log.error("job %s: checkout failed: %s", rec.id, e)
+                self._finish(rec, None, "failed", problem_from_error(error))
+                continue
+            if job_dir is None:
                 self._finish(rec, None, "failed", problem_from_error(JobFolderMissing(
                     "the job's folder was removed before it could run", hint="submit the model again")))
                 continue
-            if rec.attempts > 1:  # a re-run after a restart starts from its inputs only
-                shutil.rmtree(job_dir / ARTIFACTS_DIR, ignore_errors=True)
-                remove_report(job_dir)
             try:
                 w.conn.send({"job": self._with_cores(rec.spec).to_json(), "job_dir": str(job_dir.resolve())})
             except (OSError, ValueError):
+                self.files.discard(rec.id, job_dir)
                 self.store.requeue(rec.id, count_attempt=False)
                 self._kill(w, None)
                 continue
             now = time.monotonic()
-            w.state, w.job, w.job_started, w.stage, w.stage_started = "busy", rec, now, None, now
+            w.state, w.job, w.folder, w.job_started, w.stage, w.stage_started = "busy", rec, job_dir, now, None, now
             w.peak_rss_mb = 0.0
             log.info("job %s -> worker %s", rec.id, w.process.pid)
 
@@ -253,11 +278,21 @@ class WorkerPool:
                     self.metrics.stage_seconds.labels(w.stage).observe(now - w.stage_started)
                 w.stage, w.stage_started = stage, now
             self.store.set_progress(w.job.id, stage, msg.get("done", 0), msg.get("total", 0))
+            if self.files.stores_elsewhere and w.folder is not None:
+                # A section finished since: the report as it comes goes where the API reads it (a bucket).
+                self.files.store_partial(w.job.id, w.folder)
         elif kind == "done":
             if w.stage is not None and msg["status"] == "succeeded":
                 self.metrics.stage_seconds.labels(w.stage).observe(now - w.stage_started)
-            self._finish(w.job, w, msg["status"], msg.get("error"))
-            w.job, w.stage = None, None
+            args = (w.job, w.folder, now - w.job_started, msg["status"], msg.get("error"))
+            if msg["status"] == "succeeded" and self.files.stores_elsewhere:
+                t = threading.Thread(target=self._check_in, args=args, name=f"quantcompare-checkin-{w.job.id}",
+                                     daemon=True)
+                self._checkins.add(t)
+                t.start()
+            else:
+                self._check_in(*args)
+            w.job, w.folder, w.stage = None, None, None
             w.jobs_run += 1
             w.state = "idle"
             if msg.get("exiting") or w.jobs_run >= self.settings.worker_max_jobs:
@@ -267,12 +302,26 @@ class WorkerPool:
                 except (OSError, ValueError):
                     pass
 
-    def _finish(self, rec: JobRecord, w: _Worker | None, status: str, error: dict | None) -> None:
+    def _check_in(self, rec: JobRecord, folder: Path | None, seconds: float, status: str, error: dict | None) -> None:
+        """A job that ended: its results stored when it succeeded, its scratch dropped, then its row."""
+        try:
+            if status == "succeeded" and folder is not None:
+                self.files.checkin(rec.id, folder)
+        except StorageUnavailable as e:
+            status, error = "failed", problem_from_error(StorageUnavailable(
+                f"the job's results could not be stored: {e.message}", hint="submit the model again"))
+        finally:
+            if folder is not None:
+                self.files.discard(rec.id, folder)
+            self._checkins.discard(threading.current_thread())
+        self._finish(rec, seconds, status, error)
+
+    def _finish(self, rec: JobRecord, seconds: float | None, status: str, error: dict | None) -> None:
         if self.store.finish(rec.id, status, error):
             code = (error or {}).get("code", "") if status == "failed" else ""
             self.metrics.finished.labels(status, code).inc()
-            if w is not None:
-                self.metrics.job_seconds.labels(status).observe(time.monotonic() - w.job_started)
+            if seconds is not None:
+                self.metrics.job_seconds.labels(status).observe(seconds)
             log.info("job %s %s%s", rec.id, status, f" ({error.get('detail')})" if error else "")
 
     def _reap(self) -> None:
@@ -284,7 +333,7 @@ class WorkerPool:
             code = w.process.exitcode
             if w.job is not None:
                 err = w.kill_reason or self._death_problem(w, code)
-                self._finish(w.job, w, "failed", err)
+                self._check_in(w.job, w.folder, time.monotonic() - w.job_started, "failed", err)
                 self.metrics.worker_deaths.labels(err["code"]).inc()
                 log.warning("worker %s died (exit %s) while running job %s", w.process.pid, code, w.job.id)
             elif w.state == "starting":
@@ -366,12 +415,14 @@ class WorkerPool:
         if now - self._last_housekeeping < HOUSEKEEPING_EVERY_S:
             return
         self._last_housekeeping = now
-        sweep_expired(self.settings, self.store)
+        sweep_expired(self.settings, self.store, self.files)
 
     def _shutdown_workers(self) -> None:
         for w in self._workers:
             if w.job is not None:
                 # Stopping is not the job's fault: it runs again at the next start, attempt not counted.
+                if w.folder is not None:
+                    self.files.discard(w.job.id, w.folder)
                 self.store.requeue(w.job.id, count_attempt=False)
             try:
                 w.conn.send(None)
@@ -411,46 +462,31 @@ def interrupted_problem(rec: JobRecord) -> dict:
         stage=rec.stage))
 
 
-def prepare_data_dir(settings: Settings, store: JobStore) -> dict[str, list[str]]:
-    """At start: recover interrupted jobs, drop uploads in flight and folders no job owns."""
+def prepare_data_dir(settings: Settings, store: JobStore, files: JobFiles | None = None) -> dict[str, list[str]]:
+    """At start: recover interrupted jobs, drop uploads in flight, scratch, and stored jobs no row owns."""
+    files = files or open_files(settings)
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(settings.tmp_dir, ignore_errors=True)
     settings.tmp_dir.mkdir(parents=True, exist_ok=True)
+    files.sweep_scratch()  # no job runs here yet
     requeued, failed = store.recover(max_attempts=settings.max_attempts, fail_problem=interrupted_problem)
-    swept = sweep_unknown_job_folders(settings, store.ids())
-    expired = sweep_expired(settings, store)
+    swept = files.sweep_unknown(store.ids())
+    expired = sweep_expired(settings, store, files)
     if requeued or failed or swept or expired:
         log.info("recovered: %d re-queued, %d failed as interrupted, %d stale folders swept, %d expired",
                  len(requeued), len(failed), len(swept), len(expired))
     return {"requeued": requeued, "failed": failed, "swept": swept, "expired": expired}
 
 
-def sweep_unknown_job_folders(settings: Settings, known: set[str], *, older_than: float | None = None) -> list[str]:
-    """Remove job folders (or stray files) the index does not know, last changed before ``older_than``."""
-    swept = []
-    for entry in settings.jobs_dir.iterdir():
-        if entry.name in known or (older_than is not None and last_changed(entry) >= older_than):
-            continue
-        swept.append(entry.name)
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-    return swept
-
-
-def last_changed(path: Path) -> float:
-    try:
-        return path.lstat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def sweep_expired(settings: Settings, store: JobStore) -> list[str]:
+def sweep_expired(settings: Settings, store: JobStore, files: JobFiles | None = None) -> list[str]:
+    """Delete finished jobs past the retention, but not one a download has pinned (its next sweep will)."""
     if not settings.retention_hours:
         return []
-    ids = store.finished_before(time.time() - settings.retention_hours * 3600)
-    for job_id in ids:
-        shutil.rmtree(settings.jobs_dir / job_id, ignore_errors=True)
-        store.delete(job_id)
+    files = files or open_files(settings)
+    with eviction_lock(settings.data_dir):
+        pinned = pinned_jobs(settings.data_dir)
+        ids = [j for j in store.finished_before(time.time() - settings.retention_hours * 3600) if j not in pinned]
+        for job_id in ids:
+            files.delete(job_id)
+            store.delete(job_id)
     return ids

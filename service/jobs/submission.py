@@ -55,8 +55,8 @@ class Submitted:
 
 def submit_or_reuse(executor: Executor, settings: Settings, *, model_key: str, calibration_key: str | None,
                     options: dict, versions: dict[str, str], staged: Path | None, spec_fields: dict[str, Any],
-                    report_loads: Callable[[Path], bool]) -> Submitted:
-    """A stored result for the same inputs when one still loads (``report_loads(job_dir)``), else the
+                    report_loads: Callable[[str], bool]) -> Submitted:
+    """A stored result for the same inputs when one still loads (``report_loads(job_id)``), else the
     identical job still queued or running (joined), else a new job that takes ownership of
     ``staged``. On reuse or join ``staged`` is removed."""
     pt2e_limit_s = pt2e_time_limit(settings)
@@ -65,7 +65,7 @@ def submit_or_reuse(executor: Executor, settings: Settings, *, model_key: str, c
                            "budgets": dataclasses.asdict(settings.budgets),  # a lower budget must not hit an old result
                            "pt2e_time_limit_s": pt2e_limit_s})
     for rec in executor.cached(key):
-        if report_loads(executor.job_dir(rec.id)):
+        if report_loads(rec.id):
             executor.metrics.cache_hits.inc()
             if staged is not None:
                 shutil.rmtree(staged, ignore_errors=True)

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from service.errors import InternalError, QuantCompareError, WorkerMemoryLimit, error_from_os
 from service.jobs.spec import JobSpec
+from service.log_format import configure_logging
 from service.pipeline import time_limit
 from service.schemas.api import problem_from_error
 
@@ -106,10 +107,12 @@ def _isolate(memory_mb: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, log_level: str = "INFO") -> None:
+def worker_main(conn, *, preload: list[str], job_function: str, memory_mb: int, log_level: str = "INFO",
+                log_format: str = "text") -> None:
     _isolate(memory_mb)
     # The toolchains log and warn loudly at INFO; our own loggers keep the service's level.
-    logging.basicConfig(level="WARNING", format="%(asctime)s worker[%(process)d] %(name)s %(levelname)s %(message)s")
+    configure_logging("WARNING", log_format, role="worker",
+                      text_format="%(asctime)s worker[%(process)d] %(name)s %(levelname)s %(message)s")
     logging.getLogger("quantcompare").setLevel(log_level.upper())
     warnings.filterwarnings("ignore")
     for name in preload:

@@ -7,6 +7,7 @@
     optimize  each artifact x each ORT level: the graph ORT runs, diffed level to level
     evaluate  numerics vs fp32 (untimed, on the job's cores)                         runtime/stage.py
     latency   at options.latency_levels, each graph timed alone                      runtime/stage.py
+    platforms the same on each emulated platform options.platforms names (arm64)     platforms/stage.py
     layers    per-tensor error against fp32                                          layers/layers_stage.py
     advice    the changes the blockers point to, re-run and measured                 verdict/advice_stage.py
     decide    artifacts' final status, decisions, lints, platform notes, verdict     verdict/decide.py
@@ -36,6 +37,8 @@ from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.stage import Inspected, inspect_stage
 from service.pipeline.layers.layers_stage import Layered, layers_stage
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
+from service.pipeline.platforms.notes import notes_with_platforms
+from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
 from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.parallel_runs import ACCURACY_HOW, job_cores_default
 from service.pipeline.runtime.stage import levels_stage
@@ -124,6 +127,10 @@ def run_comparison(
     levels = levels_stage(options, prepared, fp32, inspected, ctx, on_section=lambda name, so_far: sections.publish(
         name, **levels_so_far(options, prepared, inspected, so_far, decisions=name == LEVEL_GRAPHS)))
     clock.add(levels.timings)
+    platforms = {}
+    if emulated_platforms(options):
+        with clock.stage("platforms"):
+            platforms = platforms_stage(options, prepared, fp32, inspected, levels, ctx)
     plan = advice_candidates(options, prepared, quantized, inspected, levels, ctx,
                              job_seconds=time.perf_counter() - started)
     beside = _advice_beside_layers(options, plan, inspected, request)
@@ -140,8 +147,9 @@ def run_comparison(
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     return sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
-        platform=decided.platform, advice=advised.proposed, advice_refuted=advised.refuted,
-        advice_not_run=advised.not_run, layers=layered.report, verdict=decided.verdict,
+        platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
+        advice=advised.proposed, advice_refuted=advised.refuted, advice_not_run=advised.not_run,
+        layers=layered.report, verdict=decided.verdict,
         timings=dict(clock.timings), cost=job_cost(clock.timings, decided.artifacts, options),
     )
 

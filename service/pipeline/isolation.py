@@ -51,7 +51,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 NONFINITE_HINT = ("the samples are likely outside what the model accepts (samples.generators in the report says how "
                   "they were made): upload representative inputs as an .npz, or set options.input_values; every path "
                   "calibrates on the same samples. A tensor infinite on any data (a mask filled with -inf) needs its node "
-                  "left in float: options.ort.nodes_to_exclude")
+                  "left in float: options.ort.nodes_to_exclude keeps an inf scale out of ORT's file; a NaN needs the op "
+                  "types that read or write it left out of options.ort.op_types_to_quantize, since ORT's calibrator "
+                  "measures every tensor of a listed op type, excluded node or not")
 
 # (artifact or "*", exception type name or "*", message substring, hint). First match wins.
 _HINTS: list[tuple[str, str, str, str]] = [
@@ -188,3 +190,12 @@ def run_path(artifact: str, stage: str, fn, *args, time_limit_s: float | None = 
                                                          message=scrub(f"out of memory: {first}"), hint=memory_hint()))
         return PathOutcome(ok=False, error=PathError(stage=stage, code="path_failed", type=type(e).__name__, message=scrub(first),
                                                      hint=hint_for(artifact, e)))
+
+
+def address_space_limit(memory_mb: int):
+    """A ``preexec_fn`` for a child process: RLIMIT_AS of ``memory_mb`` MiB (0: the limit it inherits)."""
+    def apply() -> None:
+        if memory_mb:
+            limit = memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return apply

@@ -8,6 +8,7 @@ named beside it (onnxruntime 1.32.0).
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Protocol
@@ -51,7 +52,7 @@ COMPUTE_OPS = frozenset({
 # Contrib ops ONNX Runtime's graph optimizer writes into a session's graph, by the rewrite that writes
 # them, by the name it registers under (GeluFusion's Level2 instance is GeluFusionL2: graph_transformer_utils.cc
 # creates one per level); an upload holding them was saved after ORT optimized it (optimized_model_filepath).
-# Pinned at level extended in tests/pipeline/test_ort_optimized_upload.py; the names in tests/pipeline/test_vocabulary.py.
+# Pinned at level extended in tests/pipeline/inspect/test_ort_optimized_upload.py; the names in tests/pipeline/test_vocabulary.py.
 ORT_OPTIMIZER_OPS = {
     f"{MS}.FusedConv": "ConvActivationFusion", f"{MS}.FusedGemm": "GemmActivationFusion",
     f"{MS}.FusedMatMul": "MatMulScaleFusion, MatmulTransposeFusion", f"{MS}.BiasGelu": "BiasGeluFusion",
@@ -127,6 +128,12 @@ RANDOM_OPS = RANDOM_LIKE_OPS | {"RandomNormal", "RandomUniform"}
 # Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in
 # length when the values differ: a quantized detector keeps other boxes than fp32 does.
 SELECTION_OPS = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
+# The selections the ONNX -> torch converter carries whole: their count becomes a torch SymInt
+# (quantize/onnx_torch/data_sizes.py).
+CONVERTED_SELECTION_OPS = frozenset({"NonZero"})
+# Shape arithmetic that converter evaluates on such a count (numpy on ints and SymInts) rather than as torch ops.
+SIZE_ARITHMETIC_OPS = frozenset({"Identity", "Cast", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Add", "Sub",
+                                 "Mul", "Div", "Neg", "Max", "Min", "ReduceProd", "ReduceSum"})
 # Ops whose result says which rows to keep, by value: the selections above, and TopK (a detector's
 # end-to-end head keeps its 300 best anchors), whose output shape is fixed by k.
 ROW_PICKING_OPS = SELECTION_OPS | {"TopK"}
@@ -407,6 +414,51 @@ def _propagate_dtypes(graph: GraphIndex) -> dict[str, str]:
             if o and o not in dt and out_dt is not None:
                 dt[o] = out_dt
     return dt
+
+
+@dataclass(frozen=True)
+class Int8Coverage:
+    """The compute ops of one graph, split by the arithmetic ORT runs them in (``int8_coverage``)."""
+
+    int8_ops: dict[str, int]  # op key -> int8 compute kernels (INT8_COMPUTE_KERNELS)
+    float_ops: dict[str, int]  # op key -> compute ops on float data (COMPUTE_OPS)
+
+    @property
+    def int8_count(self) -> int:
+        return sum(self.int8_ops.values())
+
+    @property
+    def float_count(self) -> int:
+        return sum(self.float_ops.values())
+
+    @property
+    def coverage(self) -> float | None:
+        """int8 / (int8 + float); None for a graph without compute ops (nothing to cover)."""
+        total = self.int8_count + self.float_count
+        return self.int8_count / total if total else None
+
+
+def int8_coverage(graph: GraphIndex) -> Int8Coverage:
+    """The one ``int8_coverage`` of the report: counted over ORT's saved graph for a level (a file as
+    written counts the same way), If/Loop/Scan bodies included.
+
+    Counted in the graph ORT runs, never against the fp32 file: ORT inlines model-local functions and
+    constant-folds a MatMul of two initializers (a weight stored as ``U @ V``), so the fp32 file holds
+    other compute ops than the graph that runs. A COMPUTE_OPS node is float compute whatever the order
+    of its inputs (``MatMul(W, x)`` counts), unless its operands are known to be integer (a MatMul of
+    int64 shape values); a node inside a body has no propagated dtype and counts as float.
+    """
+    int8: Counter[str] = Counter()
+    flt: Counter[str] = Counter()
+    for n in all_nodes(graph.model.graph):
+        key = op_key(n)
+        if key in INT8_COMPUTE_KERNELS:
+            int8[key] += 1
+        elif key in COMPUTE_OPS:
+            dtypes = [graph.dtypes.get(i) for i in n.input[:2] if i]
+            if not dtypes or any(d is None or is_float(d) for d in dtypes):
+                flt[key] += 1
+    return Int8Coverage(int8_ops=dict(int8), float_ops=dict(flt))
 
 
 # The metadata_props prefix the ONNX->torch converter stamps on every PT2E file node it made

@@ -7,6 +7,7 @@ import re
 
 from service.schemas.options import LEVELS
 from service.render.text_table import aligned_rows
+from service.render.units import accuracy_word
 
 __all__ = ["levels_summary_lines"]
 
@@ -23,8 +24,8 @@ def _cell(ol) -> str:
     n = ol.numerics
     if n is None:
         sq = "-"
-    elif n.elementwise_outputs == 0 and n.outputs:  # every output is a label, or follows a selection
-        sq = "labels" if n.exact_outputs else "shape"
+    elif n.elementwise_outputs == 0 and n.outputs:  # no output judged by SQNR: labels, angles, shapes, nothing
+        sq = accuracy_word(n.model_dump())
     else:
         sq = "exact" if n.worst_sqnr_db is None else f"{n.worst_sqnr_db:.1f}"
     # "~": the latency is marked noisy (measured under load, or never stable); the legend says so.

@@ -20,7 +20,7 @@ from service.pipeline.files import split_name
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render import svg
 from service.render.layers_svg import sqnr_by_depth, worst_rows
-from service.render.units import human_size
+from service.render.units import accuracy_word, human_size
 from service.render.why_float import advice_rows, blocker_groups
 from service.schemas.report import SamplesInfo
 
@@ -62,6 +62,8 @@ def _sqnr(v: Any) -> str:
         return "shape only"
     if v == "labels":  # every output compared is an integer (labels, indices): no SQNR
         return "exact only"
+    if isinstance(v, str):  # the figures that judge the outputs instead, or "not measured" (units.accuracy_word)
+        return v
     return "∞ (exact)" if v is None else f"{_num(v, 3)} dB"
 
 
@@ -82,12 +84,34 @@ def _worst_sqnr(level: dict | None) -> float | None:
 
 
 def _sqnr_cell(level: dict) -> float | str | None:
-    """What the SQNR cell of a level shows: its worst SQNR, "shape" when every output follows a
-    selection (NonMaxSuppression, ...), "labels" when every output compared is an integer."""
+    """What the SQNR cell of a level shows: its worst SQNR, or when no output is judged by SQNR what judges
+    them (units.accuracy_word: "shape", "labels", an angular error, "not measured", ...)."""
     num = level.get("numerics") or {}
-    if num.get("elementwise_outputs") == 0 and num.get("outputs"):
-        return "labels" if num.get("exact_outputs") else "shape"
-    return num.get("worst_sqnr_db")
+    word = accuracy_word(num)
+    return word if word is not None else num.get("worst_sqnr_db")
+
+
+def _output_rows(optimized: dict, levels: list[str]) -> list[dict]:
+    """Per output at the highest level with numerics, when some output is not judged by SQNR: the figure that
+    judges it and how it was measured, or why it has none."""
+    level = next((lv for lv in reversed(levels) if ((optimized.get(lv) or {}).get("numerics") or {}).get("outputs")),
+                 None)
+    outs = ((optimized.get(level) or {}).get("numerics") or {}).get("outputs") or [] if level else []
+    if all(o.get("judged_by") == "sqnr" for o in outs):
+        return []
+    rows = []
+    for o in outs:
+        by = o.get("judged_by")
+        figure = {"sqnr": _sqnr(o.get("sqnr_db")), "mismatch_share": _pct1(o.get("mismatch_share")) + " differ",
+                  "angular_error": f"max {_num(o.get('angular_error_max'), 3)} rad, mean {_num(o.get('angular_error_mean'), 3)} rad",
+                  "argmax_agreement": _pct1(o.get("argmax_agreement")) + " rows agree"}.get(by, "not measured")
+        how = {"sqnr": "SQNR over the elements", "mismatch_share": "exact comparison (labels, indices)",
+               "angular_error": "angular error: the difference wrapped into [-pi, pi)",
+               "argmax_agreement": "argmax over the last axis"}.get(by, o.get("not_measured") or "")
+        rows.append({"level": level, "name": o.get("name"), "judged_by": by or "not measured", "figure": figure,
+                     "how": how, "kind": o.get("kind_detail") or "", "sqnr": _sqnr(o.get("sqnr_db"))
+                     if o.get("compared") == "elementwise" else "–"})
+    return rows
 
 
 def _noisy(level: dict | None) -> str | None:
@@ -157,6 +181,7 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         lat, ref = _latency(at), _latency(fp32_opt.get(last)) if last else None
         glance.append({
             "name": n, "status": a.get("status", "?"), "error": a.get("error"),
+            "accuracy": a.get("accuracy"), "accuracy_note": a.get("accuracy_note"),
             "tool": (a.get("tool") or {}).get("name"), "calibration": (a.get("tool") or {}).get("calibration"),
             "size": f.get("size"), "format": q.get("format"), "qdq": (q.get("quantize_linear"), q.get("dequantize_linear")),
             "weights": q.get("weights"), "bias": q.get("bias_summary"),
@@ -178,6 +203,7 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
         per_artifact.append({
             "name": n, "a": a, "levels": [(lv, opt.get(lv)) for lv in levels],
             "hist": _hist_matrix(opt, levels), "rewrites": _rewrites(opt, levels),
+            "outputs": _output_rows(opt, levels) if n != "fp32" else [],
             "tensors": ((a.get("quantization") or {}).get("tensors") or [])[:MAX_TENSOR_ROWS],
             "tensors_more": max(0, len((a.get("quantization") or {}).get("tensors") or []) - MAX_TENSOR_ROWS),
         })

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.render.levels_text import levels_summary_lines
+from service.render.platforms_text import platforms_lines
 from service.render.units import human_size
 from service.render.why_float import why_float_lines
 from service.schemas.report import Report
@@ -63,6 +64,19 @@ def summary_table(report: Report) -> str:
             lines.append(f"  {name} {art.status}: {art.error.message}")
             if art.error.hint:
                 lines.append(f"    hint: {art.error.hint}")
+    # An ok path whose figures leave outputs unmeasured, or judge them by another figure than SQNR, says so
+    # under the table: "ok" must not read as "accurate" when nothing measured it.
+    for name, art in report.artifacts.items():
+        if art.accuracy not in (None, "measured"):
+            lines.append(f"  {name} ok, accuracy {art.accuracy}: {art.accuracy_note}")
+        numerics = next((ol.numerics for ol in reversed(list(art.optimized.values())) if ol.numerics), None)
+        for o in (numerics.outputs if numerics and name != "fp32" else []):
+            if o.judged_by == "angular_error":
+                lines.append(f"  {name} output {o.name!r} circular: angular error max {o.angular_error_max:.4f} rad, "
+                             f"mean {o.angular_error_mean:.4f} rad (SQNR {o.sqnr_db if o.sqnr_db is None else round(o.sqnr_db, 1)} dB "
+                             "counts in no worst figure)")
+            elif o.judged_by == "argmax_agreement":
+                lines.append(f"  {name} output {o.name!r} saturated classifier: argmax agreement {o.argmax_agreement:.1%}")
     extra = levels_summary_lines(report)
     if extra:
         lines += [""] + list(extra)
@@ -71,13 +85,23 @@ def summary_table(report: Report) -> str:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
         # The first clause of each note; the report and the page carry the whole text and evidence.
         lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
+    lines += platforms_lines(report)
     if report.layers is not None and report.layers.rows:
-        lines += ["", f"per-tensor error ({len(report.layers.rows)} tensors at disable_all; report.json 'layers'):"]
-        for art, tensor in report.layers.worst.items():
-            row = next(r for r in report.layers.rows if r.tensor == tensor)
-            top = next((o for o in report.layers.origins if o.artifact == art), None)
-            lines.append(f"  {art:<14}worst {tensor} ({row.op_type}) {row.artifacts[art].sqnr_db:.1f} dB"
-                         + (f"; {top.summary}" if top else ""))
+        layers = report.layers
+        lines += ["", f"per-tensor error ({len(layers.rows)} tensors at disable_all, {layers.samples} samples, "
+                      f"95% intervals; report.json 'layers'):"]
+        for art, tensor in layers.worst.items():
+            row = next(r for r in layers.rows if r.tensor == tensor)
+            worst = layers.worst_detail.get(art)
+            top = next((o for o in layers.origins if o.artifact == art), None)
+            lines.append(f"  {art:<14}worst {tensor} ({row.op_type}) "
+                         + (worst.summary if worst else f"{row.artifacts[art].sqnr_db:.1f} dB"))
+            if top:
+                lines.append(f"  {'':<14}{top.summary}")
+        if layers.sampling is not None:
+            widest = layers.sampling.widest_db
+            lines.append(f"  samples: {layers.samples} ({layers.sampling.stopped}"
+                         + ("" if widest is None else f"; widest interval {widest:.1f} dB") + ")")
     retry = report.layers.retry if report.layers is not None else None
     if retry is not None and (retry.artifacts or retry.skipped):
         lines += ["", f"exclude and retry (the {retry.k} worst origin node(s) left in float; report.json 'layers.retry'):"]

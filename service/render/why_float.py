@@ -66,7 +66,9 @@ def advice_rows(report: Any, *, refuted: bool = False, not_run: bool = False) ->
     rows = []
     for a in r.get("advice_not_run" if not_run else "advice_refuted" if refuted else "advice") or []:
         m = a.get("measured") or {}
+        fused = a.get("blocked_fused")
         rows.append({"artifact": a.get("artifact"), "change": _change(a.get("change") or {}),
+                     "fused": None if fused is None else f"{len(fused)}/{a.get('blocked_nodes') or 0}",
                      "reason": a.get("reason", ""), "before": _fig(m.get("before")), "after": _fig(m.get("after")),
                      "measured": bool(m), "seconds": m.get("seconds"), "how": m.get("how", ""),
                      "level": (m.get("after") or {}).get("level")})
@@ -89,7 +91,8 @@ def why_float_lines(report: Any, *, max_groups: int = 6) -> list[str]:
     rows = advice_rows(report)
     if rows:
         lines += ["", "advice (re-run and measured):",
-                  f"  {'artifact':<14}{'change':<52}{'int8 coverage':<16}{'latency ms':<18}SQNR dB"]
+                  f"  {'artifact':<14}{'change':<52}{'int8 coverage':<16}{'latency ms':<18}{'SQNR dB':<16}"
+                  "blocked nodes fused"]
         for x in rows:
             b, a = x["before"], x["after"]
             if x["measured"]:
@@ -98,7 +101,7 @@ def why_float_lines(report: Any, *, max_groups: int = 6) -> list[str]:
                 sq = f"{_f(b['sqnr_db'], '.1f', 'exact')} -> {_f(a['sqnr_db'], '.1f', 'exact')}"
             else:
                 cov = lat = sq = "not re-run"
-            lines.append(f"  {x['artifact']:<14}{x['change'][:50]:<52}{cov:<16}{lat:<18}{sq}")
+            lines.append(f"  {x['artifact']:<14}{x['change'][:50]:<52}{cov:<16}{lat:<18}{sq:<16}{x['fused'] or '-'}")
     not_run = advice_rows(report, not_run=True)
     if not_run:
         lines.append(f"not re-run (advice budget): {len(not_run)} change{'s' if len(not_run) != 1 else ''} "

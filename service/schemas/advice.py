@@ -44,3 +44,7 @@ class AdviceEntry(_Model):
     measured: AdviceMeasured | None = None  # None: not re-run (budget), the reason says so
     adopted: bool = True  # False: measured and refuted (kept in ``advice_refuted``)
     blocked_nodes: int = 0  # unfused nodes whose blocker this change addresses
+    # Those of them ORT no longer runs in float with the change (node names), counted in the graph ORT
+    # saved at the advice level; None when the change addresses no blocked node or was not re-run.
+    # Reported, never a veto: the adopt rule reads latency and SQNR only.
+    blocked_fused: list[str] | None = None

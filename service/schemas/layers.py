@@ -18,6 +18,10 @@ class LayerCell(_Model):
     """One fp32 tensor in one quantized file, against the fp32 model's value of it."""
 
     sqnr_db: float | None  # None: identical to fp32 (infinite SQNR)
+    # 95% interval of sqnr_db, a percentile bootstrap over the samples (LayersReport.sampling says how):
+    # [low, high]; high None when some resample holds no error at all. None with fewer than 2 samples,
+    # for an exact tensor, a zero reference or non-finite values.
+    sqnr_db_ci: list[float | None] | None = None
     cosine: float
     max_abs_error: float  # over the positions where both are finite
     # values that are inf or NaN in the file where fp32 has a number (or another non-finite value);
@@ -85,12 +89,38 @@ class LayersRetry(_Model):
     skipped: list[str] = Field(default_factory=list)  # what did not run, and why (budget, no node)
 
 
+class LayersSampling(_Model):
+    """How many samples the table ran, and why no more: the sample count adapts until every
+    ``sqnr_db_ci`` is at most ``target_width_db`` wide, within options.layers' samples and seconds."""
+
+    interval: str  # how sqnr_db_ci is computed, in one sentence
+    target_width_db: float
+    widest_db: float | None = None  # the widest bounded interval (None: none); an unbounded one counts in over_target
+    over_target: int = 0  # cells whose interval is wider than target_width_db (or has no upper bound)
+    stopped: str  # why no more samples were run
+
+
+class WorstTensor(_Model):
+    """An artifact's tensor with the lowest SQNR, and whether the measurement settles that ranking."""
+
+    tensor: str
+    sqnr_db: float | None
+    sqnr_db_ci: list[float | None] | None = None
+    # None: no interval to judge by; False: other tensors' intervals overlap this one's, so with other
+    # samples one of them may be the worst.
+    settled: bool | None = None
+    overlapping: list[str] = Field(default_factory=list)  # those tensors, lowest SQNR first (at most 10)
+    summary: str  # "12.4 dB (95% interval 11.6 to 13.1 dB); ranking not settled: the intervals of ... overlap it"
+
+
 class LayersReport(_Model):
     level: str = "disable_all"
-    samples: int
+    samples: int  # evaluation samples every figure of the table is summed over
     method: str  # how the figures were measured, in one sentence
     rows: list[LayerRow] = Field(default_factory=list)
     worst: dict[str, str] = Field(default_factory=dict)  # artifact -> tensor with the lowest SQNR
+    worst_detail: dict[str, WorstTensor] = Field(default_factory=dict)  # the same, with its interval
+    sampling: LayersSampling | None = None
     origins: list[LayerOrigin] = Field(default_factory=list)
     # Share of rows with a figure for every quantized artifact that ran.
     aligned_all_share: float = 0.0

@@ -100,6 +100,21 @@ class OutputNumerics(_Model):
     # vs the previous level of the same artifact
     drift_max_abs: float | None = None
     drift_steps: float | None = None
+    # The figure that judges this output (runtime/output_kinds.py): "sqnr" (sqnr_db, cosine and max_abs_error
+    # count in the level's worst figures), "mismatch_share" (compared "exact"), "angular_error" (a circular
+    # output: angular_error_max/_mean), "argmax_agreement" (a saturated classifier), or null: not measured,
+    # ``not_measured`` says why (compared by shape, the same on every eval sample, other random draws). Outputs
+    # not judged by SQNR keep their sqnr_db here, and it counts in no worst figure.
+    judged_by: Literal["sqnr", "mismatch_share", "angular_error", "argmax_agreement"] | None = "sqnr"
+    not_measured: str | None = None
+    # What fp32's output is, when SQNR cannot judge it: "circular" (angles that wrap), "near_constant" (the same
+    # on every eval sample), "saturated" (one-hot probabilities), with what was seen.
+    kind: Literal["circular", "near_constant", "saturated"] | None = None
+    kind_detail: str | None = None
+    angular_error_max: float | None = None  # radians, |this - fp32| wrapped into [-pi, pi)
+    angular_error_mean: float | None = None
+    # Probabilities along the last axis (a classifier): share of rows whose top class is fp32's.
+    argmax_agreement: float | None = None
 
 
 class LevelNumerics(_Model):
@@ -115,6 +130,16 @@ class LevelNumerics(_Model):
     worst_mismatch_share: float | None = None
     exact_outputs: int = 0
     samples: int
+    # ``elementwise_outputs`` counts the outputs judged by SQNR, which the worst figures above cover. The
+    # others' figures: the largest mean angular error of a circular output (radians; each output's largest
+    # is ``angular_error_max``), the lowest argmax agreement of a classifier output (probabilities); and how
+    # many outputs have no accuracy figure at all (``judged_by`` null).
+    worst_angular_error: float | None = None
+    worst_argmax_agreement: float | None = None
+    not_measured_outputs: int = 0
+    # "measured": every output has a figure; "partly measured": some have none; "not measured": none has, so
+    # nothing here says how accurate the file is (a gate on any accuracy metric fails, saying why).
+    accuracy: Literal["measured", "partly measured", "not measured"] = "measured"
 
 
 class LatencyStats(_Model):
@@ -150,7 +175,11 @@ class OptimizedLevel(_Model):
     quantize_linear: int = 0
     dequantize_linear: int = 0
     int8_kernels: dict[str, int] = Field(default_factory=dict)
-    compute_ops_fp32: int = 0  # Conv/MatMul/Gemm/... in the fp32 model: the coverage denominator
+    # Conv/MatMul/Gemm/... in the fp32 file as written (main graph and bodies; not a local function's
+    # body). Not the coverage denominator: ORT folds, inlines and fuses, so the graph that runs differs.
+    compute_ops_fp32: int = 0
+    # int8_coverage and its two counts, over this level's graph as ORT saved it (vocabulary.int8_coverage):
+    # int8 compute kernels / (those + compute ops on float data); None without compute ops.
     compute_ops_int8: int = 0
     compute_ops_float: dict[str, int] = Field(default_factory=dict)
     int8_coverage: float | None = None

@@ -7,6 +7,7 @@ ignored: a CI job that misspells a gate must hear about it.
 
 from __future__ import annotations
 
+import platform as _platform
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -144,15 +145,18 @@ class AdviceOptions(_Strict):
 
 class LayersOptions(_Strict):
     """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
-    counterpart in each quantized file, at ``disable_all``, on the first ``max_samples`` evaluation
-    samples. ``by_level``: also the SQNR of each tensor at every other requested level where it still
+    counterpart in each quantized file, at ``disable_all``. Each SQNR has a 95% bootstrap interval;
+    the table runs ``min_samples`` samples (the evaluation samples first, then more held-out ones),
+    then more until every interval is at most 2 dB wide, within ``max_samples`` and ``max_seconds``.
+    ``by_level``: also the SQNR of each tensor at every other requested level where it still
     exists (the graph ORT saved at that level, run as written). ``retry_k > 0`` re-quantizes each
     artifact with its k worst origin nodes kept in float."""
 
     enabled: bool = True
     by_level: bool = False
     max_tensors: int = Field(2000, ge=1, le=100_000)
-    max_samples: int = Field(2, ge=1, le=4096)
+    min_samples: int = Field(8, ge=1, le=4096)
+    max_samples: int = Field(1024, ge=1, le=4096)
     max_seconds: float = Field(120.0, gt=0, le=3600)
     retry_k: int = Field(0, ge=0, le=50)
     retry_seconds: float = Field(180.0, gt=0, le=3600)
@@ -162,12 +166,15 @@ class Gate(_Strict):
     """One CI threshold, evaluated by the server into ``verdict``.
 
     ``metric`` is read from the report at ``artifacts.<artifact>.optimized.<level>``:
-    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst float output), ``mismatch_share`` (worst
-    integer, bool or string output: share of its elements that differ from fp32), ``int8_coverage``,
+    ``sqnr_db`` / ``cosine`` / ``max_abs_error`` (worst float output SQNR judges), ``mismatch_share`` (worst
+    integer, bool or string output: share of its elements that differ from fp32), ``angular_error`` (largest
+    mean angular error of a circular output, radians), ``argmax_agreement`` (lowest share of rows whose top class
+    is fp32's, over the outputs that are probabilities), ``int8_coverage``,
     ``latency_ratio`` (median latency / fp32 median at the same level), or ``status_ok``
     (the artifact's path ok, or with ``*`` every requested path; its value is the share of ok paths),
     or ``calibration_data_uploaded`` (1 when the uploaded .npz was used, 0 for generated samples).
-    Missing data (a failed path, a level not run) fails a gate; an exact match (SQNR ``None``) passes.
+    Missing data (a failed path, a level not run, an accuracy no output measures) fails a gate; an exact match
+    (SQNR ``None``) passes.
 
     ``relative_to="baseline"`` makes the threshold the baseline's figure plus ``value``
     (``ort_qdq.all.sqnr_db>=baseline-0.5``). ``baseline_values`` holds that figure per artifact;
@@ -178,8 +185,8 @@ class Gate(_Strict):
 
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
     level: Level = "all"
-    metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio",
-                    "status_ok", "calibration_data_uploaded"]
+    metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement",
+                    "int8_coverage", "latency_ratio", "status_ok", "calibration_data_uploaded"]
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
     # latency_ratio only: a failing figure that is marked noisy fails the gate ("fail", the default:
@@ -193,6 +200,23 @@ class Gate(_Strict):
         if self.relative_to and self.metric == "status_ok":
             raise ValueError("status_ok cannot be relative to a baseline")
         return self
+
+
+# The emulated platforms (service/pipeline/platforms/targets.py gives each its QEMU_CPU).
+EMULATED_PLATFORMS = ("arm64", "arm64:neoverse-n1", "arm64:i8mm", "arm64:cortex-a53")
+
+
+def host_platform_name() -> str:
+    """The machine the job runs on, as ``options.platforms`` names it (``platform.machine()``)."""
+    return _platform.machine() or "unknown"
+
+
+class PlatformAccuracyOptions(_Strict):
+    """Accuracy on an emulated platform: the eval samples, run on every level graph of every artifact
+    within ``budget_seconds`` (one sample each is timed first; as many as fit are then run on all)."""
+
+    enabled: bool = True
+    budget_seconds: float = Field(120.0, ge=0, le=3600)
 
 
 class ComparisonOptions(_Strict):
@@ -220,6 +244,23 @@ class ComparisonOptions(_Strict):
     # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
     # into each relative gate's ``baseline_values`` before the job runs.
     baseline: str | None = Field(None, pattern=r"^[0-9a-f]{32}$")
+    # Where ORT's graphs are made: None = the machine the job runs on. An emulated platform (arm64 under
+    # qemu-user, docs/CONTRACTS.md "Platforms") adds level graphs and accuracy, never latency.
+    platforms: list[str] | None = None
+    platform_accuracy: PlatformAccuracyOptions = Field(default_factory=lambda: PlatformAccuracyOptions())
+
+    @field_validator("platforms")
+    @classmethod
+    def _known_platforms(cls, v):
+        if v is None:
+            return v
+        if not v or len(set(v)) != len(v):
+            raise ValueError("give at least one platform, each once (leave the key out for this machine)")
+        known = (host_platform_name(), *EMULATED_PLATFORMS)
+        unknown = [p for p in v if p not in known]
+        if unknown:
+            raise ValueError(f"unknown platform(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        return v
 
     @model_validator(mode="before")
     @classmethod

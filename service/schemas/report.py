@@ -15,6 +15,7 @@ from service.schemas.options import ComparisonOptions
 from service.schemas.advice import AdviceEntry
 from service.schemas.layers import LayersReport
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel, PlatformNote
+from service.schemas.platforms import PlatformReport
 
 SCHEMA_VERSION = "1"
 
@@ -194,6 +195,12 @@ class Artifact(_Model):
     quantization: QuantizationInventory | None = None
     optimized: dict[str, OptimizedLevel] = Field(default_factory=dict)
     seconds: float | None = None
+    # Whether the figures say how accurate this file is, at its highest level with numerics
+    # (``LevelNumerics.accuracy``): "not measured" on an ok path means no output has an accuracy figure
+    # (every output compared by shape, the same on every sample, or drawn from unseeded random ops), and
+    # ``accuracy_note`` says which and why. Null for fp32 and for a path that did not run.
+    accuracy: Literal["measured", "partly measured", "not measured"] | None = None
+    accuracy_note: str | None = None
 
 
 class GateResult(_Model):
@@ -257,6 +264,8 @@ class Report(_Model):
     lints: list[Lint] = Field(default_factory=list)
     # Where this machine's ORT differs from the course chapter's arm64 measurements.
     platform: list[PlatformNote] = Field(default_factory=list)
+    # options.platforms beyond this machine (arm64 as emulated ORT): name -> its level graphs, side by side.
+    platforms: dict[str, PlatformReport] = Field(default_factory=dict)
     # What to change, re-run for real and measured (verdict/advice.py); refuted = measured, not better.
     advice: list[AdviceEntry] = Field(default_factory=list)
     advice_refuted: list[AdviceEntry] = Field(default_factory=list)

@@ -188,7 +188,8 @@ def test_report_page_renders_a_sparse_report_and_a_failed_job(client):
         ("options that are not JSON", dict(files={"model": ("a.onnx", b"ok"), "options": (None, "{nope")}), 422, "invalid_options"),
         ("an unknown option", dict(files={"model": ("a.onnx", b"ok"), "options": (None, '{"calibraton_samples": 3}')}), 422, "invalid_options"),
         ("an option out of range", dict(files={"model": ("a.onnx", b"ok"), "options": (None, '{"calibration_samples": 0}')}), 422, "invalid_options"),
-        ("a broken multipart body", dict(content=b"--xx\r\ngarbage", headers={"content-type": "multipart/form-data; boundary=xx"}), 400, "invalid_request"),
+        ("a broken multipart body", dict(content=b"--xx\r\ngarbage\r\n\r\n", headers={"content-type": "multipart/form-data; boundary=xx"}), 400, "invalid_request"),
+        ("a form that ends before its closing boundary", dict(content=b"--xx\r\ngarbage", headers={"content-type": "multipart/form-data; boundary=xx"}), 400, "incomplete_upload"),
         ("multipart without a boundary", dict(content=b"x", headers={"content-type": "multipart/form-data"}), 400, "invalid_request"),
         ("an unknown example", dict(json={"example": "nope"}), 422, "invalid_options"),
         ("a JSON body with extra keys", dict(json={"example": "conv_relu", "model": "x"}), 422, "invalid_request"),
@@ -313,12 +314,18 @@ def test_an_api_token_guards_everything_but_healthz(tmp_path):
     try:
         with s.client() as c:
             assert c.get("/healthz").status_code == 200
-            for path in ("/v1/examples", "/v1/versions", "/metrics", "/v1/comparisons/" + "0" * 32):
+            # the docs too (issue 44: the README said every route, and /openapi.json, /docs, /redoc were open)
+            for path in ("/v1/examples", "/v1/versions", "/metrics", "/v1/comparisons/" + "0" * 32,
+                         "/openapi.json", "/docs", "/docs/swagger-ui.css"):
                 r = c.get(path)
                 assert_problem(r, 401, "unauthorized")
                 assert r.headers["www-authenticate"].startswith("Bearer")
             assert_problem(c.get("/v1/examples", headers={"Authorization": "Bearer wrong"}), 401, "unauthorized")
-            assert c.get("/v1/examples", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+            token = {"Authorization": "Bearer s3cret"}
+            assert c.get("/v1/examples", headers=token).status_code == 200
+            assert "/v1/comparisons" in c.get("/openapi.json", headers=token).json()["paths"]
+            assert c.get("/docs", headers=token).status_code == 200
+            assert_problem(c.get("/redoc", headers=token), 404, "not_found")
     finally:
         s.stop()
 

@@ -18,6 +18,7 @@ for sub in ("api", "e2e", "jobs"):
         sys.path.insert(0, str(HERE.parent / sub))
 
 from cluster import API_SETTINGS, Cluster, RedisServer, require_redis_server  # noqa: E402
+from tests.deploy.servers import connect, postgres  # noqa: E402,F401  (fixtures: the claim on both databases)
 
 
 @pytest.fixture(scope="session")

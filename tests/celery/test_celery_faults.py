@@ -206,13 +206,13 @@ def _problem(rec) -> dict:
     ],
     ids=lambda v: v if isinstance(v, str) and " " in v else "",
 )
-def test_the_claim_decides_what_a_delivery_does(tmp_path, case, status, started_ago, attempts, action, after):
-    store = SharedJobStore(tmp_path / "db.sqlite3")
+def test_the_claim_decides_what_a_delivery_does(connect, case, status, started_ago, attempts, action, after):
+    store = SharedJobStore(connect())  # on SQLite and on PostgreSQL
     spec = JobSpec(id="a" * 32)
     store.create(spec, cache_key=None)
     now = time.time()
-    store._conn.execute("UPDATE jobs SET status=?, attempts=?, started_at=? WHERE id=?",
-                        (status, attempts, None if started_ago is None else now - started_ago, spec.id))
+    store.db.write("UPDATE jobs SET status=?, attempts=?, started_at=? WHERE id=?",
+                   (status, attempts, None if started_ago is None else now - started_ago, spec.id))
     c = store.claim(spec.id, job_timeout_s=5, lost_after_s=2, max_attempts=2, fail_problem=_problem, now=now)
     assert c.action == action
     rec = store.get(spec.id)

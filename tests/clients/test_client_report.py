@@ -14,7 +14,7 @@ from service.pipeline.verdict.gates import gate_from_string, gate_to_string
 
 PUBLIC = {
     "__version__", "Client", "AsyncClient", "DEFAULT_TIMEOUT",
-    "Report", "Layers", "LayerRow", "LayerCell", "LayerOrigin", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
+    "Report", "Layers", "LayerRow", "LayerCell", "LayerOrigin", "Platform", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
     "OptimizedLevel", "UnfusedNode", "Numerics", "OutputNumerics", "Latency", "LevelDiff", "Rewrite", "Decision",
     "Advice", "AdviceFigures", "Lint",
     "GateResult", "Verdict", "ModelInfo", "Example",
@@ -171,7 +171,8 @@ GATE_TEXTS = ["ort_qdq.all.sqnr_db>=25", "*.basic.cosine > 0.99", "pt2e_qdq.late
               "a.b.c.sqnr_db>=1", "ort_qdq.all.sqnr_db>=nan", "basic.all.cosine>=1",
               "ort_qdq.all.sqnr_db>=baseline-0.5", "*.latency_ratio<=baseline+0.1", "cosine>=baseline",
               "ort_qdq.all.sqnr_db>=baseline-", "status_ok>=baseline", "ort_qdq.all.sqnr_db>=baseline--1",
-              "ort_qdq.all.sqnr_db>=baseline-inf", "ort_qdq.all.sqnr_db>=inf"]
+              "ort_qdq.all.sqnr_db>=baseline-inf", "ort_qdq.all.sqnr_db>=inf", "*.all.angular_error<=0.05",
+              "ort_qdq.argmax_agreement>=0.99"]
 
 
 @pytest.mark.parametrize("text", GATE_TEXTS, ids=repr)

@@ -61,3 +61,41 @@ def test_compose_has_the_service_and_a_data_volume():
     assert "dockerfile: docker/Dockerfile" in text
     assert re.search(r"^\s+- quantcompare-data:/data\s*$", text, re.M)
     assert re.search(r"^volumes:\s*\n\s+quantcompare-data:", text, re.M)
+
+
+def _compose() -> dict:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe").load((REPO / "docker" / "compose.yaml").read_text())
+
+
+def test_the_cloud_profile_runs_postgres_minio_and_redis_and_shares_no_directory():
+    from urllib.parse import urlsplit
+
+    from service.config import Settings
+
+    services = _compose()["services"]
+    cloud = {name for name, s in services.items() if "cloud" in s.get("profiles", [])}
+    assert cloud == {"redis", "postgres", "minio", "minio-bucket", "cloud-api", "cloud-worker"}
+    api, worker = services["cloud-api"], services["cloud-worker"]
+    env = api["environment"]
+    assert worker["environment"] == env and worker["command"] == ["quantcompare", "worker"]
+    for key in env:  # every QUANTCOMPARE_* variable is a real setting
+        assert not key.startswith("QUANTCOMPARE_") or key[len("QUANTCOMPARE_"):].lower() in Settings.model_fields, key
+    # The store: the postgres service's own user, password and database.
+    pg = services["postgres"]["environment"]
+    db = urlsplit(env["QUANTCOMPARE_DATABASE_URL"])
+    assert (db.scheme, db.hostname, db.port) == ("postgresql", "postgres", 5432)
+    assert (db.username, db.password, db.path) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], "/" + pg["POSTGRES_DB"])
+    # The files: the bucket minio-bucket makes, on minio, with minio's keys.
+    minio = services["minio"]["environment"]
+    bucket = urlsplit(env["QUANTCOMPARE_STORAGE_URL"])
+    assert bucket.scheme == "s3" and f"local/{bucket.netloc}" in services["minio-bucket"]["entrypoint"][-1]
+    assert env["AWS_ENDPOINT_URL"] == "http://minio:9000"
+    assert (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) == (minio["MINIO_ROOT_USER"], minio["MINIO_ROOT_PASSWORD"])
+    # The queue: a Redis database other than the celery profile's, so both profiles can run at once.
+    assert urlsplit(env["QUANTCOMPARE_BROKER_URL"]).path != urlsplit(services["api"]["environment"]["QUANTCOMPARE_BROKER_URL"]).path
+    # Nothing shared: neither the API nor the workers mount a volume (each /data is the container's own).
+    assert "volumes" not in api and "volumes" not in worker
+    assert worker["depends_on"]["minio-bucket"]["condition"] == "service_completed_successfully"
+    assert worker["depends_on"]["postgres"]["condition"] == "service_healthy"

@@ -1,4 +1,5 @@
-"""The store decides, in one transaction, whether a submission joins an identical job in flight."""
+"""The store decides, in one transaction, whether a submission joins an identical job in flight (on SQLite
+and on PostgreSQL: the ``store`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,6 @@ from service.jobs.submission import new_job_id
 
 def _spec() -> JobSpec:
     return JobSpec(id=new_job_id(), model_file="input/model.onnx")
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = JobStore(tmp_path / "jobs.sqlite3")
-    yield s
-    s.close()
 
 
 def _set_status(store: JobStore, job_id: str, status: str) -> None:

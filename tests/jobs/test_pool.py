@@ -159,8 +159,7 @@ def test_restart_requeues_running_jobs_fails_twice_interrupted_and_sweeps_stale_
     ex.start()
     once, twice, queued = submit(ex, "ok"), submit(ex, "ok"), submit(ex, "ok")
     ex.store.claim_next(), ex.store.claim_next()  # both "running" when the service dies
-    with ex.store._lock:
-        ex.store._conn.execute("UPDATE jobs SET attempts=2 WHERE id=?", (twice,))
+    ex.store.db.write("UPDATE jobs SET attempts=2 WHERE id=?", (twice,))
     ex.store.close()
     (settings.jobs_dir / "deadbeef").mkdir()  # a folder no job owns
     (settings.tmp_dir / "half-upload").mkdir(parents=True)

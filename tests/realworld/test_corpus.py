@@ -213,7 +213,7 @@ def test_magika_byte_ids_are_drawn_in_the_one_hot_range_the_model_states(corpus_
 # those where it is expected to be skipped (the reason must name what blocks it).
 PT2E_SKIPPED: dict[str, str] = {}
 # A PT2E file is written but ORT runs it at no level. arabic_romanizer_encoder was here until its
-# passed-through mask input kept torch's name "src_mask_orig" (tests/pipeline/onnx_torch/test_io_names.py).
+# passed-through mask input kept torch's name "src_mask_orig" (tests/pipeline/quantize/onnx_torch/test_io_names.py).
 PT2E_FILE_ORT_FAILS: dict[str, str] = {}
 
 

@@ -5,30 +5,23 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
+
+from tests import models
 
 
 def tiny_onnx(nodes=None, inputs=None, outputs=None, initializers=(), opset=17, ir=10, **graph_kw) -> onnx.ModelProto:
-    nodes = nodes if nodes is not None else [helper.make_node("Relu", ["x"], ["y"])]
-    inputs = inputs if inputs is not None else [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])]
-    outputs = outputs if outputs is not None else [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])]
-    g = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers), **graph_kw)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-    m.ir_version = ir
-    return m
+    """x [1, 4] -> Relu -> y at IR 10 (tests/models.py's 'relu'), each part replaceable."""
+    return models.from_nodes(nodes if nodes is not None else [helper.make_node("Relu", ["x"], ["y"])],
+                             inputs if inputs is not None else [models.value("x", [1, 4])],
+                             outputs if outputs is not None else [models.value("y", [1, 4])],
+                             initializers, opset=opset, ir=ir, **graph_kw)
 
 
 def conv_onnx() -> onnx.ModelProto:
-    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    return tiny_onnx(
-        nodes=[helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("Relu", ["c"], ["y"])],
-        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])],
-        initializers=[w],
-    )
+    return models.build("conv_relu", y_shape=["n", "c", "h", "w"], ir=10)
 
 
 def save(model: onnx.ModelProto, path: Path) -> Path:

@@ -12,16 +12,16 @@ from onnx import helper as h
 from service.errors import UnsupportedModel
 from service.pipeline.inspect.domains import domains_used_by_nodes, unused_opset_imports
 from service.pipeline.inputs.safety import onnx_model_from_path
+from tests import models
 
 UNUSED = ["ai.onnx.training", "ai.onnx.preview.training", "com.microsoft.experimental",
           "com.microsoft.mlfeaturizers", "pkg.paddle2onnx"]
 
 
 def _model(extra_nodes=(), *, then_domain=None, imports=UNUSED):
-    then_nodes = [h.make_node("Relu", ["x"], ["t"])] if then_domain is None else \
-        [h.make_node("Custom", ["x"], ["t"], domain=then_domain)]
-    then_g = h.make_graph(then_nodes, "then", [], [h.make_tensor_value_info("t", T.FLOAT, [1, 4])])
-    else_g = h.make_graph([h.make_node("Neg", ["x"], ["e"])], "else", [], [h.make_tensor_value_info("e", T.FLOAT, [1, 4])])
+    then_g = (models.branch("Relu", ["x"], "t", [1, 4]) if then_domain is None else
+              models.branch("Custom", ["x"], "t", [1, 4], domain=then_domain))
+    else_g = models.branch("Neg", ["x"], "e", [1, 4])
     nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
              h.make_node("Greater", ["s", "zero"], ["c"]),
              h.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g), *extra_nodes]

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from safety_models import save, tiny_onnx
 from service.errors import UnsupportedModel
 from service.pipeline.inputs.safety import onnx_model_from_path
+from tests import models
 
 F = TensorProto.FLOAT
 W = numpy_helper.from_array(np.eye(4, dtype=np.float32), "W")
@@ -71,11 +72,9 @@ def test_a_constant_output_beside_a_computed_one_is_taken(tmp_path):
 
 def test_an_output_computed_in_a_body_from_an_outer_input_is_taken(tmp_path):
     """The If reads x only inside its branches (an implicit input): the output still depends on x."""
-    branch = lambda op, out: helper.make_graph([helper.make_node(op, ["x"], [out])], out, [],  # noqa: E731
-                                               [helper.make_tensor_value_info(out, F, [1, 4])])
     flag = numpy_helper.from_array(np.array(True), "flag")
-    m = tiny_onnx(nodes=[helper.make_node("If", ["flag"], ["y"], then_branch=branch("Relu", "t"),
-                                          else_branch=branch("Neg", "e"))], initializers=[flag])
+    m = tiny_onnx(nodes=[helper.make_node("If", ["flag"], ["y"], then_branch=models.branch("Relu", ["x"], "t", [1, 4]),
+                                          else_branch=models.branch("Neg", ["x"], "e", [1, 4]))], initializers=[flag])
     onnx_model_from_path(save(m, tmp_path / "m.onnx"))
 
 

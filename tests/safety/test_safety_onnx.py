@@ -11,14 +11,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from safety_models import conv_onnx, save, tiny_onnx
+from tests import models
 from service.errors import BudgetExceeded, InvalidModel, UnsupportedModel
 from service.pipeline.inputs.safety import Budgets, check_input_elements, load_external_data_from_job_folder, onnx_model_from_path
 
 F = TensorProto.FLOAT
-
-
-def _out(name="y"):
-    return [helper.make_tensor_value_info(name, F, [1, 4])]
 
 
 def test_an_ordinary_model_passes_and_comes_back_as_a_model_proto(tmp_path):
@@ -88,9 +85,8 @@ def loop_forever():
 def nested_ifs(depth):
     def graph(d):
         if d == 0:
-            return helper.make_graph([helper.make_node("Identity", ["x"], ["o0"])], "leaf", [], _out("o0"))
-        return helper.make_graph([helper.make_node("If", ["cond"], [f"o{d}"], then_branch=graph(d - 1), else_branch=graph(d - 1))],
-                                 f"g{d}", [], _out(f"o{d}"))
+            return models.branch("Identity", ["x"], "o0", [1, 4])
+        return models.branch("If", ["cond"], f"o{d}", [1, 4], then_branch=graph(d - 1), else_branch=graph(d - 1))
     g = graph(depth)
     return tiny_onnx(nodes=[_const("cond", np.array(True)), helper.make_node("If", ["cond"], ["y"], then_branch=g, else_branch=g)])
 
@@ -255,7 +251,7 @@ STRUCTURE = {
     "IR version 99": (lambda: tiny_onnx(ir=99), UnsupportedModel, "IR version 99"),
     "raw data shorter than its dims": (lambda: _short_raw(), InvalidModel, "declares"),
     # shape=None on an input: ORT runs it, onnx's checker refuses it; the message names it. (An output
-    # without a shape is given the inferred one: tests/pipeline/test_shapeless_outputs.py.)
+    # without a shape is given the inferred one: tests/pipeline/inputs/test_shapeless_outputs.py.)
     "an input without a shape": (lambda: tiny_onnx(inputs=[helper.make_tensor_value_info("x", F, None)]),
                                  InvalidModel, "(graph input/output 'x')"),
 }
@@ -440,10 +436,8 @@ def _named(*names: str) -> onnx.ModelProto:
 
 
 def _subgraph_reusing_a_parent_name() -> onnx.ModelProto:
-    body = helper.make_graph([helper.make_node("Relu", ["x"], ["b"], name="relu")], "then", [],
-                             [helper.make_tensor_value_info("b", F, [1, 4])])
-    other = helper.make_graph([helper.make_node("Neg", ["x"], ["c"], name="relu")], "else", [],
-                              [helper.make_tensor_value_info("c", F, [1, 4])])
+    body = models.branch("Relu", ["x"], "b", [1, 4], node="relu")
+    other = models.branch("Neg", ["x"], "c", [1, 4], node="relu")
     cond = numpy_helper.from_array(np.array(True), "cond")
     return tiny_onnx(nodes=[helper.make_node("Relu", ["x"], ["r"], name="relu"),
                             helper.make_node("If", ["cond"], ["y"], then_branch=body, else_branch=other, name="if")],

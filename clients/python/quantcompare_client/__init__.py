@@ -29,6 +29,7 @@ from ._exceptions import (
 )
 from ._gates import GateSyntaxError, format_gate, parse_gate
 from ._layers import LayerCell, LayerOrigin, LayerRow, Layers
+from ._platforms import Platform
 from ._report import (
     Advice,
     AdviceFigures,
@@ -69,6 +70,7 @@ __all__ = [
     "LayerRow",
     "LayerCell",
     "LayerOrigin",
+    "Platform",
     "Job",
     "Progress",
     "Artifact",

@@ -22,8 +22,8 @@ __all__ = ["ARTIFACTS", "LEVELS", "METRICS", "GateSyntaxError", "parse_gate", "f
 
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
-METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio", "status_ok",
-           "calibration_data_uploaded")
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement", "int8_coverage",
+           "latency_ratio", "status_ok", "calibration_data_uploaded")
 _FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
 _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
 _BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
@@ -151,6 +151,9 @@ def figure_from_report(report: Any, artifact: str, level: str, metric: str) -> A
     lv = art.optimized.get(level)
     if lv is None:
         return _MISSING
+    if metric in ("angular_error", "argmax_agreement"):  # outputs SQNR cannot judge: read from the raw numerics
+        value = (lv.numerics.raw.get(f"worst_{metric}") if lv.numerics is not None else None)
+        return _MISSING if value is None else float(value)
     if metric in ("sqnr_db", "cosine", "max_abs_error", "mismatch_share"):
         if lv.numerics is None:
             return _MISSING

@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 __all__ = ["Layers", "LayerRow", "LayerCell", "LayerOrigin"]
 
@@ -23,6 +23,12 @@ def _f(value: Any) -> Optional[float]:
         return float(value)
     except (TypeError, ValueError):
         return None
+
+
+def _interval(value: Any) -> Optional[Tuple[float, float]]:
+    if not isinstance(value, (list, tuple)) or len(value) != 2 or _f(value[0]) is None:
+        return None
+    return (float(value[0]), math.inf if value[1] is None else float(value[1]))
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,8 @@ class LayerCell:
     by_level: Dict[str, float] = field(default_factory=dict, repr=False)
     # values that are inf or NaN in the file where fp32 has a number (sqnr_db is then the floor, -200)
     nonfinite: int = 0
+    # 95% bootstrap interval of sqnr_db over the samples: (low, high), high inf when unbounded; None without one
+    sqnr_db_ci: Optional[Tuple[float, float]] = None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "LayerCell":
@@ -53,7 +61,7 @@ class LayerCell:
                    _f(d.get("drop_db")), str(d.get("file_tensor", "")), str(d.get("alignment", "")),
                    {str(k): (math.inf if v is None else float(v)) for k, v in (d.get("by_level") or {}).items()
                     if v is None or _f(v) is not None},
-                   nonfinite=int(d.get("nonfinite") or 0))
+                   nonfinite=int(d.get("nonfinite") or 0), sqnr_db_ci=_interval(d.get("sqnr_db_ci")))
 
 
 @dataclass(frozen=True)
@@ -107,7 +115,7 @@ class Layers:
         for r in self.rows:
             for a, c in r.artifacts.items():
                 out.append({"tensor": r.tensor, "op_type": r.op_type, "depth": r.depth, "artifact": a,
-                            "sqnr_db": c.sqnr_db, "drop_db": c.drop_db, "cosine": c.cosine,
+                            "sqnr_db": c.sqnr_db, "sqnr_db_ci": c.sqnr_db_ci, "drop_db": c.drop_db, "cosine": c.cosine,
                             "max_abs_error": c.max_abs_error, "max_abs_error_lsb": c.max_abs_error_lsb,
                             "clipped_share": c.clipped_share, "scale": c.scale, "zero_point": c.zero_point,
                             "nonfinite": c.nonfinite})

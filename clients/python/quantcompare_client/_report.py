@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from ._layers import Layers
+from ._platforms import Platform, platforms_from
 from ._svg import bar_chart
 
 __all__ = [
@@ -494,6 +495,8 @@ class Report:
         if isinstance(raw_layers, list):
             raw_layers = {"rows": raw_layers}
         self.layers: Optional[Layers] = Layers(raw_layers) if isinstance(raw_layers, dict) else None
+        # Other platforms (issue 41: arm64 as emulated ORT), side by side with this report's artifacts.
+        self.platforms: Dict[str, Platform] = platforms_from(self.raw.get("platforms"))
 
     # -- lookups --------------------------------------------------------------------------------
 

@@ -1,50 +1,33 @@
-"""/v1/comparisons/{id}/artifacts: every .onnx a job wrote, optimized graphs included."""
+"""/v1/comparisons/{id}/artifacts: every .onnx a job wrote, optimized graphs included.
+
+Files come from the job's storage (``jobs/storage/``): a file in its folder is sent as is; from a
+bucket it streams through here, or the client is redirected to a presigned URL
+(``QUANTCOMPARE_STORAGE_DOWNLOADS=redirect``). A level graph kept as digests only is made again.
+"""
 
 from __future__ import annotations
 
-import re
 import shutil
 import uuid
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-from fastapi import APIRouter
-from fastapi.responses import FileResponse
-from starlette.background import BackgroundTask
+from fastapi import APIRouter, Request
+from fastapi.responses import FileResponse, RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import ExecutorDep
+from service.api.deps import ExecutorDep, job_or_404
 from service.api.errors import problem_responses
-from service.api.routes.comparisons import job_or_404
-from service.errors import NotFound
-from service.jobs.storage.level_downloads import level_graph_entries, regenerated_level_graph
-from service.jobs.spec import ARTIFACTS_DIR
+from service.api.file_response import DownloadResponse, StreamedDownload
+from service.errors import ArtifactGone, NotFound
+from service.jobs.storage.artifact_files import download_name, downloadable_files
+from service.jobs.storage.disk import pin, unpin
+from service.jobs.storage.files import Download
+from service.jobs.storage.level_downloads import LevelGraphEntry, level_graph_entries, regenerated_level_graph
 from service.pipeline.files import split_name
 from service.schemas.api import ArtifactEntry, ArtifactList
 
 router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])
-
-_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,200}")
-
-
-def artifact_files(job_dir: Path) -> list[Path]:
-    folder = job_dir / ARTIFACTS_DIR
-    if not folder.is_dir():
-        return []
-    # Regular files only: a symlink planted by a model's external-data tricks is never served.
-    return sorted(p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and _NAME.fullmatch(p.name))
-
-
-def downloadable_files(job_dir: Path) -> list[tuple[str, int]]:
-    """(name, size) of every file a user can download: the stored ones, and the level graphs the
-    job kept as digests only (made again on download; size = the file that will be served)."""
-    out = {p.name: p.stat().st_size for p in artifact_files(job_dir)}
-    for entry in level_graph_entries(job_dir).values():
-        out.setdefault(entry.name, entry.bytes)
-    return sorted(out.items())
-
-
-def download_name(model_name: str | None, job_id: str, name: str) -> str:
-    return f"{model_name or 'model'}-{job_id[:8]}.{name}"
 
 
 @router.get("/{job_id}/artifacts", response_model=ArtifactList, summary="Files the job produced",
@@ -52,7 +35,7 @@ def download_name(model_name: str | None, job_id: str, name: str) -> str:
 def list_artifacts(job_id: str, executor: ExecutorDep) -> Any:
     rec = job_or_404(executor, job_id)
     out = []
-    for name, size in downloadable_files(executor.job_dir(rec.id)):
+    for name, size in downloadable_files(executor.files, rec.id):
         artifact, level = split_name(name)
         out.append(ArtifactEntry(name=name, artifact=artifact, level=level, size=size,
                                  url=f"/v1/comparisons/{rec.id}/artifacts/{name}"))
@@ -62,25 +45,51 @@ def list_artifacts(job_id: str, executor: ExecutorDep) -> Any:
 @router.get("/{job_id}/artifacts/{name}", summary="Download one file",
             response_class=FileResponse,
             responses={200: {"content": {"application/octet-stream": {}}, "description": "the file"},
-                       **problem_responses(401, 404, 409)})
-def download_artifact(job_id: str, name: str, executor: ExecutorDep) -> Any:
+                       **problem_responses(401, 404, 409, 410, 416, 429)})
+async def download_artifact(job_id: str, name: str, request: Request, executor: ExecutorDep) -> Any:
+    # Async, so that waiting for a level graph holds no thread of the request pool; the file system
+    # and the store are read on that pool (an eviction holding the lock must not stall the event loop).
     rec = job_or_404(executor, job_id)
-    job_dir = executor.job_dir(rec.id)
-    match = next((p for p in artifact_files(job_dir) if p.name == name), None)
-    entry = level_graph_entries(job_dir).get(name) if match is None else None
+    # Pinned until the body is sent (or the client left): eviction skips the job meanwhile.
+    marker = await run_in_threadpool(pin, executor.settings.data_dir, rec.id)
+    try:
+        return await _download(request, executor, rec, name, release=[partial(unpin, marker)])
+    except BaseException:
+        unpin(marker)
+        raise
+
+
+def _locate(executor, job_id: str, name: str, filename: str) -> tuple[Download | None, LevelGraphEntry | None, bool]:
+    job_or_404(executor, job_id)  # evicted in the moment before the pin: the job is gone, say so
+    stored = executor.files.download(job_id, name, filename=filename)
+    entry = level_graph_entries(executor.files, job_id).get(name) if stored is None else None
+    return stored, entry, stored is None and entry is None and executor.files.report_version(job_id) is None
+
+
+async def _download(request: Request, executor, rec, name: str, *, release: list):
+    filename = download_name(rec.spec.model_name, rec.id, name)
+    stored, entry, gone = await run_in_threadpool(_locate, executor, rec.id, name, filename)
     if entry is not None:
         scratch = executor.settings.tmp_dir / f"download-{uuid.uuid4().hex}"
         try:
-            made = regenerated_level_graph(job_dir, entry, scratch, memory_mb=executor.settings.worker_memory_mb)
+            async with request.app.state.level_graphs.slot():
+                made = await regenerated_level_graph(executor.files, rec.id, entry, scratch,
+                                                     memory_mb=executor.settings.worker_memory_mb)
+            filename += ".zip" if made.suffix == ".zip" else ""
+            return DownloadResponse(made, filename=filename,
+                                    release=[*release, partial(shutil.rmtree, scratch, ignore_errors=True)])
         except BaseException:
             shutil.rmtree(scratch, ignore_errors=True)
             raise
-        filename = download_name(rec.spec.model_name, rec.id, name)
-        if made.suffix == ".zip":
-            filename += ".zip"
-        return FileResponse(made, media_type="application/octet-stream", filename=filename,
-                            background=BackgroundTask(shutil.rmtree, scratch, ignore_errors=True))
-    if match is None:
+    if stored is None:
+        if gone and rec.status == "succeeded":
+            raise ArtifactGone("this job's files are no longer stored",
+                               hint="the job was evicted or expired: submit the model again")
         raise NotFound("this job has no artifact by that name", hint=f"GET /v1/comparisons/{rec.id}/artifacts lists them")
-    return FileResponse(match, media_type="application/octet-stream",
-                        filename=download_name(rec.spec.model_name, rec.id, match.name))
+    if stored.redirect is not None:  # the bucket serves the bytes: nothing of this request to hold
+        for done in release:
+            done()
+        return RedirectResponse(stored.redirect, status_code=307)
+    if stored.path is not None:
+        return DownloadResponse(stored.path, filename=filename, release=release)
+    return StreamedDownload(stored.chunks, size=stored.size, filename=filename, release=release)

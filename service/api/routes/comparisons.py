@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import shutil
 import time
 from typing import Annotated, Any
@@ -16,14 +15,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from service.api import prevalidate
-from service.api.deps import ExecutorDep, SettingsDep
+from service.api.deps import ExecutorDep, SettingsDep, job_or_404
 from service.api.baseline import options_with_baseline
 from service.api.envelope import envelope
 from service.api.errors import problem_responses
 from service.api.uploads import display_name, receive_form, receive_json
-from service.errors import Busy, InvalidOptions, InvalidRequest, NotFound, validation_detail, validation_errors
+from service.errors import Busy, InvalidOptions, InvalidRequest, validation_detail, validation_errors
 from service.examples import get_example
-from service.jobs.storage.report_file import read_report_bytes
 from service.jobs.submission import submit_or_reuse
 from service.pipeline.environment import toolchain_versions
 from service.schemas.options import ComparisonOptions
@@ -33,7 +31,6 @@ log = logging.getLogger("quantcompare.api")
 
 router = APIRouter(prefix="/v1/comparisons", tags=["comparisons"])
 
-_ID = re.compile(r"[0-9a-f]{32}")
 WaitQuery = Annotated[float, Query(ge=0, le=3600, description="seconds to wait for the job to finish")]
 
 _REQUEST_BODY = {
@@ -54,13 +51,6 @@ _REQUEST_BODY = {
         "application/json": {"schema": ComparisonBody.model_json_schema(ref_template="#/components/schemas/{model}")},
     },
 }
-
-
-def job_or_404(executor, job_id: str):
-    rec = executor.get(job_id) if _ID.fullmatch(job_id) else None
-    if rec is None:
-        raise NotFound(f"no comparison with id {job_id[:40]!r}", hint="ids come from POST /v1/comparisons")
-    return rec
 
 
 def resolve_options(raw: dict[str, Any]) -> ComparisonOptions:
@@ -92,16 +82,15 @@ def answer_status(*, created: bool, cached: bool, waited: bool, finished: bool) 
 
 
 def respond(request: Request, executor, rec, *, cached: bool, created: bool, waited: bool = False) -> Response:
-    job_dir = executor.job_dir(rec.id)
-    job = envelope(rec, job_dir, request.app.state.reports, cached=cached)
+    job = envelope(rec, executor.files, request.app.state.reports, cached=cached)
     status = answer_status(created=created, cached=cached, waited=waited, finished=rec.finished)
     headers = {"Location": job.links.self} if status == 202 else None
     if rec.finished:
-        return Response(_job_json(job, job_dir), status_code=status, media_type="application/json", headers=headers)
+        return Response(_job_json(job, executor.files), status_code=status, media_type="application/json", headers=headers)
     return JSONResponse(job.model_dump(mode="json"), status_code=status, headers=headers)
 
 
-def _job_json(job: Job, job_dir) -> bytes:
+def _job_json(job: Job, files) -> bytes:
     """The envelope with the stored report spliced in as written.
 
     ``envelope`` has already validated the report against this schema (once per file, cached);
@@ -111,7 +100,7 @@ def _job_json(job: Job, job_dir) -> bytes:
     if job.report is None:
         return job.model_dump_json().encode()
     try:
-        raw = read_report_bytes(job_dir)
+        raw = files.report_bytes(job.id)
     except OSError:
         return job.model_dump_json().encode()
     head = job.model_dump_json(exclude={"report"}).encode()
@@ -155,7 +144,8 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
                            model_name=display_name(form.model.filename))
             model_key, calib_key = f"sha256:{form.model.sha256}", form.calibration.sha256 if form.calibration else None
         elif ctype == "application/json":
-            raw = await receive_json(request)
+            raw = await receive_json(request, idle_timeout_s=settings.upload_idle_timeout_s,
+                                     min_bytes_per_s=settings.upload_min_kib_s * 1024)
             try:
                 body = ComparisonBody.model_validate(raw)
             except ValidationError as e:
@@ -176,7 +166,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
         submitted = submit_or_reuse(
             executor, settings, model_key=model_key, calibration_key=calib_key,
             options=options.model_dump(mode="json"), versions=versions, staged=staged, spec_fields=spec_kw,
-            report_loads=lambda job_dir: request.app.state.reports.load(job_dir) is not None)
+            report_loads=lambda job_id: request.app.state.reports.load(executor.files, job_id) is not None)
         staged = None  # the job owns the folder now (or it was removed for a cached result)
         rec = submitted.record
         if submitted.cached:

@@ -1,11 +1,12 @@
-"""The API's side of the Celery executor: same store, same job folders, jobs published to Redis.
+"""The API's side of the Celery executor: same store, same job files, jobs published to Redis.
 
-``CeleryExecutor`` shares ``JobFolders`` with the local executor: submission stages the job
-folder and inserts the queued row exactly as there, then publishes the job id. Workers started with
+``CeleryExecutor`` shares ``JobFolders`` with the local executor: submission stores the job's
+files and inserts the queued row exactly as there, then publishes the job id. Workers started with
 ``quantcompare worker`` (worker.py) claim and run it, writing state and progress to the
-same store the API reads, and the report and artifacts to the same shared data directory.
+same store the API reads (a SQLite file on the shared data directory, or PostgreSQL), and the report
+and artifacts to the same storage (the shared data directory, or a bucket).
 
-Several API processes may share one data directory and broker, so start-up here touches nothing
+Several API processes may share one store, storage and broker, so start-up here touches nothing
 another process may own: no tmp wipe, no re-queue of running jobs (they run on workers). A
 reconciler thread covers what the broker cannot:
 
@@ -13,7 +14,8 @@ reconciler thread covers what the broker cannot:
   ``running`` past their deadline, the broker lost them (e.g. Redis restarted without
   persistence): they are published again, and the workers' claim runs each once more, or fails
   it as ``interrupted`` once it used its attempts;
-- finished jobs past the retention are deleted, as the local pool's housekeeping does.
+- finished jobs past the retention are deleted, as the local pool's housekeeping does, and so are
+  files no row owns once they are ``STALE_AFTER_S`` old (an API that died mid-submission).
 
 A duplicate message is always harmless (see store.py), so the reconciler errs on the
 side of publishing.
@@ -30,9 +32,12 @@ from service.config import Settings
 from service.errors import Busy
 from service.jobs.celery.app import QUEUE, TASK_RUN_JOB, celery_app, require_broker
 from service.jobs.celery.store import SharedJobStore
+from service.jobs.db import open_database
 from service.jobs.executor import JobFolders
-from service.jobs.pool import last_changed, sweep_expired, sweep_unknown_job_folders
+from service.jobs.pool import sweep_expired
 from service.jobs.spec import JobSpec
+from service.jobs.storage.files import JobFiles
+from service.jobs.storage.folders import last_changed
 
 log = logging.getLogger("quantcompare.celery")
 
@@ -51,7 +56,7 @@ class CeleryExecutor(JobFolders):
 
     def __init__(self, settings: Settings):
         require_broker(settings)
-        super().__init__(settings, SharedJobStore(settings.db_path))
+        super().__init__(settings, SharedJobStore(open_database(settings)))
         self.app = celery_app(settings)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -59,7 +64,8 @@ class CeleryExecutor(JobFolders):
         self.reconcile_every_s = max(1.0, min(30.0, settings.job_lost_after_s / 2))
 
     def start(self) -> None:
-        self.recovered = prepare_shared_data_dir(self.settings)
+        self.files.check()
+        self.recovered = prepare_shared_data_dir(self.settings, self.store, self.files)
         self._thread = threading.Thread(target=self._reconcile_loop, name="quantcompare-reconciler", daemon=True)
         self._thread.start()
 
@@ -80,7 +86,7 @@ class CeleryExecutor(JobFolders):
             # Not queued anywhere a worker will look: take the job back so nothing waits forever.
             log.error("could not publish job %s to the broker: %s", spec.id, e)
             self.store.delete(spec.id)
-            shutil.rmtree(self.job_dir(spec.id), ignore_errors=True)
+            self.files.delete(spec.id)
             self.metrics.rejected.labels("broker_unreachable").inc()
             raise Busy("the job queue (broker) is unreachable", hint="retry after the time in the Retry-After header",
                        retry_after=5) from e
@@ -93,7 +99,9 @@ class CeleryExecutor(JobFolders):
                 self.reconcile()
                 if time.monotonic() - last_housekeeping >= HOUSEKEEPING_EVERY_S:
                     last_housekeeping = time.monotonic()
-                    sweep_expired(self.settings, self.store)
+                    sweep_expired(self.settings, self.store, self.files)
+                    # Files of a submission whose API died between storing them and inserting the row.
+                    self.files.sweep_unknown(self.store.ids(), older_than=time.time() - STALE_AFTER_S)
             except Exception:  # a broker or store hiccup: try again next tick
                 log.warning("reconcile failed", exc_info=True)
 
@@ -122,7 +130,7 @@ class CeleryExecutor(JobFolders):
             return client.llen(QUEUE) == 0 and client.hlen("unacked") == 0
 
 
-def prepare_shared_data_dir(settings: Settings) -> dict[str, list[str]]:
+def prepare_shared_data_dir(settings: Settings, store: SharedJobStore, files: JobFiles) -> dict[str, list[str]]:
     """The shared counterpart of ``pool.prepare_data_dir``: only old leftovers are removed."""
     settings.jobs_dir.mkdir(parents=True, exist_ok=True)
     settings.tmp_dir.mkdir(parents=True, exist_ok=True)
@@ -130,11 +138,6 @@ def prepare_shared_data_dir(settings: Settings) -> dict[str, list[str]]:
     for entry in settings.tmp_dir.iterdir():
         if last_changed(entry) < cutoff:
             shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
-    store = SharedJobStore(settings.db_path)
-    try:
-        swept = sweep_unknown_job_folders(settings, store.ids(), older_than=cutoff)
-        expired = sweep_expired(settings, store)
-    finally:
-        store.close()
+    swept = files.sweep_unknown(store.ids(), older_than=cutoff)
+    expired = sweep_expired(settings, store, files)
     return {"requeued": [], "failed": [], "swept": swept, "expired": expired}
-

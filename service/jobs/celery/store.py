@@ -60,13 +60,9 @@ class SharedJobStore(JobStore):
         return self._tx(tx)
 
     def running_started_before(self, cutoff: float) -> list[str]:
-        with self._lock:
-            rows = self._conn.execute("SELECT id FROM jobs WHERE status='running' AND started_at < ?",
-                                      (cutoff,)).fetchall()
-        return [r[0] for r in rows]
+        return [r[0] for r in self.db.query("SELECT id FROM jobs WHERE status='running' AND started_at < ?", (cutoff,))]
 
     def queued_before(self, cutoff: float) -> list[str]:
-        with self._lock:
-            rows = self._conn.execute("SELECT id FROM jobs WHERE status='queued' AND created_at < ? "
-                                      "ORDER BY created_at, rowid", (cutoff,)).fetchall()
+        rows = self.db.query("SELECT id FROM jobs WHERE status='queued' AND created_at < ? ORDER BY created_at, rowid",
+                             (cutoff,))
         return [r[0] for r in rows]

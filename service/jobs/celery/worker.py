@@ -27,16 +27,20 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
 from service.config import Settings
 from service.errors import Interrupted
-from service.jobs.celery.app import TASK_RUN_JOB, celery_app, require_broker
+from service.jobs.celery.app import TASK_RUN_JOB, celery_app, require_broker, visibility_timeout_s
 from service.jobs.celery.store import SharedJobStore
+from service.jobs.db import open_database
 from service.jobs.metrics import JobMetrics
 from service.jobs.pool import STARTUP_TIMEOUT_S, WorkerPool
+from service.jobs.storage import open_files
 from service.jobs.store import JobRecord
+from service.log_format import formatter
 from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.celery")
@@ -69,8 +73,8 @@ class HandoffStore(SharedJobStore):
     """The store as the pool inside a Celery worker sees it: ``claim_next`` claims the jobs
     Celery handed over (in order), and ``finish``/``requeue`` tell the waiting task."""
 
-    def __init__(self, path, settings: Settings):
-        super().__init__(path)
+    def __init__(self, db, settings: Settings):
+        super().__init__(db)
         self.settings = settings
         self._pending: deque[Ticket] = deque()
         self._running: dict[str, Ticket] = {}
@@ -107,8 +111,8 @@ class HandoffStore(SharedJobStore):
                     log.warning("job %s runs again (attempt %d): its worker was lost", c.record.id, c.record.attempts)
                 return c.record
             if c.action == "skip" and c.record is None:
-                log.warning("job %s is not in the store at %s: is this worker on the API's data directory?",
-                            ticket.job_id, s.db_path)
+                log.warning("job %s is not in the store (%s): is this worker on the API's store?",
+                            ticket.job_id, self.describe())
             elif c.action == "failed":
                 log.warning("job %s failed: its worker was lost %d time(s)", ticket.job_id, c.record.attempts)
             ticket.resolve(c.action, c.wait_s)
@@ -147,11 +151,16 @@ class WorkerRuntime:
     def __init__(self, settings: Settings):
         self.settings = settings
         settings.jobs_dir.mkdir(parents=True, exist_ok=True)
-        self.store = HandoffStore(settings.db_path, settings)
+        self.store = HandoffStore(open_database(settings), settings)
+        self.files = open_files(settings)
         self.metrics = JobMetrics(store=self.store)
-        self.pool = WorkerPool(settings, self.store, self.metrics)
+        self.pool = WorkerPool(settings, self.store, self.metrics, files=self.files)
 
     def start(self) -> None:
+        # With a bucket, jobs_dir is this worker's scratch: what a killed run left there is garbage
+        # once no run of that job could still be going on.
+        self.files.check()
+        self.files.sweep_scratch(older_than=time.time() - visibility_timeout_s(self.settings))
         self.pool.start()
 
     def stop(self) -> None:
@@ -197,9 +206,17 @@ def default_node_name() -> str:
 
 def run_worker(settings: Settings, *, node_name: str | None = None) -> int:
     """Start the pool, then the Celery consumer (blocks until a warm shutdown: SIGTERM/Ctrl-C)."""
+    from celery import signals
     from celery.utils.nodenames import default_nodename, host_format
 
     require_broker(settings)
+
+    def escaped_lines(logger=None, **_):  # Celery sets up its own handlers: they format through ours
+        for handler in getattr(logger, "handlers", []):
+            handler.setFormatter(formatter(settings.log_format, role="celery"))
+
+    signals.after_setup_logger.connect(escaped_lines, weak=False)
+    signals.after_setup_task_logger.connect(escaped_lines, weak=False)
     node_name = host_format(default_nodename(node_name or default_node_name()))  # expands %h, adds @host
     runtime = WorkerRuntime(settings)
     app = worker_app(settings, runtime)

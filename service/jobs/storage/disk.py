@@ -13,13 +13,20 @@
   it is written; nothing half-written is ever kept.
 - Jobs running at once are counted from markers in ``<data_dir>/running`` (one per job, with
   its host and pid): the latency protocol records them.
+- A finished job whose file is being downloaded (read, or its level graph made again from its
+  artifact) is pinned: a marker in ``<data_dir>/pinned`` (host and pid) for as long as the download
+  lasts, and eviction (the budget, the retention) skips it. Pins are taken and evictions decided
+  under one file lock, so a job is never pinned after an eviction read the pins and before it
+  deleted the folder: the download then finds the job gone and says so (404/410), never a 500.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import socket
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -28,6 +35,7 @@ from service.pipeline.files import file_sha256
 from service.pipeline.inputs.sources import is_model_archive
 
 RUNNING_DIR = "running"
+PINNED_DIR = "pinned"
 # Bytes a job may still write per byte of input while it is queued or running (measured peak of
 # a job folder during a job: input + fp32 copy + 3 quantized files + scratch pre-processing copies +
 # one level graph's weights = 2.6-3.4x the input on the bench models; rounded up).
@@ -129,6 +137,49 @@ def running_jobs_probe(job_dir: Path) -> Callable[[], int]:
     return lambda: running_jobs(data_dir)
 
 
+# -- jobs pinned by a download ------------------------------------------------------------
+@contextlib.contextmanager
+def eviction_lock(data_dir: Path) -> Iterator[None]:
+    """Held while pins are taken and while an eviction reads them and deletes (a file lock: every
+    process on the data dir, the API's and its executor's threads alike)."""
+    folder = Path(data_dir) / PINNED_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pin(data_dir: Path, job_id: str) -> Path:
+    """Pin a job against eviction; returns the marker to hand to ``unpin``."""
+    marker = Path(data_dir) / PINNED_DIR / f"{job_id}.{uuid.uuid4().hex}"
+    with eviction_lock(data_dir):
+        marker.write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+    return marker
+
+
+def unpin(marker: Path) -> None:
+    marker.unlink(missing_ok=True)
+
+
+def pinned_jobs(data_dir: Path) -> set[str]:
+    """Ids of jobs a live download has pinned (a marker whose process died is removed)."""
+    folder = Path(data_dir) / PINNED_DIR
+    if not folder.is_dir():
+        return set()
+    host, out = socket.gethostname(), set()
+    for marker in folder.iterdir():
+        if marker.name.startswith("."):
+            continue
+        if _alive(marker, host):
+            out.add(marker.name.split(".")[0])
+        else:
+            marker.unlink(missing_ok=True)
+    return out
+
+
 # -- the data directory's budget ----------------------------------------------------------
 @dataclass(frozen=True)
 class JobOnDisk:
@@ -160,14 +211,16 @@ class BudgetPlan:
     budget: int
 
 
-def plan_for_new_job(jobs: Iterable[JobOnDisk], *, need: int, budget: int, other_bytes: int = 0) -> BudgetPlan:
-    """Which finished jobs to evict (oldest first) so that ``need`` more bytes fit in ``budget``."""
+def plan_for_new_job(jobs: Iterable[JobOnDisk], *, need: int, budget: int, other_bytes: int = 0,
+                     pinned: set[str] = frozenset()) -> BudgetPlan:
+    """Which finished jobs to evict (oldest first, never a ``pinned`` one) so that ``need`` more bytes
+    fit in ``budget``."""
     jobs = list(jobs)
     used = other_bytes + sum(j.bytes for j in jobs)
     reserved = sum(j.reserved for j in jobs)
     free = budget - used - reserved
     evict: list[str] = []
-    for j in sorted((j for j in jobs if j.finished), key=lambda j: (j.finished_at or 0.0, j.id)):
+    for j in sorted((j for j in jobs if j.finished and j.id not in pinned), key=lambda j: (j.finished_at or 0.0, j.id)):
         if free >= need:
             break
         evict.append(j.id)

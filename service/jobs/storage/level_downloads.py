@@ -3,21 +3,31 @@
 The API process never loads ORT: the graph is made in a subprocess
 (``python -m service.pipeline.runtime.level_graphs``), which checks ORT's output against the
 digests the job recorded before anything is served (see runtime/level_graphs.py).
+
+Each such process holds a session as large as the job's: ``RegenerationGate`` lets at most
+``QUANTCOMPARE_LEVEL_GRAPH_SLOTS`` run at once, queues up to ``QUANTCOMPARE_LEVEL_GRAPH_QUEUE`` more, and
+refuses the rest (429 + Retry-After). The wait is asynchronous (``asyncio`` subprocess): a download
+holds no thread of the request pool, so other routes keep answering (44 downloads at once held the
+pool's threads for up to 900 s each and started 38 ORT processes).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
-import resource
-import subprocess
+import os
+import signal
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import AsyncIterator
 
-from service.errors import LevelGraphChanged
-from service.jobs.spec import ARTIFACTS_DIR
-from service.jobs.storage.report_file import read_report_bytes
+from service.errors import ArtifactGone, Busy, LevelGraphChanged
+from service.jobs.storage.files import JobFiles
+from service.pipeline.isolation import address_space_limit
 from service.jobs.worker import worker_environment
 
 REGENERATE_TIMEOUT_S = 900.0
@@ -35,10 +45,10 @@ class LevelGraphEntry:
     intra_op_threads: int
 
 
-def level_graph_entries(job_dir: Path) -> dict[str, LevelGraphEntry]:
+def level_graph_entries(files: JobFiles, job_id: str) -> dict[str, LevelGraphEntry]:
     """Level graphs of a succeeded job that were not kept as files, by download name."""
     try:
-        report = json.loads(read_report_bytes(Path(job_dir)))
+        report = json.loads(files.report_bytes(job_id))
     except OSError:  # no report (the job did not succeed) or a damaged one: nothing to offer
         return {}
     threads = int(((report.get("options") or {}).get("latency") or {}).get("intra_op_threads", 1))
@@ -55,35 +65,90 @@ def level_graph_entries(job_dir: Path) -> dict[str, LevelGraphEntry]:
     return out
 
 
-def _limits(memory_mb: int):
-    """In the child: the workers' address-space limit (the session is as big as the job's was)."""
-    def apply() -> None:
-        if memory_mb:
-            limit = memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    return apply
+class RegenerationGate:
+    """At most ``slots`` level graphs made at once, ``queue`` more waiting, Busy (429) past that.
 
-
-def regenerated_level_graph(job_dir: Path, entry: LevelGraphEntry, scratch: Path, *,
-                            timeout: float = REGENERATE_TIMEOUT_S, memory_mb: int = 0) -> Path:
-    """Make the level graph again into ``scratch`` (the caller deletes it); raises LevelGraphChanged.
-
-    ``memory_mb``: RLIMIT_AS of the subprocess (QUANTCOMPARE_WORKER_MEMORY_MB, as for the job itself).
+    One per API process (``app.state``); used from its event loop only, so plain counters suffice.
     """
-    model = Path(job_dir) / ARTIFACTS_DIR / f"{entry.artifact}.onnx"
+
+    def __init__(self, slots: int, queue: int):
+        self.slots, self.queue = slots, queue
+        self._free = asyncio.Semaphore(slots)
+        self.running = 0
+        self.waiting = 0
+        self._mean_s = 10.0  # until one was measured: a small model's graph takes a few seconds
+
+    def retry_after(self) -> int:
+        """Seconds until a slot is likely free: the mean regeneration time per queued round."""
+        rounds = 1 + self.waiting // max(1, self.slots)
+        return max(1, min(600, int(self._mean_s * rounds)))
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self.running >= self.slots and self.waiting >= self.queue:
+            raise Busy(f"{self.running} level graphs are being made again and {self.waiting} more wait",
+                       hint="retry after the time in the Retry-After header (QUANTCOMPARE_LEVEL_GRAPH_SLOTS, "
+                            "QUANTCOMPARE_LEVEL_GRAPH_QUEUE)", retry_after=self.retry_after(), status=429)
+        self.waiting += 1
+        try:
+            await self._free.acquire()
+        finally:
+            self.waiting -= 1
+        self.running += 1
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.running -= 1
+            self._free.release()
+            self._mean_s = 0.8 * self._mean_s + 0.2 * (time.monotonic() - start)
+
+
+def _gone(entry: LevelGraphEntry) -> ArtifactGone:
+    return ArtifactGone(f"{entry.name} cannot be made again: the job's {entry.artifact}.onnx is no longer on disk",
+                        hint="the job was evicted or expired (QUANTCOMPARE_MAX_DATA_GB, QUANTCOMPARE_RETENTION_HOURS): "
+                             "submit the model again")
+
+
+async def regenerated_level_graph(files: JobFiles, job_id: str, entry: LevelGraphEntry, scratch: Path, *,
+                                  timeout: float = REGENERATE_TIMEOUT_S, memory_mb: int = 0) -> Path:
+    """Make the level graph again into ``scratch`` (the caller deletes it). Raises LevelGraphChanged
+    when ORT writes another graph, ArtifactGone when the job's artifact is no longer there.
+
+    The artifact it starts from is read where it is stored (from a bucket: into ``scratch`` first).
+    ``memory_mb``: RLIMIT_AS of the subprocess (QUANTCOMPARE_WORKER_MEMORY_MB, as for the job itself).
+    The subprocess leads its own process group, killed whole past ``timeout`` or when the caller is
+    cancelled (the client went away).
+    """
     scratch.mkdir(parents=True, exist_ok=True)
+    try:  # from a bucket: copied into scratch first, on a thread (the event loop keeps answering)
+        model = await asyncio.to_thread(files.artifact_for_regeneration, job_id, entry.artifact, scratch)
+    except FileNotFoundError:
+        raise _gone(entry) from None
+    if not model.is_file():
+        raise _gone(entry)
     out = scratch / f"{uuid.uuid4().hex}.onnx"
     env = {**worker_environment(), "PYTHONPATH": str(_ROOT)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "service.pipeline.runtime.level_graphs", str(model), entry.level,
-         str(entry.intra_op_threads), entry.graph_sha256, entry.weights_sha256 or "-", str(out)],
-        capture_output=True, text=True, timeout=timeout, env=env, cwd=str(scratch), preexec_fn=_limits(memory_mb))
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    result = json.loads(lines[-1]) if lines else {"ok": False, "message": proc.stderr[-2000:]}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "service.pipeline.runtime.level_graphs", str(model), entry.level,
+        str(entry.intra_op_threads), entry.graph_sha256, entry.weights_sha256 or "-", str(out),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=str(scratch),
+        preexec_fn=address_space_limit(memory_mb), start_new_session=True)
+    try:
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), timeout)
+    except BaseException:  # timeout, or the request was cancelled: nothing of it may outlive the download
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise
+    lines = [ln for ln in stdout.decode(errors="replace").splitlines() if ln.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"ok": False, "message": stderr.decode(errors="replace")[-2000:]}
     if not result.get("ok"):
         if result.get("code") == "level_graph_mismatch":
             raise LevelGraphChanged(result["message"],
                                     hint="this server's ONNX Runtime or CPU differs from the one that ran the job: "
                                          "submit the job again to get graphs from this one")
+        if not model.is_file():  # removed while ORT read it
+            raise _gone(entry)
         raise RuntimeError(f"making {entry.name} again failed: {result.get('message')}")
     return Path(result["path"])

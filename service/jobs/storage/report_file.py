@@ -17,7 +17,7 @@ from pathlib import Path
 from service.jobs.spec import LEGACY_REPORT_FILE, PARTIAL_REPORT_FILE, REPORT_FILE
 
 __all__ = ["write_report", "write_partial_report", "stored_report", "stored_partial_report", "read_report_bytes",
-           "has_report", "remove_report"]
+           "report_json", "has_report", "remove_report"]
 
 
 def _write_atomically(path: Path, report_json: str) -> Path:
@@ -62,13 +62,17 @@ def read_report_bytes(job_dir: Path, *, partial: bool = False) -> bytes:
     path = stored_partial_report(job_dir) if partial else stored_report(job_dir)
     if path is None:
         raise FileNotFoundError(Path(job_dir) / REPORT_FILE)
-    raw = path.read_bytes()
-    if path.name == LEGACY_REPORT_FILE:
+    return report_json(path.name, path.read_bytes(), where=str(path))
+
+
+def report_json(name: str, raw: bytes, *, where: str) -> bytes:
+    """The JSON of a stored report file ``name`` (compressed, the partial one too, or a plain one from before)."""
+    if name == LEGACY_REPORT_FILE:
         return raw
     try:
         return gzip.decompress(raw)
     except (EOFError, zlib.error) as e:  # truncated or damaged: callers treat an OSError as "no report"
-        raise OSError(f"the stored report {path} is damaged: {e}") from e
+        raise OSError(f"the stored report {where} is damaged: {e}") from e
 
 
 def has_report(job_dir: Path) -> bool:

@@ -7,12 +7,14 @@ held out); uploaded ``.npz`` files have one array per input with the samples on 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -34,6 +36,10 @@ class Samples:
     calibration: list[Feed]
     evaluation: list[Feed]
     info: SamplesInfo
+    # More held-out feeds after ``evaluation``, one at a time, for a figure that needs more samples than
+    # eval_samples (the per-tensor table's intervals): generated, the seed+1 stream goes on (its first
+    # eval_samples are ``evaluation``); uploaded, the file's held-out samples ``evaluation`` left.
+    more_evaluation: Callable[[], Iterator[Feed]] | None = None
 
 
 def _check_values_fit(name: str, iv, dtype: np.dtype) -> None:
@@ -137,10 +143,14 @@ def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]
             del ranges[name]
     gens = {s.name: _generator_for(s, options, ranges.get(s.name)) for s in specs}
 
-    def make(seed: int, count: int) -> list[Feed]:
+    def draws(seed: int) -> Iterator[Feed]:
         rng = np.random.default_rng(seed)
-        # np.asarray: a 0-d input (a sample rate, a flag) comes back from numpy as a scalar, which ORT refuses.
-        return [{s.name: np.asarray(gens[s.name][1](rng, shapes[s.name])) for s in specs} for _ in range(count)]
+        while True:
+            # np.asarray: a 0-d input (a sample rate, a flag) comes back from numpy as a scalar, which ORT refuses.
+            yield {s.name: np.asarray(gens[s.name][1](rng, shapes[s.name])) for s in specs}
+
+    def make(seed: int, count: int) -> list[Feed]:
+        return list(itertools.islice(draws(seed), count))
 
     info = SamplesInfo(
         source="generated",
@@ -152,7 +162,8 @@ def generated_samples(specs: list[InputSpec], shapes: dict[str, tuple[int, ...]]
         + [f"{name}: drawn in the range the model states ({gens[name][0]})" for name in ranges
            if name not in options.input_values],
     )
-    return Samples(make(options.seed, options.calibration_samples), make(options.seed + 1, options.eval_samples), info)
+    return Samples(make(options.seed, options.calibration_samples), make(options.seed + 1, options.eval_samples), info,
+                   more_evaluation=lambda: itertools.islice(draws(options.seed + 1), options.eval_samples, None))
 
 
 def check_calibration_keys(keys, specs: list[InputSpec]) -> None:
@@ -251,4 +262,13 @@ def samples_from_npz(
         source="uploaded", calibration_count=n_cal, eval_count=len(evaluation),
         generators={name: "uploaded" for name in names}, notes=notes, eval_held_out=n > n_cal,
     )
-    return Samples(feeds[:n_cal], evaluation, info)
+    # The held-out samples evaluation left, up to what the per-tensor table may use (views: the feeds
+    # above already keep the uploaded arrays alive).
+    first = n_cal + len(evaluation)
+    rest = {name: per_input[name][first: first + max(0, options.layers.max_samples - len(evaluation))]
+            for name in names} if n > first else {}
+    more = None
+    if rest:
+        def more() -> Iterator[Feed]:
+            return ({name: np.asarray(rest[name][i]) for name in names} for i in range(len(rest[names[0]])))
+    return Samples(feeds[:n_cal], evaluation, info, more_evaluation=more)

@@ -39,7 +39,7 @@ def _onnx_dtype_name(elem_type: int) -> str:
 # feeds (every path feeds ORT from numpy, quantize_static's calibration reader included). bfloat16,
 # float8, int4 have no numpy type ORT maps ("Numpy_type 256 can't be converted to MLDataType" for
 # ml_dtypes' bfloat16), complex none ORT loads; strings ORT takes, but samples are numbers (an .npz
-# of objects is refused, nothing generates text). Pinned by tests/pipeline/test_specs_and_samples.py.
+# of objects is refused, nothing generates text). Pinned by tests/pipeline/inputs/test_specs_and_samples.py.
 FEEDABLE_DTYPES = frozenset({"float32", "float16", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16",
                              "uint32", "uint64", "bool"})
 

@@ -1,8 +1,11 @@
-"""Float weights and quantization scales a file stores as NaN or inf.
+"""Float weights and quantization scales a file stores as NaN or inf, and NaN or inf the graph builds
+from its own constants.
 
 A quantizer that meets NaN or inf on the calibration samples (NonFiniteCalibration) cannot tell
-whether the samples drove the model there or the file stores it; the fix differs (other samples vs
-another export), so the job reads the weights once, only when a path failed that way.
+whether the samples drove the model there, the file stores it, or the graph computes it from
+constants and shapes alone (a fill value ``ConstantOfShape(value=NaN)`` that a ``Where`` selects);
+the fix differs (other samples, another export, leaving the reading op type out of quantization), so
+the job looks once, only when a path failed that way.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, op_key
+from service.pipeline.inputs.output_shapes import selection_origins
+from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SHAPE_READING_OPS, node_reads, op_key
 
 
 def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
@@ -61,6 +65,43 @@ def selected_by_where(model, tensor: str) -> tuple[list[str], list[str], bool] |
             todo.extend(i for i in producers[t].input if i)
     return ([n.name or "(unnamed)" for n in readers], sorted(found),
             all(list(n.input).index(tensor) == 1 for n in readers))
+
+
+def made_without_samples(model, tensor: str) -> list[str] | None:
+    """The nodes that compute ``tensor`` (main graph, in graph order, "<op> '<name>'") when no value of
+    any graph input reaches it: it is built from initializers, Constant nodes and the shapes of
+    tensors whose shape no selection moves, so every sample gives it the same value. None when a
+    graph input's values reach it (the samples decide it), when a node upstream draws random numbers
+    or reads a selection's shape, or when ``tensor`` is a graph input itself."""
+    graph = model.graph
+    producers = {o: n for n in graph.node for o in n.output if o}
+    inputs = {vi.name for vi in graph.input} - {t.name for t in graph.initializer}
+    if tensor in inputs:
+        return None
+    moving = selection_origins(graph)[0]  # tensors whose shape may move with the values
+    made, todo, seen = [], [tensor], set()
+    while todo:
+        t = todo.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in inputs:
+            return None
+        node = producers.get(t)
+        if node is None:
+            continue  # an initializer (or a Constant's tensor): the same value for every sample
+        if node.op_type in RANDOM_OPS:
+            return None
+        made.append(node)
+        # a Shape/Size reads its input's shape only: with the job's input shapes fixed, the same on every
+        # sample (unless a selection upstream makes the shape move)
+        if node.op_type in SHAPE_READING_OPS and (node.domain or "") in ("", "ai.onnx"):
+            if node.input and node.input[0] in moving:
+                return None  # the shape of a selection's rows: the samples decide it
+            continue
+        todo.extend(node_reads(node))
+    order = {id(n): i for i, n in enumerate(graph.node)}
+    return [f"{n.op_type} '{n.name or n.output[0]}'" for n in sorted(made, key=lambda n: order[id(n)])]
 
 
 def nonfinite_scales(graph) -> list[tuple[str, str]]:

@@ -67,11 +67,13 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
             "add an int8<->float round trip and no int8 kernel", "qdq_selector_action_transformer.cc (no selector "
             "registered for the op type)"),
     Blocker("not_in_xnnpack_config", "torchao's XNNPACK quantizer has no static pattern for this op: its STATIC_OPS "
-            "annotate linear (a constant weight), conv, a ConvTranspose only together with the Relu after it, "
+            "annotate linear (a constant weight), conv (1-D and 2-D; a 3-D conv only together with the Relu "
+            "after it), a ConvTranspose only together with the Relu after it, "
             "adaptive_avg_pool2d, add, mul, cat and GRU inputs/outputs",
             "nothing in PT2E's XNNPACK config quantizes it; the ORT paths do where quantize_static lists the op "
             "(a MatMul of two activations, a lone ConvTranspose, Sigmoid, Softmax, ...)",
-            "torchao/testing/pt2e/_xnnpack_quantizer.py: XNNPACKQuantizer.STATIC_OPS"),
+            "torchao/testing/pt2e/_xnnpack_quantizer.py: XNNPACKQuantizer.STATIC_OPS; _xnnpack_quantizer_utils.py: "
+            "_annotate_conv (conv1d, conv2d), _do_annotate_conv_relu (torchao/quantization/pt2e/utils.py _is_conv_node)"),
     Blocker("float_tail", "the upload's post-processing after a selection (NonMaxSuppression, NonZero, ...): "
             "quantcompare's PT2E path appends it in float as the upload wrote it, since torch.export has no form "
             "for an output whose shape depends on the values",
@@ -153,7 +155,7 @@ BLOCKERS: dict[str, Blocker] = {b.code: b for b in (
 # Op type -> ORT 1.32 CPU EP selector kind (qdq_selector_action_transformer.cc).
 # qdq_selector_action_transformer.cc registers {"MaxPool", {12, 22}} (onnxruntime PR 29201, issue 28770: it read
 # {12} before): the rule matches MaxPool-12 and MaxPool-22 only, so a MaxPool of opset 11 or below (no 8-bit
-# MaxPool in the ONNX schema before 12) keeps its Q/DQ (OP_VERSIONS, pinned in tests/pipeline/test_blockers.py).
+# MaxPool in the ONNX schema before 12) keeps its Q/DQ (OP_VERSIONS, pinned in tests/pipeline/inspect/test_blockers.py).
 RULE_KIND: dict[str, str] = {
     **{op: "drop" for op in QDQ_DROP}, **{op: "drop_no16" for op in QDQ_DROP_NO16},
     **{op: "drop_positive" for op in QDQ_DROP_POSITIVE}, **{op: "unary" for op in QDQ_UNARY},
@@ -213,7 +215,7 @@ def _scalar(v: _View, name: str):
 # qdq_selectors.cc, CheckConvBiasScale (onnxruntime PR 28229), per output channel i: the fusion is refused when
 # |b_scale[i] - x_scale * w_scale[i]| > 0.01f * |x_scale * w_scale[i]| + 1e-6f (the two constants read from the
 # function compiled into the installed 1.32.0 wheel; PR 28229 describes the 1% relative tolerance). The test
-# tests/pipeline/test_blockers.py::test_bias_scale_mismatch pins the edge on both sides of 1e-3.
+# tests/pipeline/inspect/test_blockers.py::test_bias_scale_mismatch pins the edge on both sides of 1e-3.
 BIAS_SCALE_RTOL, BIAS_SCALE_ATOL = 1e-2, 1e-6
 
 
@@ -503,7 +505,7 @@ XNNPACK_QUANTIZED_OPS = {"Conv", "ConvTranspose", "MatMul", "Gemm", "GlobalAvera
 
 def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
     """Why torchao's XNNPACK quantizer wrote no Q/DQ around ``n`` in a PT2E file, where its pattern
-    list decides it (pinned in tests/pipeline/test_blockers.py); None where it does not."""
+    list decides it (pinned in tests/pipeline/inspect/test_blockers.py); None where it does not."""
     data = [i for i in n.input if i and not v.is_const(i)]
     if base == "MatMul" and len(data) == 2:
         return "a matmul of two activations: XNNPACK annotates linear (a constant weight), not matmul/bmm"
@@ -511,6 +513,15 @@ def _not_in_xnnpack_config(v: _View, n, base: str) -> str | None:
         readers = sorted({r.op_type for o in n.output if o for r in v.readers(o)})
         return ("a ConvTranspose not followed by a Relu (read by " + (", ".join(readers) or "the graph output")
                 + "): XNNPACK's static config annotates conv_transpose_relu only")
+    weight = v.g.initializers.get(n.input[1]) if base == "Conv" and len(n.input) > 1 else None
+    if weight is not None and len(weight.dims) == 5:
+        # torchao/testing/pt2e/_xnnpack_quantizer_utils.py: _annotate_conv ("conv") matches aten.conv1d and
+        # aten.conv2d only; _do_annotate_conv_relu ("conv_relu") takes any conv torchao/quantization/pt2e/utils.py
+        # _is_conv_node knows, conv3d included, but only with a Relu as the conv's one reader.
+        readers = sorted({r.op_type for o in n.output if o for r in v.readers(o)})
+        return ("a 3-D convolution not followed by a Relu (read by " + (", ".join(readers) or "the graph output")
+                + "): XNNPACK's 'conv' pattern annotates conv1d and conv2d only; a conv3d is quantized only through "
+                "'conv_relu', with a Relu as its one reader")
     return None
 
 

@@ -1,35 +1,49 @@
 """What ORT's QOperator quantizer dropped from the file: an activation whose input another node reads.
 
-Read from the file as written (the inspect stage), where the quantized graph is at hand."""
+Read from the file as written (the inspect stage), where the quantized graph is at hand, against the file
+quantize_static read (``Quantized.ort_input``: pre-processed, its nodes are those ORT's quantizer saw)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
+
 from service.schemas.levels import Lint
-from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q
+from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q, node_reads
 
 
-def qoperator_dropped_relu_lints(fp32_model, qoperator_model) -> list[Lint]:
+def qoperator_dropped_relu_lints(read_model, qoperator_model) -> list[Lint]:
     """One lint when ORT's QOperator file lost a Relu/Clip whose input another node also reads.
 
     ``QLinearActivation.QuantizeClipRelu`` (onnxruntime/quantization/operators/activation.py) drops every Relu or
-    Clip after a quantized op and hands its output the input's quantized value, trusting the input's range to
-    start at the activation's; ``adjust_tensor_ranges`` (base_quantizer.py) narrows that range only when the
-    Relu or Clip is its input's only reader. With a second reader the file writes the activation's output as
-    ``DequantizeLinear`` of the input, negatives included (MatMul -> {Relu, Sigmoid}: the Relu's output -0.6 dB).
-    Found in the file itself: the fp32 activation's output tensor is written there by a DequantizeLinear.
+    Clip whose input is quantized (activations not symmetric) and hands its output the input's quantized value,
+    trusting the input's range to start at the activation's; ``adjust_tensor_ranges`` (base_quantizer.py) narrows
+    that range only when the Relu or Clip is its input's only reader. With a second reader the file carries the
+    input's full range where the activation's output was, negatives included. Found in the file itself, by the
+    activations of ``read_model`` (the file quantize_static read) that the QOperator file no longer runs:
+    - a float reader gets the output as ``DequantizeLinear`` of the input (MatMul -> {Relu, Sigmoid}: -0.6 dB);
+    - a quantized reader reads the input's quantized tensor, and the output's name is gone from the file (a
+      tf2onnx PReLU, ``Relu(h) + alpha * Relu(Neg(h))``: QLinearAdd reads ``h_quantized``, -1.7 dB).
+    Not where the input's quantized range starts at 0 anyway (its zero point is the type's lowest value).
     """
-    if qoperator_model is None:
+    if qoperator_model is None or read_model is None:
         return []
-    fp32 = fp32_model.graph
-    readers = Counter(i for n in fp32.node for i in n.input if i)
-    graph_outputs = {o.name for o in fp32.output}
-    written_by = {o: n for n in qoperator_model.graph.node for o in n.output if o}
-    lost = [n for n in fp32.node
+    read = read_model.graph
+    readers = Counter(i for n in read.node for i in node_reads(n))
+    graph_outputs = {o.name for o in read.output}
+    qop = qoperator_model.graph
+    written_by = {o: n for n in qop.node for o in n.output if o}
+    present = written_by.keys() | {i.name for i in qop.input} | {t.name for t in qop.initializer}
+
+    def dropped(n) -> bool:
+        out = n.output[0]
+        return (out not in present or getattr(written_by.get(out), "op_type", None) == "DequantizeLinear") \
+            and not _starts_at_lowest(qop, n.input[0])
+
+    lost = [n for n in read.node
             if n.op_type in ACTIVATIONS_ABSORBED_BY_Q and (n.domain or "") in ("", "ai.onnx") and n.input and n.output
-            and readers[n.input[0]] + (n.input[0] in graph_outputs) > 1
-            and getattr(written_by.get(n.output[0]), "op_type", None) == "DequantizeLinear"]
+            and readers[n.input[0]] + (n.input[0] in graph_outputs) > 1 and dropped(n)]
     if not lost:
         return []
     names = [n.name or n.output[0] for n in lost]
@@ -38,10 +52,23 @@ def qoperator_dropped_relu_lints(fp32_model, qoperator_model) -> list[Lint]:
     return [Lint(
         code="qoperator_dropped_activation", severity="error", artifact="ort_qoperator",
         message=(f"ORT's QOperator quantizer removed {shown}{more} although another node also reads that input: it "
-                 "kept the input's full range, so the file writes the activation's output as the dequantized input, "
-                 "negatives included, and its figures downstream measure that, not int8 rounding"),
+                 "kept the input's full range and hands the activation's readers the input's quantized value "
+                 "(a float reader its DequantizeLinear), negatives included, so the figures downstream measure that, "
+                 "not int8 rounding"),
         hint=(f"keep them in float with options.ort.nodes_to_exclude = {names[:8]}, or deploy the QDQ file "
               "(ort_qdq keeps the activation)"),
         source="onnxruntime/quantization/operators/activation.py (QLinearActivation.QuantizeClipRelu), "
                "base_quantizer.py (adjust_tensor_ranges: only for a Relu/Clip that is its input's only reader)",
     )]
+
+
+def _starts_at_lowest(graph, tensor: str) -> bool:
+    """The quantized value ORT wrote for ``tensor`` (``<tensor>_zero_point``, quant_utils.py's naming) has the
+    lowest value of its type as zero point: its range starts at 0, so nothing a Relu removes is in it."""
+    from onnx import numpy_helper
+
+    zp = next((t for t in graph.initializer if t.name == f"{tensor}_zero_point"), None)
+    if zp is None:
+        return False
+    value = numpy_helper.to_array(zp)
+    return value.size == 1 and value.dtype.kind in "iu" and int(value.reshape(-1)[0]) == np.iinfo(value.dtype).min

@@ -41,7 +41,7 @@ from service.schemas.levels import LevelDiff, Rewrite
 _TOKEN = re.compile(r"(_token_\d+)+$")
 # Level2 RewriteRules: the classes ReluQuantFusion / ClipQuantFusion (qdq_transformer/relu_quantizelinear.h,
 # clip_quantizelinear.h) register under these names, the ones optimization.disable_specified_optimizers and the
-# attribution in runtime/levels.py switch off (tests/pipeline/test_graph_diff.py pins each).
+# attribution in runtime/levels.py switch off (tests/pipeline/inspect/test_graph_diff.py pins each).
 RELU_QUANT, CLIP_QUANT = "ReluQuantRewrite", "ClipQuantRewrite"
 
 def _key(n: onnx.NodeProto) -> tuple:

@@ -16,7 +16,6 @@ from onnx import helper
 
 from service.pipeline.vocabulary import (
     BIASED_COMPUTE_OPS,
-    COMPUTE_OPS,
     CONVERTER_METADATA_PREFIX,
     DATA_MOVEMENT_OPS,
     INT8_KERNELS,
@@ -83,19 +82,16 @@ def op_histogram(graph: GraphIndex) -> dict[str, int]:
     return dict(Counter(op_key(n) for n in graph.nodes))
 
 
-def compute_op_count(graph: GraphIndex) -> int:
-    return sum(1 for n in graph.nodes if op_key(n) in COMPUTE_OPS)
-
-
 def ops_on_float(graph: GraphIndex) -> dict[str, int]:
-    """Non-Q/DQ compute ops whose first data input is float: what still runs in fp32."""
+    """Non-Q/DQ ops whose first activation input (whatever its position: ``MatMul(W, x)`` reads x
+    second) is float: what still runs in fp32. An op of constants only is left out."""
     c: Counter[str] = Counter()
     for n in graph.nodes:
         key = op_key(n)
         if key in QDQ_OPS or key in INT8_KERNELS or n.op_type in DATA_MOVEMENT_OPS:
             continue
-        first = next((i for i in n.input if i), None)
-        if first is not None and first not in graph.initializers and is_float(graph.dtypes.get(first)):
+        first = next((i for i in n.input if i and i not in graph.initializers), None)
+        if first is not None and is_float(graph.dtypes.get(first)):
             c[key] += 1
     return dict(c)
 

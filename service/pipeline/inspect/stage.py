@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import onnx
+
 from service.pipeline.context import StageContext
 from service.pipeline.files import OnnxFile
 from service.pipeline.fp32.stage import Fp32
@@ -69,7 +71,15 @@ def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, qu
     qoperator = loaded.get("ort_qoperator")
     return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded,
                      fixed_dims=_files_with_fixed_dims(source.specs, loaded),
-                     lints=qoperator_dropped_relu_lints(fp32.file.model, qoperator.model if qoperator else None))
+                     lints=qoperator_dropped_relu_lints(_quantizer_input(quantized, fp32) if qoperator else None,
+                                                        qoperator.model if qoperator else None))
+
+
+def _quantizer_input(quantized: Quantized, fp32: Fp32):
+    """The graph of the file quantize_static read (pre-processed: its nodes are the ones ORT's quantizer saw)."""
+    if quantized.ort_input is None or quantized.ort_input == fp32.file.path:
+        return fp32.file.model
+    return onnx.load(str(quantized.ort_input), load_external_data=False)
 
 
 def _inspect(path: Path, fp32_hist: dict[str, int]) -> tuple[OnnxFile, FileInfo, QuantizationInventory]:

@@ -7,6 +7,12 @@ graph) is exposed as a graph output, in the fp32 file and, at its aligned counte
 different graph). Figures accumulate sample by sample (sums of squares, maxima), so memory stays
 one sample's activations per file whatever the sample count.
 
+Each SQNR carries its 95% interval, a percentile bootstrap over the samples (``sqnr_db_ci``): two
+samples put 9 of op_zoo_net's 16 tensors more than 2 dB from a 64-sample figure. The sample count
+adapts: from ``min_samples`` on, the table runs more (the evaluation samples first, then more
+held-out ones) until every interval is at most ``TARGET_CI_DB`` wide, within ``max_samples`` and
+``max_seconds``.
+
 ``drop_db`` separates origins from victims: the SQNR of the tensor's worst input minus its own.
 An op that only passes error on has a drop near 0; an op where error appears has a large one.
 An exact input (identical to fp32, e.g. a graph input nobody quantizes) counts as ``CLEAN_DB``.
@@ -14,33 +20,40 @@ An exact input (identical to fp32, e.g. a graph input nobody quantizes) counts a
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable
 
 import numpy as np
 
-from service.pipeline.runtime.numerics import SQNR_FLOOR, finite_pairs, sqnr_from_sums
+from service.pipeline.layers.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.runtime.parallel_runs import runs_on_cores
-from service.pipeline.layers.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
-from service.schemas.layers import LayerCell, LayerOrigin, LayerRow, LayersReport
+from service.pipeline.runtime.numerics import (
+    BOOTSTRAP_RESAMPLES, SQNR_FLOOR, finite_pairs, sqnr_from_sums, sqnr_intervals_from_sums,
+)
+from service.schemas.layers import LayerCell, LayerOrigin, LayerRow, LayersReport, LayersSampling, WorstTensor
 
 # SQNR counted for an input that carries no error, when computing a drop (int8 rounding of a
 # well-scaled tensor is ~40 dB: a clean input is well above any quantized one).
 CLEAN_DB = 100.0
 ORIGIN_DROP_DB = 3.0  # a drop below this is inherited error, not an origin
 DISAGREE_DB = 3.0  # tools whose SQNR on one tensor differs by this much get an explanation
+TARGET_CI_DB = 2.0  # more samples until every sqnr_db_ci is at most this wide (within the budget)
 _FLOAT_KINDS = ("float32", "float16", "float64", "bfloat16")
 
 
 @dataclass(frozen=True)
 class LayersBudget:
     max_tensors: int = 2000  # rows; beyond this the earliest tensors in graph order are kept
-    max_samples: int = 8  # evaluation samples run through every file
+    min_samples: int = 8  # samples run before the intervals decide whether more are needed
+    max_samples: int = 1024  # most samples run through every file
     max_seconds: float = 300.0  # stop adding samples once this much time has passed (>= 1 sample)
 
 
@@ -48,7 +61,7 @@ def layers_from_files(
     *, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
     budget: LayersBudget = LayersBudget(), calibration: dict[str, str] | None = None,
     optimized_paths: dict[str, dict[str, Path]] | None = None, data_dependent: dict[str, str] | None = None,
-    cores: int = 1,
+    more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None, seed: int = 0, cores: int = 1,
 ) -> LayersReport:
     """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``.
 
@@ -56,6 +69,9 @@ def layers_from_files(
     thread (runtime/parallel_runs.py); their errors are then added up in file order, as on one core, so
     the table is the same whatever the count (each file's exposed tensors are held only while its group
     is added: ``cores`` files' activations at a time, not one).
+
+    ``eval_feeds`` run first; ``more_feeds`` (``Samples.more_evaluation``) gives more held-out feeds
+    when the intervals ask for more samples. ``seed`` seeds the bootstrap.
 
     ``optimized_paths``: artifact -> level -> the graph ORT saved at that level (the levels
     stage writes them). Each is run as written (``disable_all``) and every tensor that still
@@ -94,7 +110,8 @@ def layers_from_files(
                 runs[(name, level)] = (Path(opt_path), at_level)
     model = written = None  # an inline file's weights: not held while the sessions run
 
-    feeds = eval_feeds[: max(1, budget.max_samples)]
+    feeds = itertools.chain(eval_feeds, more_feeds() if more_feeds is not None else ())
+    plan = _SamplePlan(budget, t0, seed)
     acc: dict[tuple[str, str], _Acc] = {}
     level_acc: dict[tuple[str, str, str], _Acc] = {}
     left_out: dict[tuple[str, str], str] = {
@@ -110,10 +127,11 @@ def layers_from_files(
                 sessions[key] = _exposing(path, onnx.load(str(path), load_external_data=False),
                                           sorted({loc.tensor for loc in located.values()}))
                 sessions[key].__enter__()
-            for feed in feeds:
-                if samples and time.perf_counter() - t0 > budget.max_seconds:
-                    notes.append(f"time budget: {samples} of {len(feeds)} samples measured "
-                                 f"(options.layers.max_seconds={budget.max_seconds:g})")
+            while not plan.enough(samples, acc):
+                feed = next(feeds, None)
+                if feed is None:
+                    plan.stopped = (f"no more held-out samples (all {samples} run)" if more_feeds is not None
+                                    else f"every sample given run ({samples})")
                     break
                 # The previous sample's tensors are dropped before this run, and each file's before the
                 # next file runs: a name still bound while a run allocates keeps a whole network's
@@ -141,8 +159,32 @@ def layers_from_files(
     by_level: dict[tuple[str, str], dict[str, float | None]] = {}
     for (name, level, t), a in level_acc.items():
         by_level.setdefault((name, t), {})[level] = a.cell().sqnr_db
-    return _report(t0, ref, float_tensors, alignments, acc, left_out, quantized, calibration, by_level, samples,
-                   truncated, notes)
+    intervals = _intervals(acc, samples, seed)
+    rows = _rows(ref, float_tensors or [], alignments, acc, left_out, list(quantized), calibration or {}, by_level,
+                 intervals)
+    origins = _origins(rows, list(quantized))
+    worst = {a: w for a in quantized if (w := _worst(rows, a)) is not None}
+    full = [r for r in rows if all(a in r.artifacts for a in quantized)]
+    widths = [_width(ci) for ci in intervals.values()]
+    if samples < budget.min_samples and samples > 1:
+        notes.append(f"only {samples} samples: a bootstrap of so few understates the spread, so the intervals "
+                     "may be narrower than the truth (more evaluation samples, or an upload with more held out)")
+    return LayersReport(
+        samples=samples,
+        method=("each file run once per evaluation sample at disable_all with the aligned tensors exposed as "
+                "graph outputs; integer tensors dequantized with the file's own scale and zero point; SQNR = "
+                "10*log10(sum fp32^2 / sum (fp32 - file)^2) over all samples"),
+        rows=rows, worst={a: w.tensor for a, w in worst.items()}, worst_detail=worst, origins=origins,
+        sampling=LayersSampling(
+            interval=(f"95% percentile bootstrap over the {samples} samples ({BOOTSTRAP_RESAMPLES} resamples of "
+                      f"whole samples with replacement, seed {seed}): the SQNR of each resample's sums, the 2.5th "
+                      "and 97.5th of them"),
+            target_width_db=TARGET_CI_DB,
+            widest_db=max((round(w, 3) for w in widths if math.isfinite(w)), default=None),
+            over_target=sum(w > TARGET_CI_DB for w in widths), stopped=plan.stopped or "no sample ran"),
+        aligned_all_share=round(len(full) / len(rows), 4) if rows and quantized else 0.0,
+        truncated=truncated, notes=notes, seconds=round(time.perf_counter() - t0, 4),
+    )
 
 
 def _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, level_acc) -> None:
@@ -167,26 +209,84 @@ def _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, 
             level_acc.setdefault((name, level, t), _Acc()).add(refs[t], value, loc)
 
 
-def _report(t0, ref, float_tensors, alignments, acc, left_out, quantized, calibration, by_level, samples,
-            truncated, notes) -> LayersReport:
-    rows = _rows(ref, float_tensors or [], alignments, acc, left_out, list(quantized), calibration or {}, by_level)
-    origins = _origins(rows, list(quantized))
-    worst = {}
-    for a in quantized:
-        scored = [(r.artifacts[a].sqnr_db, r.tensor) for r in rows if a in r.artifacts
-                  and r.artifacts[a].sqnr_db is not None and not r.artifacts[a].zero_reference]
-        if scored:
-            worst[a] = min(scored)[1]
-    full = [r for r in rows if all(a in r.artifacts for a in quantized)]
-    return LayersReport(
-        samples=samples,
-        method=("each file run once per evaluation sample at disable_all with the aligned tensors exposed as "
-                "graph outputs; integer tensors dequantized with the file's own scale and zero point; SQNR = "
-                "10*log10(sum fp32^2 / sum (fp32 - file)^2) over all samples"),
-        rows=rows, worst=worst, origins=origins,
-        aligned_all_share=round(len(full) / len(rows), 4) if rows and quantized else 0.0,
-        truncated=truncated, notes=notes, seconds=round(time.perf_counter() - t0, 4),
-    )
+class _SamplePlan:
+    """When the table has run enough samples: every interval at most TARGET_CI_DB wide, or the budget's
+    samples or seconds spent. From ``min_samples`` on, each check projects the samples the widest
+    interval needs (its width falls as 1/sqrt(samples)) and runs up to there, as far as the seconds
+    left allow at the pace so far, before it checks again."""
+
+    def __init__(self, budget: LayersBudget, t0: float, seed: int):
+        self.budget, self.t0, self.seed = budget, t0, seed
+        self.target = max(1, min(budget.min_samples, budget.max_samples))
+        self.stopped: str | None = None
+        self._first: float | None = None  # when the first sample started
+
+    def enough(self, samples: int, acc: dict) -> bool:
+        b, now = self.budget, time.perf_counter()
+        if self._first is None:
+            self._first = now
+        if samples >= b.max_samples:
+            self.stopped = f"options.layers.max_samples ({b.max_samples}) reached"
+        elif samples and now - self.t0 > b.max_seconds:
+            self.stopped = f"the time budget (options.layers.max_seconds={b.max_seconds:g}) spent"
+        elif samples >= self.target:
+            widths = [_width(ci) for ci in _intervals(acc, samples, self.seed).values()]
+            widest = max(widths, default=0.0)
+            if widest <= TARGET_CI_DB:
+                self.stopped = f"every interval at most {TARGET_CI_DB:g} dB wide"
+                return True
+            pace = (now - self._first) / samples
+            affordable = samples + int((b.max_seconds - (now - self.t0)) / pace) if pace > 0 else b.max_samples
+            need = samples * (widest / TARGET_CI_DB) ** 2 if math.isfinite(widest) else b.max_samples
+            self.target = min(b.max_samples, affordable, max(samples + max(1, samples // 4), math.ceil(need)))
+            if self.target <= samples:
+                self.stopped = (f"the time budget (options.layers.max_seconds={b.max_seconds:g}) fits no more "
+                                f"at {pace:.2g} s per sample")
+        return self.stopped is not None
+
+
+def _intervals(acc: dict, samples: int, seed: int) -> dict[tuple[str, str], tuple[float, float]]:
+    """(artifact, tensor) -> the 95% bootstrap interval of its SQNR, for every cell with a finite SQNR
+    measured on all ``samples`` (2 at least)."""
+    keys = [k for k, a in acc.items() if samples >= 2 and len(a.signal) == samples and a.err2 > 0
+            and not a.nonfinite and not a.zero_reference]
+    if not keys:
+        return {}
+    lows, highs = sqnr_intervals_from_sums(np.stack([np.frombuffer(acc[k].signal) for k in keys], axis=1),
+                                           np.stack([np.frombuffer(acc[k].noise) for k in keys], axis=1), seed=seed)
+    return {k: (float(lo), float(hi)) for k, lo, hi in zip(keys, lows, highs)}
+
+
+def _width(ci: tuple[float, float]) -> float:
+    return ci[1] - ci[0]
+
+
+def _ci_field(ci: tuple[float, float] | None) -> list[float | None] | None:
+    return None if ci is None else [round(ci[0], 3), round(ci[1], 3) if math.isfinite(ci[1]) else None]
+
+
+def _worst(rows: list[LayerRow], artifact: str) -> WorstTensor | None:
+    """The tensor with the lowest SQNR, its interval, and the tensors whose intervals overlap it: with
+    other samples one of those may rank lowest, so the ranking is not settled."""
+    cells = [(r.artifacts[artifact], r.tensor) for r in rows if artifact in r.artifacts
+             and r.artifacts[artifact].sqnr_db is not None and not r.artifacts[artifact].zero_reference]
+    if not cells:
+        return None
+    cell, tensor = min(cells, key=lambda ct: ct[0].sqnr_db)
+    ci = cell.sqnr_db_ci
+    text = f"{cell.sqnr_db:.1f} dB"
+    if ci is None:
+        return WorstTensor(tensor=tensor, sqnr_db=cell.sqnr_db, summary=text + " (no interval: fewer than 2 samples)")
+    high = math.inf if ci[1] is None else ci[1]
+    overlapping = [t for c, t in sorted(cells, key=lambda ct: ct[0].sqnr_db) if t != tensor
+                   and (c.sqnr_db_ci[0] if c.sqnr_db_ci else c.sqnr_db) <= high][:10]
+    text += f" (95% interval {ci[0]:.1f} to {'exact' if ci[1] is None else f'{ci[1]:.1f} dB'})"
+    if overlapping:
+        text += (f"; ranking not settled: the interval{'s' if len(overlapping) > 1 else ''} of "
+                 f"{', '.join(overlapping[:3])}{f' and {len(overlapping) - 3} more' if len(overlapping) > 3 else ''} "
+                 "overlap it")
+    return WorstTensor(tensor=tensor, sqnr_db=cell.sqnr_db, sqnr_db_ci=ci, settled=not overlapping,
+                       overlapping=overlapping, summary=text)
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,6 +386,8 @@ class _Acc:
         self.max_abs = 0.0
         self.n = self.clipped = self.nonfinite = 0
         self.loc: Located | None = None
+        self.signal = array("d")  # ref2 and err2 of each sample: what the bootstrap resamples
+        self.noise = array("d")
 
     def add(self, ref: _Ref, got: np.ndarray, loc: Located) -> None:
         g = np.asarray(got).ravel()
@@ -303,6 +405,8 @@ class _Acc:
             sums = (_dot(r, r), _dot(e, e), _dot(r, a), _dot(a, a))
         self.ref2 += sums[0]
         self.err2 += sums[1]
+        self.signal.append(sums[0])
+        self.noise.append(sums[1])
         self.dot += sums[2]
         self.act2 += sums[3]
         if e.size:
@@ -318,10 +422,10 @@ class _Acc:
         has a Relu that is 0 on generated images; its -200 dB led the table and its origins)."""
         return self.ref2 == 0.0 and self.err2 > 0.0 and not self.nonfinite
 
-    def cell(self, drop_db: float | None = None) -> LayerCell:
+    def cell(self, drop_db: float | None = None, ci: tuple[float, float] | None = None) -> LayerCell:
         loc = self.loc
         return LayerCell(zero_reference=self.zero_reference,
-            sqnr_db=SQNR_FLOOR if self.nonfinite else sqnr_from_sums(self.ref2, self.err2),
+            sqnr_db=SQNR_FLOOR if self.nonfinite else sqnr_from_sums(self.ref2, self.err2), sqnr_db_ci=_ci_field(ci),
             cosine=0.0 if self.nonfinite else _cos(self.dot, self.ref2, self.act2),
             max_abs_error=self.max_abs, nonfinite=self.nonfinite,
             max_abs_error_lsb=self.max_abs / loc.scale if loc.scale else None,
@@ -382,7 +486,7 @@ def _cos(dot: float, a2: float, b2: float) -> float:
 
 
 def _rows(ref: GraphView, tensors: list[str], alignments, acc, left_out, artifacts, calibration,
-          by_level) -> list[LayerRow]:
+          by_level, intervals) -> list[LayerRow]:
     depth = _depths(ref)
     # A tensor fp32 holds as all zeros has no SQNR to inherit: what reads it looks through it to its inputs.
     sqnr = {k: a.cell().sqnr_db for k, a in acc.items() if not a.zero_reference}
@@ -398,7 +502,7 @@ def _rows(ref: GraphView, tensors: list[str], alignments, acc, left_out, artifac
                 own = sqnr.get((a, t))
                 drop = None if inherited is None or acc[(a, t)].zero_reference else \
                     round(inherited - (CLEAN_DB if own is None else own), 3)
-                cells[a] = acc[(a, t)].cell(drop)
+                cells[a] = acc[(a, t)].cell(drop, intervals.get((a, t)))
                 if (a, t) in by_level:
                     cells[a] = cells[a].model_copy(update={"by_level": by_level[(a, t)]})
             else:

@@ -56,7 +56,8 @@ def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, qua
             fp32_model=fp32.file.model,
             optimized_paths={a: {lv: ctx.folders.artifacts / f"{a}.{lv}.onnx" for lv in options.levels}
                              for a in inspected.paths},
-            data_dependent=fp32.after_selection.moving, cores=ctx.cores,
+            data_dependent=fp32.after_selection.moving, more_feeds=prepared.samples.more_evaluation,
+            cores=ctx.cores,
         )
         return report, (round(time.perf_counter() - t0, 4) if report is not None else 0.0)
 
@@ -77,9 +78,12 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
                           source=None, shapes=None, calibration=None, input_names=None, ort_input: Path | None = None,
                           ort_settings: dict | None = None, fp32_model=None,
                           optimized_paths: dict[str, dict[str, Path]] | None = None,
-                          data_dependent: dict[str, str] | None = None, cores: int = 1) -> LayersReport | None:
+                          data_dependent: dict[str, str] | None = None, more_feeds=None,
+                          cores: int = 1) -> LayersReport | None:
     """``paths``: fp32 + every quantized artifact whose path is ok. ``tools``: artifact -> ToolInfo
-    (its ``calibration`` sentence explains differing steps). The rest is only read by the retry."""
+    (its ``calibration`` sentence explains differing steps). ``more_feeds``: ``Samples.more_evaluation``,
+    the held-out feeds past ``eval_feeds`` the table runs when its intervals ask for more samples.
+    The rest is only read by the retry."""
     opts = options.layers
     quantized = {a: p for a, p in paths.items() if a != "fp32"}
     if not opts.enabled or not quantized or "fp32" not in paths:
@@ -88,10 +92,11 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
     try:
         report = layers_from_files(
             fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds,
-            budget=LayersBudget(max_tensors=opts.max_tensors, max_samples=opts.max_samples, max_seconds=opts.max_seconds),
+            budget=LayersBudget(max_tensors=opts.max_tensors, min_samples=opts.min_samples,
+                                max_samples=opts.max_samples, max_seconds=opts.max_seconds),
             calibration={a: getattr(t, "calibration", None) or "" for a, t in tools.items()},
             optimized_paths=optimized_paths if layers_by_level(options) else None, data_dependent=data_dependent,
-            cores=cores,
+            more_feeds=more_feeds, seed=options.seed, cores=cores,
         )
     except Exception as e:  # noqa: BLE001 - extra evidence; the comparison stands without it
         log.warning("layers failed: %r", e, exc_info=True)

@@ -194,7 +194,7 @@ def run_within(session, feed: dict, seconds: float | None, output_names: list[st
     each step of the plan it runs (sequential_executor.cc ``RunSince``: "Exiting due to terminate flag being set
     to true"), and a Loop hands the same flag to every iteration's ``utils::ExecuteSubgraph`` (controlflow/
     loop.cc), so a run inside a 10^12-trip Loop stops within one body node of the deadline. A Loop whose body
-    holds no node is never checked (pinned in tests/pipeline/test_run_deadline.py): the safety check refuses
+    holds no node is never checked (pinned in tests/pipeline/fp32/test_run_deadline.py): the safety check refuses
     one whose trip count is not a constant (onnx_checks). One long kernel is not interrupted either; the
     activation budget bounds what one kernel can be given.
     """

@@ -4,7 +4,7 @@ On the CPU EP, ORT runs a float16 node that has no float16 kernel (Conv, Gemm, m
 Casts to and from float (``InsertCastTransformer``, onnxruntime/core/optimizer/insert_cast_transformer.cc,
 nodes named ``InsertedPrecisionFreeCast_<tensor>``), and a Cast between a DequantizeLinear and its
 op breaks the QDQ node unit: a quantized float16 graph runs no int8 kernel there (both pinned in
-tests/pipeline/test_float16_uploads.py). The toolchains also break on one: torch.onnx.export wrote
+tests/pipeline/inputs/test_float16_uploads.py). The toolchains also break on one: torch.onnx.export wrote
 a float16 ``QuantizeLinear`` with a float32 scale, ORT's quantizer float16 scales that
 DequantizeLinear takes only from opset 19, or, after quant_pre_process had put every weight behind
 such a Cast, found no bias initializer. So PT2E and both ORT paths quantize this copy: the graph

@@ -28,7 +28,7 @@ from typing import Any
 from service.pipeline.files import has_external_initializers, inline_small_external_tensors
 from service.pipeline.isolation import first_line
 
-__all__ = ["calibrated_with_weights_on_disk"]
+__all__ = ["calibrated_with_weights_on_disk", "default_op_types", "tensors_without_finite_range"]
 
 # quantize_static's extra_options -> create_calibrator's (onnxruntime/quantization/quantize.py,
 # ``calib_extra_options_keys`` in ORT 1.32).
@@ -41,6 +41,14 @@ _CALIBRATOR_OPTIONS = {
 }
 _LOADER_LOCK = threading.Lock()
 log = logging.getLogger(__name__)
+
+
+def default_op_types() -> list[str]:
+    """quantize_static's op_types_to_quantize when none is given (quantize.py: the union of QLinearOpsRegistry
+    and QDQRegistry, whatever the format), which its calibrator measures too."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return sorted(set(QLinearOpsRegistry) | set(QDQRegistry))
 
 
 def calibrated_with_weights_on_disk(model_path: Path, reader, cache_path: Path, *, calibrate_method,
@@ -71,7 +79,6 @@ def _ranges_to_cache(model_path: Path, reader, cache_path: Path, *, calibrate_me
     import onnx
     from onnxruntime.quantization.calibrate import TensorsData, create_calibrator, save_tensors_data
     from onnxruntime.quantization.quant_utils import update_opset_version
-    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
 
     if extra_options.get("SmoothQuant") or extra_options.get("CalibStridedMinMax"):
         return False
@@ -83,7 +90,7 @@ def _ranges_to_cache(model_path: Path, reader, cache_path: Path, *, calibrate_me
                             block_size=extra_options.get("BlockSize", 0)) is not graph:
         return False  # quantize_static would calibrate an opset-converted copy
     del graph
-    op_types = op_types or sorted(set(QLinearOpsRegistry) | set(QDQRegistry))  # quantize_static's default
+    op_types = op_types or default_op_types()
     calibrator_options = {v: extra_options[k] for k, v in _CALIBRATOR_OPTIONS.items() if k in extra_options}
     # Beside the model, so the augmented graph's external-data references resolve to the same file.
     augmented = model_path.with_name(f".{model_path.stem}.augmented.onnx")

@@ -11,7 +11,7 @@ Why each step, in ORT's own code:
   Paddle2ONNX writes for every weight) is ``None`` there, and ``tensor_proto_to_array(None)`` raises
   ``AttributeError: 'NoneType' object has no attribute 'data_type'``. ORT itself turns ``Constant``
   nodes into initializers when it loads a graph (``Graph::Graph`` in ``onnxruntime/core/graph/graph.cc``;
-  pinned by ``tests/pipeline/test_ort_fixups.py``), so the rewrite changes nothing ORT runs.
+  pinned by ``tests/pipeline/quantize/test_ort_fixups.py``), so the rewrite changes nothing ORT runs.
 * **Outer-scope reads go through an Identity.** In QOperator format a quantized op's output is
   renamed (``QLinearMatMul`` writes ``<name>_quantized``); float consumers get a DequantizeLinear
   from ``QuantOperatorBase.quantize`` (``operators/base_operator.py``), which looks only at a node's
@@ -39,7 +39,7 @@ Why each step, in ORT's own code:
   to what the opsets need (at least 4).
 * **Each reader of a shared bias gets its own copy.** A Conv's int32 bias has the scale input scale x
   weight scale, so two Convs that read one bias initializer need two quantized biases, and ORT's
-  quantizers write one per name (pinned by ``tests/pipeline/test_shared_bias.py``):
+  quantizers write one per name (pinned by ``tests/pipeline/quantize/test_shared_bias.py``):
   - QOperator: ``ONNXQuantizer.quantize_bias_static`` (``onnx_quantizer.py``) returns the bias
     already in ``quantized_value_map``, so every QLinearConv reads the int32 bias quantized with the
     first reader's scale and adds a wrong bias (two Convs: 10 dB where QDQ reaches 39 dB).

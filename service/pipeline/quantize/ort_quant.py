@@ -14,8 +14,9 @@ from service.pipeline.files import has_external_initializers, inline_small_exter
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.stored_nonfinite import nonfinite_scales
 from service.pipeline.isolation import NONFINITE_HINT, first_line, scrub
-from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk
+from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk, default_op_types
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
+from service.pipeline.quantize.ort_nonfinite import constant_nonfinite, retry_cache
 from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
 from service.pipeline.ort.sessions import ort_refusal, session_options_for, session_with_options
 from service.pipeline.vocabulary import ai_onnx_opset, all_nodes, graph_from_path
@@ -227,7 +228,7 @@ def quantized_by_ort(
     tensors (the union of ORT's QDQ and QOperator op lists) on the same samples, so the ranges
     are identical and the calibration inference runs once per job instead of twice."""
     import onnxruntime
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
 
     reader = type("Reader", (_FeedReader, CalibrationDataReader), {})(calibration, input_names)
     qtypes = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
@@ -247,31 +248,33 @@ def quantized_by_ort(
     notes = [pre_process_note] if pre_process_note else []
     if settings["calibrate_method"] == "entropy":
         notes.append(ENTROPY_NOTE)
-    if calibration_cache is not None:
-        kwargs["calibration_cache_path"] = str(calibration_cache)
     install_minmax_augment_shortcut()  # ORT's MinMax calibrator, same augmented graph, in linear time
     install_quantizer_shortcuts()  # quantize_static's per-tensor graph scans, same file, fewer Python steps
-    if calibration_cache is not None and not calibration_cache.is_file():
-        note = calibrated_with_weights_on_disk(
-            Path(model_path), reader, calibration_cache, calibrate_method=kwargs["calibrate_method"],
-            activation_type=kwargs["activation_type"], weight_type=kwargs["weight_type"],
-            op_types=kwargs.get("op_types_to_quantize"), extra_options=kwargs["extra_options"])
-        if note:
-            notes.append(note)
-        reader.rewind()
+    shown = {k: v for k, v in settings.items() if k != "pre_process"}
     try:
-        quantize_static(str(model_path), str(out_path), reader, **kwargs)
-    except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
-        raise failure_from_ort_quantizer(e, quant_format, Path(model_path), calibration_cache) from e
-    _ort_loads(out_path, quant_format)
-    _refuse_nonfinite_scales(out_path, quant_format, Path(model_path))
+        _calibrated_and_quantized(Path(model_path), out_path, reader, kwargs, quant_format, calibration_cache, notes)
+    except NonFiniteCalibration as e:
+        op_types = kwargs.get("op_types_to_quantize") or default_op_types()
+        found = constant_nonfinite(Path(model_path), calibration_cache, op_types)
+        if found is None:
+            raise
+        if not found.retry:
+            raise found.error(e, quant_format, retried=False) from e
+        kwargs["op_types_to_quantize"] = found.remaining
+        reader.rewind()
+        try:
+            _calibrated_and_quantized(Path(model_path), out_path, reader, kwargs, quant_format,
+                                      retry_cache(calibration_cache, found.left_out), notes)
+        except NonFiniteCalibration as again:
+            raise found.error(again, quant_format, retried=True) from again
+        notes.append(found.note())
+        shown["op_types_to_quantize"] = found.remaining
     unknown = _unknown_excluded(settings.get("nodes_to_exclude"), Path(model_path))
     if unknown:  # quantize_static ignores them without a word: a misspelt name would keep nothing in float
         notes.append(f"options.ort.nodes_to_exclude names {len(unknown)} node(s) the file quantize_static read does "
                      f"not have, so they excluded nothing: {', '.join(repr(n) for n in unknown[:_NAMED])}"
                      f"{' ...' if len(unknown) > _NAMED else ''} (check the spelling against the node names of "
                      "artifacts/fp32.onnx)")
-    shown = {k: v for k, v in settings.items() if k != "pre_process"}
     shown["quant_format"] = "QDQ" if quant_format == "qdq" else "QOperator"
     return ToolInfo(
         name=f"onnxruntime.quantization.quantize_static ({shown['quant_format']})",
@@ -280,6 +283,31 @@ def quantized_by_ort(
         calibration=f"{_CALIBRATION_NAMES[settings['calibrate_method']]} calibrator over {len(calibration)} samples",
         notes=notes,
     )
+
+
+def _calibrated_and_quantized(model_path: Path, out_path: Path, reader, kwargs: dict, quant_format: str,
+                              calibration_cache: Path | None, notes: list[str]) -> None:
+    """quantize_static into ``out_path``, its ranges through ``calibration_cache`` (written here first when
+    the weights stay on disk), the file it wrote checked: ORT loads it, and no scale is inf or NaN."""
+    from onnxruntime.quantization import quantize_static
+
+    kwargs = dict(kwargs)
+    if calibration_cache is not None:
+        kwargs["calibration_cache_path"] = str(calibration_cache)
+    if calibration_cache is not None and not calibration_cache.is_file():
+        note = calibrated_with_weights_on_disk(
+            model_path, reader, calibration_cache, calibrate_method=kwargs["calibrate_method"],
+            activation_type=kwargs["activation_type"], weight_type=kwargs["weight_type"],
+            op_types=kwargs.get("op_types_to_quantize"), extra_options=kwargs["extra_options"])
+        if note and note not in notes:
+            notes.append(note)
+        reader.rewind()
+    try:
+        quantize_static(str(model_path), str(out_path), reader, **kwargs)
+    except Exception as e:  # noqa: BLE001 - name ORT's function and the model trait, not just a traceback
+        raise failure_from_ort_quantizer(e, quant_format, model_path, calibration_cache) from e
+    _ort_loads(out_path, quant_format)
+    _refuse_nonfinite_scales(out_path, quant_format, model_path)
 
 
 def _unknown_excluded(names: list[str] | None, model_path: Path) -> list[str]:

@@ -82,6 +82,13 @@ def qdq_from_pt2e(
     except Exception as e:  # noqa: BLE001
         if conversion is None:
             raise
+        # A module that carries a NonZero's count whole (onnx_torch/data_sizes.py) that PT2E or the re-export
+        # then refuses still has the cut before its selections, as when the converter refused the NonZero.
+        split = selection_split(source.onnx_model, shapes) if source.onnx_path else None
+        if split is not None:
+            return _prefix_then_tail(split, source, shapes, calibration, out_path, per_channel=per_channel,
+                                     evaluation=evaluation, skip_modules=skip_modules, skip_onnx_nodes=skip_onnx_nodes,
+                                     max_graph_ops=max_graph_ops)
         # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
         raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
                                 hint=matched_hint("pt2e_qdq", e) or PT2_HINT, conversion=conversion) from e

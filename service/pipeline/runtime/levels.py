@@ -31,13 +31,11 @@ from typing import Callable
 
 import numpy as np
 
-from service.pipeline.environment import cpu_info
 from service.pipeline.inspect.blockers import reasons_by_op, rows_index, unfused_nodes
 from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import (
     FlooredWeight,
     bias_state,
-    compute_op_count,
     layout_info,
     node_summaries,
     op_histogram,
@@ -48,6 +46,7 @@ from service.pipeline.inspect.graph_summary import (
     weight_quant_params,
 )
 from service.pipeline.isolation import scrub
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LatencyProtocol,
@@ -60,6 +59,7 @@ from service.pipeline.runtime.level_graphs import (
     self_contained_from_level_graph,
     session_and_level_graph,
 )
+from service.pipeline.runtime.output_kinds import outputs_after_random_draws
 from service.pipeline.runtime.numerics import (
     compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
 )
@@ -68,19 +68,19 @@ from service.pipeline.runtime.parallel_runs import runs_on_cores
 from service.pipeline.sections import ACCURACY, AGREEMENT, LATENCY, LEVEL_GRAPHS
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
-    INT8_COMPUTE_KERNELS,
     INT8_KERNELS,
     RANDOM_OPS,
     GraphIndex,
     all_nodes,
     float_tail_nodes,
     graph_from_path,
+    int8_coverage,
     op_key,
 )
 from service.schemas.levels import AgreementRow, OptimizedLevel
 from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions, measures_accuracy, timed_levels
 
-__all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph"]
+__all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph", "level_structure"]
 
 
 @dataclass(frozen=True)
@@ -202,18 +202,20 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     graphs_dir = out_dir / "_level_graphs"
     timings = {"optimize": 0.0, "evaluate": 0.0, "latency": 0.0}
     notify = progress or (lambda stage, done, total: None)
-    # ORT's QDQIsInt8Allowed(): true on arm64, false elsewhere (then QDQS8ToU8Transformer runs).
-    int8_allowed = cpu_info().arch in ("aarch64", "arm64", "ARM64")
+    # ORT's QDQIsInt8Allowed() on this machine (platforms/targets.py)
+    int8_allowed = host_platform().int8_allowed
 
     t0 = time.perf_counter()
     by_name: dict[str, _Graphs] = {}
     fp32_compute = 0
+    drawn: dict[int, str] = {}  # output position -> the unseeded random op it depends on (fp32's file): not measured
     for i, name in enumerate(names):
         # Lazily: a file's external weights stay on disk until a summary reads one tensor.
         path = Path(artifact_paths[name])
         file_graph = loaded.pop(name, None) or graph_from_path(path, lazy=True)
         if name == "fp32":
-            fp32_compute = compute_op_count(file_graph)
+            fp32_compute = int8_coverage(file_graph).float_count
+            drawn = outputs_after_random_draws(file_graph.model)
         by_name[name] = _level_graphs(name, path, file_graph, levels, options, out_dir=out_dir, graphs_dir=graphs_dir,
                                       fp32_compute=fp32_compute, int8_allowed=int8_allowed, timed=timed,
                                       keep_level_graphs=keep_level_graphs,
@@ -265,7 +267,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                                          if lv in g.outputs), None)
                         numerics = level_numerics(reference, reference_names, outputs, g.output_names, steps=g.steps,
                                                   previous=previous, samples=len(eval_feeds),
-                                                  data_dependent=dict(data_dependent or {}))
+                                                  data_dependent=dict(data_dependent or {}), drawn=drawn)
                 except _SameGraphFailed as e:
                     error = e.error
                 except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
@@ -281,7 +283,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
         agreement = agreement_rows({n: g.outputs for n, g in by_name.items()},
                                    {n: g.output_names for n, g in by_name.items() if g.output_names},
                                    {n: g.steps for n, g in by_name.items()}, levels,
-                                   skip=set(data_dependent or {}))
+                                   skip=set(data_dependent or {}) | set(drawn))
         timings["evaluate"] += time.perf_counter() - t1
         if on_section:
             on_section(AGREEMENT, result(agreement, reference=reference))
@@ -380,23 +382,11 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[st
         diff = diff_graphs(prev_graph, graph, previous=prev_level)
         if options.attribution and diff.rewrites and level != "disable_all":
             diff = _attribute(diff, path, level, prev_graph, threads)
-        hist = op_histogram(graph)
-        kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
-        nodes = node_summaries(graph)
-        act = Counter(n.activation_dtype or "unknown" for n in nodes
-                      if op_key(n) in INT8_KERNELS)
-        int8_compute = sum(v for k, v in kernels.items() if k in INT8_COMPUTE_KERNELS)
-        float_compute = {k: v for k, v in ops_on_float(graph).items() if k in COMPUTE_OPS}
-        # Over this graph's own compute: PT2E unrolls an LSTM into a dozen Gemms, and fp32's one LSTM
-        # as the denominator made 3 int8 Gemms of 13 read as coverage 1.0.
-        float_count = sum(float_compute.values())
-        coverage = int8_compute / (int8_compute + float_count) if fp32_compute and int8_compute + float_count else (
-            0.0 if fp32_compute else None)
-        unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows,
-                                pt2e=name == "pt2e_qdq", float_tail=float_tail)
+        structure = level_structure(graph, name=name, level=level, facts=facts, fp32_compute=fp32_compute,
+                                    int8_allowed=int8_allowed, extended_rows=extended_rows, float_tail=float_tail)
         if level == "extended":
-            extended_rows = rows_index(unfused, graph)
-        ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
+            extended_rows = structure.pop("extended_rows")
+        structure.pop("extended_rows", None)
         # ORT often writes the very same graph at another level (``all`` == ``layout`` here for
         # every example): the same graph gives the same outputs and the same speed, so it is
         # neither run nor timed again (the level says which level it equals).
@@ -407,15 +397,8 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[st
             self_contained_from_level_graph(lg, out_file)
         shutil.rmtree(lg.folder, ignore_errors=True)  # the weights: a download makes them again
         per_level[level] = OptimizedLevel(
-            level=level, level_value=LEVEL_VALUES[level], file=out_file.name,
-            op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
-            quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
-            int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
-            compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
-            ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
-            unfused=[] if name == "fp32" else unfused,
-            bias=bias_state(graph),
-            layout=layout_info(graph, facts.transposes), diff=diff, not_measured=not_measured,
+            level=level, level_value=LEVEL_VALUES[level], file=out_file.name, **structure,
+            diff=diff, not_measured=not_measured,
             session_seconds=session_seconds, same_graph_as=same_as,
             graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
             weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
@@ -425,6 +408,35 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[st
         step(k + 1)
     return _Graphs(name=name, path=path, per_level=per_level, facts=facts, steps=steps, digests=digests,
                    random_ops=random_ops)
+
+
+def level_structure(graph: GraphIndex, *, name: str, level: str, facts: FileFacts, fp32_compute: int,
+                    int8_allowed: bool, extended_rows=None, float_tail=None) -> dict:
+    """What one level graph holds, as ``OptimizedLevel`` fields: histogram, int8 kernels and coverage,
+    the nodes left float and why (the blockers under the platform's ``int8_allowed``), bias, layout.
+    The same for the graphs this machine's ORT saved and those an emulated platform's ORT saved;
+    ``extended_rows`` (popped by the caller) is what the layout levels read of ``extended``'s blockers."""
+    hist = op_histogram(graph)
+    kernels = {k: v for k, v in hist.items() if k in INT8_KERNELS}
+    nodes = node_summaries(graph)
+    act = Counter(n.activation_dtype or "unknown" for n in nodes if op_key(n) in INT8_KERNELS)
+    # Over this graph's own compute (vocabulary.int8_coverage): PT2E unrolls an LSTM into a dozen
+    # Gemms, ORT folds a U @ V weight and inlines local functions; the fp32 file counts none of that.
+    counted = int8_coverage(graph)
+    int8_compute, float_compute, coverage = counted.int8_count, counted.float_ops, counted.coverage
+    unfused = unfused_nodes(graph, level=level, int8_allowed=int8_allowed, previous=extended_rows,
+                            pt2e=name == "pt2e_qdq", float_tail=float_tail or {})
+    ops_float = ops_on_float(graph) if name == "fp32" else dict(Counter(r.op_type for r in unfused))
+    return dict(
+        op_histogram=hist, node_count=len(graph.nodes), nodes=nodes,
+        quantize_linear=hist.get("QuantizeLinear", 0), dequantize_linear=hist.get("DequantizeLinear", 0),
+        int8_kernels=kernels, compute_ops_fp32=fp32_compute, compute_ops_int8=int8_compute,
+        compute_ops_float=float_compute, int8_coverage=coverage, kernel_activation_dtypes=dict(act),
+        ops_float=ops_float, ops_float_reasons=reasons_by_op(unfused),
+        unfused=[] if name == "fp32" else unfused, bias=bias_state(graph),
+        layout=layout_info(graph, facts.transposes),
+        extended_rows=rows_index(unfused, graph) if level == "extended" else None,
+    )
 
 
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from service.pipeline.runtime.output_kinds import angular_errors, argmax_agreement, output_kind
 from service.schemas.levels import LatencyStats, LevelNumerics, OutputNumerics
 
 # An SQNR for a zero reference with nonzero error has no meaning; report it as very low. The same
@@ -44,6 +45,35 @@ def sqnr_from_sums(signal: float, noise: float) -> float | None:
     if signal == 0.0 or signal / noise == 0.0:  # the ratio underflows: no logarithm, far below any gate
         return SQNR_FLOOR
     return max(SQNR_FLOOR, 10.0 * math.log10(signal / noise))
+
+
+BOOTSTRAP_RESAMPLES = 1000
+
+
+def sqnr_intervals_from_sums(signal: np.ndarray, noise: np.ndarray, *, resamples: int = BOOTSTRAP_RESAMPLES,
+                             seed: int = 0, level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile-bootstrap interval of ``sqnr_from_sums(signal.sum(0), noise.sum(0))`` per column.
+
+    ``signal`` and ``noise`` are (samples, figures): each figure's power sums per evaluation sample.
+    A resample draws the samples with replacement (every figure the same draw, from one seeded
+    generator: the intervals are reproducible) and sums them again, as the figure itself sums all
+    samples. The bounds are order statistics of the resampled SQNRs; +inf where a resample holds no
+    noise at all, floored at SQNR_FLOOR like the figure.
+    """
+    n = signal.shape[0]
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=resamples).astype(np.float64)  # (resamples, n)
+    low_rank = int(np.floor((1 - level) / 2 * resamples))
+    high_rank = min(resamples - 1, int(np.ceil((1 + level) / 2 * resamples)) - 1)
+    lows, highs = np.empty(signal.shape[1]), np.empty(signal.shape[1])
+    for start in range(0, signal.shape[1], 512):  # (resamples x 512) at a time: a 2000-row table stays small
+        cols = slice(start, start + 512)
+        sig, err = counts @ signal[:, cols], counts @ noise[:, cols]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            db = np.where(err == 0, np.inf, 10.0 * np.log10(sig / err))
+        db = np.sort(np.maximum(np.nan_to_num(db, nan=SQNR_FLOOR, posinf=np.inf, neginf=SQNR_FLOOR), SQNR_FLOOR), axis=0)
+        lows[cols], highs[cols] = db[low_rank], db[high_rank]
+    return lows, highs
 
 
 def sqnr_db(reference: np.ndarray, actual: np.ndarray) -> float | None:
@@ -166,19 +196,23 @@ def worst_elementwise_sqnr(reference: list[np.ndarray], actual: list[np.ndarray]
 
 def level_numerics(reference: list[np.ndarray], reference_names: list[str], actual: list[np.ndarray],
                    names: list[str], *, steps: list[float | None], previous: list[np.ndarray] | None,
-                   samples: int, data_dependent: dict[int, str] | None = None) -> LevelNumerics:
+                   samples: int, data_dependent: dict[int, str] | None = None,
+                   drawn: dict[int, str] | None = None) -> LevelNumerics:
     """``data_dependent``: output position -> why its shape depends on the values computed
-    (``output_shapes.tensors_after_selection``); those outputs are compared by shape only."""
+    (``output_shapes.tensors_after_selection``); those outputs are compared by shape only. ``drawn``:
+    output position -> the unseeded random op it depends on (``output_kinds.outputs_after_random_draws``):
+    compared, but not measured. Outputs SQNR cannot judge get the figure that fits (output_kinds.py)."""
     if len(reference) != len(actual):
         raise ValueError(f"{len(actual)} outputs where the fp32 model has {len(reference)}")
-    data_dependent = data_dependent or {}
+    data_dependent, drawn = data_dependent or {}, drawn or {}
     outs = []
     for k, (ref, got) in enumerate(zip(reference, actual)):
         if k in data_dependent:
             outs.append(OutputNumerics(
                 name=names[k], reference=reference_names[k], compared="shape", data_dependent=data_dependent[k],
                 shape=list(got.shape), reference_shape=list(ref.shape), sqnr_db=None, cosine=None,
-                max_abs_error=None, output_step=steps[k]))
+                max_abs_error=None, output_step=steps[k], judged_by=None,
+                not_measured=f"compared by shape only: {data_dependent[k]}"))
             continue
         if ref.shape != got.shape:
             raise ValueError(f"output {names[k]!r} has shape {list(got.shape)}, fp32 has {list(ref.shape)}")
@@ -187,7 +221,9 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
             outs.append(OutputNumerics(
                 name=names[k], reference=reference_names[k], compared="exact", sqnr_db=None, cosine=None,
                 max_abs_error=max_abs_error(ref, got) if numeric else None, mismatch_share=mismatch_share(ref, got),
-                drift_max_abs=max_abs_error(previous[k], got) if numeric and previous is not None else None))
+                drift_max_abs=max_abs_error(previous[k], got) if numeric and previous is not None else None,
+                judged_by="mismatch_share" if k not in drawn else None,
+                not_measured=_drawn_reason(drawn[k]) if k in drawn else None))
             continue
         drift = drift_steps = None
         if previous is not None:
@@ -198,20 +234,49 @@ def level_numerics(reference: list[np.ndarray], reference_names: list[str], actu
             name=names[k], reference=reference_names[k], sqnr_db=sqnr_db(ref, got), cosine=cosine(ref, got),
             max_abs_error=max_abs_error(ref, got), nonfinite=nonfinite_mismatches(ref, got), output_step=steps[k],
             constant_value=collapsed_to(ref, got), drift_max_abs=drift, drift_steps=drift_steps,
+            **_judged(ref, got, samples, drawn.get(k)),
         ))
-    compared = [o for o in outs if o.compared == "elementwise"]
+    compared = [o for o in outs if o.judged_by == "sqnr"]
     exact = [o for o in outs if o.compared == "exact"]
     finite = [o.sqnr_db for o in compared if o.sqnr_db is not None]
+    unmeasured = sum(o.judged_by is None for o in outs)
     return LevelNumerics(
         outputs=outs,
         worst_sqnr_db=min(finite) if finite else None,
         worst_cosine=min((o.cosine for o in compared), default=1.0 if compared or not outs else None),
         worst_max_abs_error=max((o.max_abs_error for o in compared), default=0.0 if compared or not outs else None),
         elementwise_outputs=len(compared),
-        worst_mismatch_share=max((o.mismatch_share for o in exact), default=None),
-        exact_outputs=len(exact),
+        worst_mismatch_share=max((o.mismatch_share for o in exact if o.judged_by), default=None),
+        exact_outputs=sum(o.judged_by == "mismatch_share" for o in exact),
         samples=samples,
+        worst_angular_error=max((o.angular_error_mean for o in outs if o.judged_by == "angular_error"), default=None),
+        worst_argmax_agreement=min((o.argmax_agreement for o in outs if o.argmax_agreement is not None), default=None),
+        not_measured_outputs=unmeasured,
+        accuracy="measured" if not unmeasured else "not measured" if unmeasured == len(outs) else "partly measured",
     )
+
+
+def _drawn_reason(why: str) -> str:
+    return (f"{why}: this file draws other random numbers than fp32 (ORT seeds each random op with its node "
+            "index), so any figure compares two draws, not int8 rounding")
+
+
+def _judged(ref: np.ndarray, got: np.ndarray, samples: int, drawn: str | None) -> dict:
+    """The OutputNumerics fields that say what judges a float output, and its figure when SQNR does not."""
+    if drawn is not None:
+        return {"judged_by": None, "not_measured": _drawn_reason(drawn)}
+    kind, detail = output_kind(ref, samples)
+    fields: dict = {"kind": kind, "kind_detail": detail, "argmax_agreement": argmax_agreement(ref, got)}
+    if kind == "near_constant":
+        return {**fields, "judged_by": None,
+                "not_measured": f"{detail}: a figure over one point says nothing of other inputs; samples that move "
+                                "it (an uploaded .npz) measure it"}
+    if kind == "circular":
+        worst, mean = angular_errors(ref, got)
+        return {**fields, "judged_by": "angular_error", "angular_error_max": worst, "angular_error_mean": mean}
+    if kind == "saturated":
+        return {**fields, "judged_by": "argmax_agreement"}
+    return fields
 
 
 def latency_of(session, feed: dict[str, np.ndarray], *, runs: int, warmup: int, intra_op_threads: int) -> LatencyStats:

@@ -11,8 +11,11 @@ evaluation samples run, and the latency loop runs with the levels stage's thread
 ``before`` is measured the same way, back to back, on the artifact as it is, so the two figures
 are comparable. Two phases: ``AdvicePlan.work`` makes each candidate's file and numbers (nothing
 timed, so the spine may run it on two threads, beside the per-tensor table), ``timed_advice`` then
-times each candidate alone. A candidate is proposed only when its measurement supports it; the
-others are kept in ``advice_refuted`` with their figures.
+times each candidate alone. A candidate is adopted when it measures better: the speed rule (after/before
+at most ``MIN_SPEEDUP`` by the median and by the fastest run) and the accuracy rule (at most
+``MAX_SQNR_LOSS_DB`` less SQNR) both hold. Which of the blocked nodes it addresses fused is counted in
+ORT's saved graph and reported (``blocked_fused``), never a veto. The others are kept in
+``advice_refuted`` with their figures and every rule they fail, in those figures.
 
 On x86 two candidates that look plausible from the source are refuted by measurement and are
 therefore measured, never assumed: ``session.qdqisint8allowed=1`` fuses every node but selects
@@ -44,14 +47,15 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from service.pipeline.environment import cpu_info
-from service.pipeline.inspect.graph_summary import compute_op_count, op_histogram
+from service.pipeline.inspect.blockers import unfused_nodes
+from service.pipeline.ort.targets import host_platform
 from service.pipeline.quantize.ort_quant import quantized_by_ort
-from service.pipeline.runtime.latency import median_ci
+from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.parallel_runs import runs_on_cores
 from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
-from service.pipeline.vocabulary import INT8_COMPUTE_KERNELS, graph_from_path
+from service.pipeline.vocabulary import graph_from_path, int8_coverage
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
 __all__ = ["Candidate", "AdviceContext", "AdvicePlan", "candidates_from_blockers", "measured_advice", "advice_plan",
@@ -74,7 +78,11 @@ class Candidate:
     change: dict[str, Any]  # {"ort": {...quantize_static settings...}} and/or {"session": {key: value}}
     reason: str
     kind: str = "speed"  # speed | accuracy: which figure must improve
-    blocked_nodes: int = 0
+    blocked: tuple[str, ...] = ()  # names of the unfused nodes (levels stage, at ctx.level) the change addresses
+
+    @property
+    def blocked_nodes(self) -> int:
+        return len(self.blocked)
 
 
 @dataclass(frozen=True)
@@ -102,7 +110,7 @@ class AdviceContext:
     reference: list[np.ndarray] | None = None
     before: dict[str, AdviceFigures] | None = None
     latency_ms: dict[str, float] | None = None
-    data_dependent: frozenset[int] = frozenset()  # output positions compared by shape in the report
+    data_dependent: frozenset[int] = frozenset()  # output positions the report's worst SQNR leaves out
     # artifact -> the digest of the graph ORT wrote for it at ``level`` in the levels stage
     # (``LevelGraphFiles.digest``): a candidate ORT rewrites into that very graph changes nothing.
     before_digest: dict[str, str] | None = None
@@ -121,7 +129,7 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
     if pt2e_blocked:
         out.append(Candidate("pt2e_qdq", {"session": {"session.qdqisint8allowed": "1"}},
                              "ORT's switch to fuse int8 activations on x86 (every selector accepts them)",
-                             blocked_nodes=len(pt2e_blocked)))
+                             blocked=_names(pt2e_blocked)))
     for art in ("ort_qdq", "ort_qoperator"):
         if art not in unfused and art not in kernel_dtypes:
             continue
@@ -138,22 +146,22 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
         else:
             reason = (f"{s8_kernels} int8 kernels take int8 activations: on x86 that is MLAS's s8s8 path, "
                       "slower than u8s8")
-        out.append(Candidate(art, {"ort": {"activation_type": "uint8"}}, reason, blocked_nodes=len(blocked)))
+        out.append(Candidate(art, {"ort": {"activation_type": "uint8"}}, reason, blocked=_names(blocked)))
         if not vnni and not ort_settings.get("reduce_range"):
             # Without VNNI, MLAS's u8s8 kernel multiplies with vpmaddubsw, whose 16-bit pair sums
             # saturate for large u8 x s8 products; 7-bit weights (reduce_range) keep them in range.
             out.append(Candidate(art, {"ort": {"activation_type": "uint8", "reduce_range": True}},
                                  reason + "; this CPU has no VNNI, so MLAS's u8s8 kernel (vpmaddubsw) can saturate "
-                                 "16-bit sums: 7-bit weights (reduce_range) avoid it", blocked_nodes=len(blocked)))
+                                 "16-bit sums: 7-bit weights (reduce_range) avoid it", blocked=_names(blocked)))
         if blocked:
             out.append(Candidate(art, {"session": {"session.qdqisint8allowed": "1"}},
                                  "ORT's switch to fuse int8 activations on x86 (every selector accepts them)",
-                                 blocked_nodes=len(blocked)))
+                                 blocked=_names(blocked)))
         if blocked and art == "ort_qdq":
             out.append(Candidate(art, {"ort": {"extra_options": {"DedicatedQDQPair": True}}},
                                  "one Q/DQ pair per reader, so each pair has a single reader for QDQS8ToU8Transformer "
                                  "(ORT's CommonSubexpressionElimination may merge the pairs back)",
-                                 blocked_nodes=len(blocked)))
+                                 blocked=_names(blocked)))
     # The uint8 re-quantizations first: they are what x86 needs and what the budget must reach (on a 0.6 s
     # CNN the s8s8 session switch, 3x slower, took all 60 s and left both unmeasured); the switches and
     # DedicatedQDQPair, which measurement refutes on x86, after them.
@@ -163,6 +171,10 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
 def _group(c: Candidate) -> int:
     """The uint8 re-quantizations (0), then ORT's session switches (1), then the rest (2)."""
     return 0 if c.change.get("ort", {}).get("activation_type") == "uint8" else 1 if "session" in c.change else 2
+
+
+def _names(rows: list[UnfusedNode]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(r.node for r in rows))
 
 
 def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
@@ -192,13 +204,23 @@ def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp
     return session_with_options(path, so), saved
 
 
-def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarray], fp32_compute: int):
-    """Figures without latency: coverage from ORT's saved graph, SQNR on the eval samples."""
-    hist = op_histogram(graph_from_path(saved, lazy=True))
-    int8 = sum(v for k, v in hist.items() if k in INT8_COMPUTE_KERNELS)
+def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarray],
+             artifact: str) -> tuple[AdviceFigures, frozenset[str]]:
+    """Figures without latency: int8 coverage counted over ORT's saved graph (``vocabulary.int8_coverage``,
+    as the levels stage counts it), SQNR on the eval samples; and the names of the nodes ORT runs in
+    float in that graph (``blockers.unfused_nodes``, as the levels stage finds them)."""
+    graph = graph_from_path(saved, lazy=True)
+    still_float = frozenset(r.node for r in unfused_nodes(graph, level=ctx.level, int8_allowed=_int8_allowed(),
+                                                          pt2e=artifact == "pt2e_qdq"))
     outputs = concat_runs(runs_on_cores(lambda feed: session.run(None, feed), ctx.evaluation, ctx.cores))
-    return AdviceFigures(int8_coverage=min(1.0, int8 / fp32_compute) if fp32_compute else None,
-                         sqnr_db=worst_elementwise_sqnr(reference, outputs, ctx.data_dependent), level=ctx.level)
+    return AdviceFigures(int8_coverage=int8_coverage(graph).coverage,
+                         sqnr_db=worst_elementwise_sqnr(reference, outputs, ctx.data_dependent),
+                         level=ctx.level), still_float
+
+
+def _int8_allowed() -> bool:
+    """QDQIsInt8Allowed() where the candidates are measured (QDQS8ToU8Transformer runs where it is false)."""
+    return host_platform().int8_allowed
 
 
 # A candidate whose every timed run is this much slower than every run of the artifact as is, after
@@ -220,10 +242,21 @@ def _interleaved_ms(a, b, feed, *, runs: int, warmup: int,
     """Median and fastest ms of two sessions timed alternately, run by run (load from other jobs on
     a shared machine then slows both alike instead of whichever happened to run during it), and the
     pairs timed: fewer than ``runs`` when ``b`` is clearly slower (GIVE_UP_RATIO), or once
-    ``settled(before_ms, after_ms)`` says more pairs cannot change the verdict (after MIN_PAIRS)."""
-    for _ in range(warmup):
-        a.run(None, feed)
-        b.run(None, feed)
+    ``settled(before_ms, after_ms)`` says more pairs cannot change the verdict (after MIN_PAIRS).
+    Both sessions get the same warm-up: ``warmup`` runs each, then, when a warm-up run of either took
+    under SHORT_RUN_MS, SHORT_RUN_WARMUP more of each (the levels stage's protocol for so short a graph,
+    whose first runs are mostly per-call cost)."""
+    def warm(count: int) -> float:
+        slowest = 0.0
+        for _ in range(count):
+            for sess in (a, b):
+                t = time.perf_counter()
+                sess.run(None, feed)
+                slowest = max(slowest, (time.perf_counter() - t) * 1000.0)
+        return slowest
+
+    if warm(warmup) < SHORT_RUN_MS:
+        warm(SHORT_RUN_WARMUP)
     ta, tb = [], []
     for _ in range(runs):
         for sess, acc in ((a, ta), (b, tb)):
@@ -245,12 +278,12 @@ def _latency_ratio(median_before: float, fastest_before: float | None, median_af
 
 
 def _latency_settled(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> Settled:
-    """When timing ``c`` may stop: at once when the verdict does not depend on latency (no blocked node
-    fused, or the SQNR rule already fails: the figure is then shown from MIN_PAIRS pairs); otherwise when
-    the distribution-free 95% interval of the per-pair after/before ratio lies wholly on the side of the
-    threshold (MIN_SPEEDUP or MAX_SLOWDOWN) where the verdict's own ratio already is."""
+    """When timing ``c`` may stop: at once when the SQNR rule already fails (the figure is then shown
+    from MIN_PAIRS pairs); otherwise when the distribution-free 95% interval of the per-pair after/before
+    ratio lies wholly on the side of the threshold (MIN_SPEEDUP or MAX_SLOWDOWN) where the verdict's own
+    ratio already is."""
     threshold = MAX_SLOWDOWN if c.kind == "accuracy" else MIN_SPEEDUP
-    if not _sqnr_and_coverage_allow(c, before, after):
+    if not _sqnr_rule_holds(c, before, after):
         return lambda ta, tb: True
 
     def settled(ta: list[float], tb: list[float]) -> bool:
@@ -265,34 +298,63 @@ def _sq(f: AdviceFigures) -> float:
     return float("inf") if f.sqnr_db is None else f.sqnr_db
 
 
-def _sqnr_and_coverage_allow(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
-    """The verdict's rules that need no latency: False when ``c`` is refuted whatever the timing gives."""
+def _sqnr_rule_holds(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
+    """The accuracy rule: a speed candidate loses at most MAX_SQNR_LOSS_DB, an accuracy candidate gains
+    at least MIN_SQNR_GAIN_DB (worst output vs fp32, exact = infinite)."""
     if c.kind == "accuracy":
         return _sq(after) >= _sq(before) + MIN_SQNR_GAIN_DB
-    if c.blocked_nodes and (after.int8_coverage or 0) <= (before.int8_coverage or 0):
-        return False  # it was proposed to fuse blocked nodes; a faster run without that is noise
     return _sq(after) >= _sq(before) - MAX_SQNR_LOSS_DB
 
 
-def _supported(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
+def _speed_rule_holds(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
+    """The speed rule: after/before at most MIN_SPEEDUP (speed) or MAX_SLOWDOWN (accuracy), by the
+    median and by the fastest run alike."""
     if before.latency_ms is None or after.latency_ms is None:
         return False
     ratio = _latency_ratio(before.latency_ms, before.latency_min_ms, after.latency_ms, after.latency_min_ms)
-    threshold = MAX_SLOWDOWN if c.kind == "accuracy" else MIN_SPEEDUP
-    return _sqnr_and_coverage_allow(c, before, after) and ratio <= threshold
+    return ratio <= (MAX_SLOWDOWN if c.kind == "accuracy" else MIN_SPEEDUP)
+
+
+def _supported(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> bool:
+    """Adopted when it measures better: the speed rule and the accuracy rule hold. Which blocked nodes
+    fused is reported beside, never a veto: a speed-up ORT gets from a node outside the int8_coverage
+    count (an Add, a Reshape) or at coverage 1.0 already is a speed-up all the same."""
+    return _speed_rule_holds(c, before, after) and _sqnr_rule_holds(c, before, after)
 
 
 def _why_not(c: Candidate, before: AdviceFigures, after: AdviceFigures) -> str:
-    def f(x, unit):
-        return "exact" if x is None else f"{x:.1f}{unit}"
+    """Every rule the measurement fails, each with the figures that fail it."""
+    def db(x):
+        return "exact" if x is None else f"{x:.1f} dB"
 
-    if c.blocked_nodes and (after.int8_coverage or 0) <= (before.int8_coverage or 0):
-        return f"int8 coverage stays {f(after.int8_coverage, '')}: no blocked node fused"
-    if before.latency_ms and after.latency_ms and c.kind == "speed" and _latency_ratio(
-            before.latency_ms, before.latency_min_ms, after.latency_ms, after.latency_min_ms) > MIN_SPEEDUP:
-        return (f"not {1 / MIN_SPEEDUP - 1:.0%} faster (median {after.latency_ms:.2f} vs {before.latency_ms:.2f} ms, "
-                f"fastest {after.latency_min_ms or 0:.2f} vs {before.latency_min_ms or 0:.2f} ms)")
-    return f"SQNR {f(after.sqnr_db, ' dB')} vs {f(before.sqnr_db, ' dB')} before"
+    reasons = []
+    if before.latency_ms is None or after.latency_ms is None:
+        reasons.append("not timed")
+    elif not _speed_rule_holds(c, before, after):
+        threshold = MAX_SLOWDOWN if c.kind == "accuracy" else MIN_SPEEDUP
+        median = after.latency_ms / before.latency_ms
+        fastest = (f", fastest {after.latency_min_ms:.3g} vs {before.latency_min_ms:.3g} ms "
+                   f"({after.latency_min_ms / before.latency_min_ms:.2f}x)"
+                   if before.latency_min_ms and after.latency_min_ms else "")
+        reasons.append(f"time {median:.2f}x by the median ({after.latency_ms:.3g} vs {before.latency_ms:.3g} ms)"
+                       f"{fastest}, over the {threshold:g}x the rule allows")
+    if not _sqnr_rule_holds(c, before, after):
+        if c.kind == "accuracy":
+            reasons.append(f"SQNR {db(after.sqnr_db)} vs {db(before.sqnr_db)} before: less than the "
+                           f"{MIN_SQNR_GAIN_DB:g} dB gain the rule asks")
+        else:
+            reasons.append(f"SQNR {db(after.sqnr_db)} vs {db(before.sqnr_db)} before: more than the "
+                           f"{MAX_SQNR_LOSS_DB:g} dB loss the rule allows")
+    return "; ".join(reasons)
+
+
+def _fused_text(c: Candidate, fused: list[str] | None, level: str) -> str:
+    """'k of n blocked nodes fused (names)', counted in ORT's saved graph; '' without blocked nodes."""
+    if not c.blocked or fused is None:
+        return ""
+    names = ", ".join(fused[:4]) + (f" and {len(fused) - 4} more" if len(fused) > 4 else "")
+    return (f"{len(fused)} of {c.blocked_nodes} blocked node{'s' if c.blocked_nodes != 1 else ''} fused"
+            + (f" ({names})" if fused else "") + f" in the graph ORT saved at {level}")
 
 
 def _best_per_artifact(entries: list[AdviceEntry]) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
@@ -312,8 +374,21 @@ def _best_per_artifact(entries: list[AdviceEntry]) -> tuple[list[AdviceEntry], l
                 keep.append(e)
             else:
                 rest.append(e.model_copy(update={"adopted": False, "reason": f"{e.reason}; superseded by "
-                                                 f"{best.change}: higher SQNR or faster, measured the same way"}))
+                                                 f"{best.change}: {_better(best.measured.after, e.measured.after)}"}))
     return keep, rest
+
+
+def _better(best: AdviceFigures, other: AdviceFigures) -> str:
+    """Why ``best`` won, in its figures (the order of ``_best_per_artifact``'s score)."""
+    def db(x):
+        return "exact" if x is None else f"{x:.2f} dB"
+
+    if _sq(best) > _sq(other):
+        return f"SQNR {db(best.sqnr_db)} there vs {db(other.sqnr_db)} here, measured the same way"
+    if (best.latency_ms or 0.0) < (other.latency_ms or 0.0):
+        return (f"the same SQNR ({db(best.sqnr_db)}) and a median of {best.latency_ms:.3g} ms there vs "
+                f"{other.latency_ms:.3g} ms here, measured the same way")
+    return f"the same SQNR ({db(best.sqnr_db)}) and the same median time: the first one measured is kept"
 
 
 @dataclass
@@ -324,6 +399,7 @@ class _Ready:
     target: Path  # the re-quantized file, or the artifact itself for a session-config change
     before: AdviceFigures
     after: AdviceFigures
+    fused: list[str] | None  # the candidate's blocked nodes ORT no longer runs in float (None: it names none)
     seconds: float  # what making the file and the numbers took
 
 
@@ -358,7 +434,6 @@ class AdvicePlan:
         self._slowest: dict[bool, float] = {}  # re-quantizes or not -> longest candidate so far (made + timed), s
         self._before: dict[str, tuple[AdviceFigures, float]] = {}  # artifact -> figures, ms per run
         fp32 = ctx.artifact_paths["fp32"]
-        self._fp32_compute = compute_op_count(graph_from_path(fp32))
         self._reference = ctx.reference
         if self._reference is None:  # the report's reference: fp32 as written, no ORT rewrite
             ref_session = session_for(fp32, "disable_all", intra_op_threads=1)
@@ -398,7 +473,7 @@ class AdvicePlan:
             if known is None:  # made once, under the lock: the other thread waits for the same figures
                 t1 = time.perf_counter()
                 session, saved = _session(ctx.artifact_paths[artifact], ctx, {}, self.tmp)
-                known = _figures(session, saved, ctx, self._reference, self._fp32_compute)
+                known, _ = _figures(session, saved, ctx, self._reference, artifact)
                 known_ms = known_ms or (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)
             self._before[artifact] = (known, known_ms)
             return self._before[artifact]
@@ -432,6 +507,7 @@ class AdvicePlan:
             # speed (as a level ORT writes like the one before, runtime/levels.py). Nothing to run or time.
             return AdviceEntry(
                 artifact=c.artifact, change=c.change, adopted=False, blocked_nodes=c.blocked_nodes,
+                blocked_fused=[] if c.blocked else None,
                 reason=f"{c.reason}; refuted: with this change ORT writes the very same graph at {ctx.level} "
                        "(node for node, the same weights), so nothing runs differently",
                 measured=AdviceMeasured(
@@ -439,11 +515,12 @@ class AdvicePlan:
                     how=f"the graph ORT saved at {ctx.level} with the change and the levels stage's graph of the "
                         "artifact as is compared by SHA-256 (node names cleared, nodes sorted; the weights file "
                         "hashed whole): identical, so 'after' is 'before' and neither was run again")), 0.0
-        after = _figures(session, saved, ctx, self._reference, self._fp32_compute)
+        after, still_float = _figures(session, saved, ctx, self._reference, c.artifact)
         del session  # timed in phase two, from a session of its own: none is held across the phases
         after_ms = (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)  # session creation included
-        return (_Ready(candidate=c, target=target, before=before, after=after, seconds=time.perf_counter() - t0),
-                _timing_seconds(ctx, before_ms, after_ms))
+        fused = [n for n in c.blocked if n not in still_float] if c.blocked else None
+        return (_Ready(candidate=c, target=target, before=before, after=after, fused=fused,
+                       seconds=time.perf_counter() - t0), _timing_seconds(ctx, before_ms, after_ms))
 
     def work(self) -> None:
         """Make candidates until none is left; safe to call from two threads at once."""
@@ -509,24 +586,26 @@ def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[Advic
     how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
            f"(worst output vs the report's fp32 reference; 'before' is the levels "
            f"stage's figure for the artifact as is){f', computed beside {plan.beside}' if plan.beside else ''}; "
-           f"latency = median and fastest of {MIN_PAIRS} to {ctx.runs} runs of "
-           f"each session, timed alone and alternately with the artifact as is (before) after {ctx.warmup} warm-up "
-           f"runs, {ctx.threads} intra-op thread(s), until the 95% interval of the per-pair after/before ratio is clear "
-           f"of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x for accuracy; "
-           f"{MIN_PAIRS} pairs when SQNR or int8 coverage decides alone)")
+           f"int8 coverage and the blocked nodes that fused counted in the graph ORT saved at {ctx.level}; "
+           f"latency = median and fastest of {MIN_PAIRS} to {ctx.runs} runs of each session, a new session of "
+           f"the artifact as is (before) and of the change (after) per candidate, timed alone and alternately "
+           f"after the same warm-up ({ctx.warmup} runs each, {SHORT_RUN_WARMUP} more each when a run takes under "
+           f"{SHORT_RUN_MS:g} ms), {ctx.threads} intra-op thread(s), until the 95% interval of the per-pair "
+           f"after/before ratio is clear of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x "
+           f"for accuracy; {MIN_PAIRS} pairs when SQNR decides alone)")
     try:
-        before_sessions: dict[str, object] = {}
         for r in plan.ready:
             c = r.candidate
             t0 = time.perf_counter()
             try:
-                if c.artifact not in before_sessions:
-                    before_sessions = {c.artifact: _session(ctx.artifact_paths[c.artifact], ctx, {}, None)[0]}
+                # A new 'before' session per candidate: one kept from the previous candidate has run dozens of
+                # times, which a fresh 'after' session has not (a 0.05 ms graph reads 20-40% slower cold).
+                before_session = _session(ctx.artifact_paths[c.artifact], ctx, {}, None)[0]
                 session = _session(r.target, ctx, dict(c.change.get("session", {})), None)[0]
-                ms_before, ms_after, pairs = _interleaved_ms(before_sessions[c.artifact], session, ctx.evaluation[0],
+                ms_before, ms_after, pairs = _interleaved_ms(before_session, session, ctx.evaluation[0],
                                                              runs=ctx.runs, warmup=ctx.warmup,
                                                              settled=_latency_settled(c, r.before, r.after))
-                del session
+                del session, before_session
             except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
                 refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
                                            blocked_nodes=c.blocked_nodes,
@@ -541,11 +620,12 @@ def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[Advic
             measured = AdviceMeasured(before=b, after=after, how=how + stopped,
                                       seconds=round(r.seconds + time.perf_counter() - t0, 3))
             ok = _supported(c, b, after)
+            fused = _fused_text(c, r.fused, ctx.level)
+            reason = c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}"
             entry = AdviceEntry(artifact=c.artifact, change=c.change, measured=measured,
-                                reason=c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}",
-                                adopted=ok, blocked_nodes=c.blocked_nodes)
+                                reason=reason + (f" ({fused})" if fused else ""), adopted=ok,
+                                blocked_nodes=c.blocked_nodes, blocked_fused=r.fused)
             (proposed if ok else refuted).append(entry)
-        before_sessions.clear()
         proposed, superseded = _best_per_artifact(proposed)
         refuted += superseded
     finally:
@@ -562,9 +642,11 @@ def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tupl
 
 
 def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
-    """The outputs the levels stage compared by shape (after a selection): not in any SQNR here either."""
+    """The outputs the levels stage's worst SQNR leaves out (compared by shape after a selection, or judged by
+    another figure or by none: ``OutputNumerics.judged_by``, the same for every file): not in any SQNR here
+    either, so a candidate's figure and the artifact's compare the same outputs."""
     numerics = next((ol.numerics for ol in fp32_levels.values() if ol.numerics is not None), None)
-    return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.compared == "shape")
+    return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.judged_by != "sqnr")
 
 
 def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float]) -> list[Candidate]:
@@ -595,7 +677,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
     (on one thread or two) and timed by ``timed_advice``. None when there is nothing to measure, or when
     planning failed (logged)."""
     cpu = cpu_info()
-    int8_allowed = cpu.arch in ("aarch64", "arm64", "ARM64")
+    int8_allowed = _int8_allowed()
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
     level = options.advice.level
     unfused, kernels, before, latency_ms, digests = {}, {}, {}, {}, {}

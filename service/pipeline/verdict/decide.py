@@ -17,6 +17,7 @@ from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inspect.stage import Inspected
 from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
+from service.pipeline.runtime.output_kinds import artifact_accuracy
 from service.pipeline.verdict.advice_stage import Advised
 from service.pipeline.verdict.decisions import decisions_table
 from service.pipeline.verdict.gates import verdict_from_artifacts
@@ -124,6 +125,8 @@ def _with_levels(art: Artifact, optimized: dict) -> Artifact:
     """The artifact with its levels; a file that ORT ran at no level is a failed path, not an ok one
     with an error in each level (a CI gate on status_ok must see it)."""
     update: dict = {"optimized": optimized}
+    if art.name != "fp32":
+        update["accuracy"], update["accuracy_note"] = artifact_accuracy(optimized)
     errors = [(level, ol.error) for level, ol in optimized.items() if ol.error]
     if art.status == "ok" and optimized and len(errors) == len(optimized):
         reference = " It is the fp32 reference, so no quantized file could be compared either." if art.name == "fp32" else ""

@@ -12,8 +12,10 @@ import ``service``; keep the two in step (``tests/clients`` pins the client's si
     [artifact.][level.]metric[op value]
     artifact  pt2e_qdq | ort_qdq | ort_qoperator | *        (default *: every requested artifact)
     level     disable_all | basic | extended | layout | all (default all)
-    metric    sqnr_db | cosine | max_abs_error (worst float output) | mismatch_share (worst integer
-              output: share of labels, indices or counts that differ from fp32) | int8_coverage
+    metric    sqnr_db | cosine | max_abs_error (worst float output SQNR judges) | mismatch_share (worst integer
+              output: share of labels, indices or counts that differ from fp32) | angular_error (largest
+              mean angular error of a circular output, radians) | argmax_agreement (lowest share of rows whose
+              top class is fp32's, over probability outputs) | int8_coverage
               | latency_ratio | status_ok
               | calibration_data_uploaded  (whole report: 1 when the user's .npz was used, 0 when
                 samples were generated; lets CI refuse numbers that describe made-up data)
@@ -39,14 +41,19 @@ from service.errors import InvalidOptions, validation_errors
 from service.schemas.options import ARTIFACTS, LEVELS, Gate
 from service.schemas.report import Artifact, GateResult, Report, SamplesInfo, Verdict
 
-METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "int8_coverage", "latency_ratio", "status_ok",
-           "calibration_data_uploaded")
+METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement", "int8_coverage",
+           "latency_ratio", "status_ok", "calibration_data_uploaded")
 # Metrics that read a yes/no of the whole report or its paths: no threshold needed (default >= 1).
 _FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
 # Longest first so ">=" is not read as ">" followed by "=25".
 OPS = (">=", "<=", "==", ">", "<")
 _NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error",
-                 "mismatch_share": "worst_mismatch_share"}
+                 "mismatch_share": "worst_mismatch_share", "angular_error": "worst_angular_error",
+                 "argmax_agreement": "worst_argmax_agreement"}
+# The figures that judge an output SQNR cannot (OutputNumerics.judged_by): what a gate on SQNR points to.
+_FITTING = {"angular_error": "angular_error (e.g. '*.{level}.angular_error<=0.05')",
+            "argmax_agreement": "argmax_agreement (e.g. '*.{level}.argmax_agreement>=0.99')",
+            "mismatch_share": "mismatch_share (e.g. '*.{level}.mismatch_share<=0.01')"}
 _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s*(?P<value>\S+))?\s*$")
 _BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 
@@ -281,7 +288,10 @@ def _metric_gate(report: Report, gate: Gate, label: str) -> GateResult:
                           message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}; {why}")
     if parts:
         return GateResult(passed=False, message="; ".join(parts), **fields)
-    return GateResult(passed=True, message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}", **fields)
+    # A pass on the outputs SQNR judges says which outputs it does not cover, so nobody reads it as all of them.
+    left = _left_out(report, list(values), gate.level) if gate.metric in ("sqnr_db", "cosine", "max_abs_error") else ""
+    return GateResult(passed=True, message=f"{shown} {gate.op} {_threshold_shown(gate, list(values), thresholds)}"
+                                           + (f"; not in this figure: {left}" if left else ""), **fields)
 
 
 def _decider(pool: list[str], values: dict[str, float], bases: dict[str, float], op: str) -> str:
@@ -348,23 +358,14 @@ def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> 
         if numerics is None:
             why = f": {level_error}" if level_error else ""
             return None, f"no numerics at level {level!r}{why}"
-        if metric == "mismatch_share":
-            if not numerics.exact_outputs:
-                return None, (f"no output is compared exactly at level {level!r}: mismatch_share reads integer, "
-                              "bool or string outputs (labels, indices), and every output here is float or "
-                              "follows a selection; gate on sqnr_db")
-            return _finite_or_problem(float(numerics.worst_mismatch_share), metric)
-        if numerics.elementwise_outputs == 0 and numerics.exact_outputs:
-            labels = ", ".join(repr(o.name) for o in numerics.outputs if o.compared == "exact")
-            return None, (f"no float output is compared at level {level!r}: {labels} hold integers, bools or "
-                          f"strings (labels, indices), which are right or wrong and have no {metric}; gate on "
-                          f"mismatch_share (e.g. '*.{level}.mismatch_share<=0.01')")
+        if metric in ("mismatch_share", "angular_error", "argmax_agreement"):
+            value = getattr(numerics, _NUMERIC_ATTR[metric], None)
+            if value is None:
+                return None, f"no output has {metric} at level {level!r}: {_kinds(numerics, level) or 'none'}"
+            return _finite_or_problem(float(value), metric)
         if numerics.elementwise_outputs == 0 and numerics.outputs:
-            moving = numerics.outputs[0]
-            return None, (f"no output is compared element-wise at level {level!r}: the shape of every output "
-                          f"depends on the values computed ({moving.name!r} {moving.data_dependent}), so fp32 and "
-                          "this file may list other rows; export the graph up to the selection (its boxes and "
-                          "scores as outputs) to gate on accuracy")
+            return None, (f"no output is judged by {metric} at level {level!r}, so this file's accuracy is not in "
+                          f"this figure: {_kinds(numerics, level)}")
         nonfinite = sum(o.nonfinite for o in numerics.outputs)
         if nonfinite and metric == "max_abs_error":
             # the recorded figure covers the finite positions only (SQNR and cosine carry the floor)
@@ -397,6 +398,32 @@ def _value_from_artifact(report: Report, name: str, level: str, metric: str) -> 
             return None, f"fp32 median latency at level {level!r} is {base} ms"
         return _finite_or_problem(median / base, metric)
     return None, f"unknown metric {metric!r}"  # pragma: no cover - Gate's Literal refuses it
+
+
+def _left_out(report, names: list[str], level: str) -> str:
+    """'<artifact>: <output> ...' for the outputs of ``names`` at ``level`` that SQNR does not judge."""
+    out = []
+    for name in names:
+        numerics = getattr(report.artifacts[name].optimized.get(level), "numerics", None)
+        if numerics is not None and any(o.judged_by != "sqnr" for o in numerics.outputs):
+            out.append(f"{name}: " + _kinds(numerics, level, skip_sqnr=True))
+    return "; ".join(out)
+
+
+def _kinds(numerics, level: str, *, skip_sqnr: bool = False) -> str:
+    """What judges each output (or why nothing does), for a gate whose figure does not cover it."""
+    parts = []
+    for o in numerics.outputs:
+        if o.judged_by is None:
+            parts.append(f"{o.name!r} not measured ({o.not_measured})")
+        elif o.judged_by == "sqnr":
+            if not skip_sqnr:
+                parts.append(f"{o.name!r} by sqnr_db")
+        else:
+            what = {"mismatch_share": "holds integers, bools or strings (labels, indices)", "angular_error":
+                    f"is circular ({o.kind_detail})", "argmax_agreement": f"is saturated ({o.kind_detail})"}[o.judged_by]
+            parts.append(f"{o.name!r} {what}: gate on {_FITTING[o.judged_by].format(level=level)}")
+    return "; ".join(parts)
 
 
 def _finite_or_problem(value: float, metric: str) -> tuple[float | None, str | None]:

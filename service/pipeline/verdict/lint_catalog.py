@@ -25,7 +25,7 @@ class LintKind:
 _TABLE = """
 # what the uploaded fp32 model is
 generated_samples | warning | calibration and evaluation ran on generated samples, not the user's data: accuracy figures say how the file behaves on those
-random_ops | warning | the fp32 model draws random numbers; every session is seeded, and outputs fed by the draws are compared as such
+random_ops | warning | the fp32 model draws random numbers; every session is seeded, and outputs fed by the draws are reported as not measured
 fed_back_selection | warning | a Loop feeds the index its ArgMax/TopK picks back into its next step: one flipped pick changes everything after it
 overridable_initializers | warning | initializers also listed as graph inputs: a caller may override them, and quantizers treat them as constants
 upload_weights_already_integer | warning | the upload stores weights as integers that a Cast turns into float
@@ -57,6 +57,9 @@ data_dependent_outputs | warning,info | outputs whose shape follows the values a
 nonfinite_outputs | error | a quantized file outputs NaN or inf where fp32 does not
 collapsed_output | warning | a quantized output is one value everywhere while fp32's varies
 integer_outputs_differ | warning | integer outputs (ids, counts) differ from fp32's
+circular_outputs | info | outputs that hold angles are judged by their angular error, not SQNR (a wrap is no error of 2 pi)
+saturated_outputs | info | saturated classifier outputs are judged by argmax agreement, not SQNR
+unmeasured_outputs | warning | outputs with no accuracy figure (the same on every sample, or drawn from unseeded random ops)
 """
 LINT_CATALOG: dict[str, LintKind] = {
     code: LintKind(tuple(severities.split(",")), summary)

@@ -101,6 +101,7 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
         out.extend(_collapsed_output_lints(a, per_level))
         out.extend(_integer_output_lints(a, per_level))
         out.extend(_data_dependent_lints(a, per_level))
+        out.extend(_unjudged_output_lints(a, per_level))
 
         per_channel = [w for w in f.weights if w["per_channel"]]
         if per_channel and f.opset < 13:
@@ -139,10 +140,10 @@ def lints_for(*, names: list[str], files: dict, optimized: dict[str, dict[str, O
             ))
 
         last = next((per_level[lv] for lv in reversed(list(per_level)) if not per_level[lv].error), None)
-        if last is not None and last.compute_ops_fp32 and last.int8_coverage == 0 and not nothing_quantized:
+        if last is not None and last.int8_coverage == 0 and not nothing_quantized:
             out.append(Lint(
                 code="no_int8_kernels", severity="warning", artifact=a,
-                message=f"at level {last.level} none of the {last.compute_ops_fp32} compute ops runs in an int8 "
+                message=f"at level {last.level} none of the {sum(last.compute_ops_float.values())} compute ops runs in an int8 "
                         "kernel: the file is quantized but ORT computes in float between Q/DQ pairs.",
                 hint="check the quantizer's annotations and ORT's fusion conditions (activation dtype, "
                      "per-channel zero points, opset); see the diff at level extended",
@@ -263,15 +264,20 @@ def sentinel_range_lints(inventories: dict) -> list[Lint]:
             continue
         readers = sorted({c for _, t in wide for c in t.consumers})
         names = _first_three([f"'{t.name}' (step {step:.3g})" for step, t in wide])
-        if all(_range_starts_at_zero(t) for _, t in wide):
-            # a mask's sentinel is a large negative value (zero point at the top); these start at 0
+        if not any(_range_ends_at_zero(t) for _, t in wide):
+            # A mask's sentinel is a large negative value (the zero point at the top of the range). Ranges that
+            # start at 0, or reach that far on both sides of it (a U-Net's skip convs at 1e12 on any input,
+            # rescaled by the InstanceNormalization that reads them), are values the network computes.
+            shape = ("Their ranges start at 0 (the zero point at the bottom of the type)"
+                     if all(_range_starts_at_zero(t) for _, t in wide) else
+                     "Their ranges reach that far on both sides of 0, where a mask's sentinel is one large negative "
+                     "value (the zero point at the top of the type)")
             out.append(Lint(
                 code="sentinel_in_activation_range", severity="error", artifact=artifact,
                 message=f"{len(wide)} activation(s) were calibrated to an int8 step of {SENTINEL_SCALE:g} or more: "
-                        f"{names}{', read by ' + ', '.join(readers) if readers else ''}. Their ranges start at 0 (the "
-                        "zero point at the bottom of the type): the values themselves are that large, activations "
-                        "that grow layer after layer or inputs far larger than the model expects, and every value "
-                        "smaller than half a step quantizes to 0.",
+                        f"{names}{', read by ' + ', '.join(readers) if readers else ''}. {shape}: the values "
+                        "themselves are that large, activations that grow layer after layer or inputs far larger "
+                        "than the model expects, and every value smaller than half a step quantizes to 0.",
                 hint="check the inputs' scale (upload an .npz of real inputs, or set options.input_values); values "
                      "this large fit no 8-bit grid that also holds ordinary ones: keep the ops that compute them in "
                      "float with options.ort.nodes_to_exclude (ORT paths; PT2E has no per-node option)",
@@ -291,10 +297,19 @@ def sentinel_range_lints(inventories: dict) -> list[Lint]:
     return out
 
 
+_TYPE_BOUNDS = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}
+
+
 def _range_starts_at_zero(t) -> bool:
     """The zero point within 5% of the bottom of its type: a range of [~0, max]."""
-    lo, hi = {"uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767)}.get(t.dtype, (None, None))
+    lo, hi = _TYPE_BOUNDS.get(t.dtype, (None, None))
     return lo is not None and bool(t.zero_point) and all(z - lo <= 0.05 * (hi - lo) for z in t.zero_point)
+
+
+def _range_ends_at_zero(t) -> bool:
+    """The zero point within 5% of the top of its type: a range of [min, ~0], a mask's sentinel's shape."""
+    lo, hi = _TYPE_BOUNDS.get(t.dtype, (None, None))
+    return lo is not None and bool(t.zero_point) and all(hi - z <= 0.05 * (hi - lo) for z in t.zero_point)
 
 
 def _scale_floor_lints(f) -> list[Lint]:
@@ -345,7 +360,8 @@ def random_op_lints(model) -> list[Lint]:
                  "with one process-wide value plus the node's index in the graph. This job sets that value "
                  f"(onnxruntime.set_seed({JOB_RANDOM_SEED})), so its figures repeat from job to job; but a quantized file "
                  "places the op at another index than fp32, so it draws other numbers, and every figure downstream "
-                 "of the op measures two different draws as well as quantization."),
+                 "of the op measures two different draws as well as quantization: the outputs it reaches are "
+                 "reported as not measured."),
         hint=("give each random op a seed attribute (the quantized files keep it, so every file draws the same "
               "numbers and the figures measure quantization alone), or feed the noise as an input"),
         source="onnxruntime/core/providers/cpu/generator/random.h (GetRandomSeed() + node Index()), core/framework/random_seed.cc",
@@ -540,6 +556,49 @@ def _data_dependent_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -
               "e.g. without its NMS step) or run onnx.utils.extract_model to cut it there; CI can gate on the rest"),
         source="ONNX operator spec: NonMaxSuppression, NonZero, Unique and Compress have value-dependent output shapes",
     )]
+
+
+# judged_by -> (what the lint says of them, each one's figure, a gate on it): output_kinds.py
+_OTHER_JUDGES = (
+    ("angular_error",
+     "output(s) hold angles, which wrap around: a value just past pi is the one just past -pi, which SQNR counts as "
+     "an error of 2 pi. They are judged by the angular error (the difference wrapped into [-pi, pi))",
+     lambda o: f"angular error max {o.angular_error_max:.4f} rad, mean {o.angular_error_mean:.4f} rad",
+     "angular_error<=0.05"),
+    ("argmax_agreement",
+     "classifier output(s) are saturated: one class takes all the probability in nearly every row, so SQNR counts "
+     "a flipped class as a huge error and the rest as none. They are judged by argmax agreement",
+     lambda o: f"argmax agreement {o.argmax_agreement:.1%}", "argmax_agreement>=0.99"),
+)
+
+
+def _unjudged_output_lints(artifact: str, per_level: dict[str, OptimizedLevel]) -> list[Lint]:
+    """Outputs SQNR cannot judge (runtime/output_kinds.py), at the highest level with numerics: circular and
+    saturated ones with the figure that fits (info), and float outputs with no figure at all (warning; those
+    compared by shape have data_dependent_outputs)."""
+    last = next((ol for ol in reversed(list(per_level.values())) if ol.numerics), None)
+    if last is None:
+        return []
+    outs, level = last.numerics.outputs, last.level
+    out = []
+    for judged_by, what, figure, gate in _OTHER_JUDGES:
+        judged = [o for o in outs if o.judged_by == judged_by]
+        if judged:
+            shown = "; ".join(f"{o.name!r}: {figure(o)}, SQNR {_db(o.sqnr_db)} ({o.kind_detail})" for o in judged)
+            out.append(Lint(code="circular_outputs" if judged_by == "angular_error" else "saturated_outputs",
+                            severity="info", artifact=artifact,
+                            message=f"{len(judged)} {what}, and their SQNR is in no worst figure (at {level}: {shown}).",
+                            hint=f"gate on them with '{artifact}.all.{gate}'; sqnr_db gates read the other outputs"))
+    missing = [o for o in outs if o.judged_by is None and o.compared != "shape"]
+    if missing:
+        out.append(Lint(
+            code="unmeasured_outputs", severity="warning", artifact=artifact,
+            message=(f"{len(missing)} output(s) have no accuracy figure (at {level}): "
+                     + "; ".join(f"{o.name!r}: {o.not_measured}" for o in missing)
+                     + ". They count in no worst figure; with nothing else measured, accuracy gates fail."),
+            hint=("upload samples that move the output (an .npz of real inputs) for one the same on every sample; "
+                  "give each random op a seed attribute for one drawn from random numbers")))
+    return out
 
 
 def _worst_per_output(per_level: dict[str, OptimizedLevel], figure, *, kept=bool) -> dict[str, tuple[float, list[str]]]:

@@ -31,6 +31,16 @@ def _first(per_level: dict[str, OptimizedLevel], pred) -> str | None:
     return None
 
 
+def _first_level_evidence(optimized: dict[str, dict[str, OptimizedLevel]], pred, describe) -> list[str]:
+    """'<artifact> at <level>: <describe(level)>' at each artifact's first level where ``pred`` holds."""
+    out = []
+    for artifact, per_level in optimized.items():
+        level = _first(per_level, pred)
+        if level:
+            out.append(f"{artifact} at {level}: {describe(per_level[level])}")
+    return out
+
+
 def platform_notes(optimized: dict[str, dict[str, OptimizedLevel]], cpu: CpuInfo,
                    advice_measured: list | None = None) -> list[PlatformNote]:
     """``advice_measured``: every advice entry (proposed and refuted); the
@@ -72,12 +82,9 @@ def platform_notes(optimized: dict[str, dict[str, OptimizedLevel]], cpu: CpuInfo
             evidence=evidence,
         ))
 
-    evidence = []
-    for artifact, per_level in optimized.items():
-        level = _first(per_level, lambda ol: ol.layout.nchwc_nodes > 0)
-        if level:
-            evidence.append(f"{artifact} at {level}: {per_level[level].layout.nchwc_nodes} com.microsoft.nchwc.* nodes, "
-                            f"{per_level[level].layout.reorders} reorders")
+    evidence = _first_level_evidence(
+        optimized, lambda ol: ol.layout.nchwc_nodes > 0,
+        lambda ol: f"{ol.layout.nchwc_nodes} com.microsoft.nchwc.* nodes, {ol.layout.reorders} reorders")
     if evidence:
         notes.append(PlatformNote(
             topic="NCHWc",
@@ -87,12 +94,9 @@ def platform_notes(optimized: dict[str, dict[str, OptimizedLevel]], cpu: CpuInfo
             evidence=evidence,
         ))
 
-    evidence = []
-    for artifact, per_level in optimized.items():
-        level = _first(per_level, lambda ol: ol.op_histogram.get("com.microsoft.NhwcMaxPool", 0) > 0)
-        if level:
-            evidence.append(f"{artifact} at {level}: com.microsoft.NhwcMaxPool x"
-                            f"{per_level[level].op_histogram['com.microsoft.NhwcMaxPool']}")
+    evidence = _first_level_evidence(
+        optimized, lambda ol: ol.op_histogram.get("com.microsoft.NhwcMaxPool", 0) > 0,
+        lambda ol: f"com.microsoft.NhwcMaxPool x{ol.op_histogram['com.microsoft.NhwcMaxPool']}")
     if evidence:
         notes.append(PlatformNote(
             topic="NHWC beyond QLinearConv",

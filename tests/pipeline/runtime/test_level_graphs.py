@@ -14,25 +14,15 @@ from service.pipeline.runtime.level_graphs import (
     session_and_level_graph,
 )
 from service.pipeline.vocabulary import graph_from_path
+from tests import models
 
 
 @pytest.fixture(scope="module")
 def conv_model(tmp_path_factory):
     """Conv + BatchNormalization + Relu: ``basic`` folds the BN into the Conv (new weights), ``layout``
     adds NCHWc nodes on x86: every level writes a different graph."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((16, 3, 3, 3)).astype(np.float32), "w")
-    bn = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in
-          (("g", rng.random(16) + 0.5), ("b", rng.standard_normal(16)), ("m", rng.standard_normal(16)),
-           ("v", rng.random(16) + 0.5))]
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             helper.make_node("BatchNormalization", ["c", "g", "b", "m", "v"], ["n"]),
-             helper.make_node("Relu", ["n"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])], [w, *bn])
-    path = tmp_path_factory.mktemp("lg") / "net.onnx"
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
-    return path
+    return models.save("conv_bn_relu", tmp_path_factory.mktemp("lg") / "net.onnx", x_shape=[1, 3, 16, 16], cout=16,
+                       pads=1)
 
 
 @pytest.mark.parametrize("level", ["disable_all", "basic", "all"])

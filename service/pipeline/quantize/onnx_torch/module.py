@@ -20,6 +20,7 @@ per invocation, in call order, which is the same at build time and at every forw
 from __future__ import annotations
 
 import keyword
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ import numpy as np
 
 from service.pipeline.vocabulary import RANDOM_OPS, SHAPE_READING_OPS, ai_onnx_opset
 
+from .data_sizes import DATA_SIZED_OPS, SIZE_OPS, as_dim, shape_value, size_tensor, size_values
 from .ops.math import FUSED_DOMAIN
 from .registry import ConvertContext, OnnxNode, UnsupportedNode, find_converter
 
@@ -169,7 +171,7 @@ class _Context(ConvertContext):
         if c is not None:
             return tuple(c.shape)
         try:
-            return tuple(int(d) for d in self.scope.get(name).shape)
+            return tuple(as_dim(d) for d in self.scope.get(name).shape)  # a data-sized dim stays a SymInt
         except KeyError:
             return None
 
@@ -210,6 +212,11 @@ class GraphRunner:
         self._sub_calls = 0
         self.record: dict[str, Any] | None = None  # name -> value, when recording every tensor
         self.buffer_of: dict[str, Any] = {}  # folded/initializer name -> registered tensor (forward)
+        # Sizes the data decides (data_sizes.py), main graph: tensors whose shape may move with the values,
+        # the size values computed from their shapes, and the kept nodes that compute those (by identity).
+        self.dynamic: set[str] = set()
+        self.sizes: set[str] = set()
+        self.size_nodes: set[int] = set()
 
     # ---- one node ------------------------------------------------------------------------
     def _inputs(self, node: OnnxNode, scope: _Scope) -> list[Any]:
@@ -219,7 +226,9 @@ class GraphRunner:
                 vals.append(None)
                 continue
             c = scope.const(name)
-            if c is not None:
+            if c is not None and (name in self.sizes or c.dtype == object):
+                vals.append(size_tensor(c))  # a size read as data: int64 tensor, symbolic where the data decides
+            elif c is not None:
                 t = self.buffer_of.get(name) if scope.parent is None else None
                 vals.append(t if t is not None else to_torch(c))
             else:
@@ -227,7 +236,7 @@ class GraphRunner:
         return vals
 
     def _foldable(self, node: OnnxNode, scope: _Scope) -> bool:
-        if node.op_type in _NEVER_FOLD:
+        if node.op_type in _NEVER_FOLD or any(n in self.sizes for n in node.inputs if n):
             return False
         if node.op_type in _SHAPE_OPS and node.domain == "":
             return bool(node.inputs) and self._has_value(node.inputs[0], scope)
@@ -269,11 +278,57 @@ class GraphRunner:
             return _reference_eval(node, [scope.const(n) if n else None for n in node.inputs], self.opset)
         return [None if o is None else _as_numpy(o) for o in out]
 
+    def _data_sized_why(self, node: OnnxNode) -> str:
+        """Why a node reading a value the data sizes could not convert, when it reads one."""
+        if not any(n in self.dynamic for n in node.inputs if n):
+            return ""
+        return (" (it reads a value computed from a size the data decides, a NonZero's count: the converter carries "
+                f"that size as a symbol through Shape/Size and {', '.join(sorted(SIZE_OPS))}, and into the torch "
+                "ops that take sizes, but a value that decides on it, such as a comparison feeding a shape, has "
+                "no form torch.export can trace)")
+
+    def _is_size_node(self, node: OnnxNode, scope: _Scope) -> bool:
+        """At build time: a Shape/Size of a data-sized tensor, or shape arithmetic on a size (data_sizes.py)."""
+        if node.domain != "" or not node.inputs:
+            return False
+        if node.op_type in _SHAPE_OPS:
+            return node.inputs[0] in self.dynamic
+        return (node.op_type in SIZE_OPS and any(n in self.sizes for n in node.inputs if n)
+                and all((not n) or scope.const(n) is not None for n in node.inputs))
+
+    def _run_size_node(self, node: OnnxNode, scope: _Scope) -> None:
+        if node.op_type in _SHAPE_OPS:
+            dims = scope.get(node.inputs[0]).shape
+            outs = [shape_value([math.prod(dims)] if node.op_type == "Size" else dims)]
+            if node.op_type == "Shape":
+                outs = [outs[0][slice(node.attrs.get("start", 0), node.attrs.get("end", len(dims)))]]
+            else:
+                outs = [outs[0].reshape(())]
+        else:
+            try:
+                outs = size_values(node, [scope.const(n) if n else None for n in node.inputs])
+            except (ValueError, IndexError, TypeError) as e:
+                raise ConversionError(f"{node.op_type} node {node.name!r} computes on a size the data decides "
+                                      f"(a NonZero's count): {e}", node) from e
+        for name, v in zip(node.outputs, outs):
+            if name:
+                scope.consts[name] = v
+                if self.record is not None:
+                    self.record[name] = size_tensor(v)
+
     def run_node(self, node: OnnxNode, scope: _Scope, *, main: bool) -> None:
         import torch
 
         if main:
             self._top = (node.op_type, node.name)
+        if main and (id(node) in self.size_nodes or (self.building and self._is_size_node(node, scope))):
+            # evaluated at every forward, on SymInts under torch.export: never folded to the build's numbers
+            self._run_size_node(node, scope)
+            if self.building:
+                self.size_nodes.add(id(node))
+                self.sizes.update(o for o in node.outputs if o)
+                self.kept.append(node)
+            return
         if main and not self.building:
             pass  # forward replays only kept nodes; folded ones are never visited
         elif self._foldable(node, scope):
@@ -305,7 +360,7 @@ class GraphRunner:
                            **top}):
                 out = self._call(node, scope, inputs)
         except UnsupportedNode as e:
-            raise ConversionError(f"{node.op_type} node {node.name!r}: {e}", node) from e
+            raise ConversionError(f"{node.op_type} node {node.name!r}: {e}{self._data_sized_why(node)}", node) from e
         except (MissingConverters, ConversionError, _StopBuild):
             raise
         except Exception as e:  # noqa: BLE001 - name the node that failed
@@ -326,6 +381,8 @@ class GraphRunner:
         self.converted_under[self._top or (node.op_type, node.name)] += 1
         if main and self.building:
             self.kept.append(node)
+            if node.op_type in DATA_SIZED_OPS or any(n in self.dynamic or n in self.sizes for n in node.inputs if n):
+                self.dynamic.update(o for o in node.outputs if o)
         for name, v in zip(node.outputs, out):
             if name and v is not None:
                 if not isinstance(v, torch.Tensor):
@@ -501,6 +558,8 @@ def build_module(model, input_names: list[str], example: dict[str, np.ndarray], 
             _free(scope, frees[k])
     if runner.missing:
         raise MissingConverters(runner.missing)
+    for name in runner.sizes:  # computed again at every forward: no buffer holds the build's numbers
+        scope.consts.pop(name, None)
     module = _module_class(input_names)(runner, scope.consts, input_names, graph_inputs, outputs)
     return BuildResult(module=module, converted=runner.converted, folded=runner.folded_ops,
                        record={}, converted_under=runner.converted_under)
@@ -584,7 +643,9 @@ class OnnxModule:
             _free(scope, frees)
         outs = []
         for name in self._outputs:
-            if name in scope.consts:
+            if name in runner.sizes:
+                outs.append(size_tensor(scope.consts[name]))
+            elif name in scope.consts:
                 outs.append(runner.buffer_of[name])
             else:
                 outs.append(scope.get(name))

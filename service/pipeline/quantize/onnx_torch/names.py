@@ -3,7 +3,7 @@
 Path of a name: each ONNX node's converter runs inside ``torch.fx.traceback.annotate`` (module.py),
 and torch.export runs under ``preserve_node_meta`` (program.py), so every FX node made from it has
 ``meta["custom"] = {"onnx_node", "onnx_op", "onnx_outputs"}``. prepare_pt2e/convert_pt2e and the
-re-export by ``torch.onnx.export`` keep that meta (checked by tests/pipeline/onnx_torch/test_names.py).
+re-export by ``torch.onnx.export`` keep that meta (checked by tests/pipeline/quantize/onnx_torch/test_names.py).
 torch.onnx writes each ONNX node's FX node into ``metadata_props["pkg.torch.onnx.fx_node"]``
 ("%conv2d : ..."); ``annotate_onnx`` looks that FX node up and adds to the ONNX node:
 

@@ -12,7 +12,7 @@ patterns find nothing and the pass only costs time.
 
 The guard calls torchao's pass unchanged whenever some BN takes a conv's output; otherwise it
 returns the graph as is. A test pins that the converted module is the same code either way
-(``tests/pipeline/test_pt2e_shortcuts.py``). torchao is pinned; if the names move, the
+(``tests/pipeline/quantize/test_pt2e_shortcuts.py``). torchao is pinned; if the names move, the
 guard is not installed and convert takes the usual path.
 
 2. ``HistogramObserver._non_linear_param_search`` (the XNNPACK config's activation observer picks

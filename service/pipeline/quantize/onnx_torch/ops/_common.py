@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import helper
 
+from ..data_sizes import as_dim
 from ..registry import ConvertContext, OnnxNode, UnsupportedNode
 
 # ONNX TensorProto data type -> torch dtype name
@@ -35,7 +36,8 @@ def const_ints(ctx: ConvertContext, node: OnnxNode, index: int, what: str) -> li
     value = ctx.const(node.inputs[index])
     if value is None:
         raise UnsupportedNode(f"{node.op_type}: {what} (input {index}) is computed at run time, not a constant")
-    return [int(v) for v in np.asarray(value).reshape(-1).tolist()]
+    # a size the data decides stays a SymInt (data_sizes.py); torch takes it where it takes an int
+    return [as_dim(v) for v in np.asarray(value).reshape(-1).tolist()]
 
 
 def const_scalar(ctx: ConvertContext, node: OnnxNode, index: int, what: str):

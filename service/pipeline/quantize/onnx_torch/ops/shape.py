@@ -3,7 +3,7 @@ input >= 13), Transpose, Concat, Split (split attribute < 13, input >= 13, num_o
 Slice (attributes < 10, inputs >= 10), Gather, GatherElements, GatherND, Expand, Tile, Range,
 ConstantOfShape, Constant, Identity, Dropout, Cast, CastLike, DepthToSpace, SpaceToDepth,
 ScatterND, ScatterElements, Trilu, OneHot, EyeLike, ReverseSequence (constant lengths), Size/Shape
-(only when not folded), NonZero (refused). (Hann/Hamming/BlackmanWindow of a static size are folded to
+(only when not folded), NonZero (its count a SymInt: onnx_torch/data_sizes.py). (Hann/Hamming/BlackmanWindow of a static size are folded to
 constants before any converter runs.)
 
 Every static argument (a shape, axes, starts/ends, repeats) is read with ctx.const as numpy, so
@@ -11,9 +11,12 @@ the torch graph holds Python ints only; a run-time value there is an Unsupported
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .. import module as m
+from ..data_sizes import is_symbolic
 from ..registry import UnsupportedNode, converter
 from ._common import const_ints, norm_axis, torch_dtype
 
@@ -53,8 +56,9 @@ def constant_of_shape(ctx, node, inputs):
     shape = const_ints(ctx, node, 0, "shape") or []
     value = node.attr("value")
     fill = np.asarray(value).reshape(-1)[0] if value is not None else np.float32(0)
-    return m.to_torch(np.full(shape, fill, dtype=np.asarray(fill).dtype)) if np.prod(shape) < (1 << 16) else \
-        torch.full(shape, fill.item(), dtype=m.to_torch(np.asarray(fill)).dtype)
+    if not any(is_symbolic(d) for d in shape) and np.prod(shape) < (1 << 16):
+        return m.to_torch(np.full(shape, fill, dtype=np.asarray(fill).dtype))
+    return torch.full(shape, fill.item(), dtype=m.to_torch(np.asarray(fill)).dtype)
 
 
 @converter("Cast")
@@ -76,7 +80,7 @@ def cast_like(ctx, node, inputs):
 def _reshape_target(shape: list[int], in_shape: list[int], allowzero: bool) -> list[int]:
     out = []
     for i, d in enumerate(shape):
-        if d == 0 and not allowzero:
+        if isinstance(d, int) and d == 0 and not allowzero:
             out.append(in_shape[i])
         else:
             out.append(d)
@@ -100,8 +104,8 @@ def reshape_attr(ctx, node, inputs):
 def flatten(ctx, node, inputs):
     x = inputs[0]
     axis = norm_axis(int(node.attr("axis", 1)), x.dim())
-    lead = int(np.prod(x.shape[:axis], dtype=np.int64)) if axis else 1
-    return x.reshape(lead, -1) if x.numel() else x.reshape(lead, int(np.prod(x.shape[axis:], dtype=np.int64)))
+    # math.prod keeps a data-sized dim symbolic, and an explicit size needs no test of the count for 0
+    return x.reshape(math.prod(x.shape[:axis]), math.prod(x.shape[axis:]))
 
 
 def _axes(ctx, node, opset_input: int):
@@ -146,6 +150,10 @@ def transpose(ctx, node, inputs):
     return x.permute(*[int(p) for p in perm])
 
 
+def _is_zero(d) -> bool:
+    return not is_symbolic(d) and d == 0
+
+
 @converter("Concat")
 def concat(ctx, node, inputs):
     import torch
@@ -153,7 +161,8 @@ def concat(ctx, node, inputs):
     xs = [x for x in inputs if x is not None]
     axis = int(node.attr("axis", 0))
     rank = max(x.dim() for x in xs)
-    xs = [x for x in xs if not (x.dim() == rank and x.shape[norm_axis(axis, rank)] == 0)] or xs[:1]
+    # an empty operand (a number 0: a data-sized dim is never tested, torch.cat takes it as it is)
+    xs = [x for x in xs if not (x.dim() == rank and _is_zero(x.shape[norm_axis(axis, rank)]))] or xs[:1]
     dtype = xs[0].dtype
     return torch.cat([x.to(dtype) for x in xs], dim=axis)
 
@@ -281,10 +290,26 @@ def gather_nd(ctx, node, inputs):
 def expand(ctx, node, inputs):
     x = inputs[0]
     shape = const_ints(ctx, node, 1, "shape")
-    out = list(np.broadcast_shapes(tuple(x.shape), tuple(shape)))
+    out = _broadcast(list(x.shape), shape)
     if len(out) > x.dim():
         x = x.reshape([1] * (len(out) - x.dim()) + list(x.shape))
     return x.expand(out)
+
+
+def _broadcast(a: list, b: list) -> list:
+    """numpy's broadcast of two shapes where a dim may be a SymInt: a number 1 takes the other's dim; two dims
+    that are not 1 are the same size (torch checks it at run time)."""
+    n = max(len(a), len(b))
+    a, b = [1] * (n - len(a)) + list(a), [1] * (n - len(b)) + list(b)
+    out = []
+    for x, y in zip(a, b):
+        if not is_symbolic(x) and x == 1:
+            out.append(y)
+        elif not is_symbolic(y) and y == 1:
+            out.append(x)
+        else:
+            out.append(x if is_symbolic(x) else y)
+    return out
 
 
 @converter("Tile")
@@ -300,6 +325,9 @@ def range_(ctx, node, inputs):
     vals = [ctx.const(n) for n in node.inputs]
     if any(v is None for v in vals):
         raise UnsupportedNode("Range with a start/limit/delta computed at run time")
+    start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in vals)
+    if any(is_symbolic(v) for v in (start, limit, delta)):  # a data-sized count: torch.arange carries it
+        return torch.arange(start, limit, delta, dtype=torch.int64)
     start, limit, delta = (np.asarray(v).item() for v in vals)
     dtype = np.asarray(vals[0]).dtype
     n = max(int(np.ceil((limit - start) / delta)), 0)
@@ -424,4 +452,8 @@ def size(ctx, node, inputs):
 
 @converter("NonZero")
 def non_zero(ctx, node, inputs):
-    raise UnsupportedNode("NonZero on a value computed at run time (its output size depends on the data)")
+    """[rank, count] of int64 indices in row-major order, as torch.nonzero's rows: torch.export gives the count an
+    unbacked symbol, and the module carries it to the nodes that read the output's size (data_sizes.py)."""
+    import torch
+
+    return torch.nonzero(inputs[0]).t()

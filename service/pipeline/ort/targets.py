@@ -1,0 +1,74 @@
+"""The platforms a job can ask for: the machine it runs on, or arm64 as ONNX Runtime emulated.
+
+A platform decides two rules of ORT's graph optimizer that the report reads back from the graphs
+(ORT 1.32's source):
+
+- ``int8_allowed``: ``QDQIsInt8Allowed()`` (qdq_selectors.h / qdq_transformer utils) is true on
+  ARM (``MLAS_TARGET_ARM_ANY``) and false elsewhere; where it is false, Level2 first runs
+  ``QDQS8ToU8Transformer`` and the Conv/MatMul selectors refuse int8 activations.
+- ``nchwc``: ``NchwcTransformer`` is registered at Level3 only when ``MlasNchwcGetBlockSize() > 1``,
+  which holds on x86-64 only.
+
+An emulated platform is ``qemu-aarch64-static`` with a named CPU (``QEMU_CPU``). Plain ``max``
+advertises SME, which changes the fp32 graph (NHWC FusedConv), so the i8mm target is
+``max,sme=off``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from service.errors import InvalidOptions
+from service.schemas.options import EMULATED_PLATFORMS, host_platform_name
+
+__all__ = ["ARM_ARCHES", "EMULATED", "Platform", "host_name", "host_platform", "platform_from_name"]
+
+ARM_ARCHES = ("aarch64", "arm64", "ARM64")
+X86_ARCHES = ("x86_64", "AMD64", "i686", "x86")
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str  # as the request names it: "x86_64", "arm64", "arm64:cortex-a53"
+    arch: str  # "x86_64" | "aarch64"
+    emulated: bool
+    qemu_cpu: str | None  # QEMU_CPU for an emulated platform
+    cpu_label: str  # what the report calls the CPU
+    int8_allowed: bool  # QDQIsInt8Allowed()
+    nchwc: bool  # NchwcTransformer registered (MlasNchwcGetBlockSize() > 1)
+
+
+# name -> (QEMU_CPU, the CPU it stands for)
+EMULATED = {
+    "arm64": ("neoverse-n1", "Neoverse N1 (dotprod; like Graviton2, Ampere Altra)"),
+    "arm64:neoverse-n1": ("neoverse-n1", "Neoverse N1 (dotprod; like Graviton2, Ampere Altra)"),
+    "arm64:i8mm": ("max,sme=off", "qemu max without SME (i8mm, SVE)"),
+    "arm64:cortex-a53": ("cortex-a53", "Cortex-A53 (plain NEON)"),
+}
+assert set(EMULATED) == set(EMULATED_PLATFORMS)
+host_name = host_platform_name
+
+
+def _rules(arch: str) -> tuple[bool, bool]:
+    return arch in ARM_ARCHES, arch in ("x86_64", "AMD64")
+
+
+def host_platform() -> Platform:
+    arch = host_name()
+    int8_allowed, nchwc = _rules(arch)
+    return Platform(name=arch, arch=arch, emulated=False, qemu_cpu=None, cpu_label="this machine",
+                    int8_allowed=int8_allowed, nchwc=nchwc)
+
+
+def platform_from_name(name: str) -> Platform:
+    """``arm64``, ``arm64:i8mm``, ``arm64:cortex-a53``, ``arm64:neoverse-n1`` or the host's own name."""
+    host = host_platform()
+    if name == host.name or (host.arch in ARM_ARCHES and name == "arm64"):
+        return host
+    if name in EMULATED:
+        cpu, label = EMULATED[name]
+        int8_allowed, nchwc = _rules("aarch64")
+        return Platform(name=name, arch="aarch64", emulated=True, qemu_cpu=cpu, cpu_label=label,
+                        int8_allowed=int8_allowed, nchwc=nchwc)
+    raise InvalidOptions(f"unknown platform {name!r}",
+                         hint=f"use {host.name!r} (this machine) or one of {', '.join(sorted(EMULATED))}")

@@ -1,0 +1,175 @@
+"""The levels stage on an emulated platform: every artifact at every level, as the platform's ORT
+saves and runs it, read by the same functions as this machine's graphs (``level_structure``,
+``diff_graphs``, ``level_numerics``) under the platform's own rules (``Platform.int8_allowed``).
+
+One emulated process per platform and job (qemu-user's start-up and ORT's import cost seconds under
+emulation): it writes each level graph, then runs the eval samples on every distinct graph of the
+quantized artifacts within ``options.platform_accuracy.budget_seconds``. fp32 is not run there (soft
+float under qemu is ~250x slower than native): every SQNR is against fp32 on this machine, at the
+first level run, on the same samples. Latency is never measured under emulation.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+from service.errors import PlatformUnavailable
+from service.pipeline.inspect.graph_diff import diff_graphs
+from service.pipeline.inspect.graph_summary import output_steps
+from service.pipeline.isolation import scrub
+from service.pipeline.ort.sessions import session_for
+from service.pipeline.platforms.runtime import emulated_run
+from service.pipeline.ort.targets import Platform
+from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
+from service.pipeline.runtime.levels import FileFacts, level_structure
+from service.pipeline.runtime.numerics import concat_runs, level_numerics
+from service.pipeline.vocabulary import float_tail_nodes, graph_from_path, int8_coverage
+from service.schemas.levels import OptimizedLevel
+from service.schemas.options import LEVEL_VALUES, ComparisonOptions
+from service.schemas.platforms import PlatformAccuracy, PlatformError, PlatformReport, PlatformRules
+
+__all__ = ["platform_levels", "samples_npz", "unavailable_report"]
+
+# Session creation is 0.01-0.2 s per level under emulation for models up to ~11 MB, ORT's import ~10 s:
+# the process may run this long past the accuracy budget before it counts as hung.
+START_AND_GRAPHS_ALLOWANCE_S = 600.0
+
+
+def samples_npz(feeds: list[dict[str, np.ndarray]], path: Path) -> Path:
+    """The eval feeds as the emulated script reads them (``emulated_ort.py``)."""
+    names = list(feeds[0]) if feeds else []
+    arrays = {f"{i}/{n}": np.asarray(f[n]) for i, f in enumerate(feeds) for n in names}
+    np.savez(path, __count__=np.int64(len(feeds)), __names__=np.array(names), **arrays)
+    return path
+
+
+def _report_base(platform: Platform) -> dict:
+    return dict(name=platform.name, arch=platform.arch, emulated=platform.emulated, cpu=platform.cpu_label,
+                qemu_cpu=platform.qemu_cpu,
+                rules=PlatformRules(int8_allowed=platform.int8_allowed, nchwc=platform.nchwc))
+
+
+def unavailable_report(platform: Platform, error: PlatformUnavailable) -> PlatformReport:
+    return PlatformReport(**_report_base(platform), status="unavailable",
+                          error=PlatformError(code=error.code, message=error.message, hint=error.hint))
+
+
+def _reference(fp32_path: Path, level: str, feeds: list[dict[str, np.ndarray]]) -> tuple[list[np.ndarray], list[str]]:
+    """fp32 on this machine at ``level`` on ``feeds``: what the report's SQNRs are against."""
+    session = session_for(fp32_path, level)
+    names = [o.name for o in session.get_outputs()]
+    return concat_runs([session.run(None, f) for f in feeds]), names
+
+
+def _outputs(path: str, count: int) -> list[np.ndarray]:
+    with np.load(path, allow_pickle=False) as z:
+        runs: dict[int, dict[int, np.ndarray]] = {}
+        for key in z.files:
+            i, k = (int(x) for x in key.split("/"))
+            runs.setdefault(i, {})[k] = z[key]
+    return concat_runs([[runs[i][k] for k in sorted(runs[i])] for i in range(count)])
+
+
+def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
+                    out_dir: Path, options: ComparisonOptions, levels: list[str], files: dict[str, FileFacts],
+                    data_dependent: dict[int, str] | None = None, keep_level_graphs: bool = True,
+                    memory_mb: int = 0, root: Path | None = None) -> PlatformReport:
+    """Every artifact of ``artifact_paths`` at ``levels`` on ``platform`` (emulated); ``files``: the
+    file facts this machine's levels stage took (``LevelsResult.files``). A runtime that is missing or
+    fails gives a report with status ``unavailable`` and the stable code, never an exception."""
+    t0 = time.perf_counter()
+    out_dir = Path(out_dir)
+    work = out_dir / f"_platform_{platform.name.replace(':', '_')}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    acc = options.platform_accuracy
+    names = [n for n in ("fp32", *sorted(set(artifact_paths) - {"fp32"})) if n in artifact_paths]
+    try:
+        request = {
+            "artifacts": [{"name": n, "path": str(Path(artifact_paths[n]).resolve()),
+                           "run": acc.enabled and n != "fp32"} for n in names],
+            "levels": [[lv, LEVEL_VALUES[lv]] for lv in levels], "out_dir": str(work.resolve()),
+            "samples": str(samples_npz(eval_feeds, work / "samples.npz").resolve()) if acc.enabled and eval_feeds
+            else None,
+            "budget_seconds": acc.budget_seconds, "threads": 1,
+        }
+        answer = emulated_run(platform, request, timeout_s=acc.budget_seconds + START_AND_GRAPHS_ALLOWANCE_S,
+                              memory_mb=memory_mb, root=root)
+    except PlatformUnavailable as e:
+        shutil.rmtree(work, ignore_errors=True)
+        return unavailable_report(platform, e)
+    t_emulated = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    n = int(answer.get("samples_run") or 0)
+    slug = platform.name.replace(":", "_")
+    reference = ref_names = None
+    if n and "fp32" in artifact_paths:
+        reference, ref_names = _reference(Path(artifact_paths["fp32"]), levels[0], eval_feeds[:n])
+    fp32_compute = int8_coverage(graph_from_path(Path(artifact_paths["fp32"]), lazy=True)).float_count \
+        if "fp32" in artifact_paths else 0
+    optimized: dict[str, dict[str, OptimizedLevel]] = {}
+    for name in names:
+        file_graph = graph_from_path(Path(artifact_paths[name]), lazy=True)
+        steps = output_steps(file_graph)
+        float_tail = float_tail_nodes(file_graph) if name == "pt2e_qdq" else {}
+        done = answer["artifacts"].get(name, {})
+        per_level: dict[str, OptimizedLevel] = {}
+        prev_graph, prev_level, prev_outputs, extended_rows = file_graph, "file", None, None
+        outputs_at: dict[str, list[np.ndarray]] = {}
+        for level in levels:
+            entry = done.get(level, {})
+            if "folder" not in entry:
+                per_level[level] = OptimizedLevel(level=level, level_value=LEVEL_VALUES[level],
+                                                  error=scrub(entry.get("error", "not run"))[:2000])
+                continue
+            lg = fingerprint(Path(entry["folder"]))
+            graph = graph_from_path(lg.graph, lazy=True)
+            structure = level_structure(graph, name=name, level=level, facts=files[name], fp32_compute=fp32_compute,
+                                        int8_allowed=platform.int8_allowed, extended_rows=extended_rows,
+                                        float_tail=float_tail)
+            rows = structure.pop("extended_rows")
+            extended_rows = rows if level == "extended" else extended_rows
+            same_as = entry.get("same_graph_as")
+            numerics = None
+            error = entry.get("error")
+            outputs = outputs_at.get(same_as) if same_as else (
+                _outputs(entry["outputs_file"], n) if entry.get("outputs_file") else None)
+            if outputs is not None and reference is not None:
+                outputs_at[level] = outputs
+                try:
+                    numerics = level_numerics(reference, ref_names, outputs, entry["outputs"], steps=steps,
+                                              previous=prev_outputs, samples=n, data_dependent=data_dependent or {})
+                except ValueError as e:
+                    error = scrub(f"numerics failed: {e}")[:2000]
+                prev_outputs = outputs
+            out_file = out_dir / f"{name}.{level}.{slug}.onnx"
+            if keep_level_graphs:
+                self_contained_from_level_graph(lg, out_file)
+            per_level[level] = OptimizedLevel(
+                level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error, **structure,
+                diff=diff_graphs(prev_graph, graph, previous=prev_level), numerics=numerics, latency=None,
+                session_seconds=entry.get("session_seconds"), same_graph_as=same_as,
+                graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
+                weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
+                file_stored=keep_level_graphs)
+            prev_graph, prev_level = graph, level
+        optimized[name] = per_level
+    shutil.rmtree(work, ignore_errors=True)
+    accuracy = None
+    if acc.enabled and eval_feeds:
+        accuracy = PlatformAccuracy(
+            samples_run=n, samples_total=len(eval_feeds), budget_seconds=acc.budget_seconds,
+            seconds=float(answer.get("run_seconds") or 0.0),
+            reference=f"fp32 on this machine at {levels[0]}, on the same {n} sample(s)",
+            how=(f"emulated ORT {answer.get('ort_version')} under qemu-user ({platform.qemu_cpu}), one thread: one "
+                 "sample timed on every distinct level graph of the quantized artifacts, then as many of the first "
+                 f"eval samples as the {acc.budget_seconds:.0f} s budget holds, the same on every graph"
+                 + ("" if n == len(eval_feeds) else f" ({n} of {len(eval_feeds)})")))
+    return PlatformReport(**_report_base(platform), status="ok", onnxruntime=answer.get("ort_version"),
+                          optimized=optimized, accuracy=accuracy,
+                          timings={"emulated": round(t_emulated, 3), "read": round(time.perf_counter() - t1, 3)})

@@ -1,0 +1,52 @@
+"""The platforms stage: after this machine's levels, each emulated platform the options name gets its
+own level graphs, blockers, decisions and accuracy, and the rows that set it beside this machine."""
+
+from __future__ import annotations
+
+from service.pipeline.context import StageContext
+from service.pipeline.fp32.stage import Fp32
+from service.pipeline.inputs.stage import Prepared
+from service.pipeline.inspect.stage import Inspected
+from service.pipeline.platforms.advice import advice_for_platform
+from service.pipeline.platforms.emulated_levels import platform_levels
+from service.pipeline.platforms.side_by_side import side_by_side_rows
+from service.pipeline.ort.targets import host_platform, platform_from_name
+from service.pipeline.runtime.levels import LevelsResult
+from service.pipeline.verdict.decisions import decisions_table
+from service.schemas.options import ComparisonOptions
+from service.schemas.platforms import PlatformReport
+
+__all__ = ["emulated_platforms", "platforms_stage"]
+
+
+def emulated_platforms(options: ComparisonOptions) -> list[str]:
+    """The names in ``options.platforms`` that this stage runs (the host's own results are the levels stage's)."""
+    return [name for name in options.platforms or [] if platform_from_name(name).emulated]
+
+
+def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
+                    levels: LevelsResult, ctx: StageContext, *, memory_mb: int = 0) -> dict[str, PlatformReport]:
+    """``{name: PlatformReport}`` for every emulated platform in ``options.platforms`` (this machine's
+    own results stay in ``artifacts``); an unavailable runtime is a report with status ``unavailable``."""
+    host = host_platform()
+    out: dict[str, PlatformReport] = {}
+    eval_feeds, out_dir = prepared.samples.evaluation, ctx.folders.artifacts
+    data_dependent, inventories = fp32.data_dependent_outputs(), inspected.inventories
+    for name in emulated_platforms(options):
+        platform = platform_from_name(name)
+        paths = {n: p for n, p in inspected.paths.items() if n in levels.optimized}
+        report = platform_levels(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
+                                 options=options, levels=levels.levels, files=levels.files,
+                                 # always stored: a download cannot make an emulated graph again
+                                 # (runtime/level_graphs.py regenerates with this machine's ORT)
+                                 data_dependent=data_dependent, keep_level_graphs=True,
+                                 memory_mb=memory_mb)
+        if report.status == "ok":
+            report = report.model_copy(update={
+                "decisions": decisions_table(names=list(report.optimized), files=levels.files,
+                                             optimized=report.optimized, inventories=inventories,
+                                             levels=levels.levels, options=options),
+                "side_by_side": side_by_side_rows(levels.optimized, host, report)})
+            report = report.model_copy(update={"advice": advice_for_platform(report)})
+        out[name] = report
+    return out
