@@ -15,7 +15,8 @@ warnings.filterwarnings("ignore")
 def compared(tmp_path_factory):
     """``compared(example, **options) -> (Report, workdir)``, cached per example + options.
 
-    Latency is off unless asked for: timing is for bench/, and it costs seconds per artifact.
+    Latency is off unless asked for: timing is for bench/, and it costs seconds per artifact. Advice
+    gets 60 s unless a budget is asked for.
     """
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.schemas.options import ComparisonOptions
@@ -24,6 +25,11 @@ def compared(tmp_path_factory):
 
     def run(example: str, **options):
         options.setdefault("latency", {"enabled": False})
+        # Advice within 60 s, not the default share of the job's time (a fifth of a tiny example's job
+        # measures no candidate): the tests that read advice need its re-runs.
+        advice = dict(options.get("advice") or {})
+        if "budget_seconds" not in advice and "budget_share" not in advice:
+            options["advice"] = {**advice, "budget_seconds": 60.0}
         key = example + json.dumps(options, sort_keys=True)
         if key not in cache:
             workdir = tmp_path_factory.mktemp(f"cmp_{example}")

@@ -13,9 +13,6 @@ import pytest
 from service.pipeline.environment import cpu_info
 from service.pipeline.ort.sessions import session_options_for
 
-# A budget of seconds, not the default share of a small job's time: the advice test needs its re-runs.
-ADVICE = {"budget_seconds": 120.0}
-
 pytestmark = [pytest.mark.heavy,
               pytest.mark.skipif(cpu_info().arch in ("aarch64", "arm64"), reason="x86 conditions")]
 DTYPE_CODES = {"io_dtype_mismatch", "int8_activation_on_x86"}
@@ -45,7 +42,7 @@ def _float_after_int8_allowed(path, tmp_path) -> set[str]:
 
 @pytest.mark.parametrize("artifact", ["ort_qdq", "pt2e_qdq"])
 def test_blockers_agree_with_ort_saved_graphs_for_95_percent_of_float_nodes(compared, tmp_path, artifact):
-    report, workdir = compared("yolo_style", advice=ADVICE)
+    report, workdir = compared("yolo_style")
     rows = report.artifacts[artifact].optimized["extended"].unfused
     saved = workdir / "artifacts" / f"{artifact}.extended.onnx"
     g, producer, readers, zp_type = _raw(saved)
@@ -78,14 +75,14 @@ def test_blockers_agree_with_ort_saved_graphs_for_95_percent_of_float_nodes(comp
 
 
 def test_qdq_fusion_starts_at_extended_on_every_quantized_node(compared):
-    report, _ = compared("yolo_style", advice=ADVICE)
+    report, _ = compared("yolo_style")
     for level in ("disable_all", "basic"):
         rows = report.artifacts["ort_qdq"].optimized[level].unfused
         assert rows and {r.blocker for r in rows} == {"fusion_starts_at_extended"}
 
 
 def test_uint8_activation_advice_is_measured_on_the_yolo_model(compared):
-    report, _ = compared("yolo_style", advice=ADVICE)
+    report, _ = compared("yolo_style")
     u8 = [a for a in report.advice + report.advice_refuted if a.artifact == "ort_qdq"
           and a.change.get("ort", {}).get("activation_type") == "uint8"]
     assert u8, [(a.change, a.reason) for a in report.advice_refuted]
@@ -101,7 +98,7 @@ def test_uint8_activation_advice_is_measured_on_the_yolo_model(compared):
 
 
 def test_refuted_candidates_are_never_proposed(compared):
-    report, _ = compared("yolo_style", advice=ADVICE)
+    report, _ = compared("yolo_style")
     proposed = [a.change for a in report.advice]
     assert {"session": {"session.qdqisint8allowed": "1"}} not in proposed
     assert {"ort": {"extra_options": {"DedicatedQDQPair": True}}} not in proposed
@@ -114,7 +111,7 @@ def test_cli_and_page_show_blockers_grouped_and_advice_as_before_after(compared)
     from service.render.page import build_view
     from service.render.text import summary_table
 
-    report, _ = compared("yolo_style", advice=ADVICE)
+    report, _ = compared("yolo_style")
     text = summary_table(report)
     conv = [ln for ln in text.splitlines() if ln.strip().split(" ")[1:2] == ["Conv:"] and "stays int8" in ln]
     assert conv and all("-> quantize activations as uint8 on x86" in ln for ln in conv)
