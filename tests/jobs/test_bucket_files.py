@@ -224,3 +224,30 @@ def test_retention_and_the_data_budget_apply_to_the_bucket(s3, bucket, tmp_path)
     assert sorted(sweep_expired(expired, ex.store, ex.files)) == sorted([newer, third])
     assert s3.keys(bucket, "b/jobs/") == {} and ex.store.ids() == set()
     ex.store.close()
+
+
+def test_a_running_jobs_partial_report_reaches_the_bucket_and_goes_with_the_final_one(s3, bucket, tmp_path):
+    """The report as it comes (issue 39) with no shared folder: the supervisor stores the worker's partial
+    report as progress comes in, the API reads it from the bucket, and the finished report replaces it."""
+    from service.jobs.storage.report_file import write_partial_report
+
+    files = _files(tmp_path, bucket)
+    spec = _submit(files, tmp_path, {"input/model.onnx": b"model"})
+    folder = files.checkout(_record(spec))
+    assert files.report_version(spec.id, partial=True) is None
+    write_partial_report(folder, '{"partial": true, "sections_done": ["files"]}')
+    files.store_partial(spec.id, folder)
+    first = files.report_version(spec.id, partial=True)
+    assert first is not None and files.report_bytes(spec.id, partial=True) == b'{"partial": true, "sections_done": ["files"]}'
+    files.store_partial(spec.id, folder)  # unchanged: nothing stored again
+    assert files.report_version(spec.id, partial=True) == first
+    time.sleep(0.01)
+    write_partial_report(folder, '{"partial": true, "sections_done": ["files", "level_graphs"]}')
+    files.store_partial(spec.id, folder)
+    assert b"level_graphs" in files.report_bytes(spec.id, partial=True)
+    assert files.report_version(spec.id) is None  # a partial report is no report: the job has not succeeded
+    (folder / "artifacts").mkdir()
+    write_report(folder, '{"partial": false}')
+    files.checkin(spec.id, folder)
+    assert files.report_bytes(spec.id) == b'{"partial": false}'
+    assert files.report_version(spec.id, partial=True) is None
