@@ -11,7 +11,8 @@ three ways, alternated per round so load from other processes falls on all of th
   parallel  one session with one intra-op thread, CORES feeds at once from CORES threads
             (runtime/parallel_runs.runs_on_cores: what the levels stage does)
 
-and whether each way's outputs are bit for bit the one-thread outputs. Prints a table; raw JSON with --json.
+and whether each way's outputs are bit for bit the one-thread outputs, and the cores each way kept busy
+(process CPU seconds / wall seconds). Prints a table; raw JSON with --json.
 """
 
 from __future__ import annotations
@@ -67,22 +68,27 @@ def main(argv=None) -> int:
         for w in ways.values():  # warm each session
             w()
         times = {k: [] for k in ways}
+        cpu = {k: [] for k in ways}  # process CPU seconds / wall seconds: how many cores the way kept busy
         outs = {}
         for _ in range(args.rounds):
             for k, w in ways.items():
-                t0 = time.perf_counter()
+                c0, t0 = time.process_time(), time.perf_counter()
                 outs[k] = w()
-                times[k].append(time.perf_counter() - t0)
+                wall = time.perf_counter() - t0
+                times[k].append(wall)
+                cpu[k].append((time.process_time() - c0) / wall)
         same = {k: all(np.array_equal(a, b) for ra, rb in zip(outs["one"], outs[k]) for a, b in zip(ra, rb))
                 for k in ways}
         row = {"artifact": name, "feeds": args.feeds, "cores": args.cores,
                "seconds": {k: float(np.median(v)) for k, v in times.items()}, "bitwise_equal_to_one": same,
+               "cores_busy": {k: round(float(np.median(v)), 2) for k, v in cpu.items()},
                "load_avg_1m": os.getloadavg()[0]}
         row["ratio_vs_one"] = {k: row["seconds"][k] / row["seconds"]["one"] for k in ways}
         rows.append(row)
         print(f"{name:<14} one {row['seconds']['one']:.2f}s  intra {row['seconds']['intra']:.2f}s "
               f"({row['ratio_vs_one']['intra']:.2f}x, equal {same['intra']})  parallel {row['seconds']['parallel']:.2f}s "
-              f"({row['ratio_vs_one']['parallel']:.2f}x, equal {same['parallel']})  load {row['load_avg_1m']:.1f}",
+              f"({row['ratio_vs_one']['parallel']:.2f}x, equal {same['parallel']})  cores busy {row['cores_busy']}  "
+              f"load {row['load_avg_1m']:.1f}",
               flush=True)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

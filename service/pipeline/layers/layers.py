@@ -46,6 +46,10 @@ CLEAN_DB = 100.0
 ORIGIN_DROP_DB = 3.0  # a drop below this is inherited error, not an origin
 DISAGREE_DB = 3.0  # tools whose SQNR on one tensor differs by this much get an explanation
 TARGET_CI_DB = 2.0  # more samples until every sqnr_db_ci is at most this wide (within the budget)
+# One sample's exposed tensors of one file past which the files run one at a time whatever the job's
+# cores: side by side, each holds its own (a 960x960 detector's table failed with std::bad_alloc under a
+# 6 GiB worker either way; two at once only got there sooner).
+SIDE_BY_SIDE_MAX_EXPOSED_BYTES = 256 * 1024 * 1024
 _FLOAT_KINDS = ("float32", "float16", "float64", "bfloat16")
 
 
@@ -141,6 +145,11 @@ def layers_from_files(
                 if float_tensors is None:
                     float_tensors = [t for t in candidates if isinstance(ref_values[t], np.ndarray)  # not ZipMap's maps
                                      and str(ref_values[t].dtype) in _FLOAT_KINDS]
+                    exposed = sum(v.nbytes for v in ref_values.values() if isinstance(v, np.ndarray))
+                    if cores > 1 and exposed > SIDE_BY_SIDE_MAX_EXPOSED_BYTES:
+                        cores = 1  # each file's exposed tensors are the peak: one file's at a time
+                        notes.append(f"files run one at a time: one sample exposes {exposed / 2**20:.0f} MiB of "
+                                     f"tensors per file (side by side past {SIDE_BY_SIDE_MAX_EXPOSED_BYTES >> 20} MiB)")
                 refs: dict[str, _Ref] = {}
                 keys = list(sessions)
                 for start in range(0, len(keys), max(1, cores)):
