@@ -22,7 +22,9 @@ def test_paths_side_by_side_write_the_same_artifacts_as_in_sequence(tmp_path):
     """And the per-tensor table beside advice's first phase: the same table, the same candidates with the
     same numbers; only the timing phase, alone in both, gives figures that move from run to run."""
     options = ComparisonOptions(calibration_samples=4, eval_samples=2, latency={"enabled": False},
-                                levels=["disable_all", "all"], layers={"enabled": True}, advice={"enabled": True})
+                                levels=["disable_all", "all"], layers={"enabled": True},
+                                # seconds, not the default share of a tiny job, which measures no candidate
+                                advice={"enabled": True, "budget_seconds": 60})
     reports = {}
     for parallel in (False, True):
         out = tmp_path / str(parallel)
@@ -69,7 +71,9 @@ def test_a_model_past_the_size_cap_makes_its_advice_after_the_table(tmp_path, mo
 
     monkeypatch.setattr(compare, "BESIDE_LAYERS_MAX_MODEL_BYTES", 0)
     options = ComparisonOptions(calibration_samples=4, eval_samples=2, latency={"enabled": False},
-                                levels=["disable_all", "all"], layers={"enabled": True}, advice={"enabled": True})
+                                levels=["disable_all", "all"], layers={"enabled": True},
+                                # seconds, not the default share of a tiny job, which measures no candidate
+                                advice={"enabled": True, "budget_seconds": 60})
     report = run_comparison(ComparisonRequest(options=options, example="tiny_conv_net", parallel_paths=True), tmp_path)
     measured = [e for e in report.advice + report.advice_refuted if e.measured]
     assert measured and not any("beside" in e.measured.how for e in measured)
