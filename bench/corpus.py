@@ -64,6 +64,7 @@ def main(argv: list[str]) -> int:
         install_missing([m for m in CORPUS if not names or m.name in names])
     extra = {"calibration_samples": 16} if full else {}
     rows, ok, total, moved, missing = [], 0, 0, [], []
+    per_tool = {p: [0, 0] for p in PATHS}  # tool -> [ok, asked]
     with tempfile.TemporaryDirectory(prefix="corpus") as tmp:
         for model in CORPUS:
             if names and model.name not in names:
@@ -79,10 +80,13 @@ def main(argv: list[str]) -> int:
                 if report is None or p not in report.artifacts:
                     cells.append("refused" if report is None else "-")
                     total += report is None
+                    per_tool[p][1] += report is None
                     continue
                 art = report.artifacts[p]
                 total += 1
                 ok += art.status == "ok"
+                per_tool[p][0] += art.status == "ok"
+                per_tool[p][1] += 1
                 bad_levels = sum(1 for lvl in art.optimized.values() if lvl.error)
                 cell = f"{art.status} {art.seconds or 0:.1f}s"
                 conv = art.tool.conversion if art.tool else None
@@ -105,6 +109,7 @@ def main(argv: list[str]) -> int:
     for r in rows:
         print(f"| {' | '.join(r)} |")
     print(f"\npaths ok: {ok}/{total} = {ok / max(total, 1):.0%} (a refused model counts its 3 paths as not ok)")
+    print("per tool (ok / asked): " + ", ".join(f"{p} {k}/{n} = {k / max(n, 1):.0%}" for p, (k, n) in per_tool.items()))
     if missing:
         print(f"not run (corpus package not installed): {', '.join(missing)}")
     for line in moved:

@@ -140,24 +140,10 @@ class Server:
         self._log.close()
 
 
-def independent_median(path: Path, feed: dict, runs: int = 7) -> float:
-    import numpy as np
-
-    from service.pipeline.ort.sessions import session_for
-
-    s = session_for(path, "all", intra_op_threads=1)
-    for _ in range(3):
-        s.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        s.run(None, feed)
-        times.append((time.perf_counter() - t) * 1000)
-    return float(np.median(times))
-
-
 def latency_truth(job: dict) -> dict:
     import numpy as np
+
+    from tests.latency_oracle import independent_median
 
     report, art = job["report"], Path(job["job_dir"]) / "artifacts"
     shapes = report["model"]["resolved_input_shapes"]

@@ -174,6 +174,13 @@ class StorageUnavailable(Busy):
     code, status, title = "storage_unavailable", 503, "The file storage is unavailable"
 
 
+class StoreUnavailable(Busy):
+    """The job store (PostgreSQL at QUANTCOMPARE_DATABASE_URL) could not be reached or dropped the request
+    twice: the API answers 503 + Retry-After, never a bare 500."""
+
+    code, status, title = "store_unavailable", 503, "The job store is unavailable"
+
+
 class LevelGraphChanged(QuantCompareError):
     """A level graph made again for a download differs from the one the job measured."""
 

@@ -185,6 +185,18 @@ def mlp(*, gemm: bool = False, sizes: Sequence[int] = (16, 32, 8), seed: int = 0
     return from_nodes(nodes, [value("x", [1, n_in])], [value("y", [1, n_out])], inits, opset=opset, ir=ir)
 
 
+def sampler(*, seed: float | None = None) -> onnx.ModelProto:
+    """A VAE-like sampler: Conv -> Relu (mu), then ``mu + RandomNormalLike(mu)`` (z), and the draw (eps)
+    itself as a second output; the draw is unseeded unless ``seed`` is given."""
+    rng = np.random.default_rng(0)
+    noise = {"scale": 0.1, **({"seed": seed} if seed is not None else {})}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["mu"]), helper.make_node("RandomNormalLike", ["mu"], ["eps"], **noise),
+             helper.make_node("Add", ["mu", "eps"], ["z"])]
+    return from_nodes(nodes, [("x", [1, 3, 8, 8])], [("z", [1, 4, 8, 8]), ("eps", [1, 4, 8, 8])],
+                      {"w": rng.normal(0, .3, (4, 3, 3, 3)).astype(np.float32)}, ir=8, name="vae")
+
+
 BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "unary": unary,
     "relu": partial(unary, "Relu"),
@@ -197,6 +209,7 @@ BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "conv_bn_relu": partial(conv, bn=True, act="Relu"),
     "conv_chain": conv_chain,
     "mlp": mlp,
+    "sampler": sampler,
 }
 
 

@@ -6,8 +6,7 @@ import argparse
 
 from service.api.app import create_app
 from service.api.edge import edge_protocol
-from service.config import Settings, get_settings
-from service.jobs.cli_worker import add_worker_parser, preflight
+from service.jobs.cli_worker import add_worker_parser, preflight, settings_or_exit
 from service.log_format import configure_logging
 
 
@@ -28,11 +27,9 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
 def run_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-
-    settings = get_settings()
-    overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir}.items() if v is not None}
-    if overrides:
-        settings = Settings.model_validate({**settings.model_dump(), **overrides})
+    settings = settings_or_exit(workers=args.workers, data_dir=args.data_dir)
+    if isinstance(settings, int):
+        return settings
     configure_logging(settings.log_level, settings.log_format, role="api")
     if (code := preflight(settings)) is not None:  # a wrong database or bucket: one line, exit 2
         return code

@@ -25,13 +25,23 @@ def add_worker_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def settings_or_exit(**overrides) -> Settings | int:
+    """The settings from QUANTCOMPARE_* with the command line's ``overrides`` (None: not given); one line on
+    stderr and exit code 2 when a setting is invalid (a bad database URL, a negative budget)."""
+    try:
+        settings = get_settings()
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return Settings.model_validate({**settings.model_dump(), **given}) if given else settings
+    except ValueError as e:  # pydantic's ValidationError is one too
+        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
 def run_worker_command(args: argparse.Namespace) -> int:
     from service.jobs.celery.worker import run_worker  # celery is imported only by its own command
-    settings = get_settings()
-    overrides = {k: v for k, v in {"workers": args.workers, "data_dir": args.data_dir,
-                                   "broker_url": args.broker_url}.items() if v is not None}
-    if overrides:
-        settings = Settings.model_validate({**settings.model_dump(), **overrides})
+    settings = settings_or_exit(workers=args.workers, data_dir=args.data_dir, broker_url=args.broker_url)
+    if isinstance(settings, int):
+        return settings
     if not settings.broker_url:
         print("error: `quantcompare worker` needs QUANTCOMPARE_BROKER_URL (or --broker-url), e.g. redis://127.0.0.1:6379/0",
               file=sys.stderr)

@@ -310,6 +310,12 @@ class WorkerPool:
         except StorageUnavailable as e:
             status, error = "failed", problem_from_error(StorageUnavailable(
                 f"the job's results could not be stored: {e.message}", hint="submit the model again"))
+        except Exception as e:  # noqa: BLE001 - this machine's scratch (OSError) or a bug: the job ends, said so
+            log.error("job %s: storing its results failed: %r", rec.id, e, exc_info=True)
+            status, error = "failed", problem_from_error(
+                error_from_os(e, "the job's results were read from this worker's scratch")
+                or InternalError("the job's results could not be stored",
+                                 hint="the server log has the details; submit the model again"))
         finally:
             if folder is not None:
                 self.files.discard(rec.id, folder)

@@ -20,7 +20,6 @@ import ctypes
 import importlib
 import logging
 import os
-import resource
 import shlex
 import shutil as _shutil
 import signal
@@ -35,6 +34,7 @@ from service.errors import InternalError, QuantCompareError, WorkerMemoryLimit, 
 from service.jobs.spec import JobSpec
 from service.log_format import configure_logging
 from service.pipeline import time_limit
+from service.pipeline.isolation import address_space_limit
 from service.schemas.api import problem_from_error
 
 log = logging.getLogger("quantcompare.worker")
@@ -100,9 +100,7 @@ def _isolate(memory_mb: int) -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:  # not glibc/Linux: the pipe's EOF still ends an idle worker
         pass
-    if memory_mb:
-        limit = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    address_space_limit(memory_mb)()
     # Ctrl-C in the terminal is the API's to handle; the supervisor ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 

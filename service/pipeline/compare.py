@@ -29,7 +29,7 @@ from pathlib import Path
 
 from service.errors import error_from_os
 from service.pipeline.context import ComparisonRequest, Folders, Progress, StageContext
-from service.pipeline.environment import cores_idle, environment
+from service.pipeline.environment import environment
 from service.pipeline.fp32.stage import Fp32, fp32_stage
 from service.pipeline.inputs.specs import output_specs_from_onnx
 from service.pipeline.inputs.stage import Prepared, prepare_stage
@@ -55,7 +55,7 @@ __all__ = ["ComparisonRequest", "STAGES", "run_comparison"]
 
 log = logging.getLogger(__name__)
 
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "latency", "advice", "decide")
+STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "latency", "platforms", "advice", "decide")
 
 # The largest fp32 model (file and external data) whose advice re-quantizations run beside the per-tensor
 # table: past it they run after it, so a real-size model's peak of memory stays the table's alone.
@@ -81,6 +81,12 @@ class _Clock:
     def add(self, seconds: dict[str, float]) -> None:
         for name, s in seconds.items():
             self.timings[name] = round(self.timings.get(name, 0.0) + s, 4)
+
+    def split(self, stage: str, parts: dict[str, float]) -> None:
+        """``parts`` of ``stage``'s time under their own names, taken out of the stage's: the timings still
+        add up to the job's time (``JobCost.job_seconds`` is their sum)."""
+        self.add(parts)
+        self.timings[stage] = round(max(0.0, self.timings.get(stage, 0.0) - sum(parts.values())), 4)
 
 
 def _job_cores(request: ComparisonRequest) -> JobCores:
@@ -118,14 +124,15 @@ def run_comparison(
         fp32 = fp32_stage(options, prepared, ctx)
     with clock.stage("quantize", len(options.artifacts)):
         quantized = quantize_stage(options, prepared, fp32, ctx)
-    clock.add(quantized.timings)
+    clock.split("quantize", quantized.timings)
     with clock.stage("inspect", len(quantized.outcomes) + 1):
         inspected = inspect_stage(options, prepared, fp32, quantized, ctx, fp32_seconds=clock.timings.get("fp32"))
     sections.publish(FILES, id=report_id, created_at=datetime.now(timezone.utc), environment=environment(),
                      options=options, model=_model_info(prepared, fp32), samples=prepared.samples.info,
                      artifacts=inspected.artifacts, not_measured=not_measured(options), job_cores=cores)
     levels = levels_stage(options, prepared, fp32, inspected, ctx, on_section=lambda name, so_far: sections.publish(
-        name, **levels_so_far(options, prepared, inspected, so_far, decisions=name == LEVEL_GRAPHS)))
+        name, **(levels_so_far(options, prepared, inspected, so_far, decisions=name == LEVEL_GRAPHS)
+                 if sections.listening else {})))  # no reader (the CLI): the final report holds them all
     clock.add(levels.timings)
     platforms = {}
     if emulated_platforms(options):
@@ -163,16 +170,13 @@ def _advice_beside_layers(options: ComparisonOptions, plan: AdvicePlan | None, i
     beside it holds about twice the model again (960x960 detector: +0.2-0.5 GB on 4.8 GB)."""
     fp32_file = inspected.artifacts["fp32"].file
     return (plan is not None and options.layers.enabled and options.layers.retry_k <= 0
-            and fp32_file is not None and fp32_file.size <= BESIDE_LAYERS_MAX_MODEL_BYTES
-            and (request.parallel_paths if request.parallel_paths is not None
-                 else cores_idle(request.concurrent_jobs)))
+            and fp32_file is not None and fp32_file.size <= BESIDE_LAYERS_MAX_MODEL_BYTES and request.two_threads())
 
 
 def _layers_and_advice_seconds(options: ComparisonOptions, layered: Layered, advised: Advised, *,
                                beside: bool) -> dict[str, float]:
     """``timings.layers`` and ``timings.advice``. Side by side, the two split the wall time they shared in
-    proportion to their own seconds, so the stages still add up to the job's time (the levels stage
-    does the same)."""
+    proportion to their own seconds, so the stages still add up to the job's time."""
     own = {"layers": layered.seconds, "advice": advised.made_seconds}
     if beside:
         if sum(own.values()) > 0:

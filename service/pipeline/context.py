@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from service.pipeline.environment import cores_idle
 from service.schemas.options import ComparisonOptions
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -39,6 +40,13 @@ class ComparisonRequest:
     # The PT2E path's time limit when options.pt2e.time_limit_s leaves it open: the service's share
     # of its job time limit (jobs/submission.py), so that the ORT paths' results outlive a slow PT2E.
     pt2e_time_limit_s: float | None = None
+
+    def two_threads(self, idle: bool | None = None) -> bool:
+        """Whether work that times nothing may run on two threads: as ``parallel_paths`` says, else when
+        two cores are idle (``idle``, when the caller has just looked)."""
+        if self.parallel_paths is not None:
+            return self.parallel_paths
+        return cores_idle(self.concurrent_jobs) if idle is None else idle
     # The cores the job's untimed accuracy runs use (runtime/parallel_runs.py), and where the figure comes
     # from (the service: QUANTCOMPARE_JOB_CORES or cores / workers); None: every usable core (the CLI).
     job_cores: int | None = None

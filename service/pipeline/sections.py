@@ -43,11 +43,14 @@ class Sections:
         if self._on is None:
             return
         try:
-            report = Report(**self.fields, partial=True, sections_done=list(self.done))
+            self._on(name, Report(**self.fields, partial=True, sections_done=list(self.done)))
         except Exception:  # noqa: BLE001 - the report as it comes is a courtesy; the job goes on without it
-            log.warning("partial report after %s could not be made", name, exc_info=True)
-            return
-        self._on(name, report)
+            log.warning("partial report after %s could not be made or stored", name, exc_info=True)
+
+    @property
+    def listening(self) -> bool:
+        """Someone reads the report as it comes (a job runner): else sections need not be made early."""
+        return self._on is not None
 
     def final(self, **fields: Any) -> Report:
         self.done.append(DECIDE)

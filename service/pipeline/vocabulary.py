@@ -102,7 +102,8 @@ QDQ_FUSION_LIST = QDQ_DROP_OPS | QDQ_UNARY | QDQ_BINARY | {"Conv", "MatMul", "Ge
 # ClipQuantFusion (registered as ReluQuantRewrite / ClipQuantRewrite) remove them at session time,
 # quantize_static (QDQ) leaves them out of the file, and ORT's QOperator quantizer drops them
 # (QLinearActivation.QuantizeClipRelu).
-ACTIVATIONS_ABSORBED_BY_Q = frozenset({"Relu", "Clip"})
+ACTIVATIONS_ABSORBED_BY_Q_ORDER = ("Relu", "Clip")  # the order reports list them in
+ACTIVATIONS_ABSORBED_BY_Q = frozenset(ACTIVATIONS_ABSORBED_BY_Q_ORDER)
 # Ops that run a subgraph attribute.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 # Recurrences: GEMMs inside one node, unrolled step by step by torch.export.

@@ -23,9 +23,9 @@ Level = Literal["disable_all", "basic", "extended", "layout", "all"]
 # blockers, decisions; standard adds accuracy at every level, latency at latency_levels, the per-tensor
 # table and advice; full adds latency at every level and the per-tensor error by level.
 Depth = Literal["structure", "standard", "full"]
-DEPTHS = ("structure", "standard", "full")
 # Gate metrics by the depth that measures them (the others read the files and level graphs only).
-ACCURACY_METRICS = frozenset({"sqnr_db", "cosine", "max_abs_error", "mismatch_share"})
+ACCURACY_METRICS = frozenset({"sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error",
+                              "argmax_agreement"})
 
 
 class _Strict(BaseModel):
@@ -116,14 +116,15 @@ class OrtQuantOptions(_Strict):
 
 
 class LatencyOptions(_Strict):
-    """The adaptive protocol of service/pipeline/runtime/latency.py: the eval runs are the first
-    timing samples, then more runs until the median is stable (``stable_rel``), at least
-    ``min_runs`` and at most ``runs`` timed runs per graph, within ``budget_seconds`` per job."""
+    """The adaptive protocol of service/pipeline/runtime/latency.py (``latency_alone``), at the levels
+    ``latency_levels`` names: ``warmup`` untimed runs, then timed runs of the first evaluation sample
+    until the median is stable (``stable_rel``), at least ``min_runs`` and at most ``runs`` per graph,
+    within ``budget_seconds`` per job. The accuracy runs are untimed and never count."""
 
     enabled: bool = True
     runs: int = Field(10, ge=1, le=1000)  # most timed runs per graph
     min_runs: int = Field(5, ge=1, le=1000)
-    warmup: int = Field(1, ge=0, le=100)  # untimed runs first (eval runs count)
+    warmup: int = Field(1, ge=0, le=100)  # untimed runs first
     stable_rel: float = Field(0.05, gt=0, le=1)  # half-width of the median's 95% interval / median
     budget_seconds: float = Field(60.0, ge=0, le=3600)  # top-up runs per job, shared by the graphs
     intra_op_threads: int = Field(1, ge=1, le=64)
@@ -202,7 +203,7 @@ class Gate(_Strict):
         return self
 
 
-# The emulated platforms (service/pipeline/platforms/targets.py gives each its QEMU_CPU).
+# The emulated platforms (service/pipeline/ort/targets.py gives each its QEMU_CPU).
 EMULATED_PLATFORMS = ("arm64", "arm64:neoverse-n1", "arm64:i8mm", "arm64:cortex-a53")
 
 

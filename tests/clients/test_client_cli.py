@@ -153,3 +153,12 @@ def test_examples_and_download_commands(use_fake, tmp_path, capsys):
     assert "conv_relu  Conv + ReLU" in capsys.readouterr().out
     assert cli.main(["download", "c0ffee", "ort_qdq.all.onnx", str(tmp_path), "--server", "http://qc.test"]) == 0
     assert (tmp_path / "ort_qdq.all.onnx").read_bytes() == server.artifact_bytes
+
+
+def test_the_client_knows_every_metric_the_server_measures_only_past_structure():
+    """check asks for the depth its gates need: a metric the client took for structural would send
+    depth "structure", and the server would then refuse that gate."""
+    from service.schemas.options import ACCURACY_METRICS
+    from quantcompare_client import _gates
+
+    assert set(_gates._ACCURACY_METRICS) == set(ACCURACY_METRICS)

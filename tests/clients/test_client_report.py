@@ -227,3 +227,13 @@ def test_advice_and_unfused_nodes_are_typed_from_what_the_server_writes():
     assert a.before == qc.AdviceFigures(0.5, 2.0, 30.0, "all") and a.after.sqnr_db is None
     (b,) = r.advice_refuted
     assert not b.adopted and b.before is None and b.after is None and b.reason == "refuted: slower"
+
+
+def test_a_partial_report_says_running_not_failed():
+    """wait(until=section) returns a running job's report: its verdict is not in yet (null on the wire)."""
+    from quantcompare_client import Report
+
+    report = Report({"id": "j", "partial": True, "sections_done": ["files", "level_graphs"], "verdict": None,
+                     "model": {"name": "m"}, "artifacts": {}})
+    assert "verdict=running" in repr(report)
+    assert report._verdict_line() == "verdict: RUNNING (sections done: files, level_graphs)"

@@ -36,7 +36,7 @@ SYNTAX_HINT = (
 
 # What each metric needs the server to measure (the server's options.ACCURACY_METRICS): the others read
 # the files and the level graphs, which depth "structure" has.
-_ACCURACY_METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share")
+_ACCURACY_METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement")
 
 
 def depth_for_gates(gates: Any) -> Optional[str]:

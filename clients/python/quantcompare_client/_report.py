@@ -663,6 +663,8 @@ class Report:
         return " · ".join(b for b in bits if b)
 
     def _verdict_line(self) -> str:
+        if self.partial:
+            return f"verdict: RUNNING (sections done: {', '.join(self.sections_done) or 'none'})"
         n = len(self.verdict.gates)
         ok = sum(g.passed for g in self.verdict.gates)
         word = "PASSED" if self.verdict.passed else "FAILED"
@@ -671,7 +673,7 @@ class Report:
     def __repr__(self) -> str:
         statuses = ", ".join(f"{n}={a.status}" for n, a in self.artifacts.items())
         return (f"<Report {self.id or '(no id)'} model={self.model.name!r} [{statuses}] "
-                f"verdict={'passed' if self.verdict.passed else 'failed'}>")
+                f"verdict={'running' if self.partial else 'passed' if self.verdict.passed else 'failed'}>")
 
     def _repr_html_(self) -> str:
         level = "all" if "all" in self.levels or not self.levels else self.levels[-1]

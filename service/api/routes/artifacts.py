@@ -61,7 +61,11 @@ async def download_artifact(job_id: str, name: str, request: Request, executor: 
 
 def _locate(executor, job_id: str, name: str, filename: str) -> tuple[Download | None, LevelGraphEntry | None, bool]:
     job_or_404(executor, job_id)  # evicted in the moment before the pin: the job is gone, say so
-    stored = executor.files.download(job_id, name, filename=filename)
+    try:
+        stored = executor.files.download(job_id, name, filename=filename)
+    except FileNotFoundError:  # removed between the listing and the read (another API's eviction, by hand)
+        raise ArtifactGone("this job's file was removed while it was being read",
+                           hint="the job was evicted or expired: submit the model again") from None
     entry = level_graph_entries(executor.files, job_id).get(name) if stored is None else None
     return stored, entry, stored is None and entry is None and executor.files.report_version(job_id) is None
 

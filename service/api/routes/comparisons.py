@@ -6,6 +6,7 @@ import asyncio
 import logging
 import shutil
 import time
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -67,7 +68,7 @@ async def wait_for(executor, rec, wait: float, max_wait: float):
     deadline = time.monotonic() + min(wait, max_wait)
     while not rec.finished and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-        rec = executor.get(rec.id)
+        rec = await run_in_threadpool(executor.get, rec.id)
     return rec
 
 
@@ -162,15 +163,17 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             raise InvalidRequest("send multipart/form-data (a model upload) or application/json (an example)",
                                  status=415, hint="curl -F model=@net.onnx http://HOST/v1/comparisons")
 
-        options = options_with_baseline(options, executor, request.app.state.reports)
-        submitted = submit_or_reuse(
-            executor, settings, model_key=model_key, calibration_key=calib_key,
+        # The store, the data budget and a bucket are read and written on the request pool: with
+        # PostgreSQL and S3 each is a network round trip, and the event loop serves every other request.
+        options = await run_in_threadpool(options_with_baseline, options, executor, request.app.state.reports)
+        submitted = await run_in_threadpool(partial(
+            submit_or_reuse, executor, settings, model_key=model_key, calibration_key=calib_key,
             options=options.model_dump(mode="json"), versions=versions, staged=staged, spec_fields=spec_kw,
-            report_loads=lambda job_id: request.app.state.reports.load(executor.files, job_id) is not None)
+            report_loads=lambda job_id: request.app.state.reports.load(executor.files, job_id) is not None))
         staged = None  # the job owns the folder now (or it was removed for a cached result)
         rec = submitted.record
         if submitted.cached:
-            return respond(request, executor, rec, cached=True, created=True)
+            return await run_in_threadpool(partial(respond, request, executor, rec, cached=True, created=True))
     except ClientDisconnect:
         log.info("client went away during an upload; nothing kept")
         return Response(status_code=400)
@@ -179,14 +182,15 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             shutil.rmtree(staged, ignore_errors=True)
     if wait:
         rec = await wait_for(executor, rec, wait, settings.max_wait_s)
-    return respond(request, executor, rec, cached=False, created=True, waited=bool(wait))
+    return await run_in_threadpool(partial(respond, request, executor, rec, cached=False, created=True,
+                                           waited=bool(wait)))
 
 
 @router.get("/{job_id}", response_model=Job, summary="A job: status, progress, and the report when done",
             responses=problem_responses(401, 404, 422))
 async def get_comparison(job_id: str, request: Request, settings: SettingsDep, executor: ExecutorDep,
                          wait: WaitQuery = 0) -> Any:
-    rec = job_or_404(executor, job_id)
+    rec = await run_in_threadpool(job_or_404, executor, job_id)
     if wait:
         rec = await wait_for(executor, rec, wait, settings.max_wait_s)
-    return respond(request, executor, rec, cached=False, created=False)
+    return await run_in_threadpool(partial(respond, request, executor, rec, cached=False, created=False))

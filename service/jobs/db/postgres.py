@@ -19,6 +19,7 @@ import threading
 from typing import Any, Callable
 from urllib.parse import urlsplit, urlunsplit
 
+from service.errors import StoreUnavailable
 from service.jobs.db.migrations import migrate
 
 # pg_advisory_xact_lock key of the store's write lock: any fixed 64-bit number, ours alone.
@@ -26,8 +27,10 @@ WRITE_LOCK_KEY = 0x71C0_3A1E_5107_E001
 CONNECT_TIMEOUT_S = 5
 
 
-class DatabaseUnavailable(RuntimeError):
-    pass
+class DatabaseUnavailable(StoreUnavailable):
+    def __init__(self, message: str):
+        super().__init__(message, hint="check that the PostgreSQL server at QUANTCOMPARE_DATABASE_URL is up, "
+                                       "then retry")
 
 
 def redacted(url: str) -> str:
@@ -111,11 +114,12 @@ class PostgresDatabase:
                     conn.execute("BEGIN")
                     conn.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (WRITE_LOCK_KEY,))
                     break
-                except psycopg.OperationalError:
+                except psycopg.OperationalError as e:
                     # Dropped while idle (a restart, a failover): nothing of this transaction ran, so
                     # it starts once more on a new connection.
                     if attempt == 2 or not conn.broken:
-                        raise
+                        raise DatabaseUnavailable(f"the job store {self.describe()} did not answer: "
+                                                  f"{str(e).strip() or type(e).__name__}") from None
             try:
                 out = fn(_Cursorish(conn))
             except BaseException:
@@ -137,9 +141,10 @@ class PostgresDatabase:
                 conn = self._connection()
                 try:
                     return conn.execute(sql.replace("?", "%s"), params).fetchall()
-                except psycopg.OperationalError:
-                    if attempt == 2 or not conn.broken:
-                        raise  # a read is safe to repeat once on a new connection, no more
+                except psycopg.OperationalError as e:
+                    if attempt == 2 or not conn.broken:  # a read is safe to repeat once on a new connection, no more
+                        raise DatabaseUnavailable(f"the job store {self.describe()} did not answer: "
+                                                  f"{str(e).strip() or type(e).__name__}") from None
 
     def close(self) -> None:
         with self._lock:

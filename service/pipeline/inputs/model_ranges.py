@@ -28,6 +28,8 @@ from typing import Callable
 
 import numpy as np
 
+from service.pipeline.vocabulary import SHAPE_READING_OPS
+
 Generator = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
 
 _DEFAULT = ("", "ai.onnx")
@@ -39,7 +41,6 @@ _ID_MOVES = ("Cast", "Identity", "Reshape", "Expand", "Unsqueeze", "Squeeze", "F
              # dets [1, N, 8], each corner coordinate a Gather(axis=2) into a position embedding)
              "Gather", "GatherElements", "Slice")
 _FLOAT_TYPES = (1, 10, 11, 16)  # TensorProto FLOAT, FLOAT16, DOUBLE, BFLOAT16
-_SHAPE_ONLY = ("Shape", "Size")
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ def _follow(name: str, consumers) -> list:
 def _id_uses(name, consumers, depth=0) -> list:
     uses = []
     for node, idx in consumers.get(name, []):
-        if node.op_type in _SHAPE_ONLY:
+        if node.op_type in SHAPE_READING_OPS:
             continue
         if node.op_type in _ID_MOVES and idx == 0 and depth < 8:
             uses += _id_uses(node.output[0], consumers, depth + 1)
@@ -162,7 +163,7 @@ def _byte_range(name, consumers, dtype) -> InputRange | None:
         return None
     casts = []
     for node, idx in consumers.get(name, []):  # moves first (a Transpose NHWC -> NCHW), then the Cast
-        if node.op_type in _SHAPE_ONLY:
+        if node.op_type in SHAPE_READING_OPS:
             continue
         if node.op_type in _ID_MOVES and node.op_type != "Cast" and idx == 0:
             inner = _byte_range(node.output[0], consumers, dtype)

@@ -620,7 +620,7 @@ def unfused_nodes(graph: GraphIndex, *, level: str, int8_allowed: bool,
 def _unit_head(v: _View, n) -> onnx.NodeProto | None:
     """The node whose QDQ unit a Relu/Clip belongs to: its input's producer has a rule, the Relu/Clip is
     that producer's only reader, and the Relu/Clip's only reader is a QuantizeLinear."""
-    if n.op_type not in ("Relu", "Clip") or not n.input:
+    if n.op_type not in ACTIVATIONS_ABSORBED_BY_Q or not n.input:
         return None
     p = v.producer(n.input[0])
     if p is None or RULE_KIND.get(_BASE_OP.get(op_key(p), op_key(p))) not in ("conv", "matmul", "gemm", "binary",

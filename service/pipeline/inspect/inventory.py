@@ -14,6 +14,7 @@ import numpy as np
 from service.pipeline.files import external_data_bytes, file_sha256, repeated_initializers
 from service.pipeline.vocabulary import (
     ACTIVATIONS_ABSORBED_BY_Q,
+    ACTIVATIONS_ABSORBED_BY_Q_ORDER,
     BIAS_COPY_MARK,
     COMPUTE_OPS,
     DEQUANTIZE,
@@ -224,7 +225,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
 
     folded = []
     if fp32_histogram:
-        for act in sorted(ACTIVATIONS_ABSORBED_BY_Q, reverse=True):  # Relu, then Clip, as reports list them
+        for act in ACTIVATIONS_ABSORBED_BY_Q_ORDER:
             gone = fp32_histogram.get(act, 0) - hist.get(act, 0)
             if gone > 0:
                 folded.append(FoldedActivation(

@@ -110,7 +110,7 @@ def layers_for_comparison(*, options, paths: dict[str, Path], eval_feeds, tools:
     retry_dir = out_dir / "retry"
     retry_dir.mkdir(parents=True, exist_ok=True)
     retry = retry_without_origins(report, RetryInputs(
-        fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds[: opts.max_samples], requantize=run,
+        fp32_path=paths["fp32"], artifact_paths=quantized, eval_feeds=eval_feeds, requantize=run,
         out_dir=retry_dir, intra_op_threads=options.latency.intra_op_threads, latency_runs=options.latency.runs,
         data_dependent=frozenset(output_positions(fp32_model, data_dependent or {})) if fp32_model is not None
         else frozenset(),

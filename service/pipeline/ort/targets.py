@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from service.errors import InvalidOptions
 from service.schemas.options import EMULATED_PLATFORMS, host_platform_name
 
-__all__ = ["ARM_ARCHES", "EMULATED", "Platform", "host_name", "host_platform", "platform_from_name"]
+__all__ = ["ARM_ARCHES", "EMULATED", "Platform", "host_platform", "platform_from_name"]
 
 ARM_ARCHES = ("aarch64", "arm64", "ARM64")
-X86_ARCHES = ("x86_64", "AMD64", "i686", "x86")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,6 @@ EMULATED = {
     "arm64:cortex-a53": ("cortex-a53", "Cortex-A53 (plain NEON)"),
 }
 assert set(EMULATED) == set(EMULATED_PLATFORMS)
-host_name = host_platform_name
 
 
 def _rules(arch: str) -> tuple[bool, bool]:
@@ -54,7 +52,7 @@ def _rules(arch: str) -> tuple[bool, bool]:
 
 
 def host_platform() -> Platform:
-    arch = host_name()
+    arch = host_platform_name()
     int8_allowed, nchwc = _rules(arch)
     return Platform(name=arch, arch=arch, emulated=False, qemu_cpu=None, cpu_label="this machine",
                     int8_allowed=int8_allowed, nchwc=nchwc)

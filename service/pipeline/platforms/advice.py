@@ -12,11 +12,6 @@ __all__ = ["SQNR_TIE_DB", "advice_for_platform"]
 SQNR_TIE_DB = 1.0
 
 
-def _worst_sqnr(ol) -> float | None:
-    values = [o.sqnr_db for o in (ol.numerics.outputs if ol.numerics else []) if o.sqnr_db is not None]
-    return min(values) if values else None
-
-
 def advice_for_platform(report: PlatformReport) -> PlatformAdvice | None:
     if report.status != "ok":
         return None
@@ -27,7 +22,7 @@ def advice_for_platform(report: PlatformReport) -> PlatformAdvice | None:
         ol = next((per_level[lv] for lv in reversed(list(per_level)) if not per_level[lv].error), None)
         if ol is None:
             continue
-        rows.append((artifact, ol.level, ol.int8_coverage, _worst_sqnr(ol)))
+        rows.append((artifact, ol.level, ol.int8_coverage, ol.numerics.worst_sqnr_db if ol.numerics else None))
     measured = [r for r in rows if r[3] is not None]
     best = None
     if measured:

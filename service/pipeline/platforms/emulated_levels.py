@@ -29,7 +29,7 @@ from service.pipeline.runtime.levels import FileFacts, level_structure
 from service.pipeline.runtime.numerics import concat_runs, level_numerics
 from service.pipeline.vocabulary import float_tail_nodes, graph_from_path, int8_coverage
 from service.schemas.levels import OptimizedLevel
-from service.schemas.options import LEVEL_VALUES, ComparisonOptions
+from service.schemas.options import LEVEL_VALUES, ComparisonOptions, measures_accuracy
 from service.schemas.platforms import PlatformAccuracy, PlatformError, PlatformReport, PlatformRules
 
 __all__ = ["platform_levels", "samples_npz", "unavailable_report"]
@@ -76,29 +76,30 @@ def _outputs(path: str, count: int) -> list[np.ndarray]:
 
 def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
                     out_dir: Path, options: ComparisonOptions, levels: list[str], files: dict[str, FileFacts],
-                    data_dependent: dict[int, str] | None = None, keep_level_graphs: bool = True,
-                    memory_mb: int = 0, root: Path | None = None) -> PlatformReport:
+                    data_dependent: dict[int, str] | None = None, root: Path | None = None) -> PlatformReport:
     """Every artifact of ``artifact_paths`` at ``levels`` on ``platform`` (emulated); ``files``: the
     file facts this machine's levels stage took (``LevelsResult.files``). A runtime that is missing or
-    fails gives a report with status ``unavailable`` and the stable code, never an exception."""
+    fails gives a report with status ``unavailable`` and the stable code, never an exception. Its level
+    graphs are always stored: a download cannot make an emulated graph again (runtime/level_graphs.py
+    regenerates with this machine's ORT). Accuracy runs only at a depth that measures it."""
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     work = out_dir / f"_platform_{platform.name.replace(':', '_')}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     acc = options.platform_accuracy
+    run_accuracy = acc.enabled and measures_accuracy(options) and bool(eval_feeds)
     names = [n for n in ("fp32", *sorted(set(artifact_paths) - {"fp32"})) if n in artifact_paths]
     try:
         request = {
             "artifacts": [{"name": n, "path": str(Path(artifact_paths[n]).resolve()),
-                           "run": acc.enabled and n != "fp32"} for n in names],
+                           "run": run_accuracy and n != "fp32"} for n in names],
             "levels": [[lv, LEVEL_VALUES[lv]] for lv in levels], "out_dir": str(work.resolve()),
-            "samples": str(samples_npz(eval_feeds, work / "samples.npz").resolve()) if acc.enabled and eval_feeds
-            else None,
+            "samples": str(samples_npz(eval_feeds, work / "samples.npz").resolve()) if run_accuracy else None,
             "budget_seconds": acc.budget_seconds, "threads": 1,
         }
         answer = emulated_run(platform, request, timeout_s=acc.budget_seconds + START_AND_GRAPHS_ALLOWANCE_S,
-                              memory_mb=memory_mb, root=root)
+                              root=root)
     except PlatformUnavailable as e:
         shutil.rmtree(work, ignore_errors=True)
         return unavailable_report(platform, e)
@@ -148,20 +149,19 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
                     error = scrub(f"numerics failed: {e}")[:2000]
                 prev_outputs = outputs
             out_file = out_dir / f"{name}.{level}.{slug}.onnx"
-            if keep_level_graphs:
-                self_contained_from_level_graph(lg, out_file)
+            self_contained_from_level_graph(lg, out_file)
             per_level[level] = OptimizedLevel(
                 level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error, **structure,
                 diff=diff_graphs(prev_graph, graph, previous=prev_level), numerics=numerics, latency=None,
                 session_seconds=entry.get("session_seconds"), same_graph_as=same_as,
                 graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
                 weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
-                file_stored=keep_level_graphs)
+                file_stored=True)
             prev_graph, prev_level = graph, level
         optimized[name] = per_level
     shutil.rmtree(work, ignore_errors=True)
     accuracy = None
-    if acc.enabled and eval_feeds:
+    if run_accuracy:
         accuracy = PlatformAccuracy(
             samples_run=n, samples_total=len(eval_feeds), budget_seconds=acc.budget_seconds,
             seconds=float(answer.get("run_seconds") or 0.0),

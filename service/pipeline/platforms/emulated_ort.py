@@ -10,7 +10,7 @@ passed to the interpreter by path.
 The request names the models, the levels, the folder for the graphs, the eval samples (.npz) and
 a time budget; the answer goes to ``REQUEST.json``'s ``answer`` path. ORT writes each level's graph
 while the session is created (``optimized_model_filepath``), with the session settings the host
-uses (``runtime/ort_sessions.session_options_for``: keep the two in step). Outputs are run on the
+uses (``ort/sessions.session_options_for``: keep the two in step). Outputs are run on the
 first samples only when the budget cannot hold them all: one sample on every distinct graph is timed
 first, then the count every graph can afford is run on each, so all levels share the same samples.
 """

@@ -1,6 +1,6 @@
 """The emulated ORT as a separate process: qemu-user running the sysroot's python3.11 on
-``emulated_ort.py``, isolated as the worker is (its own process group, RLIMIT_AS, a wall-clock
-limit whose expiry kills the group).
+``emulated_ort.py``, isolated as the worker is: its own process group, the worker's RLIMIT_AS (a child
+inherits it), and a wall-clock limit whose expiry kills the group.
 
 A runtime that is not set up, or that cannot run, refuses the platform with
 ``platform_unavailable`` and a hint; the caller keeps the job's other platforms.
@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 from service.errors import PlatformUnavailable
-from service.pipeline.isolation import address_space_limit
 from service.pipeline.platforms.sysroot import QEMU, cpu_root, default_root, ready_file
 from service.pipeline.ort.targets import Platform
 
@@ -45,8 +44,7 @@ def emulated_command(view: Path, script: Path, *args: str) -> list[str]:
     return [QEMU, "-L", str(view), str(view / "usr" / "bin" / "python3.11"), str(script), *args]
 
 
-def emulated_run(platform: Platform, request: dict, *, timeout_s: float, memory_mb: int = 0,
-                 root: Path | None = None) -> dict:
+def emulated_run(platform: Platform, request: dict, *, timeout_s: float, root: Path | None = None) -> dict:
     """Run ``emulated_ort.py`` on ``request`` under ``platform``'s emulated CPU; its answer.
 
     Raises PlatformUnavailable when the runtime is missing, dies of a signal, exits non-zero or
@@ -58,8 +56,7 @@ def emulated_run(platform: Platform, request: dict, *, timeout_s: float, memory_
         env = {"QEMU_CPU": platform.qemu_cpu or "", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         proc = subprocess.Popen(emulated_command(view, EMULATED_SCRIPT, str(req_path)), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, cwd=tmp, start_new_session=True,
-                                preexec_fn=address_space_limit(memory_mb))
+                                stderr=subprocess.PIPE, text=True, env=env, cwd=tmp, start_new_session=True)
         try:
             _, err = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:

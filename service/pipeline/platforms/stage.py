@@ -3,20 +3,26 @@ own level graphs, blockers, decisions and accuracy, and the rows that set it bes
 
 from __future__ import annotations
 
+import logging
+
+from service.errors import PlatformUnavailable
 from service.pipeline.context import StageContext
 from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inspect.stage import Inspected
 from service.pipeline.platforms.advice import advice_for_platform
-from service.pipeline.platforms.emulated_levels import platform_levels
+from service.pipeline.platforms.emulated_levels import platform_levels, unavailable_report
 from service.pipeline.platforms.side_by_side import side_by_side_rows
 from service.pipeline.ort.targets import host_platform, platform_from_name
 from service.pipeline.runtime.levels import LevelsResult
+from service.pipeline.verdict.decide import batchnorm_count
 from service.pipeline.verdict.decisions import decisions_table
 from service.schemas.options import ComparisonOptions
 from service.schemas.platforms import PlatformReport
 
 __all__ = ["emulated_platforms", "platforms_stage"]
+
+log = logging.getLogger(__name__)
 
 
 def emulated_platforms(options: ComparisonOptions) -> list[str]:
@@ -25,9 +31,10 @@ def emulated_platforms(options: ComparisonOptions) -> list[str]:
 
 
 def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
-                    levels: LevelsResult, ctx: StageContext, *, memory_mb: int = 0) -> dict[str, PlatformReport]:
+                    levels: LevelsResult, ctx: StageContext) -> dict[str, PlatformReport]:
     """``{name: PlatformReport}`` for every emulated platform in ``options.platforms`` (this machine's
-    own results stay in ``artifacts``); an unavailable runtime is a report with status ``unavailable``."""
+    own results stay in ``artifacts``); a runtime that is unavailable, or whose answer cannot be read, is a
+    report with status ``unavailable``: the job's other platforms and this machine's results stand."""
     host = host_platform()
     out: dict[str, PlatformReport] = {}
     eval_feeds, out_dir = prepared.samples.evaluation, ctx.folders.artifacts
@@ -35,17 +42,21 @@ def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, 
     for name in emulated_platforms(options):
         platform = platform_from_name(name)
         paths = {n: p for n, p in inspected.paths.items() if n in levels.optimized}
-        report = platform_levels(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
-                                 options=options, levels=levels.levels, files=levels.files,
-                                 # always stored: a download cannot make an emulated graph again
-                                 # (runtime/level_graphs.py regenerates with this machine's ORT)
-                                 data_dependent=data_dependent, keep_level_graphs=True,
-                                 memory_mb=memory_mb)
+        try:
+            report = platform_levels(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
+                                     options=options, levels=levels.levels, files=levels.files,
+                                     data_dependent=data_dependent)
+        except Exception as e:  # noqa: BLE001 - one platform's failure must not fail the comparison
+            log.warning("platform %s failed", name, exc_info=True)
+            report = unavailable_report(platform, PlatformUnavailable(
+                f"{name}: what the emulated ONNX Runtime wrote could not be read: {type(e).__name__}: {e}"[:1000],
+                hint="the server log has the details; the other platforms' results stand", platform=name))
         if report.status == "ok":
             report = report.model_copy(update={
                 "decisions": decisions_table(names=list(report.optimized), files=levels.files,
                                              optimized=report.optimized, inventories=inventories,
-                                             levels=levels.levels, options=options),
+                                             levels=levels.levels, options=options,
+                                             batchnorm_in_source=batchnorm_count(prepared.source.program)),
                 "side_by_side": side_by_side_rows(levels.optimized, host, report)})
             report = report.model_copy(update={"advice": advice_for_platform(report)})
         out[name] = report

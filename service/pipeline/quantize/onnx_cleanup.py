@@ -1,34 +1,26 @@
-"""Clean-ups that turn a third-party ONNX file into one onnx2torch can convert.
+"""Clean-ups of a third-party ONNX file before it becomes a torch graph for PT2E (onnx_torch/specialize.py),
+and the opset ORT's quantizer needs.
 
 Real files carry what their exporter left behind: initializers repeated in the input list (old
 exporters), symbolic dims that hide every ``Shape -> Gather -> Reshape`` chain behind a value only
 known at run time, ``If`` nodes that branch on an input the caller always sets to one value (a
-sample rate), opset versions newer than onnx2torch's converters. Each step here is standard
-ONNX in, standard ONNX out, and says what it did in a note; none of them touches the fp32
-artifact or the ORT paths, only the copy that becomes a torch graph for PT2E.
+sample rate). Each step here is standard ONNX in, standard ONNX out, and says what it did in a note;
+none of them touches the fp32 artifact, only the copy that is converted.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 
 from service.pipeline.files import declared_bytes
 from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
-from service.pipeline.vocabulary import CONTROL_FLOW_OPS, ai_onnx_opset
+from service.pipeline.vocabulary import CONTROL_FLOW_OPS
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class CleanedModel:
-    model: object  # onnx.ModelProto
-    notes: list[str] = field(default_factory=list)
-    baked_inputs: list[str] = field(default_factory=list)  # inputs folded in as constants
 
 
 def drop_initializer_inputs(graph) -> int:
@@ -165,41 +157,6 @@ def _restore_node_names(before, after) -> None:
             taken.add(name)
 
 
-# onnx2torch's converters stop at opset 17 for ops whose inputs changed in 18 (Reduce*, Split, Pad).
-TORCH_CONVERTIBLE_OPSET = 17
-
-
-def _downgraded_opset(model, notes: list[str]):
-    from onnx import version_converter
-
-    opset = ai_onnx_opset(model)
-    if opset is None or opset <= TORCH_CONVERTIBLE_OPSET:
-        return model
-    try:
-        down = version_converter.convert_version(model, TORCH_CONVERTIBLE_OPSET)
-        onnx.checker.check_model(down)
-    except Exception as e:  # noqa: BLE001 - not every op has a downgrade adapter
-        log.info("opset %s -> %s failed: %r", opset, TORCH_CONVERTIBLE_OPSET, e)
-        return model
-    notes.append(f"converted opset {opset} -> {TORCH_CONVERTIBLE_OPSET} for onnx2torch")
-    return down
-
-
-def cleaned_for_torch(model, shapes: dict[str, tuple[int, ...]], *,
-                      constants: dict[str, np.ndarray] | None = None,
-                      keep_dynamic: dict[str, set[int]] | None = None) -> CleanedModel:
-    """A copy of ``model`` made ready for onnx2torch; ``model`` itself is left untouched."""
-    work = onnx.ModelProto()
-    work.CopyFrom(model)
-    notes: list[str] = []
-    _drop_initializer_inputs(work, notes)
-    baked = _bake_inputs(work, constants or {}, notes)
-    _fix_input_shapes(work, shapes, notes, keep_dynamic or {})
-    work = _fold_constants(work, notes)
-    work = _downgraded_opset(work, notes)
-    return CleanedModel(model=work, notes=notes, baked_inputs=baked)
-
-
 def constant_inputs(calibration: list[dict[str, np.ndarray]], *, max_elements: int = 1) -> dict[str, np.ndarray]:
     """Integer/bool inputs that hold the same value in every sample: a sample rate, a flag, whose If
     must fold for torch.export. Scalars only: a tensor input that the samples hold constant is a mask
@@ -218,11 +175,6 @@ def constant_inputs(calibration: list[dict[str, np.ndarray]], *, max_elements: i
         if all(np.array_equal(np.asarray(f[name]), arr) for f in calibration[1:]):
             out[name] = arr
     return out
-
-
-def control_flow_nodes(model) -> Counter:
-    """If/Loop/Scan in the main graph (what onnx2torch cannot convert)."""
-    return Counter(n.op_type for n in model.graph.node if n.op_type in CONTROL_FLOW_OPS and n.domain in ("", "ai.onnx"))
 
 
 # quantize_static writes per-channel DequantizeLinear(axis=...) whatever the opset; `axis` exists

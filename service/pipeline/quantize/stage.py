@@ -36,7 +36,7 @@ class Quantized:
     # table's retries and advice's re-quantizations start from this same file. None: no ORT path ran.
     ort_input: Path | None = None
     already_quantized: bool = False  # the upload was quantized already: inspected as is, quantized by no path
-    timings: dict[str, float] = field(default_factory=dict)  # parts of the stage: ort_pre_process
+    timings: dict[str, float] = field(default_factory=dict)  # parts of the stage, timed apart: ort_pre_process
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ctx: StageContext) -> Quantized:
@@ -101,9 +101,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
             finished(name, outcome, t0)
 
     idle = cores_idle(request.concurrent_jobs)
-    parallel = request.parallel_paths
-    both = (already is None and "pt2e_qdq" in requested and len(requested) > 1
-            and (parallel if parallel is not None else idle))
+    both = already is None and "pt2e_qdq" in requested and len(requested) > 1 and request.two_threads(idle)
     # torch takes every core unless told otherwise; with another job or load on them, its pool's threads
     # wait for each other (a CenterNet's PT2E path alone: 100 s on a loaded machine against 43 s on one
     # thread). Side by side each path has one core anyway (side_by_side).

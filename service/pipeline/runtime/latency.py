@@ -160,7 +160,7 @@ def top_up(run: Callable[[], object], samples: list[Timing], protocol: LatencyPr
 
 
 def latency_from_samples(samples: Sequence[Timing], protocol: LatencyProtocol, *, warmup: int,
-                         from_eval: int, before: LoadSnapshot, after: LoadSnapshot,
+                         before: LoadSnapshot, after: LoadSnapshot,
                          batch: dict[str, list[int]]) -> dict:
     """The fields of ``LatencyStats`` for these samples (a dict, so the schema stays the one place)."""
     ms = np.asarray([s.ms for s in samples], dtype=np.float64)
@@ -191,7 +191,7 @@ def latency_from_samples(samples: Sequence[Timing], protocol: LatencyProtocol, *
     if jobs is not None and jobs * threads > cores:
         reasons.append(f"{jobs} jobs running at once on {cores} cores")
     return dict(
-        median_ms=med, p90_ms=p90, p10_ms=p10, runs=len(ms), warmup=warmup, runs_from_eval=from_eval,
+        median_ms=med, p90_ms=p90, p10_ms=p10, runs=len(ms), warmup=warmup,
         intra_op_threads=threads, batch=batch, median_ci_ms=[float(lo), float(hi)], spread=spread,
         stable=stable, cpu_share=share, load_avg_1m=load, concurrent_jobs=jobs, noisy=bool(reasons),
         noisy_reasons=reasons,
@@ -242,5 +242,5 @@ def latency_alone(session, feed: dict, protocol: LatencyProtocol, budget: Latenc
     budget.spend(time.perf_counter() - t0)
     after = load_snapshot(concurrent_jobs)
     batch = {k: list(np.shape(v)) for k, v in feed.items()}
-    stats = latency_from_samples(samples, protocol, warmup=warmup, from_eval=0, before=before, after=after, batch=batch)
+    stats = latency_from_samples(samples, protocol, warmup=warmup, before=before, after=after, batch=batch)
     return LatencyStats(**stats, protocol=protocol.text())

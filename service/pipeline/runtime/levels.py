@@ -49,7 +49,6 @@ from service.pipeline.isolation import scrub
 from service.pipeline.ort.targets import host_platform
 from service.pipeline.runtime.latency import (
     LatencyBudget,
-    LatencyProtocol,
     LoadProbe,
     latency_alone,
     latency_protocol_from_options,
@@ -202,7 +201,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     graphs_dir = out_dir / "_level_graphs"
     timings = {"optimize": 0.0, "evaluate": 0.0, "latency": 0.0}
     notify = progress or (lambda stage, done, total: None)
-    # ORT's QDQIsInt8Allowed() on this machine (platforms/targets.py)
+    # ORT's QDQIsInt8Allowed() on this machine (ort/targets.py)
     int8_allowed = host_platform().int8_allowed
 
     t0 = time.perf_counter()

@@ -17,9 +17,10 @@ threads' order.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence, TypeVar
+
+from service.pipeline.environment import usable_cores
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -33,11 +34,7 @@ ACCURACY_HOW = ("accuracy runs untimed on {cores} core(s): each session with one
 
 def job_cores_default(workers: int = 1) -> int:
     """The machine's usable cores divided by the jobs that run at once (at least one)."""
-    try:
-        cores = len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):  # pragma: no cover - not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // max(1, workers))
+    return max(1, usable_cores() // max(1, workers))
 
 
 def runs_on_cores(run: Callable[[T], R], items: Sequence[T], cores: int, *, sequential: bool = False) -> list[R]:

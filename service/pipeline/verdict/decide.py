@@ -65,7 +65,7 @@ def decide_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, qua
     artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
                  for name, art in inspected.artifacts.items()}
     decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
-                                  batchnorm_in_source=_batchnorm_count(prepared.source.program),
+                                  batchnorm_in_source=batchnorm_count(prepared.source.program),
                                   advice_measured=advised.proposed + advised.refuted)
     lints = checked_lints(
         made_up_data_lints(prepared.samples.info) + decided.lints
@@ -96,7 +96,7 @@ def levels_so_far(options: ComparisonOptions, prepared: Prepared, inspected: Ins
         fields["decisions"] = decisions_table(names=list(levels.optimized), files=levels.files,
                                               optimized=levels.optimized, inventories=inspected.inventories,
                                               levels=levels.levels, options=options,
-                                              batchnorm_in_source=_batchnorm_count(prepared.source.program))
+                                              batchnorm_in_source=batchnorm_count(prepared.source.program))
     return fields
 
 
@@ -140,7 +140,7 @@ def _with_levels(art: Artifact, optimized: dict) -> Artifact:
     return art.model_copy(update=update)
 
 
-def _batchnorm_count(program) -> int:
+def batchnorm_count(program) -> int:
     if program is None:
         return 0
     return sum(1 for n in program.graph.nodes

@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from service.pipeline.ort.sessions import session_for
+from tests.latency_oracle import independent_median
 from service.pipeline.runtime.latency import (
     SHORT_RUN_MS,
     SHORT_RUN_WARMUP,
@@ -64,19 +65,6 @@ def tiny(tmp_path_factory):
     return path, [{"x": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(8)]
 
 
-def _independent_median(path, feed, runs: int = 7) -> float:
-    """The oracle: a fresh session, 3 untimed runs, then the median of 7 plain perf_counter timings."""
-    s = session_for(path, "all", intra_op_threads=1)
-    for _ in range(3):
-        s.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        s.run(None, feed)
-        times.append((time.perf_counter() - t) * 1000)
-    return float(np.median(times))
-
-
 @pytest.mark.parametrize("model", ["chain", "tiny"])
 def test_the_reported_median_is_within_15_percent_of_an_independent_7_run_median_or_says_it_is_noisy(model, request):
     path, feeds = request.getfixturevalue(model)
@@ -90,7 +78,7 @@ def test_the_reported_median_is_within_15_percent_of_an_independent_7_run_median
     for _ in range(3):
         session = session_for(path, "all", intra_op_threads=1)
         lat = latency_alone(session, feeds[0], protocol, LatencyBudget(30, 1))
-        ratio = lat.median_ms / _independent_median(path, feeds[0])
+        ratio = lat.median_ms / independent_median(path, feeds[0])
         seen.append((round(ratio, 3), lat.noisy, lat.noisy_reasons))
         if abs(ratio - 1) <= 0.15 or lat.noisy:
             break

@@ -11,13 +11,13 @@ import math
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.runtime.output_kinds import angular_errors, argmax_agreement, output_kind
 from service.pipeline.verdict.gates import gate_from_string
 from service.schemas.options import ComparisonOptions
-from tests.pipeline.verdict.test_random_ops import _sampler
+from tests import models
 
 F = TensorProto.FLOAT
 
@@ -80,14 +80,11 @@ def _atan2(path):
              helper.make_node("Less", ["a", "zero"], ["aneg"]), helper.make_node("GreaterOrEqual", ["b", "zero"], ["bpos"]),
              helper.make_node("Where", ["bpos", "rp", "rm"], ["turned"]),
              helper.make_node("Where", ["aneg", "turned", "r"], ["phase"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", F, [1, 16])], [helper.make_tensor_value_info("phase", F, [1, 64])],
-        [numpy_helper.from_array(rng.standard_normal((16, 64)).astype(np.float32) * 0.3, "Wa"),
-         numpy_helper.from_array(rng.standard_normal((16, 64)).astype(np.float32) * 0.3, "Wb"),
-         numpy_helper.from_array(np.array(np.pi, np.float32), "pi"), numpy_helper.from_array(np.array(0, np.float32), "zero")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    onnx.save(models.from_nodes(
+        nodes, [("x", [1, 16])], [("phase", [1, 64])],
+        {"Wa": rng.standard_normal((16, 64)).astype(np.float32) * 0.3,
+         "Wb": rng.standard_normal((16, 64)).astype(np.float32) * 0.3,
+         "pi": np.array(np.pi, np.float32), "zero": np.array(0, np.float32)}, ir=8), path)
     return path
 
 
@@ -113,7 +110,7 @@ def test_an_angle_output_is_judged_by_its_angular_error_not_by_sqnr(tmp_path):
 
 
 def test_outputs_drawn_from_unseeded_random_ops_are_not_measured_and_no_gate_passes_on_them(tmp_path):
-    _sampler(tmp_path / "vae.onnx")
+    models.save("sampler", tmp_path / "vae.onnx")
     report = run_comparison(ComparisonRequest(model_path=tmp_path / "vae.onnx", options=_options(
         "ort_qdq.disable_all.sqnr_db>=0")), tmp_path / "job")
     art = report.artifacts["ort_qdq"]
@@ -137,14 +134,10 @@ def _classifier(path):
     nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Add", ["h", "bias"], ["hb"]),
              helper.make_node("Softmax", ["hb"], ["fixed"], axis=-1), helper.make_node("Mul", ["h", "k"], ["hk"]),
              helper.make_node("Softmax", ["hk"], ["sharp"], axis=-1)]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", F, [1, 16])],
-        [helper.make_tensor_value_info("fixed", F, [1, 10]), helper.make_tensor_value_info("sharp", F, [1, 10])],
-        [numpy_helper.from_array(rng.standard_normal((16, 10)).astype(np.float32), "W"),
-         numpy_helper.from_array(bias, "bias"), numpy_helper.from_array(np.array(100, np.float32), "k")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
+    onnx.save(models.from_nodes(
+        nodes, [("x", [1, 16])], [("fixed", [1, 10]), ("sharp", [1, 10])],
+        {"W": rng.standard_normal((16, 10)).astype(np.float32), "bias": bias, "k": np.array(100, np.float32)},
+        ir=8), path)
     return path
 
 

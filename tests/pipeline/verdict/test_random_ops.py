@@ -13,7 +13,8 @@ import sys
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
+
+from tests import models
 
 _DRAW = """
 import sys
@@ -23,21 +24,6 @@ ort.set_seed(0)
 s = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
 print(float(s.run(None, {"x": np.ones((1, 3, 8, 8), np.float32)})[0].sum()))
 """
-
-
-def _sampler(path, *, seed: float | None = None):
-    rng = np.random.default_rng(0)
-    noise = {"scale": 0.1, **({"seed": seed} if seed is not None else {})}
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Relu", ["c"], ["mu"]), helper.make_node("RandomNormalLike", ["mu"], ["eps"], **noise),
-             helper.make_node("Add", ["mu", "eps"], ["z"])]
-    graph = helper.make_graph(nodes, "vae", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8]),
-                               helper.make_tensor_value_info("eps", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [numpy_helper.from_array(rng.normal(0, .3, (4, 3, 3, 3)).astype(np.float32), "w")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
 
 
 def _run(tmp_path, model):
@@ -57,7 +43,7 @@ def _eps(path) -> np.ndarray:
 
 
 def test_unseeded_noise_is_named_and_differs_between_fp32_and_the_quantized_file(tmp_path):
-    _sampler(tmp_path / "vae.onnx")
+    models.save("sampler", tmp_path / "vae.onnx")
     draws = {subprocess.run([sys.executable, "-c", _DRAW, str(tmp_path / "vae.onnx")], capture_output=True,
                             text=True, check=True).stdout for _ in range(2)}
     assert len(draws) == 1  # set_seed: the same numbers in two processes (the job is reproducible)
@@ -70,7 +56,7 @@ def test_unseeded_noise_is_named_and_differs_between_fp32_and_the_quantized_file
 
 
 def test_a_seed_attribute_makes_every_file_draw_the_same_noise_and_silences_the_lint(tmp_path):
-    _sampler(tmp_path / "vae.onnx", seed=7.0)
+    models.save("sampler", tmp_path / "vae.onnx", seed=7.0)
     report = _run(tmp_path, tmp_path / "vae.onnx")
     assert not any(lt.code == "random_ops" for lt in report.lints)
     quantized = tmp_path / "job" / "artifacts" / "ort_qdq.onnx"

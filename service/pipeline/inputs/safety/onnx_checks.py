@@ -736,7 +736,7 @@ class _Walker:
         if node.op_type == "Loop" and not (node.input and node.input[0] in consts):
             body = next((a.g for a in node.attribute if a.name == "body" and a.HasField("g")), None)
             if body is not None and not body.node:
-                # ORT checks a run's terminate flag before each node it runs (runtime/ort_sessions.run_within):
+                # ORT checks a run's terminate flag before each node it runs (ort/sessions.run_within):
                 # an empty body gives it none, so nothing stops such a Loop before its trip count ends.
                 raise UnsupportedModel(
                     f"Loop '{safe_name(node.name)}' has no node in its body and no constant trip count: ONNX Runtime "
