@@ -6,6 +6,8 @@
 - In-house and standard-library imports are top-level, so a module's first lines say what it
   depends on; only third-party toolchains (and the optional Celery executor) are imported lazily.
 - No folder of ``service/`` holds more than 12 modules.
+- The import rules read relative imports as the absolute modules they name, and lazy imports too:
+  no import cycle, and the converter's core imports none of its op modules (the registry loads them).
 """
 
 from __future__ import annotations
@@ -123,16 +125,87 @@ LAYERS = {
 }
 
 
-def _in_house_imports():
-    for path in sorted(SERVICE.rglob("*.py")):
-        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("service"):
-                yield module, node.module
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.name.startswith("service"):
-                        yield module, alias.name
+def _module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imported_modules(path: Path, *, top: str = "service") -> list[str]:
+    """Every in-house module ``path`` imports, at the top or inside a function, relative imports resolved
+    to their absolute names (``from ..module import x`` in a.b.c is a.module), and ``from package import
+    module`` read as the module."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - (node.level - 1)]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            if name.split(".")[0] != top:
+                continue
+            for alias in node.names:  # `from a import b` imports the module a.b when there is one
+                sub = ROOT.joinpath(*f"{name}.{alias.name}".split("."))
+                found.append(f"{name}.{alias.name}" if sub.with_suffix(".py").exists() or sub.is_dir() else name)
+        elif isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == top]
+    return found
+
+
+def _in_house_imports(top: Path = SERVICE):
+    for path in sorted(top.rglob("*.py")):
+        for imported in _imported_modules(path, top=top.name):
+            yield _module_name(path), imported
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles among modules (each once, as the modules it passes), lazy imports included: a
+    cycle hidden inside a function is still a cycle."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1 or v in edges.get(v, ()):
+                out.append(sorted(part))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _import_graph(top: Path) -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for module, imported in _in_house_imports(top):
+        # importing a.b.c runs a/__init__ and a/b/__init__ first; those are edges too, but a package's
+        # __init__ importing nothing makes them harmless, so only the module itself is followed
+        if imported != module:
+            edges.setdefault(module, set()).add(imported)
+    return edges
+
+
+@pytest.mark.parametrize("top", ["service"])
+def test_no_import_cycles_counting_lazy_and_relative_imports(top):
+    assert _cycles(_import_graph(ROOT / top)) == []
 
 
 def _pipeline_part(module: str) -> str | None:
@@ -246,3 +319,17 @@ def test_no_literal_of_three_op_names_outside_the_vocabulary():
                 if key not in OP_NAME_TABLES_ALLOWED:
                     found[f"{rel}:{node.lineno}"] = sorted(set(names))
     assert found == {}
+
+
+# The converter's op modules are leaves: the registry loads every one of them when a conversion runs
+# (registry._load_ops), so a core module that imported one would close a cycle the import statements
+# do not show (module -> ops.math -> registry -> every op -> module).
+CONVERTER = SERVICE / "pipeline" / "quantize" / "onnx_torch"
+
+
+def test_the_converter_core_imports_no_op_module():
+    ops = _module_name(CONVERTER / "ops" / "__init__.py")
+    wrong = [f"{m} imports {i}" for m, i in _in_house_imports()
+             if m.startswith(_module_name(CONVERTER / "__init__.py") + ".") and not m.startswith(ops)
+             and i.startswith(ops + ".")]
+    assert wrong == []

@@ -31,8 +31,7 @@ import numpy as np
 from service.pipeline.vocabulary import RANDOM_OPS, SHAPE_READING_OPS, ai_onnx_opset
 
 from .data_sizes import DATA_SIZED_OPS, SIZE_OPS, as_dim, shape_value, size_tensor, size_values
-from .ops.math import FUSED_DOMAIN
-from .registry import ConvertContext, OnnxNode, UnsupportedNode, find_converter
+from .registry import FUSED_DOMAIN, ConvertContext, OnnxNode, UnsupportedNode, find_converter
 
 # ops whose output only depends on the (static) shape of their input
 _SHAPE_OPS = SHAPE_READING_OPS

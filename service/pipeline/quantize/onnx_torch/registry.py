@@ -81,6 +81,10 @@ class _Entry:
 
 _REGISTRY: dict[tuple[str, str], list[_Entry]] = {}
 
+# The domain of nodes the module builder makes by fusing upload nodes (module.fused_linear_bias): the
+# registry's, so the builder and the op modules both read it here (module.py imports no op module).
+FUSED_DOMAIN = "quantcompare"
+
 # ONNX spells the default domain both "" and "ai.onnx".
 def _norm_domain(domain: str) -> str:
     return "" if domain in ("", "ai.onnx") else domain

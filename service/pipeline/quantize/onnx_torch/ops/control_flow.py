@@ -30,6 +30,7 @@ import torch
 
 from service.pipeline.vocabulary import RANDOM_OPS
 
+from ..module import to_torch
 from ..registry import ConvertContext, OnnxNode, UnsupportedNode, converter
 
 # Each iteration copies the body into the torch graph; past this the graph (and export time)
@@ -225,8 +226,6 @@ def _index_like(a: np.ndarray) -> bool:
 
 
 def _tensor(v):
-    from ..module import to_torch  # the converter core's dtype mapping; imported late (module imports ops)
-
     return to_torch(np.asarray(v)) if isinstance(v, (np.ndarray, np.generic)) else v
 
 

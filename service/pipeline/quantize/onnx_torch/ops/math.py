@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import UnsupportedNode, converter
+from ..registry import FUSED_DOMAIN, UnsupportedNode, converter
 from ._common import norm_axis
 
 
@@ -28,8 +28,6 @@ def matmul(ctx, node, inputs):
     return torch.matmul(a, b)
 
 
-# The domain of nodes the module builder makes by fusing upload nodes (module.fused_linear_bias).
-FUSED_DOMAIN = "quantcompare"
 
 
 @converter("MatMulAdd", domain=FUSED_DOMAIN)
