@@ -8,6 +8,8 @@
 - No folder of ``service/`` holds more than 12 modules.
 - The import rules read relative imports as the absolute modules they name, and lazy imports too:
   no import cycle, and the converter's core imports none of its op modules (the registry loads them).
+- One list of stages (service/pipeline/stages.py) drives the import-order rule, the spine's docstring
+  and the README's chain.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from service.pipeline import compare
+from service.pipeline.stages import FOLDERS, SHARED_BASE, STEPS, folders_chain, steps_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE = ROOT / "service"
@@ -111,11 +116,11 @@ def test_no_folder_holds_more_than_twelve_modules(folder):
     assert len([p for p in folder.glob("*.py") if p.name != "__init__.py"]) <= 12
 
 
-# The stages of a comparison, in the order the spine (service/pipeline/compare.py) runs them. A stage's
-# folder imports only from the stages before it and from the shared base (pipeline/*.py, pipeline/ort/),
-# which imports no stage: a helper two stages need lives in the base, not in the later stage.
-STAGE_ORDER = ("inputs", "fp32", "quantize", "inspect", "runtime", "layers", "verdict", "platforms")
-SHARED_BASE = ("ort",)  # folders of service/pipeline/ that every stage may import
+# The stages of a comparison (service/pipeline/stages.py): a stage's folder imports only from the folders
+# before it in FOLDERS and from the shared base (pipeline/*.py, pipeline/ort/), which imports no stage: a
+# helper two stages need lives in the base, not in the later stage. The spine's docstring and the README's
+# chain are checked against the same list.
+STAGE_ORDER = FOLDERS
 # Outside the pipeline: schemas/ (the JSON) imports no pipeline or route module; render/ (what a person
 # reads) imports no route; pipeline/ imports neither api/ nor jobs/ nor render/.
 LAYERS = {
@@ -236,6 +241,21 @@ def test_stages_import_only_the_stages_before_them():
 def test_every_pipeline_folder_is_a_stage_or_the_shared_base():
     folders = {p.name for p in (SERVICE / "pipeline").iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert folders == set(STAGE_ORDER) | set(SHARED_BASE)
+
+
+def test_one_stage_list_drives_the_spine_docstring_and_the_readme():
+    assert steps_table() in compare.__doc__
+    assert folders_chain() in (ROOT / "README.md").read_text()
+    assert [s.folder for s in STEPS if s.folder not in SHARED_BASE] and {s.folder for s in STEPS} == set(FOLDERS)
+    # the steps run in the clock's order: each `clock.stage("<name>")` of the spine is a step, in STEPS' order
+    clocked = [n for n in ast.walk(ast.parse(Path(compare.__file__).read_text()))]
+    named = [c.args[0].value for c in sorted((c for c in clocked if isinstance(c, ast.Call)
+                                               and getattr(c.func, "attr", None) == "stage"
+                                               and c.args and isinstance(c.args[0], ast.Constant)),
+                                              key=lambda c: c.lineno)]
+    names = [s.name for s in STEPS]
+    assert named and all(n in names for n in named)
+    assert [names.index(n) for n in named] == sorted(names.index(n) for n in named)
 
 
 def test_the_layers_of_the_package_import_downward():
