@@ -8,6 +8,8 @@
 - No folder of ``service/`` holds more than 12 modules.
 - The import rules read relative imports as the absolute modules they name, and lazy imports too:
   no import cycle, and the converter's core imports none of its op modules (the registry loads them).
+- ONNX's default domain is asked about with ``vocabulary.is_onnx_domain`` (the converter has its own in
+  its registry), never with the pair ``("", "ai.onnx")`` spelt out.
 - One list of stages (service/pipeline/stages.py) drives the import-order rule, the spine's docstring
   and the README's chain.
 """
@@ -353,3 +355,25 @@ def test_the_converter_core_imports_no_op_module():
              if m.startswith(_module_name(CONVERTER / "__init__.py") + ".") and not m.startswith(ops)
              and i.startswith(ops + ".")]
     assert wrong == []
+
+
+# The two spellings of ONNX's default domain, spelt out as a pair: only where the helper is defined.
+ONNX_DOMAIN_PAIR_ALLOWED = {
+    "service/pipeline/vocabulary.py": "defines is_onnx_domain",
+    "service/pipeline/quantize/onnx_torch/registry.py": "the converter's own is_onnx_domain (it imports no service module)",
+}
+
+
+def test_the_default_onnx_domain_is_asked_about_with_is_onnx_domain():
+    found = []
+    for path in sorted(SERVICE.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in ONNX_DOMAIN_PAIR_ALLOWED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                strings = {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                # the pair, maybe beside names (("", "ai.onnx", MS)); a list of known domains names more
+                if {"", "ai.onnx"} <= strings and strings <= {"", "ai.onnx"}:
+                    found.append(f"{rel}:{node.lineno}")
+    assert found == []

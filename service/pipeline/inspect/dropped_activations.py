@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 
 from service.schemas.levels import Lint
-from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q, node_reads
+from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q, is_onnx_domain, node_reads
 
 
 def qoperator_dropped_relu_lints(read_model, qoperator_model) -> list[Lint]:
@@ -42,7 +42,7 @@ def qoperator_dropped_relu_lints(read_model, qoperator_model) -> list[Lint]:
             and not _starts_at_lowest(qop, n.input[0])
 
     lost = [n for n in read.node
-            if n.op_type in ACTIVATIONS_ABSORBED_BY_Q and (n.domain or "") in ("", "ai.onnx") and n.input and n.output
+            if n.op_type in ACTIVATIONS_ABSORBED_BY_Q and is_onnx_domain(n.domain) and n.input and n.output
             and readers[n.input[0]] + (n.input[0] in graph_outputs) > 1 and dropped(n)]
     if not lost:
         return []

@@ -13,24 +13,9 @@ import numpy as np
 
 from service.pipeline.files import external_data_bytes, file_sha256, repeated_initializers
 from service.pipeline.vocabulary import (
-    ACTIVATIONS_ABSORBED_BY_Q,
-    ACTIVATIONS_ABSORBED_BY_Q_ORDER,
-    BIAS_COPY_MARK,
-    COMPUTE_OPS,
-    DEQUANTIZE,
-    QDQ_OPS,
-    QLINEAR_BIAS_INDEX,
-    QLINEAR_OPERANDS,
-    QUANTIZE,
-    QUANTIZED_KERNELS,
-    SYMMETRIC_ZERO_POINT,
-    GraphIndex,
-    all_nodes,
-    attribute,
-    dtype_name,
-    graph_from_model,
-    is_float,
-    op_key,
+    ACTIVATIONS_ABSORBED_BY_Q, ACTIVATIONS_ABSORBED_BY_Q_ORDER, BIAS_COPY_MARK, COMPUTE_OPS, DEQUANTIZE,
+    GraphIndex, QDQ_OPS, QLINEAR_BIAS_INDEX, QLINEAR_OPERANDS, QUANTIZE, QUANTIZED_KERNELS, SYMMETRIC_ZERO_POINT,
+    all_nodes, attribute, dtype_name, graph_from_model, is_float, is_onnx_domain, op_key,
 )
 from service.schemas.report import (
     BiasInfo,
@@ -240,7 +225,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
     # quantize_dynamic's ConvInteger/MatMulInteger read their integer weight as is (its scale is a
     # Mul after the kernel's Cast): stored quantized too, with no QuantizedTensor to carry a scale
     integer_weights = {g.dtype_of_constant(n.input[1]) for n in nodes if n.op_type in _INTEGER_KERNELS
-                       and (n.domain or "") in ("", "ai.onnx") and len(n.input) > 1 and g.is_constant(n.input[1])}
+                       and is_onnx_domain(n.domain) and len(n.input) > 1 and g.is_constant(n.input[1])}
     integer_weights.discard(None)
     if integer_weights:
         storages.add("quantized_initializer")
@@ -331,7 +316,7 @@ def _classify_ops(g: GraphIndex, nodes):
         two one Gemm, whose QDQ unit ends at the QuantizeLinear after the Add (torch.onnx.export writes
         nn.Linear on a 3-D input as MatMul + Add)."""
         ins = [i for i in node.input if i]
-        if node.op_type != "Add" or (node.domain or "") not in ("", "ai.onnx") or len(ins) != 2:
+        if node.op_type != "Add" or not is_onnx_domain(node.domain) or len(ins) != 2:
             return False
         live = [i for i in ins if not g.is_constant(i) and not dequantized_weight(i)]
         p = g.producer.get(live[0]) if len(live) == 1 else None

@@ -14,7 +14,9 @@ from service.schemas.options import ComparisonOptions, measures_accuracy, resolv
 from service.pipeline.runtime.levels import FileFacts
 from service.pipeline.runtime.numerics import SQNR_FLOOR
 from service.pipeline.ort.sessions import JOB_RANDOM_SEED
-from service.pipeline.vocabulary import COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, RANKING_OPS, all_nodes, op_key
+from service.pipeline.vocabulary import (
+    COMPUTE_OPS, ORT_OPTIMIZER_OPS, RANDOM_OPS, RANKING_OPS, all_nodes, is_onnx_domain, op_key,
+)
 from service.schemas.levels import Lint, OptimizedLevel
 from service.schemas.report import CpuInfo, FileInfo
 
@@ -349,7 +351,7 @@ def _db(v: float | None) -> str:
 def random_op_lints(model) -> list[Lint]:
     """One lint when the fp32 model draws random numbers without a seed of its own."""
     unseeded = Counter(n.op_type for n in all_nodes(model.graph)
-                       if n.op_type in RANDOM_OPS and n.domain in ("", "ai.onnx")
+                       if n.op_type in RANDOM_OPS and is_onnx_domain(n.domain)
                        and not any(a.name == "seed" for a in n.attribute))
     if not unseeded:
         return []
@@ -382,7 +384,7 @@ def fed_back_selection_lints(model) -> list[Lint]:
     outputs = [o.name for o in graph.output]
     lints = []
     for loop in graph.node:
-        if loop.op_type != "Loop" or loop.domain not in ("", "ai.onnx"):
+        if loop.op_type != "Loop" or not is_onnx_domain(loop.domain):
             continue
         body = next((a.g for a in loop.attribute if a.name == "body"), None)
         if body is None:
@@ -390,7 +392,7 @@ def fed_back_selection_lints(model) -> list[Lint]:
         n_carried = max(len(loop.input) - 2, 0)
         carried = {o.name for o in body.output[1:1 + n_carried]}
         picks = [(n.op_type, n.output[1 if n.op_type == "TopK" else 0]) for n in body.node
-                 if n.op_type in RANKING_OPS and n.domain in ("", "ai.onnx")
+                 if n.op_type in RANKING_OPS and is_onnx_domain(n.domain)
                  and len(n.output) > (1 if n.op_type == "TopK" else 0)]
         body_readers: dict[str, list] = {}
         for n in body.node:
@@ -500,7 +502,7 @@ def integer_weight_lints(model) -> list[Lint]:
     smaller than it."""
     g = model.graph
     integer = {t.name: declared_bytes(t) or 0 for t in g.initializer if t.data_type in _INTEGER_WEIGHT_TYPES}
-    cast = [n for n in g.node if n.op_type == "Cast" and (n.domain or "") in ("", "ai.onnx") and n.input
+    cast = [n for n in g.node if n.op_type == "Cast" and is_onnx_domain(n.domain) and n.input
             and n.input[0] in integer and any(a.name == "to" and a.i in _FLOAT_TYPES for a in n.attribute)]
     readers: dict[str, list] = {}
     for n in g.node:

@@ -31,7 +31,9 @@ import numpy as np
 from service.pipeline.vocabulary import RANDOM_OPS, SHAPE_READING_OPS, ai_onnx_opset
 
 from .data_sizes import DATA_SIZED_OPS, SIZE_OPS, as_dim, shape_value, size_tensor, size_values
-from .registry import FUSED_DOMAIN, ConvertContext, OnnxNode, UnsupportedNode, find_converter
+from .registry import (
+    FUSED_DOMAIN, ConvertContext, OnnxNode, UnsupportedNode, _norm_domain, find_converter, is_onnx_domain,
+)
 
 # ops whose output only depends on the (static) shape of their input
 _SHAPE_OPS = SHAPE_READING_OPS
@@ -87,7 +89,7 @@ def decode_attrs(node) -> dict[str, Any]:
 
 
 def onnx_node(node) -> OnnxNode:
-    return OnnxNode(op_type=node.op_type, domain=node.domain if node.domain != "ai.onnx" else "",
+    return OnnxNode(op_type=node.op_type, domain=_norm_domain(node.domain),
                     name=node.name, inputs=tuple(node.input), outputs=tuple(node.output), attrs=decode_attrs(node))
 
 
@@ -438,8 +440,7 @@ class GraphRunner:
 
 def _missing_key(domain: str, op_type: str, opset: int) -> tuple[str, str, int]:
     """(domain, op, version) of a node without converter; the registry keys other domains at 1."""
-    domain = "" if domain == "ai.onnx" else domain
-    return domain or "ai.onnx", op_type, opset if domain == "" else 1
+    return ("ai.onnx" if is_onnx_domain(domain) else domain), op_type, opset if is_onnx_domain(domain) else 1
 
 
 def _count_missing(raw, opset: int, missing: Counter) -> None:

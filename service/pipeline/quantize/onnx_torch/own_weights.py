@@ -24,7 +24,7 @@ from collections import defaultdict
 import onnx
 
 from service.pipeline.files import repeated_initializers
-from service.pipeline.vocabulary import all_nodes, all_tensor_names
+from service.pipeline.vocabulary import all_nodes, all_tensor_names, is_onnx_domain
 
 __all__ = ["OWN_WEIGHT_OPS", "COPY_LIMIT_BYTES", "own_weight_copies", "shared_again"]
 
@@ -40,7 +40,7 @@ def _shared_conv_inputs(graph) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
     inits = {t.name for t in graph.initializer}
     readers: dict[str, list[tuple[onnx.NodeProto, int]]] = defaultdict(list)
     for node in graph.node:
-        if node.op_type in OWN_WEIGHT_OPS and node.domain in ("", "ai.onnx"):
+        if node.op_type in OWN_WEIGHT_OPS and is_onnx_domain(node.domain):
             for slot in _SLOTS:
                 if slot < len(node.input) and node.input[slot] in inits:
                     readers[node.input[slot]].append((node, slot))
@@ -59,13 +59,13 @@ def _constant_shared_conv_inputs(graph) -> int:
     inits = {t.name: t for t in graph.initializer}
     readers: dict[str, int] = defaultdict(int)
     for node in graph.node:
-        if node.op_type in OWN_WEIGHT_OPS and node.domain in ("", "ai.onnx"):
+        if node.op_type in OWN_WEIGHT_OPS and is_onnx_domain(node.domain):
             for slot in _SLOTS:
                 if slot < len(node.input) and node.input[slot] and node.input[slot] not in inits:
                     readers[node.input[slot]] += 1
     made = 0
     for node in list(graph.node):
-        if len(node.output) != 1 or readers.get(node.output[0], 0) < 2 or node.domain not in ("", "ai.onnx"):
+        if len(node.output) != 1 or readers.get(node.output[0], 0) < 2 or not is_onnx_domain(node.domain):
             continue
         value_attr = next((a for a in node.attribute if a.name == "value" and a.HasField("t")), None)
         try:

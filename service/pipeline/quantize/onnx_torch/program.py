@@ -25,7 +25,7 @@ from service.pipeline.vocabulary import RECURRENT_OPS, graph_from_model
 
 from .module import ConversionError, MissingConverters, build_module, contiguous
 from .parity import parity_vs_onnx
-from .registry import UnsupportedNode
+from .registry import UnsupportedNode, is_onnx_domain
 from .specialize import specialized
 
 log = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ def program_from_onnx(source, shapes: dict[str, tuple[int, ...]], *,
     try:
         built = build_module(spec.model, names, example, baked=spec.baked)
     except MissingConverters as e:
-        opsets = {("ai.onnx" if o.domain in ("", "ai.onnx") else o.domain): o.version for o in spec.model.opset_import}
+        opsets = {("ai.onnx" if is_onnx_domain(o.domain) else o.domain): o.version for o in spec.model.opset_import}
         opset = opsets.get("ai.onnx")
         # the registry keys other domains at version 1; the file's own import is the version to show
         listed = ", ".join(f"{d}.{op} (opset {opsets.get(d, v)}) x{n}" if d != "ai.onnx" else f"{op} (opset {v}) x{n}"

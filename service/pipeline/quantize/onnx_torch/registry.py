@@ -85,9 +85,14 @@ _REGISTRY: dict[tuple[str, str], list[_Entry]] = {}
 # registry's, so the builder and the op modules both read it here (module.py imports no op module).
 FUSED_DOMAIN = "quantcompare"
 
-# ONNX spells the default domain both "" and "ai.onnx".
+# ONNX spells the default domain both "" and "ai.onnx". The converter's own helper (it imports nothing of
+# the service, whose vocabulary has the same one).
+def is_onnx_domain(domain: str | None) -> bool:
+    return (domain or "") in ("", "ai.onnx")
+
+
 def _norm_domain(domain: str) -> str:
-    return "" if domain in ("", "ai.onnx") else domain
+    return "" if is_onnx_domain(domain) else domain
 
 
 def converter(op_type: str, *, domain: str = "", since: int = 1, until: int | None = None):

@@ -31,7 +31,7 @@ import torch
 from service.pipeline.vocabulary import RANDOM_OPS
 
 from ..module import to_torch
-from ..registry import ConvertContext, OnnxNode, UnsupportedNode, converter
+from ..registry import ConvertContext, OnnxNode, UnsupportedNode, converter, is_onnx_domain
 
 # Each iteration copies the body into the torch graph; past this the graph (and export time)
 # grows beyond what a conversion should cost.
@@ -115,7 +115,7 @@ def _static_part(ctx: ConvertContext, node: OnnxNode, body) -> tuple[list, list[
         nodes, outer = [], {}
         for n in body.node:  # topological order
             # only ai.onnx ops: what the reference evaluator below runs (the model it builds imports ai.onnx alone)
-            if (n.domain not in ("", "ai.onnx") or n.op_type in RANDOM_OPS
+            if (not is_onnx_domain(n.domain) or n.op_type in RANDOM_OPS
                     or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in n.attribute)):
                 continue
             reads = [i for i in n.input if i]
