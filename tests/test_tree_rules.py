@@ -303,7 +303,7 @@ OP_NAME_TABLES_ALLOWED = {
         "fp32 ops a quantizer folds into a neighbour or pre-processing removes",
     ("service/pipeline/quantize/onnx_torch/ops/rnn.py", frozenset({"Sigmoid", "Tanh"})):
         "the ONNX RNN/GRU/LSTM schemas' default activations",
-    ("service/pipeline/verdict/lints.py", frozenset({"Mul", "Sub", "Add", "Reshape", "Transpose"})):
+    ("service/pipeline/verdict/lints/model.py", frozenset({"Mul", "Sub", "Add", "Reshape", "Transpose"})):
         "a dequantized integer weight's way to its reader (scale Mul, zero-point Sub)",
     ("service/pipeline/quantize/already_quantized.py", frozenset({"QGemm", "QAttention", "MatMulNBits"})):
         "name suffixes that tell a dynamically quantized file's kernels apart",
@@ -413,7 +413,6 @@ LINES_ALLOWED = {
     ("service/pipeline/verdict/decisions.py", "decisions_table"): "to become one builder per column family",
     ("service/pipeline/inspect/inventory.py", "_classify_ops"): "to become one classifier per format",
     ("service/pipeline/inputs/specs.py", "resolved_input_shapes"): "to be split by where a dim comes from",
-    ("service/pipeline/verdict/lints.py", "lints_for"): "to become one registered function per lint code",
     ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases",
     ("service/pipeline/inspect/inventory.py", "inventory_from_onnx"): "with _classify_ops",
     ("service/pipeline/inspect/blockers.py", "_selector_blocker"): "one blocker per selector kind; not yet",
