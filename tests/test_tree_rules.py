@@ -363,6 +363,7 @@ def test_the_converter_core_imports_no_op_module():
 ONNX_DOMAIN_PAIR_ALLOWED = {
     "service/pipeline/vocabulary.py": "defines is_onnx_domain",
     "service/pipeline/quantize/onnx_torch/registry.py": "the converter's own is_onnx_domain (it imports no service module)",
+    "service/pipeline/layers/tensor_alignment.py": "issue 47: the lead is changing layers/; one site left for after it",
 }
 
 

@@ -36,8 +36,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from service.pipeline.vocabulary import (
-    ACTIVATIONS_ABSORBED_BY_Q, BIASED_COMPUTE_OPS, COMMUTATIVE_OPS, CONVERTER_METADATA_PREFIX, DEQUANTIZE, MS,
-    OUTPUT_ZERO_POINT_INDEX, QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, graph_from_model, is_onnx_domain, op_key,
+    ACTIVATIONS_ABSORBED_BY_Q,
+    BIASED_COMPUTE_OPS,
+    COMMUTATIVE_OPS,
+    CONVERTER_METADATA_PREFIX,
+    DEQUANTIZE,
+    MS,
+    OUTPUT_ZERO_POINT_INDEX,
+    QDQ_OPS,
+    QLINEAR_OPERANDS,
+    QUANTIZE,
+    graph_from_model,
+    op_key,
 )
 
 ONNX_NODE_KEY = CONVERTER_METADATA_PREFIX + "onnx_node"
@@ -53,7 +63,7 @@ _TAKES_A_BIAS = BIASED_COMPUTE_OPS | {"MatMul"}
 
 def _bias_add(n, ref: "GraphView") -> bool:
     """An Add of a constant to the output of a _TAKES_A_BIAS op (PaddlePaddle exports write the bias so)."""
-    if n.op_type != "Add" or not is_onnx_domain(n.domain):
+    if n.op_type != "Add" or (n.domain or "") not in ("", "ai.onnx"):
         return False
     live = [i for i in n.input if i and i not in ref.const]
     if len(live) != 1 or len([i for i in n.input if i]) != 2:
