@@ -145,12 +145,8 @@ RANDOM_OPS = RANDOM_LIKE_OPS | {"RandomNormal", "RandomUniform"}
 # Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in
 # length when the values differ: a quantized detector keeps other boxes than fp32 does.
 SELECTION_OPS = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
-# The selections the ONNX -> torch converter carries whole: their count becomes a torch SymInt
-# (quantize/onnx_torch/data_sizes.py).
-CONVERTED_SELECTION_OPS = frozenset({"NonZero"})
-# Shape arithmetic that converter evaluates on such a count (numpy on ints and SymInts) rather than as torch ops.
-SIZE_ARITHMETIC_OPS = frozenset({"Identity", "Cast", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Add", "Sub",
-                                 "Mul", "Div", "Neg", "Max", "Min", "ReduceProd", "ReduceSum"})
+# (The selections the ONNX -> torch converter carries whole, and the size arithmetic it evaluates on their
+# counts, are the converter's own: onnx_torch/op_sets.py.)
 # Ops whose result says which rows to keep, by value: the selections above, and TopK (a detector's
 # end-to-end head keeps its 300 best anchors), whose output shape is fixed by k.
 ROW_PICKING_OPS = SELECTION_OPS | {"TopK"}
@@ -479,7 +475,7 @@ def int8_coverage(graph: GraphIndex) -> Int8Coverage:
 
 
 # The metadata_props prefix the ONNX->torch converter stamps on every PT2E file node it made
-# (quantize/onnx_torch/names.py): `<prefix>onnx_node`, `onnx_op`, `onnx_outputs` name the upload's node.
+# (quantize/pt2e_from_onnx/names.py): `<prefix>onnx_node`, `onnx_op`, `onnx_outputs` name the upload's node.
 CONVERTER_METADATA_PREFIX = "quantcompare."
 # On the nodes quantcompare's PT2E path appended in float after a selection (quantize/selection_tail.py):
 # value = the selection it follows. ORT's saved graphs drop node metadata, so readers go by node name.

@@ -1,4 +1,4 @@
-"""Clean-ups of a third-party ONNX file before it becomes a torch graph for PT2E (onnx_torch/specialize.py),
+"""Clean-ups of a third-party ONNX file before it becomes a torch graph for PT2E (quantize/pt2e_from_onnx/specialize.py),
 and the opset ORT's quantizer needs.
 
 Real files carry what their exporter left behind: initializers repeated in the input list (old
