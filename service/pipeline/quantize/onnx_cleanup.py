@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from service.pipeline.files import declared_bytes
-from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
+from service.pipeline.quantize.toolchain_patches.pt2e import install_multi_output_match_shortcut
 from service.pipeline.vocabulary import CONTROL_FLOW_OPS
 
 log = logging.getLogger(__name__)

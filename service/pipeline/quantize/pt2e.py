@@ -17,7 +17,7 @@ from service.pipeline.quantize.pt2e_from_onnx.program import (PT2_HINT, Conversi
                                                            program_from_onnx, static_args)
 from service.pipeline.quantize.selection_tail import prefix_file, selection_split, splice_tail
 from service.pipeline.quantize.side_by_side import reclaim_idle_core
-from service.pipeline.quantize.shortcuts.pt2e import (
+from service.pipeline.quantize.toolchain_patches.pt2e import (
     install_conv_bn_fold_guard,
     install_histogram_search,
     install_iterative_union_find,

@@ -16,7 +16,7 @@ from torchao.testing.pt2e._xnnpack_quantizer import (  # noqa: E402
     get_symmetric_quantization_config,
 )
 
-from service.pipeline.quantize.shortcuts.pt2e import bn_after_conv, install_conv_bn_fold_guard  # noqa: E402
+from service.pipeline.quantize.toolchain_patches.pt2e import bn_after_conv, install_conv_bn_fold_guard  # noqa: E402
 
 
 class _StandaloneBn(torch.nn.Module):
@@ -101,7 +101,7 @@ def _histograms():
 def test_the_histogram_search_picks_torchao_s_min_and_max_bit_for_bit(name):
     from torchao.quantization.pt2e.observer import HistogramObserver
 
-    from service.pipeline.quantize.shortcuts.pt2e import _non_linear_param_search, install_histogram_search
+    from service.pipeline.quantize.toolchain_patches.pt2e import _non_linear_param_search, install_histogram_search
 
     obs = _observer(dict(_histograms())[name])
     assert install_histogram_search()
@@ -115,7 +115,7 @@ def test_the_histogram_search_picks_torchao_s_min_and_max_bit_for_bit(name):
 def test_a_converted_model_is_the_same_with_the_fast_histogram_search():
     from torchao.quantization.pt2e.observer import HistogramObserver
 
-    from service.pipeline.quantize.shortcuts.pt2e import _non_linear_param_search, install_histogram_search
+    from service.pipeline.quantize.toolchain_patches.pt2e import _non_linear_param_search, install_histogram_search
 
     prepared, x = _prepared()
     for scale in (0.5, 3.0, 9.0):  # more calibration: the histograms widen and re-bin
@@ -140,7 +140,7 @@ def test_a_threshold_that_float32_rounds_onto_a_bin_walks_as_torchao_walks():
     comparison keeps the walk at bin 0 (min 0, max 0.9995), a float64 one would move it (0.9995, 1)."""
     from torchao.quantization.pt2e.observer import HistogramObserver
 
-    from service.pipeline.quantize.shortcuts.pt2e import _non_linear_param_search, install_histogram_search
+    from service.pipeline.quantize.toolchain_patches.pt2e import _non_linear_param_search, install_histogram_search
 
     obs = _observer([])
     total, first = 54687.5546875, 0.546875536441803  # float32 values; float32(1e-5 * total) == first
@@ -194,7 +194,7 @@ def test_the_multi_output_match_shortcut_optimizes_the_same_and_indexes_the_grap
     from onnxscript import ir, optimizer
     from onnxscript.rewriter._matcher import SimplePatternMatcher
 
-    from service.pipeline.quantize.shortcuts.pt2e import match_unless_first_output_differs
+    from service.pipeline.quantize.toolchain_patches.pt2e import match_unless_first_output_differs
 
     model = _many_slices_model()
     untouched = SimplePatternMatcher.match
@@ -244,7 +244,7 @@ def test_a_chain_of_1200_ops_sharing_a_spec_prepares_with_the_loop_and_recursed_
     """3000 tiny Adds after a MatMul skipped the PT2E path with RecursionError (twentieth pass)."""
     from torchao.quantization.pt2e import prepare
 
-    from service.pipeline.quantize.shortcuts.pt2e import find_root_edge_or_node, install_iterative_union_find
+    from service.pipeline.quantize.toolchain_patches.pt2e import find_root_edge_or_node, install_iterative_union_find
 
     assert install_iterative_union_find()
     program = torch.export.export(_AddChain(1200).eval(), (torch.randn(1, 8),))
@@ -264,7 +264,7 @@ def test_the_loop_leaves_every_union_find_map_as_torchao_s_recursion_does():
 
     from torchao.quantization.pt2e import prepare
 
-    from service.pipeline.quantize.shortcuts.pt2e import find_root_edge_or_node, install_iterative_union_find
+    from service.pipeline.quantize.toolchain_patches.pt2e import find_root_edge_or_node, install_iterative_union_find
 
     install_iterative_union_find()
     recursive = prepare._find_root_edge_or_node.original

@@ -12,7 +12,7 @@ patterns find nothing and the pass only costs time.
 
 The guard calls torchao's pass unchanged whenever some BN takes a conv's output; otherwise it
 returns the graph as is. A test pins that the converted module is the same code either way
-(``tests/pipeline/quantize/test_pt2e_shortcuts.py``). torchao is pinned; if the names move, the
+(``tests/pipeline/quantize/test_pt2e_toolchain_patches.py``). torchao is pinned; if the names move, the
 guard is not installed and convert takes the usual path.
 
 2. ``HistogramObserver._non_linear_param_search`` (the XNNPACK config's activation observer picks
@@ -47,7 +47,7 @@ from typing import Callable
 
 import numpy as np
 
-from service.pipeline.quantize.shortcuts import replace_once
+from service.pipeline.quantize.toolchain_patches import replace_once
 
 
 def bn_after_conv(m) -> bool:

@@ -1,5 +1,5 @@
 """ORT's MinMax calibrator's augmented graph, written by the linear-time shortcut, equals ORT's own
-byte for byte (quantize/shortcuts/ort.py): graphs with shared readers, unread tensors (graph outputs), a
+byte for byte (quantize/toolchain_patches/ort.py): graphs with shared readers, unread tensors (graph outputs), a
 tensor typed only by a graph output, per-tensor and per-channel axes (attribute before opset 18,
 input from 18), and a real detector from the corpus."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.quantize.shortcuts.ort import _augment_graph
+from service.pipeline.quantize.toolchain_patches.ort import _augment_graph
 
 
 def _branchy(opset: int):
@@ -75,7 +75,7 @@ def test_the_shortcut_writes_ort_s_augmented_graph_of_a_real_detector(tmp_path, 
 def test_the_shortcut_is_in_place_when_ort_quantizes(tmp_path):
     from onnxruntime.quantization.calibrate import MinMaxCalibrater
 
-    from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut
+    from service.pipeline.quantize.toolchain_patches.ort import install_minmax_augment_shortcut
 
     assert install_minmax_augment_shortcut()
     assert MinMaxCalibrater.augment_graph is _augment_graph
@@ -114,7 +114,7 @@ def _quantized_bytes(path, tmp_path, monkeypatch, *, shortcuts: bool, fmt: str, 
 
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-    from service.pipeline.quantize.shortcuts.ort import _QUANTIZER_SHORTCUTS, install_quantizer_shortcuts
+    from service.pipeline.quantize.toolchain_patches.ort import _QUANTIZER_SHORTCUTS, install_quantizer_shortcuts
 
     assert install_quantizer_shortcuts()
     if not shortcuts:  # ORT's own functions back, for this call only
@@ -155,7 +155,7 @@ def test_the_quantizer_shortcuts_write_ort_s_file(tmp_path, monkeypatch, fmt, pe
 def test_the_quantizer_shortcuts_are_in_place_when_ort_quantizes():
     from onnxruntime.quantization import base_quantizer, onnx_model, qdq_quantizer
 
-    from service.pipeline.quantize.shortcuts import ort as shortcuts
+    from service.pipeline.quantize.toolchain_patches import ort as shortcuts
 
     assert shortcuts.install_quantizer_shortcuts()
     assert onnx_model.ONNXModel.replace_input_of_all_nodes is shortcuts._replace_input_of_all_nodes
@@ -167,7 +167,7 @@ def test_a_tensor_no_node_reads_has_no_reader_count_as_in_ort():
     """``input_name_to_nodes()[name]`` raises KeyError for a tensor nothing reads; the count does too."""
     from onnxruntime.quantization.onnx_model import ONNXModel
 
-    from service.pipeline.quantize.shortcuts.ort import _readers
+    from service.pipeline.quantize.toolchain_patches.ort import _readers
 
     model = ONNXModel(_quantizer_graph())
     assert _readers(model, "c3") == len(model.input_name_to_nodes()["c3"]) == 2

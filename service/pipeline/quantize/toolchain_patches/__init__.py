@@ -1,12 +1,13 @@
-"""Replacing a toolchain function once per process, for the shortcuts that compute the same result
-faster (pt2e.py for torchao and onnxscript, ort.py for ORT's quantizer)."""
+"""Patches to the toolchains, applied at run time: a torchao, onnxscript or ORT function replaced once per
+process by one that computes the same result faster (pt2e.py for torchao and onnxscript, ort.py for ORT's
+quantizer). Each keeps the original as ``.original``; tests compare both byte for byte."""
 
 from __future__ import annotations
 
 import logging
 from typing import Callable
 
-log = logging.getLogger("quantcompare.shortcuts")
+log = logging.getLogger("quantcompare.toolchain_patches")
 
 _installed: set[str] = set()
 

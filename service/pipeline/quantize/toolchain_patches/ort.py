@@ -35,7 +35,7 @@ Still a scan per tensor, so still quadratic, with a smaller constant; no index t
 elsewhere in ORT could leave stale.
 
 Tests compare the augmented models and the quantized files ORT writes with the shortcuts on and
-off byte for byte (tests/pipeline/quantize/test_ort_shortcuts.py). Each replaced body is ORT 1.32's: with any
+off byte for byte (tests/pipeline/quantize/test_ort_toolchain_patches.py). Each replaced body is ORT 1.32's: with any
 other ORT, or if ORT's names move, nothing is installed.
 """
 
@@ -45,7 +45,7 @@ import importlib
 import uuid
 from typing import Callable
 
-from service.pipeline.quantize.shortcuts import replace_once
+from service.pipeline.quantize.toolchain_patches import replace_once
 
 # The version whose function bodies the replacements below repeat.
 _ORT_BODIES = "1.32."
