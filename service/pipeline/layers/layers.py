@@ -34,7 +34,7 @@ import numpy as np
 
 from service.pipeline.layers.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.runtime.parallel_runs import runs_on_cores
+from service.pipeline.runtime.parallel_runs import Cores, cores_now, runs_on_cores
 from service.pipeline.runtime.numerics import (
     BOOTSTRAP_RESAMPLES, SQNR_FLOOR, finite_pairs, sqnr_from_sums, sqnr_intervals_from_sums,
 )
@@ -53,23 +53,34 @@ SIDE_BY_SIDE_MAX_EXPOSED_BYTES = 256 * 1024 * 1024
 _FLOAT_KINDS = ("float32", "float16", "float64", "bfloat16")
 
 
+RANKING_FEW = 5  # settled once the worst 1 to 5 tensors of each file stand apart (a Relu or pool passes its input's
+# error on unchanged, so the worst often come as a group of 2-4 with the same SQNR)
+
+
 @dataclass(frozen=True)
 class LayersBudget:
     max_tensors: int = 2000  # rows; beyond this the earliest tensors in graph order are kept
     min_samples: int = 8  # samples run before the intervals decide whether more are needed
     max_samples: int = 1024  # most samples run through every file
     max_seconds: float = 300.0  # stop adding samples once this much time has passed (>= 1 sample)
+    # Stop once the ranking is settled (``ranking_settled``), not only at the width target (depth full: no).
+    stop_when_settled: bool = True
+    # Past ``min_samples``: whether that many more seconds of samples may be spent (the extras' budget,
+    # pipeline/extras_budget.py), and what to set to go further; None: only the caps above bound the table.
+    more_allowed: Callable[[float], bool] | None = None
+    more_option: str = ""
 
 
 def layers_from_files(
     *, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
     budget: LayersBudget = LayersBudget(), calibration: dict[str, str] | None = None,
     optimized_paths: dict[str, dict[str, Path]] | None = None, data_dependent: dict[str, str] | None = None,
-    more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None, seed: int = 0, cores: int = 1,
+    more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None, seed: int = 0, cores: Cores = 1,
 ) -> LayersReport:
     """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``.
 
-    ``cores``: the files run a sample ``cores`` at a time, each on its own thread with one intra-op
+    ``cores``: the files run a sample ``cores`` at a time (read as each sample starts: the job's share of
+    the machine follows the load), each on its own thread with one intra-op
     thread (runtime/parallel_runs.py); their errors are then added up in file order, as on one core, so
     the table is the same whatever the count (each file's exposed tensors are held only while its group
     is added: ``cores`` files' activations at a time, not one).
@@ -146,15 +157,17 @@ def layers_from_files(
                     float_tensors = [t for t in candidates if isinstance(ref_values[t], np.ndarray)  # not ZipMap's maps
                                      and str(ref_values[t].dtype) in _FLOAT_KINDS]
                     exposed = sum(v.nbytes for v in ref_values.values() if isinstance(v, np.ndarray))
-                    if cores > 1 and exposed > SIDE_BY_SIDE_MAX_EXPOSED_BYTES:
+                    if exposed > SIDE_BY_SIDE_MAX_EXPOSED_BYTES:
+                        if cores_now(cores) > 1:
+                            notes.append(f"files run one at a time: one sample exposes {exposed / 2**20:.0f} MiB "
+                                         f"of tensors per file (side by side past "
+                                         f"{SIDE_BY_SIDE_MAX_EXPOSED_BYTES >> 20} MiB)")
                         cores = 1  # each file's exposed tensors are the peak: one file's at a time
-                        notes.append(f"files run one at a time: one sample exposes {exposed / 2**20:.0f} MiB of "
-                                     f"tensors per file (side by side past {SIDE_BY_SIDE_MAX_EXPOSED_BYTES >> 20} MiB)")
                 refs: dict[str, _Ref] = {}
-                keys = list(sessions)
-                for start in range(0, len(keys), max(1, cores)):
-                    group = keys[start:start + max(1, cores)]
-                    got_all = runs_on_cores(lambda key: sessions[key].run(feed), group, cores)
+                keys, width = list(sessions), cores_now(cores)
+                for start in range(0, len(keys), width):
+                    group = keys[start:start + width]
+                    got_all = runs_on_cores(lambda key: sessions[key].run(feed), group, width)
                     for key, got in zip(group, got_all):
                         _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, level_acc)
                     got_all = got = None
@@ -190,7 +203,8 @@ def layers_from_files(
                       "and 97.5th of them"),
             target_width_db=TARGET_CI_DB,
             widest_db=max((round(w, 3) for w in widths if math.isfinite(w)), default=None),
-            over_target=sum(w > TARGET_CI_DB for w in widths), stopped=plan.stopped or "no sample ran"),
+            over_target=sum(w > TARGET_CI_DB for w in widths), stopped=plan.stopped or "no sample ran",
+            **_ranking(acc, intervals, widths)),
         aligned_all_share=round(len(full) / len(rows), 4) if rows and quantized else 0.0,
         truncated=truncated, notes=notes, seconds=round(time.perf_counter() - t0, 4),
     )
@@ -239,19 +253,83 @@ class _SamplePlan:
         elif samples and now - self.t0 > b.max_seconds:
             self.stopped = f"the time budget (options.layers.max_seconds={b.max_seconds:g}) spent"
         elif samples >= self.target:
-            widths = [_width(ci) for ci in _intervals(acc, samples, self.seed).values()]
-            widest = max(widths, default=0.0)
+            intervals = _intervals(acc, samples, self.seed)
+            widest = max((_width(ci) for ci in intervals.values()), default=0.0)
             if widest <= TARGET_CI_DB:
                 self.stopped = f"every interval at most {TARGET_CI_DB:g} dB wide"
+                return True
+            settled = ranking_settled(_points(acc), intervals)
+            if b.stop_when_settled and settled:
+                self.stopped = f"ranking settled: {settled}"
                 return True
             pace = (now - self._first) / samples
             affordable = samples + int((b.max_seconds - (now - self.t0)) / pace) if pace > 0 else b.max_samples
             need = samples * (widest / TARGET_CI_DB) ** 2 if math.isfinite(widest) else b.max_samples
             self.target = min(b.max_samples, affordable, max(samples + max(1, samples // 4), math.ceil(need)))
+            if b.more_allowed is not None and self.target > samples:
+                # As many more as the extras' budget pays for, after the candidates still to come.
+                step = samples + max(1, samples // 4)
+                while step > samples and not b.more_allowed(pace * (step - samples)):
+                    step -= 1
+                if step <= samples:
+                    self.stopped = f"the extras' budget spent ({b.more_option} to run more samples)"
+                    return True
+                self.target = min(self.target, step)
             if self.target <= samples:
                 self.stopped = (f"the time budget (options.layers.max_seconds={b.max_seconds:g}) fits no more "
                                 f"at {pace:.2g} s per sample")
         return self.stopped is not None
+
+
+def _ranking(acc: dict, intervals: dict, widths: list[float]) -> dict:
+    """``LayersSampling.settled`` and ``ranking``: whether the worst few stand apart, said with the widest
+    interval."""
+    if not intervals:
+        return {"settled": None, "ranking": "not judged: no intervals (fewer than 2 samples)"}
+    how = ranking_settled(_points(acc), intervals)
+    widest = max(widths)
+    wide = f"widest interval {widest:.1f} dB" if math.isfinite(widest) else "an interval without an upper bound"
+    if how is not None:
+        return {"settled": True, "ranking": f"ranking settled ({how}); {wide}"}
+    return {"settled": False, "ranking": f"ranking not settled: in some file no group of its 1 to {RANKING_FEW} worst "
+                                         f"tensors stands apart from the rest by its intervals; {wide}"}
+
+
+def _points(acc: dict) -> dict[tuple[str, str], float]:
+    """(artifact, tensor) -> its SQNR over the samples so far (finite cells only)."""
+    out = {}
+    for k, a in acc.items():
+        db = a.cell().sqnr_db
+        if db is not None and math.isfinite(db):
+            out[k] = db
+    return out
+
+
+def ranking_settled(points: dict[tuple[str, str], float], intervals: dict[tuple[str, str], tuple[float, float]],
+                    few: int = RANKING_FEW) -> str | None:
+    """The table's answer is which tensors lose the most. It is settled when, in every file, the worst k
+    tensors (k = 1 to ``few``, by SQNR) are separated from the rest by their 95% intervals: the highest upper
+    end among those k lies below the lowest lower end among the others. Returns how, or None when a file's
+    ranking is not settled (or no file has intervals to judge by)."""
+    by_artifact: dict[str, list[tuple[float, float, float]]] = {}
+    for key, (lo, hi) in intervals.items():
+        if key in points:
+            by_artifact.setdefault(key[0], []).append((points[key], lo, hi))
+    if not by_artifact:
+        return None
+    apart = {}
+    for artifact, cells in by_artifact.items():
+        cells.sort()
+        if len(cells) <= 1:
+            apart[artifact] = len(cells)
+            continue
+        for k in range(1, min(few, len(cells) - 1) + 1):
+            if max(c[2] for c in cells[:k]) < min(c[1] for c in cells[k:]):
+                apart[artifact] = k
+                break
+        else:
+            return None
+    return "; ".join(f"{a}: the worst {k} apart from the rest" for a, k in sorted(apart.items()))
 
 
 def _intervals(acc: dict, samples: int, seed: int) -> dict[tuple[str, str], tuple[float, float]]:

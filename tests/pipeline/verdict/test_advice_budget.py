@@ -1,20 +1,13 @@
-"""Advice within a budget (issue 39): a share of the job's time, candidates by expected gain."""
+"""Advice within the extras' budget (issues 39, 47): candidates by expected gain, the best one always
+measured, the rest listed with the option that reaches them."""
 
 from __future__ import annotations
 
-from service.pipeline.verdict.advice import Candidate, advice_budget, by_expected_gain
-from service.schemas.options import ComparisonOptions
+from service.pipeline.extras_budget import REACH_FURTHER
+from service.pipeline.verdict.advice import Candidate, by_expected_gain
 
 UINT8 = {"ort": {"activation_type": "uint8"}}
 SWITCH = {"session": {"session.qdqisint8allowed": "1"}}
-
-
-def test_the_default_budget_is_a_fifth_of_the_job_so_far_and_a_user_can_raise_it():
-    seconds, how = advice_budget(ComparisonOptions(), job_seconds=150.0)
-    assert seconds == 30.0 and "budget_share 0.2" in how and "150 s" in how
-    assert advice_budget(ComparisonOptions(advice={"budget_share": 0.5}), job_seconds=150.0)[0] == 75.0
-    seconds, how = advice_budget(ComparisonOptions(advice={"budget_seconds": 300.0}), job_seconds=150.0)
-    assert seconds == 300.0 and how == "options.advice.budget_seconds"
 
 
 def test_candidates_run_in_order_of_expected_gain():
@@ -26,3 +19,19 @@ def test_candidates_run_in_order_of_expected_gain():
     # switch (refuted by measurement on x86) after every uint8 re-quantization whatever it blocks
     order = by_expected_gain([switch, few, qdq, qop], {"ort_qdq": 5.0, "ort_qoperator": 15.0, "pt2e_qdq": 40.0})
     assert order == [qop, qdq, few, switch]
+
+
+def test_a_job_with_a_candidate_measures_the_best_one_even_on_no_budget(compared):
+    """Issue 47: advice's best candidate is what a user acts on, so it is measured whatever the share; what
+    the budget did not reach (the table, the other candidates) is listed with the option that reaches it."""
+    report, _ = compared("op_zoo_net", extras={"seconds": 0.0})
+    measured = [e for e in report.advice + report.advice_refuted if e.measured is not None]
+    assert len(measured) == 1
+    assert report.advice_not_run and all(REACH_FURTHER in e.reason for e in report.advice_not_run)
+    steps = {s.step: s for s in report.extras.steps}
+    assert report.extras.budget_seconds == 0.0 and steps["advice's best candidate"].reached
+    assert measured[0].artifact in steps["advice's best candidate"].detail
+    table = steps[f"per-tensor table at {report.options.layers.min_samples} samples"]
+    assert not table.reached and REACH_FURTHER in table.detail
+    assert report.layers is not None and report.layers.samples == 0 and not report.layers.rows
+    assert not steps["further candidates"].reached
