@@ -9,7 +9,7 @@
     latency   at options.latency_levels, each graph timed alone                      runtime/stage.py
     platforms the same on each emulated platform options.platforms names (arm64)     platforms/stage.py
     layers    per-tensor error against fp32                                          layers/layers_stage.py
-    advice    the changes the blockers point to, re-run and measured                 verdict/advice_stage.py
+    advice    the changes the blockers point to, re-run and measured                 advice/stage.py
               (the two share one budget, extras_budget.py: advice's best candidate first, then the table
               at its minimum samples, further candidates, further samples)
     decide    artifacts' final status, decisions, lints, platform notes, verdict     verdict/decide.py
@@ -46,12 +46,12 @@ from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.parallel_runs import ACCURACY_HOW
 from service.pipeline.runtime.stage import levels_stage
 from service.pipeline.sections import ADVICE, FILES, LAYERS, LEVEL_GRAPHS, OnSection, Sections
-from service.pipeline.verdict.advice import AdvicePlan
+from service.pipeline.advice.advice import AdvicePlan
 from service.pipeline.extras_budget import extras_budget
-from service.pipeline.verdict.advice_stage import (
+from service.pipeline.advice.stage import (
     Advised, advice_candidates, advice_stage, best_candidate_measured, made_candidates,
 )
-from service.pipeline.verdict.extras_spent import extras_spent
+from service.pipeline.advice.extras_spent import extras_spent
 from service.pipeline.verdict.decide import decide_stage, levels_so_far
 from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.not_measured import not_measured

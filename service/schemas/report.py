@@ -286,11 +286,11 @@ class Report(_Model):
     platform: list[PlatformNote] = Field(default_factory=list)
     # options.platforms beyond this machine (arm64 as emulated ORT): name -> its level graphs, side by side.
     platforms: dict[str, PlatformReport] = Field(default_factory=dict)
-    # What to change, re-run for real and measured (verdict/advice.py); refuted = measured, not better.
+    # What to change, re-run for real and measured (advice/advice.py); refuted = measured, not better.
     advice: list[AdviceEntry] = Field(default_factory=list)
     advice_refuted: list[AdviceEntry] = Field(default_factory=list)
     # The candidates the extras' budget left out (options.extras), each with the reason; in the order
-    # they would have run (expected gain: verdict/advice.by_expected_gain).
+    # they would have run (expected gain: advice/advice.by_expected_gain).
     advice_not_run: list[AdviceEntry] = Field(default_factory=list)
     # Per-tensor error of each quantized file against fp32 (options.layers); None when off.
     layers: LayersReport | None = None

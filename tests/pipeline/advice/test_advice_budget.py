@@ -4,7 +4,7 @@ measured, the rest listed with the option that reaches them."""
 from __future__ import annotations
 
 from service.pipeline.extras_budget import REACH_FURTHER
-from service.pipeline.verdict.advice import Candidate, by_expected_gain
+from service.pipeline.advice.advice import Candidate, by_expected_gain
 
 UINT8 = {"ort": {"activation_type": "uint8"}}
 SWITCH = {"session": {"session.qdqisint8allowed": "1"}}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from service.schemas.options import ComparisonOptions, resolved_ort_settings
-from service.pipeline.verdict.advice import (AdviceContext, Candidate, advice_plan, candidates_from_blockers,
+from service.pipeline.advice.advice import (AdviceContext, Candidate, advice_plan, candidates_from_blockers,
                                              measured_advice, timed_advice)
 from service.pipeline.runtime.level_graphs import level_graph_digest
 from service.schemas.advice import AdviceFigures
@@ -130,7 +130,7 @@ def test_the_before_figures_are_the_report_s_own(compared):
 def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_before():
     import time as _time
 
-    from service.pipeline.verdict.advice import GIVE_UP_PAIRS, GIVE_UP_RATIO, _interleaved_ms
+    from service.pipeline.advice.advice import GIVE_UP_PAIRS, GIVE_UP_RATIO, _interleaved_ms
 
     class Sleeps:  # the timing loop's own logic; what a session computes does not matter here
         def __init__(self, seconds):
@@ -158,7 +158,7 @@ def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_be
 def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
     import time as _time
 
-    from service.pipeline.verdict.advice import (
+    from service.pipeline.advice.advice import (
         MIN_PAIRS,
         MIN_SPEEDUP,
         AdviceFigures,
@@ -202,7 +202,7 @@ def test_two_threads_make_each_candidate_once_with_the_numbers_one_thread_makes(
     table): every candidate is made exactly once, in candidate order, with the same SQNR and coverage."""
     import threading
 
-    from service.pipeline.verdict.advice import advice_plan
+    from service.pipeline.advice.advice import advice_plan
 
     report, workdir = compared("op_zoo_net")
     unfused = {a: report.artifacts[a].optimized["all"].unfused for a in ("pt2e_qdq", "ort_qdq")}
@@ -301,7 +301,7 @@ def test_no_measured_win_is_refuted_and_each_refutation_states_what_was_measured
     (dict(latency_ms=12.0, latency_min_ms=11.0, sqnr_db=27.0), False, ["1.20x by the median", "SQNR 27.0 dB"]),
 ], ids=["faster at coverage 1.0: adopted", "slower: refuted by time", "lossy: refuted by SQNR", "both, both said"])
 def test_the_adopt_rule_reads_speed_and_accuracy_only(after, adopted, says):
-    from service.pipeline.verdict.advice import _supported, _why_not
+    from service.pipeline.advice.advice import _supported, _why_not
 
     c = Candidate("ort_qoperator", {"ort": {"activation_type": "uint8"}}, "r", blocked=("node_reshape",))
     before = AdviceFigures(int8_coverage=1.0, latency_ms=10.0, latency_min_ms=9.0, sqnr_db=30.0, level="all")

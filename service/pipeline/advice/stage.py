@@ -20,7 +20,7 @@ from service.pipeline.inspect.stage import Inspected
 from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.extras_budget import ExtrasBudget
-from service.pipeline.verdict.advice import AdviceContext, AdvicePlan, advice_plan_for_job, time_ready, timed_advice
+from service.pipeline.advice.advice import AdviceContext, AdvicePlan, advice_plan_for_job, time_ready, timed_advice
 from service.schemas.advice import AdviceEntry
 from service.schemas.options import ComparisonOptions, measures_accuracy, resolved_ort_settings
 

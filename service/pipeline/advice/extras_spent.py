@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from service.pipeline.extras_budget import REACH_FURTHER, ExtrasBudget
-from service.pipeline.verdict.advice import AdvicePlan
-from service.pipeline.verdict.advice_stage import Advised
+from service.pipeline.advice.advice import AdvicePlan
+from service.pipeline.advice.stage import Advised
 from service.schemas.layers import LayersReport
 from service.schemas.report import ExtrasSpent, ExtrasStep
 
