@@ -38,7 +38,7 @@ from service.pipeline.inputs.specs import output_specs_from_onnx
 from service.pipeline.inputs.stage import Prepared, prepare_stage
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.stage import Inspected, inspect_stage
-from service.pipeline.layers.layers_stage import Layered, layers_stage
+from service.pipeline.layers.layers_stage import Layered, layers_stage, shared_first_samples, table_for_job
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
@@ -141,9 +141,12 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     sections.publish(FILES, id=report_id, created_at=datetime.now(timezone.utc), environment=environment(),
                      options=options, model=_model_info(prepared, fp32), samples=prepared.samples.info,
                      artifacts=inspected.artifacts, not_measured=not_measured(options))
+    # The per-tensor table's first samples are the accuracy runs at disable_all: run once, for both.
+    table = table_for_job(options, prepared, fp32, inspected, ctx)
     levels = levels_stage(options, prepared, fp32, inspected, ctx, on_section=lambda name, so_far: sections.publish(
         name, **(levels_so_far(options, prepared, inspected, so_far, decisions=name == LEVEL_GRAPHS)
-                 if sections.listening else {})))  # no reader (the CLI): the final report holds them all
+                 if sections.listening else {})),  # no reader (the CLI): the final report holds them all
+        disable_all_runs=shared_first_samples(table, prepared))
     clock.add(levels.timings)
     platforms = {}
     if emulated_platforms(options):
@@ -157,7 +160,7 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     if plan is not None:
         extras.hold_for(plan.reserve_seconds)
     beside = _advice_beside_layers(options, plan, inspected, ctx)
-    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, extras=extras,
+    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, table=table, extras=extras,
                            beside=(lambda: made_candidates(plan)) if beside else None)
     if layered.report is not None:
         sections.publish(LAYERS, layers=layered.report)

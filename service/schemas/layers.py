@@ -104,6 +104,9 @@ class LayersSampling(_Model):
     # with the widest interval.
     settled: bool | None = None
     ranking: str = ""
+    # The first samples whose runs were also the accuracy runs at disable_all (run once for both: the same
+    # files, kernels and feeds, with the tensors exposed); 0: none shared.
+    reused_samples: int = 0
 
 
 class WorstTensor(_Model):
