@@ -436,7 +436,9 @@ class AdvicePlan:
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self.budget = ctx.budget or ExtrasBudget(ctx.budget_seconds, ctx.budget_how)
-        self._handed = 0  # candidates handed to ``work`` so far (the first is made whatever the budget)
+        # Whether a candidate was made ready to time: until one is, the next is made whatever the budget (a
+        # candidate that failed, or that ORT rewrites into the very graph it had, measures nothing).
+        self._one_ready = False
         self._owed: dict[int, float] = {}  # candidate made, not timed yet -> the seconds its timing will take
         self._timed: dict[int, AdviceEntry] = {}  # candidate timed -> its entry (adopted or refuted)
         self._slowest: dict[bool, float] = {}  # re-quantizes or not -> longest candidate so far (made + timed), s
@@ -479,8 +481,7 @@ class AdvicePlan:
                 continue
             est = self._estimate(c)
             remaining = self.budget.left() - sum(self._owed.values())
-            if self._handed == 0 or remaining > est + 1.0:
-                self._handed += 1
+            if not self._one_ready or remaining > est + 1.0:
                 return i, c
             how = ctx.budget_how if ctx.budget is None else self.budget.how
             self._made[i] = AdviceEntry(
@@ -549,15 +550,13 @@ class AdvicePlan:
         return (_Ready(candidate=c, target=target, before=before, after=after, fused=fused,
                        seconds=time.perf_counter() - t0), _timing_seconds(ctx, before_ms, after_ms))
 
-    def work(self, limit: int | None = None) -> None:
-        """Make candidates until none is left (or ``limit`` of them, from this call); safe to call from two
-        threads at once."""
+    def work(self, first_only: bool = False) -> None:
+        """Make candidates until none is left (``first_only``: until one is ready to time); safe to call from
+        two threads at once."""
         t0 = time.perf_counter()
         self.budget.start()
-        made = 0
         try:
-            while limit is None or made < limit:
-                made += 1
+            while not (first_only and self._one_ready):
                 with self._lock:
                     picked = self._next()
                 if picked is None:
@@ -576,6 +575,7 @@ class AdvicePlan:
                     if isinstance(ready, AdviceEntry):  # settled without runs: nothing to time
                         continue
                     self._owed[i] = owed
+                    self._one_ready = True
                     key = "ort" in c.change
                     self._slowest[key] = max(self._slowest.get(key, 0.0), ready.seconds + owed)
         finally:

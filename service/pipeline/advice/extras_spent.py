@@ -44,7 +44,8 @@ def _best_candidate(options, plan: AdvicePlan | None, measured: list) -> ExtrasS
     if plan is None:
         return ExtrasStep(step=step, reached=True, detail="no candidate: the blockers point to no change to measure")
     if not measured:
-        return ExtrasStep(step=step, reached=True, detail="its re-run failed; the reason is in advice_refuted")
+        return ExtrasStep(step=step, reached=True, detail="no candidate could be timed: each failed or changed "
+                                                          "nothing ORT runs (the reasons are in advice_refuted)")
     first = measured[0]
     return ExtrasStep(step=step, reached=True, detail=(
         f"{first.artifact} {first.change} measured in {first.measured.seconds:.1f} s "

@@ -56,11 +56,12 @@ def advice_candidates(options: ComparisonOptions, prepared: Prepared, quantized:
 
 def best_candidate_measured(plan: AdvicePlan | None) -> None:
     """The extras' first step: advice's candidate with the highest expected gain, made and timed now,
-    whatever the budget (a job with a candidate measures at least one)."""
+    whatever the budget (a job with a candidate measures at least one: one that fails, or that ORT rewrites
+    into the very graph it had, is settled and the next one is made)."""
     if plan is None:
         return
     try:
-        plan.work(limit=1)
+        plan.work(first_only=True)
         time_ready(plan)
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
         log.warning("advice's first candidate failed", exc_info=True)
