@@ -33,12 +33,13 @@ STEPS: tuple[Step, ...] = (
     Step("platforms", "platforms", "the same on each emulated platform options.platforms names (arm64)",
          "platforms/stage.py"),
     Step("layers", "layers", "per-tensor error against fp32", "layers/layers_stage.py"),
-    Step("advice", "verdict", "the changes the blockers point to, re-run and measured", "verdict/advice_stage.py"),
+    Step("advice", "advice", "the changes the blockers point to, re-run and measured", "advice/stage.py"),
     Step("decide", "verdict", "artifacts' final status, decisions, lints, platform notes, verdict",
          "verdict/decide.py"),
 )
 
-FOLDERS: tuple[str, ...] = ("inputs", "fp32", "quantize", "inspect", "runtime", "layers", "verdict", "platforms")
+FOLDERS: tuple[str, ...] = ("inputs", "fp32", "quantize", "inspect", "runtime", "layers", "advice", "verdict",
+                            "platforms")
 SHARED_BASE: tuple[str, ...] = ("ort",)  # folders of service/pipeline/ every stage may import
 
 
