@@ -435,7 +435,6 @@ PARAMETERS_ALLOWED = {
     ("onnx_torch/ops/rnn.py", "_lstm_cell"): "the ONNX LSTM cell's weights and state",
 }
 LINES_ALLOWED = {
-    ("service/pipeline/inputs/specs.py", "resolved_input_shapes"): "to be split by where a dim comes from",
     ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases",
     ("service/pipeline/inspect/inventory.py", "inventory_from_onnx"): "with _classify_ops",
     ("service/pipeline/inspect/blockers.py", "_selector_blocker"): "one blocker per selector kind; not yet",
