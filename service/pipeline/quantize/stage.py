@@ -46,7 +46,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     """
     request = ctx.request
     art_dir, scratch = ctx.folders.artifacts, ctx.folders.scratch
-    pt2e_time_limit_s = options.pt2e.time_limit_s or request.pt2e_time_limit_s
+    pt2e_time_limit_s = options.pt2e.time_limit_s or request.limits.pt2e_time_limit_s
     timings: dict[str, float] = {}
     ort_input: list[Path] = []  # the file the ORT paths quantized, set by their thread
     requested = list(options.artifacts)
