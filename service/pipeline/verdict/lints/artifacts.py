@@ -352,7 +352,8 @@ def u8s8_saturation_without_vnni(found: Findings) -> list[Lint]:
     cpu = found.cpu
     if cpu.arch not in X86 or not cpu.isa.get("avx2") or _has_vnni(cpu):
         return []
-    reduce_range = bool(resolved_ort_settings(found.options).get("reduce_range"))
+    settings = found.quantized.ort_settings if found.quantized else resolved_ort_settings(found.options)  # levels alone
+    reduce_range = bool(settings.get("reduce_range"))
     out = []
     for a, f, per_level in found.quantized_files():
         runs_u8 = any(ol.kernel_activation_dtypes.get("uint8") for ol in per_level.values())
