@@ -38,7 +38,9 @@ from service.pipeline.inputs.specs import output_specs_from_onnx
 from service.pipeline.inputs.stage import Prepared, prepare_stage
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.stage import Inspected, inspect_stage
-from service.pipeline.layers.layers_stage import Layered, layers_stage, shared_first_samples, table_for_job
+from service.pipeline.layers.layers_stage import (
+    Layered, TableTurn, layers_stage, shared_first_samples, table_for_job,
+)
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
@@ -162,8 +164,8 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     if plan is not None:
         extras.hold_for(plan.reserve_seconds)
     beside = _advice_beside_layers(options, plan, inspected, ctx)
-    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, table=table, extras=extras,
-                           beside=(lambda: made_candidates(plan)) if beside else None)
+    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, TableTurn(
+        table=table, extras=extras, beside=(lambda: made_candidates(plan)) if beside else None))
     if layered.report is not None:
         sections.publish(LAYERS, layers=layered.report)
     advised = advice_stage(options, plan, ctx, made_beside="the per-tensor table (layers), on two cores" if beside else None)
