@@ -210,7 +210,7 @@ def _layers_and_advice_seconds(options: ComparisonOptions, layered: Layered, adv
     if layered.report is not None:
         out["layers"] = own["layers"]
     if options.advice.enabled:
-        out["advice"] = own["advice"] + advised.timed_seconds
+        out["advice"] = advised.first_seconds + own["advice"] + advised.timed_seconds
     return out
 
 
