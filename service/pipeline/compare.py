@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import replace
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,6 +40,9 @@ from service.pipeline.layers.layers_stage import Layered, layers_stage
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
+from service.pipeline.platforms.target_lints import target_lints
+from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.verdict.lint_catalog import checked_lints
 from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.parallel_runs import ACCURACY_HOW, job_cores_default
 from service.pipeline.runtime.stage import levels_stage
@@ -152,6 +156,10 @@ def run_comparison(
     with clock.stage("decide"):
         decided = decide_stage(options, prepared, fp32, quantized, inspected, levels, layered.report, advised, ctx)
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
+    if platforms:  # gates on a target read platforms.<name>; the targets' failures and differences become lints
+        decided = replace(decided, lints=checked_lints(decided.lints + target_lints(platforms)),
+                          verdict=verdict_from_artifacts(decided.artifacts, options, list(options.gates),
+                                                         samples=prepared.samples.info, platforms=platforms))
     return sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
         platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
