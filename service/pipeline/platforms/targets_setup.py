@@ -13,14 +13,19 @@ unpacked (``pip install --target``), put in front of this interpreter's own pack
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from service.errors import PlatformUnavailable
 from service.pipeline.ort.targets import Platform
 
-__all__ = ["ort_releases", "site_for", "targets_root"]
+__all__ = ["WHEELS", "install", "ort_releases", "site_for", "targets_root"]
 
+# What each target's folder holds (measured sizes on disk, x86-64): QNN 245 MB, OpenVINO 180 MB, a release 51 MB.
+# --no-deps: each runs on this environment's numpy (and, for QNN, its onnxruntime); nothing else is imported.
+WHEELS = {"qnn": "onnxruntime-qnn==2.7.0", "openvino": "openvino==2026.4.1"}
 MAKE_SWITCH = {"qnn": "QNN=0", "openvino": "OPENVINO=0", "ort": "ORT_RELEASES="}
 
 
@@ -61,3 +66,27 @@ def site_for(platform: Platform, root: Path | None = None) -> Path:
         raise PlatformUnavailable(f"{platform.name}: the {platform.kind} runtime is not set up on this server "
                                   f"({site} has no ready mark)", hint=_setup_hint(platform), platform=platform.name)
     return site
+
+
+def _wheel(folder: str) -> str:
+    return f"onnxruntime=={folder[4:]}" if folder.startswith("ort-") else WHEELS[folder]
+
+
+def install(root: Path, folders: list[str]) -> list[str]:
+    """Each folder ("qnn", "openvino", "ort-1.22.1") not yet ready, installed from PyPI with this interpreter's pip;
+    the ones installed. Idempotent: a folder keeps its ``ready`` mark until removed."""
+    done = []
+    for folder in folders:
+        site = Path(root) / folder
+        if (site / "ready").exists():
+            continue
+        shutil.rmtree(site, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), _wheel(folder)],
+                       check=True)
+        (site / "ready").write_text(_wheel(folder) + "\n")
+        done.append(folder)
+    return done
+
+
+if __name__ == "__main__":  # python -m service.pipeline.platforms.targets_setup ROOT qnn openvino ort-1.22.1
+    print(" ".join(install(Path(sys.argv[1]), sys.argv[2:])) or "nothing to install")
