@@ -36,7 +36,7 @@ $(ARM64): $(STAMP)
 arm64: $(ARM64)
 
 $(VENV)/targets/%/ready: | $(STAMP)
-	$(BIN)/python -m service.pipeline.platforms.targets_setup $(VENV)/targets $*
+	$(BIN)/python -m service.pipeline.platforms.targets.install $(VENV)/targets $*
 
 targets: $(TARGETS)
 

@@ -40,7 +40,8 @@ from service.pipeline.layers.layers_stage import Layered, layers_stage
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
-from service.pipeline.platforms.target_lints import target_lints
+from service.pipeline.platforms.targets.gates import target_gate_result
+from service.pipeline.platforms.targets.lints import target_lints
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lint_catalog import checked_lints
 from service.pipeline.quantize.stage import quantize_stage
@@ -159,7 +160,8 @@ def run_comparison(
     if platforms:  # gates on a target read platforms.<name>; the targets' failures and differences become lints
         decided = replace(decided, lints=checked_lints(decided.lints + target_lints(platforms)),
                           verdict=verdict_from_artifacts(decided.artifacts, options, list(options.gates),
-                                                         samples=prepared.samples.info, platforms=platforms))
+                                                         samples=prepared.samples.info, platforms=platforms,
+                                                         platform_gate=target_gate_result))
     return sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
         platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,

@@ -191,7 +191,7 @@ class Gate(_Strict):
                     "int8_coverage", "latency_ratio", "status_ok", "calibration_data_uploaded",
                     "compiles", "same_graphs", "nodes_taken_share"]
     # A gate on a target or platform of options.platforms ("qnn:69.ort_qdq.compiles", "ort:1.22.1.same_graphs",
-    # "openvino:cpu.ort_qdq.sqnr_db>=30"): read from platforms.<platform> (service/pipeline/platforms/target_gates.py).
+    # "openvino:cpu.ort_qdq.sqnr_db>=30"): read from platforms.<platform> (service/pipeline/platforms/targets/gates.py).
     # compiles, same_graphs and nodes_taken_share exist only there.
     platform: str | None = Field(None, pattern=r"^(qnn(:[0-9]{1,4})?|openvino:cpu|ort:[0-9]+\.[0-9]+\.[0-9]+|arm64(:[a-z0-9-]+)?)$")
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
@@ -211,7 +211,7 @@ class Gate(_Strict):
 
 # The emulated platforms (service/pipeline/ort/targets.py gives each its QEMU_CPU).
 EMULATED_PLATFORMS = ("arm64", "arm64:neoverse-n1", "arm64:i8mm", "arm64:cortex-a53")
-# Targets (service/pipeline/platforms/targets_setup.py): Qualcomm's HTP through the QNN EP ("qnn" is soc_model
+# Targets (service/pipeline/platforms/targets/install.py): Qualcomm's HTP through the QNN EP ("qnn" is soc_model
 # QNN_DEFAULT_SOC), OpenVINO's CPU plugin, and any ONNX Runtime release `make` installed. Clients and CI files
 # use these spellings: keep them.
 TARGET_PLATFORM_RE = re.compile(r"^(qnn(:[0-9]{1,4})?|openvino:cpu|ort:[0-9]+\.[0-9]+\.[0-9]+)$")

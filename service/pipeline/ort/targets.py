@@ -78,7 +78,7 @@ def platform_from_name(name: str) -> Platform:
         cpu, label = EMULATED[name]
         int8_allowed, nchwc = _rules("aarch64")
         return Platform(name=name, arch="aarch64", emulated=True, qemu_cpu=cpu, cpu_label=label,
-                        int8_allowed=int8_allowed, nchwc=nchwc)
+                        int8_allowed=int8_allowed, nchwc=nchwc, kind="emulated")
     raise InvalidOptions(f"unknown platform {name!r}",
                          hint=f"use {host.name!r} (this machine) or one of {', '.join(sorted(EMULATED))}")
 

@@ -22,7 +22,7 @@ from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.platforms.native_run import target_run
+from service.pipeline.platforms.targets.native_run import target_run
 from service.pipeline.platforms.runtime import EMULATED_SCRIPT, emulated_run
 from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph

@@ -6,8 +6,7 @@ itself, what it took and left, its accuracy and (natively) its latency per artif
 from __future__ import annotations
 
 import logging
-
-import onnxruntime as ort
+from importlib.metadata import version
 
 from service.errors import PlatformUnavailable
 from service.pipeline.context import StageContext
@@ -15,9 +14,9 @@ from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inspect.stage import Inspected
 from service.pipeline.platforms.advice import advice_for_platform
-from service.pipeline.platforms.compiled_targets import compiled_target_report
-from service.pipeline.platforms.ort_release import release_summary
-from service.pipeline.platforms.target_rows import release_rows, target_rows
+from service.pipeline.platforms.targets.compiled import compiled_target_report
+from service.pipeline.platforms.targets.ort_release import release_summary
+from service.pipeline.platforms.targets.rows import release_rows, target_rows
 from service.pipeline.platforms.emulated_levels import platform_levels, unavailable_report
 from service.pipeline.platforms.side_by_side import side_by_side_rows
 from service.pipeline.ort.targets import host_platform, platform_from_name
@@ -73,7 +72,7 @@ def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, 
             if platform.kind == "ort":
                 report = release_summary(report)
                 report = report.model_copy(update={"side_by_side": release_rows(
-                    levels.optimized, report.side_by_side, report, ort.__version__)})
+                    levels.optimized, report.side_by_side, report, version("onnxruntime"))})
             report = report.model_copy(update={"advice": advice_for_platform(report)})
         out[name] = report
     return out

@@ -20,10 +20,10 @@ import onnx
 import pytest
 
 from service.pipeline.ort.targets import host_platform, platform_from_name
-from service.pipeline.platforms.compiled_targets import compiled_target_report
+from service.pipeline.platforms.targets.compiled import compiled_target_report
 from service.pipeline.platforms.emulated_levels import platform_levels
-from service.pipeline.platforms.target_lints import target_lints
-from service.pipeline.platforms.targets_setup import targets_root
+from service.pipeline.platforms.targets.lints import target_lints
+from service.pipeline.platforms.targets.install import targets_root
 from service.pipeline.runtime.levels import file_facts_from_graph
 from service.pipeline.vocabulary import graph_from_path
 from service.schemas.options import ComparisonOptions

@@ -4,8 +4,8 @@ or refused and why, nodes left to ORT's CPU EP and why, runtime precision, accur
 
 from __future__ import annotations
 
-from service.pipeline.platforms.ort_release import MISSING_LEVEL, histogram_differences
-from service.pipeline.platforms.target_hints import short_error
+from service.pipeline.platforms.targets.ort_release import MISSING_LEVEL, histogram_differences
+from service.pipeline.platforms.targets.hints import short_error
 from service.schemas.levels import OptimizedLevel
 from service.schemas.platforms import PlatformReport, SideBySideRow, TargetArtifact
 

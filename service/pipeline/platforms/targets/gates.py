@@ -13,24 +13,14 @@ host's gates do. ``compiles`` and ``same_graphs`` are flags (default ``>=1``: ev
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
+from service.pipeline.verdict.gates import TARGET_FLAG_METRICS
 from service.schemas.report import GateResult
 
-__all__ = ["TARGET_FLAG_METRICS", "TARGET_METRICS", "split_platform", "target_gate_result"]
+__all__ = ["target_gate_result"]
 
-TARGET_FLAG_METRICS = ("compiles", "same_graphs")
-TARGET_METRICS = (*TARGET_FLAG_METRICS, "nodes_taken_share")
-_PLATFORM_RE = re.compile(r"^\s*(?P<platform>qnn(?::[0-9]{1,4})?|openvino:cpu|ort:[0-9]+\.[0-9]+\.[0-9]+"
-                          r"|arm64(?::[a-z0-9-]+)?)\.(?P<rest>.+)$")
 _NUMERIC = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error"}
-
-
-def split_platform(text: str) -> tuple[str | None, str]:
-    """``"qnn:69.ort_qdq.compiles"`` -> ``("qnn:69", "ort_qdq.compiles")``; no platform -> ``(None, text)``."""
-    m = _PLATFORM_RE.match(text)
-    return (m["platform"], m["rest"]) if m else (None, text)
 
 
 def _names(report: Any, gate: Any) -> list[str]:

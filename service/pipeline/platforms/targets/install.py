@@ -88,5 +88,5 @@ def install(root: Path, folders: list[str]) -> list[str]:
     return done
 
 
-if __name__ == "__main__":  # python -m service.pipeline.platforms.targets_setup ROOT qnn openvino ort-1.22.1
+if __name__ == "__main__":  # python -m service.pipeline.platforms.targets.install ROOT qnn openvino ort-1.22.1
     print(" ".join(install(Path(sys.argv[1]), sys.argv[2:])) or "nothing to install")

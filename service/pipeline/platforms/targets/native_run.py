@@ -19,7 +19,7 @@ from pathlib import Path
 
 from service.errors import PlatformUnavailable
 from service.pipeline.ort.targets import Platform
-from service.pipeline.platforms.targets_setup import site_for
+from service.pipeline.platforms.targets.install import site_for
 
 __all__ = ["TargetAnswer", "target_run"]
 

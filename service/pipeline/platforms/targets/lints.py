@@ -4,8 +4,8 @@ target's own reason (the codes are in verdict/lint_catalog.py and docs/lints.md)
 
 from __future__ import annotations
 
-from service.pipeline.platforms.ort_release import MISSING_LEVEL
-from service.pipeline.platforms.target_hints import short_error
+from service.pipeline.platforms.targets.ort_release import MISSING_LEVEL
+from service.pipeline.platforms.targets.hints import short_error
 from service.schemas.levels import Lint
 from service.schemas.platforms import PlatformReport
 

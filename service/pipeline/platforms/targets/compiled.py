@@ -22,8 +22,8 @@ from service.errors import PlatformUnavailable
 from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.ort.targets import Platform
 from service.pipeline.platforms.emulated_levels import _outputs, _reference, samples_npz, unavailable_report
-from service.pipeline.platforms.native_run import target_run
-from service.pipeline.platforms.target_hints import NO_CHIP, openvino_hint, qnn_fallback, qnn_hint
+from service.pipeline.platforms.targets.native_run import target_run
+from service.pipeline.platforms.targets.hints import NO_CHIP, openvino_hint, qnn_fallback, qnn_hint
 from service.pipeline.runtime.numerics import level_numerics
 from service.pipeline.vocabulary import graph_from_path
 from service.schemas.levels import LatencyStats
