@@ -27,7 +27,7 @@ from service.pipeline.platforms.targets.hints import NO_CHIP, openvino_hint, qnn
 from service.pipeline.runtime.numerics import level_numerics
 from service.pipeline.vocabulary import graph_from_path
 from service.schemas.levels import LatencyStats
-from service.schemas.options import ComparisonOptions, measures_accuracy
+from service.schemas.options import ComparisonOptions, measures_accuracy, timed_levels
 from service.schemas.platforms import LATENCY_QNN, NodeLeft, PlatformAccuracy, PlatformReport, PlatformRules, \
     TargetArtifact
 
@@ -53,12 +53,13 @@ def free_dims_from_feed(path: Path, feed: dict[str, np.ndarray]) -> dict[str, in
     return out
 
 
-def _request(platform: Platform, paths: dict[str, Path], feeds: list[dict], work: Path, out_dir: Path) -> dict:
+def _request(platform: Platform, paths: dict[str, Path], feeds: list[dict], work: Path, out_dir: Path,
+             timed: bool) -> dict:
     first = feeds[0] if feeds else {}
     arts = [{"name": n, "path": str(Path(p).resolve()), "free_dims": free_dims_from_feed(Path(p), first),
              "shapes": {k: list(np.shape(v)) for k, v in first.items()}} for n, p in paths.items()]
     return {"artifacts": arts, "out_dir": str(work.resolve()), "context_dir": str(Path(out_dir).resolve()),
-            "slug": platform.slug, "soc_model": None if platform.soc in NO_CHIP else platform.soc, "latency_runs": OPENVINO_LATENCY_RUNS,
+            "slug": platform.slug, "soc_model": None if platform.soc in NO_CHIP else platform.soc, "latency_runs": OPENVINO_LATENCY_RUNS if timed else 0,
             "samples": str(samples_npz(feeds, work / "samples.npz").resolve()) if feeds else None}
 
 
@@ -126,7 +127,7 @@ def compiled_target_report(platform: Platform, *, artifact_paths: dict[str, Path
     feeds = eval_feeds if run_accuracy else eval_feeds[:1]
     names = [n for n in ("fp32", *sorted(set(artifact_paths) - {"fp32"})) if n in artifact_paths]
     paths = {n: Path(artifact_paths[n]) for n in names}
-    request = _request(platform, paths, feeds, work, out_dir)
+    request = _request(platform, paths, feeds, work, out_dir, timed=run_accuracy and bool(timed_levels(options)))
     try:
         run = target_run(platform, QNN_SCRIPT if platform.kind == "qnn" else OPENVINO_SCRIPT,
                          {**request, "backend": backend}, timeout_s=options.platform_accuracy.budget_seconds
@@ -150,7 +151,8 @@ def compiled_target_report(platform: Platform, *, artifact_paths: dict[str, Path
         **_base(platform), status="ok", target=_target_label(platform, run.answer), onnxruntime=run.answer.get("ort_version"),
         artifacts=artifacts, accuracy=_accuracy(platform, options, n, len(eval_feeds), t_run) if run_accuracy else None,
         latency=LATENCY_QNN if platform.kind == "qnn" else
-        f"measured: median of {OPENVINO_LATENCY_RUNS} runs on one thread, per artifact in artifacts.<name>.latency",
+        f"measured: median of {OPENVINO_LATENCY_RUNS} runs on one thread, per artifact in artifacts.<name>.latency"
+        if request["latency_runs"] else "not timed: options.latency is off, or depth structure",
         timings={"target": round(t_run, 3), "read": round(time.perf_counter() - t0 - t_run, 3)})
 
 
