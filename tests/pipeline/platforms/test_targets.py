@@ -196,11 +196,14 @@ def test_openvino_status_layers_and_accuracy_equal_a_direct_openvino_run(openvin
 
 
 ORT_ORACLE = """
-import json, sys, onnxruntime as ort
+import json, sys, numpy as np, onnxruntime as ort
 a = json.load(open(sys.argv[1]))
 so = ort.SessionOptions(); so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-so.optimized_model_filepath = a["saved"]
-ort.InferenceSession(a["model"], so, providers=["CPUExecutionProvider"])
+so.optimized_model_filepath = a["saved"]; so.intra_op_num_threads = 1
+s = ort.InferenceSession(a["model"], so, providers=["CPUExecutionProvider"])
+rng = np.random.default_rng(1)
+np.save(a["y"], np.concatenate([s.run(None, {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)})[0]
+                                for _ in range(2)]))
 json.dump({"version": ort.__version__, "has_layout": hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT")},
           open(a["out"], "w"))
 """
@@ -211,10 +214,13 @@ def test_an_ort_release_writes_its_own_graphs_and_lacks_the_layout_level(tiny, t
     files = {n: file_facts_from_graph(graph_from_path(p)) for n, p in tiny.items()}
     report = platform_levels(platform_from_name("ort:1.22.1"), artifact_paths=tiny, eval_feeds=feeds(2),
                              out_dir=tmp_path / "out", options=options, levels=LEVELS, files=files)
-    direct = _oracle("ort-1.22.1", ORT_ORACLE, tmp_path, model=str(tiny["ort_qdq"]), saved=str(tmp_path / "ext.onnx"))
+    direct = _oracle("ort-1.22.1", ORT_ORACLE, tmp_path, model=str(tiny["ort_qdq"]), saved=str(tmp_path / "ext.onnx"),
+                     y=str(tmp_path / "y.npy"))
     assert report.onnxruntime == direct["version"] == "1.22.1" and not direct["has_layout"]
     saved = Counter(n.op_type for n in onnx.load(str(tmp_path / "ext.onnx")).graph.node)
     assert report.optimized["ort_qdq"]["extended"].op_histogram == dict(saved)
+    assert report.optimized["ort_qdq"]["extended"].numerics.worst_sqnr_db == pytest.approx(
+        sqnr(_host_fp32(tiny, 2), np.load(tmp_path / "y.npy")), abs=1e-6)
     layout = report.optimized["ort_qdq"]["layout"]
     assert "has no layout level" in layout.error and not layout.op_histogram  # never the extended graph relabelled
     assert report.optimized["ort_qdq"]["all"].latency is not None  # a release runs natively: timed
