@@ -176,11 +176,7 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     with clock.stage("decide"):
         decided = decide_stage(options, prepared, fp32, quantized, inspected, levels, layered.report, advised, ctx)
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
-    if platforms:  # gates on a target read platforms.<name>; the targets' failures and differences become lints
-        decided = replace(decided, lints=checked_lints(decided.lints + target_lints(platforms)),
-                          verdict=verdict_from_artifacts(decided.artifacts, options, list(options.gates),
-                                                         samples=prepared.samples.info, platforms=platforms,
-                                                         platform_gate=target_gate_result))
+    decided = _with_platform_findings(decided, options, prepared, platforms)
     return sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
         platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
@@ -189,6 +185,17 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
         timings=dict(clock.timings), cost=job_cost(clock.timings, decided.artifacts, options),
         job_cores=_job_cores(share), extras=extras_spent(extras, options, layered.report, advised, plan),
     )
+
+
+def _with_platform_findings(decided: Decided, options: ComparisonOptions, prepared, platforms: dict) -> Decided:
+    """Gates on a target read ``platforms.<name>`` (a stage after the verdict's); the targets' failures and
+    differences become lints."""
+    if not platforms:
+        return decided
+    return replace(decided, lints=checked_lints(decided.lints + target_lints(platforms)),
+                   verdict=verdict_from_artifacts(decided.artifacts, options, list(options.gates),
+                                                  samples=prepared.samples.info, platforms=platforms,
+                                                  platform_gate=target_gate_result))
 
 
 def _advice_beside_layers(options: ComparisonOptions, plan: AdvicePlan | None, inspected: Inspected,
