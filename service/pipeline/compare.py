@@ -57,7 +57,7 @@ from service.pipeline.advice.stage import (
     Advised, advice_candidates, advice_stage, best_candidate_measured, made_candidates,
 )
 from service.pipeline.advice.extras_spent import extras_spent
-from service.pipeline.verdict.decide import decide_stage, levels_so_far
+from service.pipeline.verdict.decide import Decided, decide_stage, levels_so_far
 from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.not_measured import not_measured
 from service.schemas.options import ComparisonOptions
