@@ -52,6 +52,12 @@ qoperator_int8_activations_x86 | warning | the QOperator file's int8 activations
 u8s8_saturation_without_vnni | warning | u8s8 kernels on a CPU without VNNI can saturate
 no_int8_kernels | warning | ORT runs no int8 kernel for this file at any level
 level_failed | error | ORT could not run a file at some level
+# where the files will run (options.platforms: qnn, openvino:cpu, ort:<version>)
+target_compile_failed | error | a target (QNN, OpenVINO, another ORT release) refuses a file, with its own error and a hint
+target_silent_fallback | error | a target ran a file on ORT's CPU EP without a word (a backend that did not load, dynamic dims)
+target_nodes_left | info | a target leaves nodes of a file to ORT's CPU EP, with the target's reasons
+target_fuses_differently | warning | another ORT release writes a different graph for a file than this machine's ORT
+target_level_missing | info | an ORT release has no such optimization level (layout came in 1.23): not run there
 # what the outputs show
 data_dependent_outputs | warning,info | outputs whose shape follows the values are compared by shape only
 nonfinite_outputs | error | a quantized file outputs NaN or inf where fp32 does not
