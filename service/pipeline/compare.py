@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import replace
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,10 +40,16 @@ from service.pipeline.inputs.specs import output_specs_from_onnx
 from service.pipeline.inputs.stage import Prepared, prepare_stage
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.stage import Inspected, inspect_stage
-from service.pipeline.layers.layers_stage import Layered, layers_stage, shared_first_samples, table_for_job
+from service.pipeline.layers.layers_stage import (
+    Layered, TableTurn, layers_stage, shared_first_samples, table_for_job,
+)
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
+from service.pipeline.platforms.targets.gates import target_gate_result
+from service.pipeline.platforms.targets.lints import target_lints
+from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.verdict.lints import checked_lints
 from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.parallel_runs import ACCURACY_HOW
 from service.pipeline.runtime.stage import levels_stage
@@ -53,7 +60,7 @@ from service.pipeline.advice.stage import (
     Advised, advice_candidates, advice_stage, best_candidate_measured, made_candidates,
 )
 from service.pipeline.advice.extras_spent import extras_spent
-from service.pipeline.verdict.decide import decide_stage, levels_so_far
+from service.pipeline.verdict.decide import Decided, decide_stage, levels_so_far
 from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.not_measured import not_measured
 from service.schemas.options import ComparisonOptions
@@ -161,8 +168,8 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     if plan is not None:
         extras.hold_for(plan.reserve_seconds)
     beside = _advice_beside_layers(options, plan, inspected, ctx)
-    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, table=table, extras=extras,
-                           beside=(lambda: made_candidates(plan)) if beside else None)
+    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, TableTurn(
+        table=table, extras=extras, beside=(lambda: made_candidates(plan)) if beside else None))
     if layered.report is not None:
         sections.publish(LAYERS, layers=layered.report)
     advised = advice_stage(options, plan, ctx, made_beside="the per-tensor table (layers), on two cores" if beside else None)
@@ -172,6 +179,7 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     with clock.stage("decide"):
         decided = decide_stage(options, prepared, fp32, quantized, inspected, levels, layered.report, advised, ctx)
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
+    decided = _with_platform_findings(decided, options, prepared, platforms)
     return sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
         platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
@@ -180,6 +188,17 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
         timings=dict(clock.timings), cost=job_cost(clock.timings, decided.artifacts, options),
         job_cores=_job_cores(share), extras=extras_spent(extras, options, layered.report, advised, plan),
     )
+
+
+def _with_platform_findings(decided: Decided, options: ComparisonOptions, prepared, platforms: dict) -> Decided:
+    """Gates on a target read ``platforms.<name>`` (a stage after the verdict's); the targets' failures and
+    differences become lints."""
+    if not platforms:
+        return decided
+    return replace(decided, lints=checked_lints(decided.lints + target_lints(platforms)),
+                   verdict=verdict_from_artifacts(decided.artifacts, options, list(options.gates),
+                                                  samples=prepared.samples.info, platforms=platforms,
+                                                  platform_gate=target_gate_result))
 
 
 def _advice_beside_layers(options: ComparisonOptions, plan: AdvicePlan | None, inspected: Inspected,
@@ -207,7 +226,7 @@ def _layers_and_advice_seconds(options: ComparisonOptions, layered: Layered, adv
     if layered.report is not None:
         out["layers"] = own["layers"]
     if options.advice.enabled:
-        out["advice"] = own["advice"] + advised.timed_seconds
+        out["advice"] = advised.first_seconds + own["advice"] + advised.timed_seconds
     return out
 
 

@@ -55,7 +55,7 @@ class Findings:
                 for name in self.levels.optimized if name != "fp32"]
 
 
-Scope = Literal["levels", "job"]
+Scope = Literal["levels", "job", "elsewhere"]
 
 
 @dataclass(frozen=True)
@@ -96,11 +96,29 @@ def _reading(fn: Callable[..., list[Lint]], reads: Callable[[Findings], tuple]) 
     return find
 
 
+def written_elsewhere(code: str, severity: str, meaning: str, *, where: str) -> None:
+    """Register a code whose lints a later step writes (``where``: the emulated targets' lints, made after the
+    decide stage from the platforms' reports): in the registry and the docs like the others, not run here."""
+    if code in LINTS:
+        raise ValueError(f"lint {code!r} is registered twice")
+    LINTS[code] = LintKind(code, tuple(s.strip() for s in severity.split(",")), meaning, "elsewhere",
+                           lambda found: [])
+    _ELSEWHERE[code] = where
+
+
+_ELSEWHERE: dict[str, str] = {}
+
+
 def run_lints(found: Findings) -> list[Lint]:
     """Every registered lint over ``found`` (those of scope "job" only when it is whole). One not
     registered as written is logged, never dropped: a report is worth more with an undocumented lint
     than without its finding."""
-    lints = [x for kind in LINTS.values() if kind.scope == "levels" or found.whole for x in kind.find(found)]
+    return checked_lints([x for kind in LINTS.values() if kind.scope == "levels" or (found.whole and kind.scope == "job")
+                          for x in kind.find(found)])
+
+
+def checked_lints(lints: list[Lint]) -> list[Lint]:
+    """``lints`` as they go into the report; one not registered as written is logged, never dropped."""
     for x in lints:
         kind = LINTS.get(x.code)
         if kind is None or x.severity not in kind.severities:
