@@ -1,6 +1,6 @@
 """One comparison, start to finish: the framework-free core the CLI and the workers call.
 
-    prepare   load + check the model, resolve input shapes, make the shared samples   inputs/stage.py
+    prepare   load + check the model, resolve input shapes, make the shared samples  inputs/stage.py
     fp32      the fp32 ONNX reference (uploaded, or exported from torch)             fp32/stage.py
     quantize  pt2e_qdq | ort_qdq | ort_qoperator, each failing alone                 quantize/stage.py
     inspect   what each file writes                                                  inspect/stage.py
@@ -15,9 +15,10 @@
     decide    artifacts' final status, decisions, lints, platform notes, verdict     verdict/decide.py
 
 ``run_comparison`` calls one function per stage, each as ``stage(options, <earlier results>, ctx)``,
-each returning a typed value the later ones read; ``ctx`` (context.py) is frozen. The spine alone
-keeps the clock, and builds the report once, at the end; ``on_section`` gets the report as it comes,
-each section as it is finished (sections.py). ``options.depth`` says how far it goes.
+each returning a typed value the later ones read; ``ctx`` (context.py) is frozen. The steps above are
+``stages.STEPS``, in the order they run. The spine alone keeps the clock, and builds the report once,
+at the end; ``on_section`` gets the report as it comes, each section as it is finished (sections.py).
+``options.depth`` says how far it goes.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
 from service.pipeline.platforms.targets.gates import target_gate_result
 from service.pipeline.platforms.targets.lints import target_lints
 from service.pipeline.verdict.gates import verdict_from_artifacts
-from service.pipeline.verdict.lint_catalog import checked_lints
+from service.pipeline.verdict.lints import checked_lints
 from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.parallel_runs import ACCURACY_HOW
 from service.pipeline.runtime.stage import levels_stage
@@ -65,11 +66,9 @@ from service.pipeline.verdict.not_measured import not_measured
 from service.schemas.options import ComparisonOptions
 from service.schemas.report import JobCores, ModelInfo, Report, TensorSpec
 
-__all__ = ["ComparisonRequest", "STAGES", "run_comparison"]
+__all__ = ["ComparisonRequest", "run_comparison"]
 
 log = logging.getLogger(__name__)
-
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "latency", "platforms", "advice", "decide")
 
 # The largest fp32 model (file and external data) whose advice re-quantizations run beside the per-tensor
 # table: past it they run after it, so a real-size model's peak of memory stays the table's alone.

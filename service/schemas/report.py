@@ -182,7 +182,7 @@ class ToolInfo(_Model):
     calibration: str | None = None  # which observer / calibrator computed activation ranges
     notes: list[str] = Field(default_factory=list)
     # ONNX uploads, pt2e_qdq only: the ONNX -> torch conversion (converter, ops, folded,
-    # max_abs_error_vs_onnx, parity, seconds, notes); see quantize/onnx_torch/program.py.
+    # max_abs_error_vs_onnx, parity, seconds, notes); see quantize/pt2e_from_onnx/program.py.
     conversion: dict[str, Any] | None = None
 
 

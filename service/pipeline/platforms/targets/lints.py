@@ -1,6 +1,6 @@
 """Lints from the targets of ``options.platforms``: a file a target refuses, a silent fallback to ORT's CPU EP,
 nodes a target leaves to the CPU EP, and graphs another ORT release writes differently. Each carries the
-target's own reason (the codes are in verdict/lint_catalog.py and docs/lints.md)."""
+target's own reason (the codes are registered in verdict/lints/__init__.py, written_elsewhere, and listed in docs/lints.md)."""
 
 from __future__ import annotations
 
