@@ -32,7 +32,6 @@ adopted when SQNR improves by at least ``MIN_SQNR_GAIN_DB`` at no more than ``MA
 
 from __future__ import annotations
 
-import copy
 import itertools
 import logging
 import shutil
@@ -54,6 +53,7 @@ from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, med
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.parallel_runs import runs_on_cores
+from service.pipeline.verdict.recipe import settings_with_change
 from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import graph_from_path, int8_coverage
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
@@ -175,16 +175,6 @@ def _group(c: Candidate) -> int:
 
 def _names(rows: list[UnfusedNode]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.node for r in rows))
-
-
-def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(settings)
-    for k, v in change.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = {**out[k], **v}
-        else:
-            out[k] = v
-    return out
 
 
 def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp: Path | None):
@@ -423,6 +413,7 @@ class AdvicePlan:
     def __init__(self, candidates: Iterable[Candidate], ctx: AdviceContext):
         self.ctx = ctx
         self.beside: str | None = None  # the work phase one ran beside, said in each figure's ``how``
+        self.recipe_base = None  # verdict/recipe.RecipeBase, set by the advice stage: each entry's recipe
         self.seconds = 0.0  # the time ``work`` ran, on whichever threads (its share of the budget)
         self.tmp = Path(tempfile.mkdtemp(prefix="qc-advice-"))
         self._todo = list(enumerate(candidates))
@@ -489,7 +480,7 @@ class AdvicePlan:
             def quantize() -> None:
                 quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
                                  quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
-                                 settings=_merged(ctx.ort_settings, c.change["ort"]),
+                                 settings=settings_with_change(ctx.ort_settings, c.change["ort"]),
                                  calibration_cache=ctx.calibration_cache)
 
             # Where the job's calibration ranges are not on disk yet, the first re-quantization writes them

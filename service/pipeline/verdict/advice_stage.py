@@ -19,6 +19,7 @@ from service.pipeline.inspect.stage import Inspected
 from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.verdict.advice import AdvicePlan, advice_plan_for_job, timed_advice
+from service.pipeline.verdict.recipe import RecipeBase, recipe_for
 from service.schemas.advice import AdviceEntry
 from service.schemas.options import ComparisonOptions, measures_accuracy, resolved_ort_settings
 
@@ -41,13 +42,38 @@ def advice_candidates(options: ComparisonOptions, prepared: Prepared, quantized:
     if not options.advice.enabled or not measures_accuracy(options):
         return None
     ctx.notify("advice", 0, 1)
-    return advice_plan_for_job(
+    plan = advice_plan_for_job(
         levels.optimized, inspected.paths, options, ort_input=quantized.ort_input,
         ort_settings=resolved_ort_settings(options), samples=prepared.samples,
         input_names=[s.name for s in prepared.source.specs],
         calibration_cache=ctx.folders.scratch / "ort_calibration_ranges.json",
         quantize_seconds={n: s for n, (_, s) in quantized.outcomes.items()}, reference=levels.reference_outputs,
         job_seconds=job_seconds, cores=ctx.cores)
+    if plan is not None:
+        plan.recipe_base = recipe_base(options, prepared, quantized)
+    return plan
+
+
+def recipe_base(options: ComparisonOptions, prepared: Prepared, quantized: Quantized) -> RecipeBase:
+    """What the recipes of this job share: its options, how the ORT paths' input was made, its samples."""
+    tools = {n: o.value.name for n, (o, _) in quantized.outcomes.items() if o.ok and getattr(o.value, "name", None)}
+    return RecipeBase(options=options, ort_steps=list(quantized.ort_steps), level=options.advice.level,
+                      input_names=[s.name for s in prepared.source.specs],
+                      calibration_count=len(prepared.samples.calibration), tools=tools)
+
+
+def with_recipes(entries: list[AdviceEntry], base: RecipeBase | None) -> list[AdviceEntry]:
+    """Each entry with its recipe; an entry keeps none when making it fails (logged: advice is an extra)."""
+    if base is None:
+        return entries
+    out = []
+    for e in entries:
+        try:
+            out.append(e.model_copy(update={"recipe": recipe_for(e.artifact, e.change, base)}))
+        except Exception:  # noqa: BLE001
+            log.warning("no recipe for %s %s", e.artifact, e.change, exc_info=True)
+            out.append(e)
+    return out
 
 
 def made_candidates(plan: AdvicePlan | None) -> None:
@@ -76,5 +102,7 @@ def advice_stage(options: ComparisonOptions, plan: AdvicePlan | None, ctx: Stage
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
         log.warning("advice failed; the report has none", exc_info=True)
         proposed, refuted = [], []
+    base = getattr(plan, "recipe_base", None)
+    proposed, refuted, not_run = (with_recipes(x, base) for x in (proposed, refuted, not_run))
     return Advised(proposed=proposed, refuted=refuted, not_run=not_run, made_seconds=plan.seconds,
                    timed_seconds=time.perf_counter() - t0)
