@@ -181,6 +181,7 @@ class OpProfile(_Model):
     by_class: dict[str, float] = Field(default_factory=dict)  # int8 kernels, float kernels, Q/DQ, layout, other
     op_counts: dict[str, int] = Field(default_factory=dict)
     kernels: dict[str, dict[str, int]] = Field(default_factory=dict)  # int8 op -> {"s8s8": nodes, ...}
+    by_kernel: dict[str, float] = Field(default_factory=dict)  # ms by operand types: {"s8s8": ..., "f32": ...}
     top_nodes: list[ProfiledNode] = Field(default_factory=list)
     runs_in_profile: int = 0  # model_run events ORT's trace holds: warm-up + the profiled run, no timed run
     profiled_run_ms: float | None = None  # wall time of the profiled run

@@ -95,6 +95,7 @@ def profile_from_trace(events: list[dict]) -> dict:
     total_us = float(execute[-1]["dur"]) if execute else float(last["dur"])
     by_op, by_class, counts = defaultdict(float), {c: 0.0 for c in CLASSES}, Counter()
     kernels: dict[str, Counter] = defaultdict(Counter)  # int8 op -> kernel -> nodes
+    by_kernel: dict[str, float] = defaultdict(float)
     rows = []
     for e in nodes:
         args = e.get("args", {})
@@ -106,6 +107,8 @@ def profile_from_trace(events: list[dict]) -> dict:
         kernel = kernel_of(args)
         if kernel and op_class(op) == "int8 kernels":
             kernels[op][kernel] += 1
+        if kernel:
+            by_kernel[kernel] += ms
         rows.append((ms, e["name"].removesuffix("_kernel_time"), op, kernel))
     total_ms = total_us / 1000.0
     rows.sort(key=lambda r: -r[0])
@@ -114,7 +117,8 @@ def profile_from_trace(events: list[dict]) -> dict:
     return dict(total_ms=round(total_ms, 4), kernels_ms=round(sum(r[0] for r in rows), 4),
                 by_op_type={k: round(v, 4) for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])},
                 by_class={k: round(v, 4) for k, v in by_class.items()}, op_counts=dict(counts),
-                kernels={op: dict(c) for op, c in kernels.items()}, top_nodes=top, runs_in_profile=len(runs))
+                kernels={op: dict(c) for op, c in kernels.items()},
+                by_kernel={k: round(v, 4) for k, v in by_kernel.items()}, top_nodes=top, runs_in_profile=len(runs))
 
 
 def profile_of(path: Path, level: str, feed: dict, *, threads: int, median_ms: float | None) -> OpProfile:

@@ -53,6 +53,7 @@ from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, med
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.parallel_runs import runs_on_cores
+from service.pipeline.verdict.expected_gain import expected_gain_ms
 from service.pipeline.verdict.recipe import settings_with_change
 from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import graph_from_path, int8_coverage
@@ -640,13 +641,18 @@ def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
     return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.judged_by != "sqnr")
 
 
-def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float]) -> list[Candidate]:
+def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float],
+                     profiles: dict | None = None) -> list[Candidate]:
     """The measuring order: the uint8 re-quantizations first (what x86 needs; ``candidates_from_blockers``
     puts the switches measurement refutes on x86 after them), and within each group the candidate whose
     artifact runs slowest at the advice level first (the most a change to that file can save: QOperator's
     s8s8 kernels ran 3.1x fp32 on CenterNet), then the one that would fuse the most blocked nodes. The
-    latencies are the levels stage's measurements; without one an artifact counts as 0 ms."""
-    return sorted(candidates, key=lambda c: (_group(c), -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
+    latencies are the levels stage's measurements; without one an artifact counts as 0 ms. Within a group,
+    the time the candidate's nodes take in its artifact's profile (``expected_gain.expected_gain_ms``) comes
+    first where ``profiles`` (artifact -> OpProfile at the advice level) has one."""
+    profiles = profiles or {}
+    return sorted(candidates, key=lambda c: (_group(c), -(expected_gain_ms(c, profiles.get(c.artifact)) or 0.0),
+                                             -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
 
 
 def advice_budget(options, job_seconds: float) -> tuple[float, str]:
@@ -671,7 +677,7 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
     int8_allowed = _int8_allowed()
     vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
     level = options.advice.level
-    unfused, kernels, before, latency_ms, digests = {}, {}, {}, {}, {}
+    unfused, kernels, before, latency_ms, digests, profiles = {}, {}, {}, {}, {}, {}
     for art, per_level in optimized.items():
         ol = per_level.get(level)
         if art == "fp32" or ol is None or ol.error:
@@ -682,10 +688,12 @@ def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort
             before[art] = AdviceFigures(int8_coverage=ol.int8_coverage, sqnr_db=ol.numerics.worst_sqnr_db, level=level)
         if ol.latency is not None:
             latency_ms[art] = ol.latency.median_ms
+        if ol.profile is not None:
+            profiles[art] = ol.profile
         if ol.graph_sha256:
             digests[art] = level_graph_digest(ol.graph_sha256, ol.weights_sha256)
     candidates = by_expected_gain(candidates_from_blockers(unfused, kernels, ort_settings=ort_settings,
-                                                           int8_allowed=int8_allowed, vnni=vnni), latency_ms)
+                                                           int8_allowed=int8_allowed, vnni=vnni), latency_ms, profiles)
     if not candidates:
         return None
     budget, budget_how = advice_budget(options, job_seconds)
