@@ -61,3 +61,17 @@ def test_the_profiled_run_is_never_a_timed_run(compared):
         assert ol.profile.overhead is not None and ol.profile.profiled_run_ms > 0
         assert ol.profile.how.startswith("ORT's profiler")
     assert report.artifacts["fp32"].optimized["all"].profile.where_it_loses is None
+
+
+def test_the_page_draws_one_bar_per_artifact_and_the_cli_prints_the_top_five_nodes(compared):
+    from service.render.profile_view import profile_bars_svg, profile_lines
+    from service.render.text import summary_table
+
+    report, _ = compared("conv_relu", latency={"enabled": True, "runs": 7, "min_runs": 7}, advice={"enabled": False},
+                         layers={"enabled": False})
+    svg = profile_bars_svg(report.model_dump(mode="json"))
+    assert svg.count('font-size="12">') == len(report.artifacts)  # one labelled bar per artifact
+    text = summary_table(report)
+    assert "where the time goes at all" in text and "\n".join(profile_lines(report)) in text
+    top = report.artifacts["ort_qdq"].optimized["all"].profile.top_nodes[:5]
+    assert all(f"{n.node} ({n.op_type})" in text for n in top)

@@ -120,3 +120,43 @@ def test_a_tool_without_a_recipe_says_so():
     base = RecipeBase(options=ComparisonOptions(), tools={"nncf_qdq": "nncf.quantize"})
     r = recipe_for("nncf_qdq", {"session": {"session.qdqisint8allowed": "1"}}, base)
     assert r.tool is None and r.quantize_static is None and "no recipe for this tool (nncf.quantize)" in r.note
+
+
+def _page(report) -> str:
+    import time
+
+    from service.jobs.spec import JobSpec
+    from service.jobs.store import JobRecord
+    from service.render.page import render_job_page
+
+    rec = JobRecord(id="a" * 32, status="succeeded", spec=JobSpec(id="a" * 32, model_name="m"), cache_key=None,
+                    created_at=time.time(), started_at=None, finished_at=None, stage=None, done=0, total=0,
+                    error=None, attempts=1)
+    return render_job_page(rec, report, [])
+
+
+def test_every_advice_entry_of_a_job_carries_its_recipe_and_the_page_shows_it(compared):
+    from html import unescape
+
+    report, _ = compared("op_zoo_net")
+    entries = [*report.advice, *report.advice_refuted, *report.advice_not_run]
+    assert entries and all(e.recipe is not None and e.recipe.python for e in entries)
+    page = unescape(_page(report))
+    for e in entries:
+        assert e.recipe.python in page
+    assert "recipe (Python" in page
+
+
+def test_rerunning_the_job_with_recipe_options_reproduces_the_candidates_figures(compared):
+    """A measured ORT change: the job run with its recipe.options gives the artifact the figures advice
+    measured for the change (int8 coverage, worst SQNR at the advice level), as the recipe promises."""
+    report, _ = compared("op_zoo_net")
+    measured = [e for e in (*report.advice, *report.advice_refuted)
+                if e.measured is not None and e.recipe.options is not None and e.measured.after.level]
+    assert measured, [(e.artifact, e.change) for e in (*report.advice, *report.advice_refuted)]
+    e = measured[0]
+    again, _ = compared("op_zoo_net", **e.recipe.options)
+    ol = again.artifacts[e.artifact].optimized[e.measured.after.level]
+    assert ol.int8_coverage == e.measured.after.int8_coverage
+    assert ol.numerics.worst_sqnr_db == pytest.approx(e.measured.after.sqnr_db, abs=1e-6)
+    assert again.artifacts[e.artifact].tool.quantize_static == e.recipe.quantize_static
