@@ -177,13 +177,15 @@ class OpProfile(_Model):
 
     total_ms: float  # ORT's time for the run (SequentialExecutor::Execute)
     kernels_ms: float  # the node times added up
+    unattributed_ms: float = 0.0  # total_ms - kernels_ms: the executor's and the profiler's time between nodes
     by_op_type: dict[str, float] = Field(default_factory=dict)  # ms, slowest first
     by_class: dict[str, float] = Field(default_factory=dict)  # int8 kernels, float kernels, Q/DQ, layout, other
     op_counts: dict[str, int] = Field(default_factory=dict)
     kernels: dict[str, dict[str, int]] = Field(default_factory=dict)  # int8 op -> {"s8s8": nodes, ...}
     by_kernel: dict[str, float] = Field(default_factory=dict)  # ms by operand types: {"s8s8": ..., "f32": ...}
     top_nodes: list[ProfiledNode] = Field(default_factory=list)
-    runs_in_profile: int = 0  # model_run events ORT's trace holds: warm-up + the profiled run, no timed run
+    warmup: int = 0  # unread runs of the profiled session before the profiled one
+    runs_in_profile: int = 0  # model_run events ORT's trace holds: warmup + the profiled run, no timed run
     profiled_run_ms: float | None = None  # wall time of the profiled run
     overhead: float | None = None  # profiled_run_ms / the timed median - 1
     where_it_loses: str | None = None  # vs fp32 at this level, when slower (timed medians)
