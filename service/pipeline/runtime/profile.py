@@ -29,7 +29,7 @@ from pathlib import Path
 
 from service.pipeline.ort.sessions import session_options_for, session_with_options
 from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP
-from service.pipeline.vocabulary import COMPUTE_OPS, INT8_COMPUTE_KERNELS, INT8_KERNELS, QDQ_OPS
+from service.pipeline.vocabulary import COMPUTE_OPS, INT8_COMPUTE_KERNELS, INT8_KERNELS, LAYOUT_OPS, QDQ_OPS
 from service.schemas.levels import OpProfile, ProfiledNode
 
 __all__ = ["profile_of", "profile_from_trace", "kernel_of", "op_class", "where_it_loses", "PROFILE_WARMUP",
@@ -43,9 +43,6 @@ _INT8 = _BARE(INT8_KERNELS)
 _GEMM = _BARE(INT8_COMPUTE_KERNELS)  # the int8 kernels MLAS runs as a GEMM, whose operand types name its path
 _FLOAT = _BARE(COMPUTE_OPS)
 _QDQ = _BARE(QDQ_OPS) | {"DynamicQuantizeLinear"}
-# Ops that only move or re-lay data: NCHWc reorders, Transposes the layout level adds, reshapes.
-_LAYOUT = frozenset({"Transpose", "ReorderInput", "ReorderOutput", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                     "Identity"})
 _SHORT = {"int8": "s8", "uint8": "u8", "int16": "s16", "uint16": "u16", "int4": "s4", "uint4": "u4"}
 
 
@@ -56,7 +53,7 @@ def op_class(op_name: str) -> str:
         return "int8 kernels"
     if op_name in _FLOAT:
         return "float kernels"
-    if op_name in _LAYOUT:
+    if op_name in LAYOUT_OPS:
         return "layout"
     return "other"
 

@@ -53,8 +53,8 @@ from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, med
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.parallel_runs import runs_on_cores
-from service.pipeline.verdict.expected_gain import expected_gain_ms
-from service.pipeline.verdict.recipe import settings_with_change
+from service.pipeline.verdict.candidates.expected_gain import expected_gain_ms
+from service.pipeline.verdict.candidates.recipe import settings_with_change
 from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import graph_from_path, int8_coverage
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode

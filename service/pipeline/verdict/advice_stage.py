@@ -19,7 +19,7 @@ from service.pipeline.inspect.stage import Inspected
 from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.verdict.advice import AdvicePlan, advice_plan_for_job, timed_advice
-from service.pipeline.verdict.recipe import RecipeBase, recipe_for
+from service.pipeline.verdict.candidates.recipe import RecipeBase, recipe_for
 from service.schemas.advice import AdviceEntry
 from service.schemas.options import ComparisonOptions, measures_accuracy, resolved_ort_settings
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.pipeline.verdict.advice import Candidate, by_expected_gain
-from service.pipeline.verdict.expected_gain import expected_gain_ms
+from service.pipeline.verdict.candidates.expected_gain import expected_gain_ms
 from service.schemas.levels import OpProfile, ProfiledNode
 
 

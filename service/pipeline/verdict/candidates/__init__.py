@@ -1,0 +1,1 @@
+"""What a candidate of advice gains (expected_gain) and how to make it outside the service (recipe)."""
