@@ -46,7 +46,7 @@ class RecipeStep(_Model):
 
 
 class Recipe(_Model):
-    """How to make a candidate's file and session outside the service (verdict/candidates/recipe.py)."""
+    """How to make a candidate's file and session outside the service (advice/recipe.py)."""
 
     tool: str | None = None  # "onnxruntime" | "torchao" | None: no recipe for the tool that made the artifact
     steps: list[RecipeStep] = Field(default_factory=list)  # before quantize_static, in order

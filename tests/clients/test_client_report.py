@@ -242,7 +242,7 @@ def test_a_partial_report_says_running_not_failed():
 def test_recipe_and_profile_are_typed_from_what_the_server_writes():
     """Issue 51: the recipe prints as the Python to paste; the profile's top nodes carry their kernel.
     Built with the server's own code (recipe_for, the schema models), so a renamed field fails here."""
-    from service.pipeline.verdict.candidates.recipe import RecipeBase, recipe_for
+    from service.pipeline.advice.recipe import RecipeBase, recipe_for
     from service.schemas.advice import AdviceEntry
     from service.schemas.levels import OpProfile, ProfiledNode
     from service.schemas.options import ComparisonOptions

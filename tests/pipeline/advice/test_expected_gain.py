@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from service.pipeline.verdict.advice import Candidate, by_expected_gain
-from service.pipeline.verdict.candidates.expected_gain import expected_gain_ms
+from service.pipeline.advice.advice import Candidate, by_expected_gain
+from service.pipeline.advice.expected_gain import expected_gain_ms
 from service.schemas.levels import OpProfile, ProfiledNode
 
 

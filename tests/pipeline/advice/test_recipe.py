@@ -13,8 +13,8 @@ import onnx
 import pytest
 
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
-from service.pipeline.verdict.advice import AdviceContext, Candidate, advice_plan
-from service.pipeline.verdict.candidates.recipe import RecipeBase, options_with_change, recipe_for
+from service.pipeline.advice.advice import AdviceContext, Candidate, advice_plan
+from service.pipeline.advice.recipe import RecipeBase, options_with_change, recipe_for
 from service.schemas.options import ComparisonOptions, resolved_ort_settings
 from tests import models
 

@@ -1,1 +1,0 @@
-"""What a candidate of advice gains (expected_gain) and how to make it outside the service (recipe)."""
