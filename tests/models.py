@@ -197,6 +197,19 @@ def sampler(*, seed: float | None = None) -> onnx.ModelProto:
                       {"w": rng.normal(0, .3, (4, 3, 3, 3)).astype(np.float32)}, ir=8, name="vae")
 
 
+def silu_convs(*, channels: int = 4, size: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """Conv 'conv1' -> y, read twice (Sigmoid 'sig' and Mul 'mul': SiLU) -> Conv 'conv2': a tensor with two
+    readers, whose Q/DQ pair QDQS8ToU8Transformer leaves int8 on x86 (advice's blocked nodes)."""
+    rng = np.random.default_rng(seed)
+    w = {f"w{i}": _normal(rng, (channels, channels, 3, 3), 0.3, np.float32) for i in (1, 2)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["y"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["y"], ["s"], name="sig"),
+             helper.make_node("Mul", ["y", "s"], ["z"], name="mul"),
+             helper.make_node("Conv", ["z", "w2"], ["out"], name="conv2", pads=[1, 1, 1, 1])]
+    shape = [1, channels, size, size]
+    return from_nodes(nodes, [("x", shape)], [("out", shape)], w)
+
+
 BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "unary": unary,
     "relu": partial(unary, "Relu"),
@@ -210,6 +223,7 @@ BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "conv_chain": conv_chain,
     "mlp": mlp,
     "sampler": sampler,
+    "silu_convs": silu_convs,
 }
 
 

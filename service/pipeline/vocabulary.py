@@ -120,6 +120,10 @@ QDQ_FUSION_LIST = QDQ_DROP_OPS | QDQ_UNARY | QDQ_BINARY | {"Conv", "MatMul", "Ge
 # (QLinearActivation.QuantizeClipRelu).
 ACTIVATIONS_ABSORBED_BY_Q_ORDER = ("Relu", "Clip")  # the order reports list them in
 ACTIVATIONS_ABSORBED_BY_Q = frozenset(ACTIVATIONS_ABSORBED_BY_Q_ORDER)
+# Ops that only move or re-lay data (NCHWc reorders, the layout level's Transposes, reshapes): the
+# profile's "layout" class (runtime/profile.py), as ORT's profiler names them (no domain).
+LAYOUT_OPS = frozenset({"Transpose", "ReorderInput", "ReorderOutput", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                        "Identity"})
 # Ops that run a subgraph attribute.
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan"})
 # Recurrences: GEMMs inside one node, unrolled step by step by torch.export.

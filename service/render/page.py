@@ -15,6 +15,8 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from service.render.profile_view import profile_bars_svg, profiled_level
+
 from service.schemas.options import LEVELS
 from service.pipeline.files import split_name
 from service.pipeline.verdict.made_up_data import made_up_data_banner
@@ -68,7 +70,16 @@ def _sqnr(v: Any) -> str:
 
 
 _env.filters.update(num=_num, size=human_size, pct=_pct, pct1=_pct1, sqnr=_sqnr)
-_env.globals.update(sqnr_cell=lambda level: _sqnr_cell(level or {}))
+
+
+def _profile_view(report: dict) -> dict:
+    """What the ``_profile.html`` partial draws: the stacked bars and each sentence where an artifact loses."""
+    level, profiles = profiled_level(report)
+    return {"level": level, "svg": profile_bars_svg(report),
+            "sentences": [p["where_it_loses"] for p in profiles.values() if p.get("where_it_loses")]}
+
+
+_env.globals.update(sqnr_cell=lambda level: _sqnr_cell(level or {}), profile_view=_profile_view)
 
 
 def _levels(report: dict, arts: dict) -> list[str]:

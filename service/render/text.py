@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from service.pipeline.verdict.made_up_data import made_up_data_banner
+from service.render.profile_view import profile_lines
 from service.render.levels_text import levels_summary_lines
 from service.render.platforms_text import platforms_lines
 from service.render.units import human_size
@@ -80,6 +81,7 @@ def summary_table(report: Report) -> str:
     extra = levels_summary_lines(report)
     if extra:
         lines += [""] + list(extra)
+    lines += profile_lines(report)
     lines += why_float_lines(report)
     if report.platform:
         lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]

@@ -71,7 +71,8 @@ def advice_rows(report: Any, *, refuted: bool = False, not_run: bool = False) ->
                      "fused": None if fused is None else f"{len(fused)}/{a.get('blocked_nodes') or 0}",
                      "reason": a.get("reason", ""), "before": _fig(m.get("before")), "after": _fig(m.get("after")),
                      "measured": bool(m), "seconds": m.get("seconds"), "how": m.get("how", ""),
-                     "level": (m.get("after") or {}).get("level")})
+                     "level": (m.get("after") or {}).get("level"),
+                     "recipe": (a.get("recipe") or {}).get("python"), "recipe_exact": (a.get("recipe") or {}).get("exact")})
     return rows
 
 

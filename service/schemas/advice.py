@@ -37,6 +37,30 @@ class AdviceMeasured(_Model):
     how: str = ""
 
 
+class RecipeStep(_Model):
+    """One step from the fp32 file to the file ``quantize_static`` read."""
+
+    call: str | None = None  # ORT's public function ("onnxruntime.quantization.shape_inference.quant_pre_process"); None: quantcompare's own
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    what: str = ""
+
+
+class Recipe(_Model):
+    """How to make a candidate's file and session outside the service (advice/recipe.py)."""
+
+    tool: str | None = None  # "onnxruntime" | "torchao" | None: no recipe for the tool that made the artifact
+    steps: list[RecipeStep] = Field(default_factory=list)  # before quantize_static, in order
+    quantize_static: dict[str, Any] | None = None  # its keyword arguments, enum members by name
+    pt2e: dict[str, Any] | None = None  # the torchao quantizer and its config
+    session: dict[str, str] = Field(default_factory=dict)  # ORT session config entries the change needs
+    level: str | None = None  # the GraphOptimizationLevel the change was measured at
+    options: dict[str, Any] | None = None  # the complete job options that re-run the job with the change
+    options_note: str | None = None  # why ``options`` is null, when it is
+    exact: bool = False  # every step is a public call: ``python`` makes the candidate's file
+    note: str | None = None  # what keeps it from being exact, or why there is no recipe
+    python: str = ""  # the same, ready to paste
+
+
 class AdviceEntry(_Model):
     artifact: str
     change: dict[str, Any]  # the options a user would set, e.g. {"ort": {"activation_type": "uint8"}}
@@ -48,3 +72,4 @@ class AdviceEntry(_Model):
     # saved at the advice level; None when the change addresses no blocked node or was not re-run.
     # Reported, never a veto: the adopt rule reads latency and SQNR only.
     blocked_fused: list[str] | None = None
+    recipe: Recipe | None = None  # how to make this change outside the service (set by the advice stage)

@@ -164,6 +164,34 @@ class LatencyStats(_Model):
     timed_with: str | None = None  # "<level>": same graph as that level, its measurement stands
 
 
+class ProfiledNode(_Model):
+    node: str  # as ORT's profiler names it (the level graph's node name)
+    op_type: str  # ORT's kernel name, no domain (the profiler gives none)
+    ms: float
+    share: float  # of the profile's total_ms
+    kernel: str | None = None  # operand types from the trace: "s8s8", "u8s8", "f32"
+
+
+class OpProfile(_Model):
+    """One run under ORT's profiler, outside the timed runs (runtime/profile.py)."""
+
+    total_ms: float  # ORT's time for the run (SequentialExecutor::Execute)
+    kernels_ms: float  # the node times added up
+    unattributed_ms: float = 0.0  # total_ms - kernels_ms: the executor's and the profiler's time between nodes
+    by_op_type: dict[str, float] = Field(default_factory=dict)  # ms, slowest first
+    by_class: dict[str, float] = Field(default_factory=dict)  # int8 kernels, float kernels, Q/DQ, layout, other
+    op_counts: dict[str, int] = Field(default_factory=dict)
+    kernels: dict[str, dict[str, int]] = Field(default_factory=dict)  # int8 op -> {"s8s8": nodes, ...}
+    by_kernel: dict[str, float] = Field(default_factory=dict)  # ms by operand types: {"s8s8": ..., "f32": ...}
+    top_nodes: list[ProfiledNode] = Field(default_factory=list)
+    warmup: int = 0  # unread runs of the profiled session before the profiled one
+    runs_in_profile: int = 0  # model_run events ORT's trace holds: warmup + the profiled run, no timed run
+    profiled_run_ms: float | None = None  # wall time of the profiled run
+    overhead: float | None = None  # profiled_run_ms / the timed median - 1
+    where_it_loses: str | None = None  # vs fp32 at this level, when slower (timed medians)
+    how: str = ""
+
+
 class OptimizedLevel(_Model):
     level: str
     level_value: int | None = None  # GraphOptimizationLevel value
@@ -194,6 +222,7 @@ class OptimizedLevel(_Model):
     diff: LevelDiff | None = None
     numerics: LevelNumerics | None = None
     latency: LatencyStats | None = None
+    profile: OpProfile | None = None  # where the time goes, wherever latency is timed
     # What this level did not measure, and the option that would: {"latency": "not timed: ..."}
     # ("numerics" at depth "structure", "latency" at a level outside options.latency_levels).
     not_measured: dict[str, str] = Field(default_factory=dict)

@@ -184,6 +184,9 @@ class ToolInfo(_Model):
     # ONNX uploads, pt2e_qdq only: the ONNX -> torch conversion (converter, ops, folded,
     # max_abs_error_vs_onnx, parity, seconds, notes); see quantize/pt2e_from_onnx/program.py.
     conversion: dict[str, Any] | None = None
+    # ORT paths: the keyword arguments quantize_static got (enum members by name, "QuantType.QInt8"),
+    # besides its input file and calibration reader (ort_quant.quantize_static_kwargs).
+    quantize_static: dict[str, Any] | None = None
 
 
 class Artifact(_Model):

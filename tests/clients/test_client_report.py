@@ -16,7 +16,7 @@ PUBLIC = {
     "__version__", "Client", "AsyncClient", "DEFAULT_TIMEOUT",
     "Report", "Layers", "LayerRow", "LayerCell", "LayerOrigin", "Platform", "Job", "Progress", "Artifact", "ArtifactFile", "ArtifactLink", "PathError", "Inventory",
     "OptimizedLevel", "UnfusedNode", "Numerics", "OutputNumerics", "Latency", "LevelDiff", "Rewrite", "Decision",
-    "Advice", "AdviceFigures", "Lint",
+    "Advice", "AdviceFigures", "Recipe", "Profile", "ProfiledNode", "Lint",
     "GateResult", "Verdict", "ModelInfo", "Example",
     "parse_gate", "format_gate", "GateSyntaxError",
     "QuantCompareError", "TransportError", "ConnectError", "Timeout", "WaitTimeout", "APIError", "InvalidRequest",
@@ -237,3 +237,31 @@ def test_a_partial_report_says_running_not_failed():
                      "model": {"name": "m"}, "artifacts": {}})
     assert "verdict=running" in repr(report)
     assert report._verdict_line() == "verdict: RUNNING (sections done: files, level_graphs)"
+
+
+def test_recipe_and_profile_are_typed_from_what_the_server_writes():
+    """Issue 51: the recipe prints as the Python to paste; the profile's top nodes carry their kernel.
+    Built with the server's own code (recipe_for, the schema models), so a renamed field fails here."""
+    from service.pipeline.advice.recipe import RecipeBase, recipe_for
+    from service.schemas.advice import AdviceEntry
+    from service.schemas.levels import OpProfile, ProfiledNode
+    from service.schemas.options import ComparisonOptions
+
+    recipe = recipe_for("ort_qdq", {"ort": {"activation_type": "uint8"}},
+                        RecipeBase(options=ComparisonOptions(), input_names=["x"], calibration_count=4))
+    data = report_json()
+    entry = AdviceEntry(artifact="ort_qdq", change={"ort": {"activation_type": "uint8"}}, reason="u8", recipe=recipe)
+    data["advice"] = [entry.model_dump(mode="json")]
+    profile = OpProfile(total_ms=2.0, kernels_ms=1.9, by_op_type={"QLinearConv": 1.5}, by_class={"int8 kernels": 1.5},
+                        top_nodes=[ProfiledNode(node="conv1", op_type="QLinearConv", ms=1.5, share=0.75, kernel="s8s8")],
+                        where_it_loses="ort_qdq at all: 75% of the time in 1 QLinearConv on s8s8 kernels")
+    data["artifacts"]["ort_qdq"]["optimized"]["all"]["profile"] = profile.model_dump(mode="json")
+
+    r = qc.Report(data)
+    (a,) = r.advice
+    assert str(a.recipe) == recipe.python and "activation_type=QuantType.QUInt8" in str(a.recipe)
+    assert a.recipe.quantize_static["activation_type"] == "QuantType.QUInt8" and a.recipe.exact
+    assert "<pre><code" in a.recipe._repr_html_()
+    p = r.level("ort_qdq").profile
+    assert p.top_nodes == [qc.ProfiledNode("conv1", "QLinearConv", 1.5, 0.75, "s8s8")]
+    assert p.where_it_loses.endswith("on s8s8 kernels") and r.level("ort_qdq", "basic").profile is None

@@ -210,6 +210,12 @@ class OptimizedLevel:
         )
 
     @property
+    def profile(self) -> Optional[Profile]:
+        """Where the time goes at this level (None where latency was not timed)."""
+        p = self.raw.get("profile")
+        return Profile.from_dict(p) if isinstance(p, dict) else None
+
+    @property
     def node_count(self) -> int:
         n = self.raw.get("node_count")
         return int(n) if isinstance(n, int) and n else sum(self.op_histogram.values())
@@ -237,6 +243,71 @@ class AdviceFigures:
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """How to make an advice entry's file and session outside the service. ``print(recipe)`` shows the
+    Python to paste (it reads the job's ``fp32.onnx`` and a ``calibration.npz``); in a notebook it renders
+    as a code block."""
+
+    tool: Optional[str]  # "onnxruntime" | "torchao" | None: no recipe for the tool that made the artifact
+    python: str
+    quantize_static: Optional[Dict[str, Any]]  # its keyword arguments, enum members by name
+    pt2e: Optional[Dict[str, Any]]
+    session: Dict[str, str]  # ORT session config entries
+    options: Optional[Dict[str, Any]]  # the job options that re-run the job with the change
+    exact: bool  # every step is a public call: ``python`` makes the candidate's file
+    note: Optional[str]
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Recipe":
+        d = _d(d)
+        qs, pt = d.get("quantize_static"), d.get("pt2e")
+        return cls(tool=d.get("tool"), python=str(d.get("python") or ""),
+                   quantize_static=dict(qs) if isinstance(qs, dict) else None, pt2e=dict(pt) if isinstance(pt, dict) else None,
+                   session={str(k): str(v) for k, v in _d(d.get("session")).items()},
+                   options=dict(d["options"]) if isinstance(d.get("options"), dict) else None,
+                   exact=bool(d.get("exact")), note=d.get("note"), raw=d)
+
+    def __str__(self) -> str:
+        return self.python
+
+    def _repr_html_(self) -> str:
+        return f"<pre><code class=\"language-python\">{html.escape(self.python)}</code></pre>"
+
+
+@dataclass(frozen=True)
+class ProfiledNode:
+    node: str
+    op_type: str
+    ms: float
+    share: float
+    kernel: Optional[str]  # "s8s8", "u8s8", "f32" as ORT's trace shows the operands
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One run under ORT's profiler, outside the timed runs: where the time goes at one level."""
+
+    total_ms: Optional[float]
+    by_op_type: Dict[str, float]
+    by_class: Dict[str, float]  # int8 kernels, float kernels, Q/DQ, layout, other
+    top_nodes: List[ProfiledNode]
+    overhead: Optional[float]  # the profiled run / the timed median - 1
+    where_it_loses: Optional[str]  # vs fp32 at this level, when slower
+    raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Profile":
+        d = _d(d)
+        nodes = [ProfiledNode(str(n.get("node", "")), str(n.get("op_type", "")), float(n.get("ms") or 0.0),
+                              float(n.get("share") or 0.0), n.get("kernel"))
+                 for n in d.get("top_nodes") or [] if isinstance(n, dict)]
+        return cls(total_ms=_f(d.get("total_ms")), by_op_type={str(k): float(v) for k, v in _d(d.get("by_op_type")).items()},
+                   by_class={str(k): float(v) for k, v in _d(d.get("by_class")).items()}, top_nodes=nodes,
+                   overhead=_f(d.get("overhead")), where_it_loses=d.get("where_it_loses"), raw=d)
+
+
+@dataclass(frozen=True)
 class Advice:
     """A change the blockers point to, re-run in the job: ``before``/``after`` are measured
     (None when the budget ran out before it was re-run; ``reason`` says so)."""
@@ -249,6 +320,12 @@ class Advice:
     before: Optional[AdviceFigures]
     after: Optional[AdviceFigures]
     raw: Dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def recipe(self) -> Optional[Recipe]:
+        """How to make this change outside the service (None from a server that predates recipes)."""
+        r = self.raw.get("recipe")
+        return Recipe.from_dict(r) if isinstance(r, dict) else None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Advice":

@@ -32,7 +32,6 @@ adopted when SQNR improves by at least ``MIN_SQNR_GAIN_DB`` at no more than ``MA
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import itertools
 import logging
@@ -41,7 +40,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -56,6 +55,8 @@ from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, med
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.runtime.parallel_runs import Cores, runs_on_cores
+from service.pipeline.advice.expected_gain import expected_gain_ms
+from service.pipeline.advice.recipe import settings_with_change
 from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import graph_from_path, int8_coverage
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
@@ -180,16 +181,6 @@ def _group(c: Candidate) -> int:
 
 def _names(rows: list[UnfusedNode]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(r.node for r in rows))
-
-
-def _merged(settings: dict[str, Any], change: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(settings)
-    for k, v in change.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = {**out[k], **v}
-        else:
-            out[k] = v
-    return out
 
 
 def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp: Path | None):
@@ -428,6 +419,7 @@ class AdvicePlan:
     def __init__(self, candidates: Iterable[Candidate], ctx: AdviceContext):
         self.ctx = ctx
         self.beside: str | None = None  # the work phase one ran beside, said in each figure's ``how``
+        self.recipe_base = None  # advice/recipe.RecipeBase, set by the advice stage: each entry's recipe
         self.seconds = 0.0  # the time ``work`` ran, on whichever threads (its share of the budget)
         self.timed_seconds = 0.0  # the time ``time_ready`` ran (timing is alone: one thread)
         self.first_seconds = 0.0  # the best candidate's wall time, when the spine made and timed it first
@@ -518,7 +510,7 @@ class AdvicePlan:
             def quantize() -> None:
                 quantized_by_ort(ctx.ort_input, target, ctx.calibration, ctx.input_names,
                                  quant_format="qdq" if c.artifact == "ort_qdq" else "qoperator",
-                                 settings=_merged(ctx.ort_settings, c.change["ort"]),
+                                 settings=settings_with_change(ctx.ort_settings, c.change["ort"]),
                                  calibration_cache=ctx.calibration_cache)
 
             # Where the job's calibration ranges are not on disk yet, the first re-quantization writes them
@@ -703,13 +695,18 @@ def _data_dependent_positions(fp32_levels: dict) -> frozenset[int]:
     return frozenset(k for k, o in enumerate(numerics.outputs if numerics else []) if o.judged_by != "sqnr")
 
 
-def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float]) -> list[Candidate]:
+def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float],
+                     profiles: dict | None = None) -> list[Candidate]:
     """The measuring order: the uint8 re-quantizations first (what x86 needs; ``candidates_from_blockers``
     puts the switches measurement refutes on x86 after them), and within each group the candidate whose
     artifact runs slowest at the advice level first (the most a change to that file can save: QOperator's
     s8s8 kernels ran 3.1x fp32 on CenterNet), then the one that would fuse the most blocked nodes. The
-    latencies are the levels stage's measurements; without one an artifact counts as 0 ms."""
-    return sorted(candidates, key=lambda c: (_group(c), -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
+    latencies are the levels stage's measurements; without one an artifact counts as 0 ms. Within a group,
+    the time the candidate's nodes take in its artifact's profile (``expected_gain.expected_gain_ms``) comes
+    first where ``profiles`` (artifact -> OpProfile at the advice level) has one."""
+    profiles = profiles or {}
+    return sorted(candidates, key=lambda c: (_group(c), -(expected_gain_ms(c, profiles.get(c.artifact)) or 0.0),
+                                             -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
 
 
 @dataclass(frozen=True)
@@ -721,6 +718,7 @@ class LevelFigures:
     before: dict[str, AdviceFigures]
     latency_ms: dict[str, float]
     digests: dict[str, str]  # the digest of the graph ORT wrote (``level_graph_digest``)
+    profiles: dict = field(default_factory=dict)  # artifact -> OpProfile (runtime/profile.py), where timed
 
 
 def level_figures(optimized: dict, level: str, *, with_before: bool) -> LevelFigures:
@@ -738,6 +736,8 @@ def level_figures(optimized: dict, level: str, *, with_before: bool) -> LevelFig
                                                 level=level)
         if ol.latency is not None:
             figures.latency_ms[art] = ol.latency.median_ms
+        if ol.profile is not None:
+            figures.profiles[art] = ol.profile
         if ol.graph_sha256:
             figures.digests[art] = level_graph_digest(ol.graph_sha256, ol.weights_sha256)
     return figures
@@ -755,7 +755,7 @@ def advice_plan_for_job(optimized: dict, ctx: AdviceContext) -> AdvicePlan | Non
     candidates = by_expected_gain(candidates_from_blockers(figures.unfused, figures.kernels,
                                                            ort_settings=ctx.ort_settings,
                                                            int8_allowed=_int8_allowed(), vnni=vnni),
-                                  figures.latency_ms)
+                                  figures.latency_ms, figures.profiles)
     if not candidates:
         return None
     ctx = dataclasses.replace(ctx, before=figures.before, latency_ms=figures.latency_ms, before_digest=figures.digests,

@@ -22,6 +22,7 @@ from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.extras_budget import ExtrasBudget
 from service.pipeline.advice.advice import AdviceContext, AdvicePlan, advice_plan_for_job, time_ready, timed_advice
+from service.pipeline.advice.recipe import RecipeBase, recipe_for
 from service.schemas.advice import AdviceEntry
 from service.schemas.options import ComparisonOptions, measures_accuracy, resolved_ort_settings
 
@@ -46,7 +47,7 @@ def advice_candidates(options: ComparisonOptions, prepared: Prepared, quantized:
         return None
     ctx.notify("advice", 0, 1)
     lat = options.latency
-    return advice_plan_for_job(levels.optimized, AdviceContext(
+    plan = advice_plan_for_job(levels.optimized, AdviceContext(
         artifact_paths=dict(inspected.paths), ort_input=quantized.ort_input, ort_settings=resolved_ort_settings(options),
         calibration=list(prepared.samples.calibration), evaluation=list(prepared.samples.evaluation),
         input_names=[s.name for s in prepared.source.specs],
@@ -54,6 +55,31 @@ def advice_candidates(options: ComparisonOptions, prepared: Prepared, quantized:
         runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads, budget=budget,
         budget_how=budget.how, cores=ctx.cores, quantize_seconds={n: s for n, (_, s) in quantized.outcomes.items()},
         reference=levels.reference_outputs))
+    if plan is not None:
+        plan.recipe_base = recipe_base(options, prepared, quantized)
+    return plan
+
+
+def recipe_base(options: ComparisonOptions, prepared: Prepared, quantized: Quantized) -> RecipeBase:
+    """What the recipes of this job share: its options, how the ORT paths' input was made, its samples."""
+    tools = {n: o.value.name for n, (o, _) in quantized.outcomes.items() if o.ok and getattr(o.value, "name", None)}
+    return RecipeBase(options=options, ort_steps=list(quantized.ort_steps), level=options.advice.level,
+                      input_names=[s.name for s in prepared.source.specs],
+                      calibration_count=len(prepared.samples.calibration), tools=tools)
+
+
+def with_recipes(entries: list[AdviceEntry], base: RecipeBase | None) -> list[AdviceEntry]:
+    """Each entry with its recipe; an entry keeps none when making it fails (logged: advice is an extra)."""
+    if base is None:
+        return entries
+    out = []
+    for e in entries:
+        try:
+            out.append(e.model_copy(update={"recipe": recipe_for(e.artifact, e.change, base)}))
+        except Exception:  # noqa: BLE001
+            log.warning("no recipe for %s %s", e.artifact, e.change, exc_info=True)
+            out.append(e)
+    return out
 
 
 def best_candidate_measured(plan: AdvicePlan | None) -> None:
@@ -97,5 +123,6 @@ def advice_stage(options: ComparisonOptions, plan: AdvicePlan | None, ctx: Stage
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
         log.warning("advice failed; the report has none", exc_info=True)
         proposed, refuted = [], []
+    proposed, refuted, not_run = (with_recipes(x, plan.recipe_base) for x in (proposed, refuted, not_run))
     return Advised(proposed=proposed, refuted=refuted, not_run=not_run, first_seconds=plan.first_seconds,
                    made_seconds=plan.seconds, timed_seconds=plan.timed_seconds)

@@ -29,7 +29,7 @@ _CALIBRATION_NAMES = {
 }
 
 
-def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
+def preprocessed_for_ort(fp32_path: Path, out_path: Path, steps: list[dict] | None = None) -> tuple[Path, str]:
     """Run ORT's recommended pre-processing (shape inference + basic optimization).
 
     Its first step, ORT's symbolic shape inference, fails on many real models ("Incomplete symbolic
@@ -38,16 +38,20 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
     steps, so ORT's basic optimization (the Conv+BatchNorm folding among them) still happens before
     quantizing. When both fail, quantization goes on from the fp32 file. The returned note says which.
     Both ORT formats share the one result. A model whose weights are in external data goes through
-    the same steps with its weights left on disk (``_pre_process_weights_on_disk``).
+    the same steps with its weights left on disk (``_pre_process_weights_on_disk``). ``steps``, when
+    given, gets the call that wrote the returned file (``pre_process_step``): advice's recipe repeats it.
     """
+    done: list[dict] = []
     try:
-        return out_path, "quant_pre_process: " + _pre_processed(fp32_path, out_path, skip_symbolic=False)
+        how = _pre_processed(fp32_path, out_path, skip_symbolic=False, done=done)
+        (steps if steps is not None else []).extend(done[-1:])
+        return out_path, "quant_pre_process: " + how
     except Exception as e:  # noqa: BLE001 - any failure here is survivable by design
         log.info("quant_pre_process failed: %r", e)
         first = first_line(e)
     as_is = f"quant_pre_process failed ({first}); quantized the fp32 file as is"
     try:
-        how = _pre_processed(fp32_path, out_path, skip_symbolic=True)
+        how = _pre_processed(fp32_path, out_path, skip_symbolic=True, done=done)
     except Exception as e:  # noqa: BLE001
         log.info("quant_pre_process(skip_symbolic_shape=True) failed: %r", e)
         return fp32_path, as_is
@@ -57,13 +61,15 @@ def preprocessed_for_ort(fp32_path: Path, out_path: Path) -> tuple[Path, str]:
         # inference had after an op it cannot infer (ai.onnx.ml's Scaler): quantize_static then skips
         # every untyped tensor, and the file it writes quantizes weights only.
         try:
-            how = _pre_processed(fp32_path, out_path, skip_symbolic=True, skip_optimization=True)
+            how = _pre_processed(fp32_path, out_path, skip_symbolic=True, skip_optimization=True, done=done)
         except Exception as e:  # noqa: BLE001
             log.info("quant_pre_process(skip_optimization=True) failed: %r", e)
             return fp32_path, as_is
+        (steps if steps is not None else []).extend(done[-1:])
         return out_path, (f"quant_pre_process failed ({first}); run again with skip_symbolic_shape=True, whose ORT "
                           f"basic optimization left {len(lost)} tensor(s) without a type (e.g. {sorted(lost)[0]!r}: a "
                           "Cast it removed typed them), so a third time without that optimization: " + how)
+    (steps if steps is not None else []).extend(done[-1:])
     return out_path, (f"quant_pre_process failed ({first}); run again with skip_symbolic_shape=True, its ORT basic "
                       f"optimization and ONNX shape inference: {how}")
 
@@ -79,19 +85,35 @@ def _untyped_outputs(path: Path) -> set[str]:
     return {o for n in g.node for o in n.output if o and o not in typed}
 
 
-def _pre_processed(fp32_path: Path, out_path: Path, *, skip_symbolic: bool, skip_optimization: bool = False) -> str:
-    """quant_pre_process of ``fp32_path`` into ``out_path``; how it went, for the note. Raises as it does."""
+def pre_process_step(skip_symbolic: bool, skip_optimization: bool, *, weights_on_disk: bool = False) -> dict:
+    """The pre-processing call as advice's recipe states it: ORT's public function and its keyword
+    arguments, or (weights in external data) the service's own equivalent, which no public call repeats."""
+    kwargs = {"skip_symbolic_shape": skip_symbolic, "skip_optimization": skip_optimization}
+    if weights_on_disk:
+        return {"call": None, "kwargs": kwargs, "what": "quant_pre_process's steps run by quantcompare with the "
+                "weights left in external data (ort_quant._pre_process_weights_on_disk): the same graph, no one call"}
+    return {"call": "onnxruntime.quantization.shape_inference.quant_pre_process", "kwargs": kwargs,
+            "what": "ORT's pre-processing: shape inference + basic optimization"}
+
+
+def _pre_processed(fp32_path: Path, out_path: Path, *, skip_symbolic: bool, skip_optimization: bool = False,
+                   done: list[dict] | None = None) -> str:
+    """quant_pre_process of ``fp32_path`` into ``out_path``; how it went, for the note (and the call, into
+    ``done``). Raises as it does."""
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    done = done if done is not None else []
     with _cwd(out_path.parent):
         graph = _weights_on_disk(fp32_path)
         if graph is not None:
             _pre_process_weights_on_disk(fp32_path, graph, out_path, skip_symbolic=skip_symbolic,
                                          skip_optimization=skip_optimization)
+            done.append(pre_process_step(skip_symbolic, skip_optimization, weights_on_disk=True))
             return "ok, its steps with the weights left in external data"
         with _ort_log_records("onnxruntime.quantization.shape_inference") as records:
             quant_pre_process(str(fp32_path.resolve()), str(out_path.resolve()), skip_symbolic_shape=skip_symbolic,
                               skip_optimization=skip_optimization)
+        done.append(pre_process_step(skip_symbolic, skip_optimization))
     if skip_optimization:
         return "ok (ONNX shape inference only before quantizing)"
     if any("Optimization Failed" in r for r in records):
@@ -218,6 +240,47 @@ ENTROPY_NOTE = ("ORT's Entropy calibrator ran with the 128 histogram bins and 12
                 "histogram: the ranges are MinMax's, and no outlier is clipped (use 'percentile' to clip)")
 
 
+# quantize_static's keyword arguments whose values are ORT enum members, and the enum of each.
+_ENUM_KWARGS = {"quant_format": "QuantFormat", "activation_type": "QuantType", "weight_type": "QuantType",
+                "calibrate_method": "CalibrationMethod"}
+_QUANT_TYPES = {"int8": "QInt8", "uint8": "QUInt8"}
+
+
+def quantize_static_kwargs(settings: dict[str, Any], quant_format: str) -> dict[str, Any]:
+    """The keyword arguments ``quantized_by_ort`` gives ``quantize_static`` for ``settings``
+    (``resolved_ort_settings``, a change merged in), as plain JSON: an enum member by its name
+    (``"QuantType.QUInt8"``). ``ort_objects`` makes ORT's objects of them. One source: advice's recipe
+    shows exactly these, so what a user pastes is what the pipeline called."""
+    qt = _QUANT_TYPES
+    kwargs: dict[str, Any] = dict(
+        quant_format="QuantFormat.QDQ" if quant_format == "qdq" else "QuantFormat.QOperator",
+        per_channel=bool(settings["per_channel"]),
+        reduce_range=bool(settings["reduce_range"]),
+        activation_type=f"QuantType.{qt[settings['activation_type']]}",
+        weight_type=f"QuantType.{qt[settings['weight_type']]}",
+        calibrate_method=f"CalibrationMethod.{_CALIBRATION_NAMES[settings['calibrate_method']]}",
+        extra_options=dict(settings["extra_options"]),
+    )
+    if settings.get("op_types_to_quantize"):
+        kwargs["op_types_to_quantize"] = list(settings["op_types_to_quantize"])
+    if settings.get("nodes_to_exclude"):
+        kwargs["nodes_to_exclude"] = list(settings["nodes_to_exclude"])
+    return kwargs
+
+
+def ort_objects(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``quantize_static_kwargs`` with each enum name replaced by ORT's member."""
+    import onnxruntime.quantization as q
+
+    out = dict(kwargs)
+    for key in _ENUM_KWARGS:
+        if key in out:
+            enum, member = out[key].split(".")
+            out[key] = getattr(getattr(q, enum), member)
+    out["extra_options"] = dict(out.get("extra_options") or {})
+    return out
+
+
 def quantized_by_ort(
     model_path: Path, out_path: Path, calibration: list[Feed], input_names: list[str], *,
     quant_format: str, settings: dict[str, Any], pre_process_note: str | None = None,
@@ -228,23 +291,11 @@ def quantized_by_ort(
     tensors (the union of ORT's QDQ and QOperator op lists) on the same samples, so the ranges
     are identical and the calibration inference runs once per job instead of twice."""
     import onnxruntime
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType
+    from onnxruntime.quantization import CalibrationDataReader
 
     reader = type("Reader", (_FeedReader, CalibrationDataReader), {})(calibration, input_names)
-    qtypes = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}
-    kwargs = dict(
-        quant_format=QuantFormat.QDQ if quant_format == "qdq" else QuantFormat.QOperator,
-        per_channel=settings["per_channel"],
-        reduce_range=settings["reduce_range"],
-        activation_type=qtypes[settings["activation_type"]],
-        weight_type=qtypes[settings["weight_type"]],
-        calibrate_method=getattr(CalibrationMethod, _CALIBRATION_NAMES[settings["calibrate_method"]]),
-        extra_options=dict(settings["extra_options"]),
-    )
-    if settings.get("op_types_to_quantize"):
-        kwargs["op_types_to_quantize"] = settings["op_types_to_quantize"]
-    if settings.get("nodes_to_exclude"):
-        kwargs["nodes_to_exclude"] = settings["nodes_to_exclude"]
+    call = quantize_static_kwargs(settings, quant_format)
+    kwargs = ort_objects(call)
     notes = [pre_process_note] if pre_process_note else []
     if settings["calibrate_method"] == "entropy":
         notes.append(ENTROPY_NOTE)
@@ -269,6 +320,7 @@ def quantized_by_ort(
             raise found.error(again, quant_format, retried=True) from again
         notes.append(found.note())
         shown["op_types_to_quantize"] = found.remaining
+        call["op_types_to_quantize"] = list(found.remaining)
     unknown = _unknown_excluded(settings.get("nodes_to_exclude"), Path(model_path))
     if unknown:  # quantize_static ignores them without a word: a misspelt name would keep nothing in float
         notes.append(f"options.ort.nodes_to_exclude names {len(unknown)} node(s) the file quantize_static read does "
@@ -282,6 +334,7 @@ def quantized_by_ort(
         settings=shown,
         calibration=f"{_CALIBRATION_NAMES[settings['calibrate_method']]} calibrator over {len(calibration)} samples",
         notes=notes,
+        quantize_static=call,
     )
 
 

@@ -39,6 +39,9 @@ class Quantized:
     # The ORT quantizer's settings as the ORT paths used them (options.ort over its preset), resolved once
     # here: the lints, the per-tensor table's retries and advice's re-quantizations read these.
     ort_settings: dict = field(default_factory=dict)
+    # How ``ort_input`` was made from the fp32 file, step by step (advice's recipe states them): each
+    # {"call": ORT's public function or None for a step of quantcompare's own, "kwargs", "what"}.
+    ort_steps: list[dict] = field(default_factory=list)
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ctx: StageContext) -> Quantized:
@@ -52,6 +55,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     pt2e_time_limit_s = options.pt2e.time_limit_s or request.limits.pt2e_time_limit_s
     timings: dict[str, float] = {}
     ort_input: list[Path] = []  # the file the ORT paths quantized, set by their thread
+    ort_steps: list[dict] = []
     requested = list(options.artifacts)
     source, samples = prepared.source, prepared.samples
     input_names = [s.name for s in source.specs]
@@ -91,7 +95,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
             return
         if not ort_names:
             return
-        path, ort_note = _input_for_ort(fp32, ort_settings, scratch, timings)
+        path, ort_note = _input_for_ort(fp32, ort_settings, scratch, timings, ort_steps)
         ort_input.append(path)
         for name in ort_names:
             t0 = time.perf_counter()
@@ -113,7 +117,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     _blame_stored_nonfinite(outcomes, fp32)
     return Quantized(ort_settings=ort_settings, outcomes={name: outcomes[name] for name in requested},
                      ort_input=ort_input[0] if ort_input else None, already_quantized=already is not None,
-                     timings=timings)
+                     timings=timings, ort_steps=ort_steps)
 
 
 def _remove_artifact_files(art_dir: Path, artifact: str) -> None:
@@ -158,24 +162,38 @@ def _blame_stored_nonfinite(outcomes: dict[str, tuple[PathOutcome, float]], fp32
         outcome.error = outcome.error.model_copy(update=update)
 
 
-def _input_for_ort(fp32: Fp32, ort_settings: dict, scratch: Path, timings: dict[str, float]) -> tuple[Path, str | None]:
-    """The file both ORT paths quantize: the fp32 model at an opset ORT quantizes, pre-processed."""
+def _input_for_ort(fp32: Fp32, ort_settings: dict, scratch: Path, timings: dict[str, float],
+                   steps: list[dict]) -> tuple[Path, str | None]:
+    """The file both ORT paths quantize: the fp32 model at an opset ORT quantizes, pre-processed; each
+    step that wrote a file is appended to ``steps``."""
+    def own(before: Path, after: Path, note: str | None, what: str) -> None:
+        if after != before:  # a step of quantcompare's own wrote a new file: no public call repeats it
+            steps.append({"call": None, "kwargs": {}, "what": f"{what}: {note or 'changed the file'}"})
+
     ort_input, opset_note = opset_for_ort(fp32.file.path, scratch / "fp32.opset13.onnx",
                                           opset=ai_onnx_opset(fp32.file.model))
+    own(fp32.file.path, ort_input, opset_note, "quantize.onnx_cleanup.opset_for_ort")
+    before = ort_input
     ort_input, float32_note = float32_copy_for_ort(ort_input, scratch / "fp32.float32.onnx",
                                                    model=fp32.file.model if ort_input == fp32.file.path else None)
+    own(before, ort_input, float32_note, "quantize.float32_copy.float32_copy_for_ort")
+    before = ort_input
     ort_input, fix_note = fixed_for_ort_quantizer(
         ort_input, scratch / "fp32.ort_fixups.onnx",
         model=fp32.file.model if ort_input == fp32.file.path else None, identities=not ort_settings["pre_process"])
+    own(before, ort_input, fix_note, "quantize.ort_fixups.fixed_for_ort_quantizer")
     notes = [opset_note, float32_note, fix_note]
     if ort_settings["pre_process"]:
         t0 = time.perf_counter()
-        ort_input, pre_note = preprocessed_for_ort(ort_input, scratch / "fp32.preprocessed.onnx")
+        before = ort_input
+        ort_input, pre_note = preprocessed_for_ort(ort_input, scratch / "fp32.preprocessed.onnx", steps)
         timings["ort_pre_process"] = round(time.perf_counter() - t0, 4)
         notes.append(pre_note)
         # The Identity reroutes (outer-scope and Where reads) go on what quant_pre_process wrote:
         # its level-basic pass would remove them, and quantize_static still needs them.
+        before = ort_input
         ort_input, post_note = fixed_for_ort_quantizer(ort_input, scratch / "fp32.preprocessed.ort_fixups.onnx")
+        own(before, ort_input, post_note, "quantize.ort_fixups.fixed_for_ort_quantizer")
         notes.append(post_note and post_note.replace("before quantize_static:", "after quant_pre_process:", 1))
     else:
         notes.append("quant_pre_process: off (options.ort.pre_process=false)")

@@ -48,6 +48,7 @@ from service.pipeline.inspect.graph_summary import (
 )
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.targets import host_platform
+from service.pipeline.runtime.profile import profile_of, where_it_loses
 from service.pipeline.runtime.latency import (
     LatencyBudget,
     LoadProbe,
@@ -77,7 +78,7 @@ from service.pipeline.vocabulary import (
     int8_coverage,
     op_key,
 )
-from service.schemas.levels import AgreementRow, OptimizedLevel
+from service.schemas.levels import AgreementRow, OpProfile, OptimizedLevel
 from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions, measures_accuracy, timed_levels
 
 log = logging.getLogger(__name__)
@@ -367,20 +368,47 @@ def _time_levels(by_name: dict[str, _Graphs], names: list[str], timed: list[str]
         if same is not None:  # an identical graph at a level timed before: its measurement stands
             earlier = g.per_level[same].latency
             latency = earlier.model_copy(update={"timed_with": same}) if earlier is not None else None
-            g.per_level[level] = ol.model_copy(update={"latency": latency})
+            g.per_level[level] = ol.model_copy(update={"latency": latency, "profile": g.per_level[same].profile})
             continue
         t0 = time.perf_counter()
         try:
             session = session_for(g.path, level, intra_op_threads=protocol.intra_op_threads)
             latency = latency_alone(session, feed, protocol, budget, concurrent_jobs=concurrent_jobs)
             del session
-            g.per_level[level] = ol.model_copy(update={"latency": latency})
+            g.per_level[level] = ol.model_copy(update={"latency": latency,
+                                                       "profile": _profiled(g.path, level, feed, protocol, latency)})
         except Exception as e:  # noqa: BLE001 - a run failing here is a finding, as in the accuracy runs
             g.per_level[level] = ol.model_copy(update={"error": ol.error or scrub(
                 f"latency run failed: {type(e).__name__}: {e}")[:2000]})
         budget.graph_done()
         g.seconds[level] = g.seconds.get(level, 0.0) + time.perf_counter() - t0
         notify("latency", k + 1, len(jobs))
+    _say_where_it_loses(by_name, timed)
+
+
+def _profiled(path: Path, level: str, feed: dict[str, np.ndarray], protocol, latency) -> OpProfile | None:
+    """One run under ORT's profiler after the timed ones, on a session of its own (runtime/profile.py);
+    None when the profiler fails (logged: the latency stands without it)."""
+    try:
+        return profile_of(path, level, feed, threads=protocol.intra_op_threads, median_ms=latency.median_ms)
+    except Exception:  # noqa: BLE001 - a profile is an explanation, never a reason to lose the figure
+        log.warning("profiling %s at %s failed", path.name, level, exc_info=True)
+        return None
+
+
+def _say_where_it_loses(by_name: dict[str, _Graphs], timed: list[str]) -> None:
+    """Each artifact's profile at each timed level says, in one sentence, where it loses to fp32 (when it does)."""
+    fp32 = by_name.get("fp32")
+    if fp32 is None:
+        return
+    for name, g in by_name.items():
+        for level in timed:
+            ol, ref = g.per_level.get(level), fp32.per_level.get(level)
+            if name == "fp32" or ol is None or ref is None or ol.profile is None or not ol.latency or not ref.latency:
+                continue
+            said = where_it_loses(name, level, ol.profile, ol.latency.median_ms, ref.latency.median_ms)
+            g.per_level[level] = ol.model_copy(update={"profile": ol.profile.model_copy(
+                update={"where_it_loses": said})})
 
 
 def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[str], options: ComparisonOptions, *,
