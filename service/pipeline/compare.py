@@ -46,7 +46,9 @@ from service.pipeline.sections import ADVICE, FILES, LAYERS, LEVEL_GRAPHS, OnSec
 from service.pipeline.verdict.advice import AdvicePlan
 from service.pipeline.verdict.advice_stage import Advised, advice_candidates, advice_stage, made_candidates
 from service.pipeline.verdict.decide import decide_stage, levels_so_far
+from service.pipeline.verdict.headline import headline_from_report
 from service.pipeline.verdict.job_cost import job_cost
+from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.pipeline.verdict.not_measured import not_measured
 from service.schemas.options import ComparisonOptions
 from service.schemas.report import JobCores, ModelInfo, Report, TensorSpec
@@ -152,13 +154,15 @@ def run_comparison(
     with clock.stage("decide"):
         decided = decide_stage(options, prepared, fp32, quantized, inspected, levels, layered.report, advised, ctx)
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
-    return sections.final(
+    report = sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
         platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
         advice=advised.proposed, advice_refuted=advised.refuted, advice_not_run=advised.not_run,
         layers=layered.report, verdict=decided.verdict,
         timings=dict(clock.timings), cost=job_cost(clock.timings, decided.artifacts, options),
     )
+    return report.model_copy(update={"headline": headline_from_report(
+        report.model_dump(mode="json"), made_up_data=made_up_data_banner(report.samples))})
 
 
 def _advice_beside_layers(options: ComparisonOptions, plan: AdvicePlan | None, inspected: Inspected,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from service.pipeline.verdict.made_up_data import made_up_data_banner
+from service.pipeline.verdict.headline import headline_from_report
+from service.render.headline_text import headline_lines
 from service.render.levels_text import levels_summary_lines
 from service.render.platforms_text import platforms_lines
 from service.render.units import human_size
@@ -36,6 +38,11 @@ def summary_table(report: Report) -> str:
     banner = made_up_data_banner(report.samples)
     if banner:
         lines += ["", "!! " + banner + " (upload an .npz; CI: gate calibration_data_uploaded)"]
+    # The answer first: the same cards and rule as the page (verdict/headline.py); a partial report has none yet.
+    headline = report.headline or (None if report.partial else
+                                   headline_from_report(report.model_dump(mode="json"), made_up_data=banner))
+    if headline is not None:
+        lines += [""] + headline_lines(headline)
     lines += [
         "",
         f"{'artifact':<14}{'status':<9}{'Q/DQ':>8}  {'bias':<8}{'weights':<10}{'size':>9}  quantized ops (int8 kernels in file)",

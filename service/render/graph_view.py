@@ -1,0 +1,186 @@
+"""The graph ORT runs at one level, as boxes and edges to draw: each node coloured int8 kernel, float
+(with its blocker code) or Q/DQ, long chains folded into one box on big graphs.
+
+Pure: reads a level of the report JSON (``optimized.<level>``: ``nodes``, ``unfused``) and the per-tensor
+table (``layers``) as plain dicts. ``graph_svg.svg_from_dot`` lays the DOT text out with Graphviz.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from service.pipeline.vocabulary import INT8_KERNELS, QDQ_OPS
+
+__all__ = ["Box", "GraphView", "COLLAPSE_OVER", "MIN_CHAIN", "graph_view", "tensor_sqnr_index", "node_kind"]
+
+# Chains fold only on graphs larger than this: a 100-node model keeps a box per node, a 1,000-node one
+# stays readable (and Graphviz stays well under a second).
+COLLAPSE_OVER = 200
+MIN_CHAIN = 3  # a chain of this many same-kind nodes, one after the other, becomes one box
+
+KINDS = {  # kind -> (fill, text colour, legend)
+    "int8": ("#2da44e", "#ffffff", "int8 kernel"),
+    "float": ("#e5534b", "#ffffff", "float, with the ORT condition that kept it (blocker)"),
+    "qdq": ("#d0d7de", "#1f2328", "QuantizeLinear / DequantizeLinear"),
+    "other": ("#ffffff", "#1f2328", "runs as written (no int8 form needed: shape, copy, ...)"),
+}
+
+
+_SHORT = {"QuantizeLinear": "Q", "DequantizeLinear": "DQ"}
+
+
+def _key(n: dict) -> str:
+    dom = n.get("domain") or ""
+    return n.get("op_type", "?") if dom in ("", "ai.onnx") else f"{dom}.{n.get('op_type', '?')}"
+
+
+def node_kind(n: dict, blocked: dict) -> str:
+    if n.get("op_type") in QDQ_OPS:
+        return "qdq"
+    if _key(n) in INT8_KERNELS:
+        return "int8"
+    return "float" if n.get("name") in blocked else "other"
+
+
+def tensor_sqnr_index(layers: dict | None, artifact: str) -> dict[str, dict]:
+    """Tensor name (in the file, and the fp32 name) -> {sqnr_db, ci, tensor} of the per-tensor table."""
+    out: dict[str, dict] = {}
+    for r in (layers or {}).get("rows") or []:
+        cell = (r.get("artifacts") or {}).get(artifact)
+        if not cell:
+            continue
+        entry = {"sqnr_db": cell.get("sqnr_db"), "ci": cell.get("sqnr_db_ci"), "tensor": r.get("tensor")}
+        for name in (cell.get("file_tensor"), r.get("tensor")):
+            if name:
+                out.setdefault(name, entry)
+    return out
+
+
+@dataclass
+class Box:
+    id: str
+    kind: str
+    nodes: list[dict]
+    blocker: str | None = None
+    detail: str | None = None
+    fix: str | None = None
+    sqnr: dict | None = None
+    kinds: Counter = field(default_factory=Counter)  # node kind -> count, for a folded box
+
+    @property
+    def count(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def label(self) -> str:
+        ops = Counter(_SHORT.get(n.get("op_type"), n.get("op_type", "?")) for n in self.nodes)
+        text = (_SHORT.get(self.nodes[0].get("op_type"), self.nodes[0].get("op_type", "?")) if self.count == 1
+                else ", ".join(f"{k} ×{v}" for k, v in sorted(ops.items(), key=lambda kv: (kv[0] in ("Q", "DQ"), -kv[1]))[:2]) + (", …" if len(ops) > 2 else "")
+                + f"\n({self.count} nodes)")
+        return text + (f"\n{self.blocker}" if self.blocker else "")
+
+
+@dataclass
+class GraphView:
+    artifact: str
+    level: str
+    boxes: list[Box] = field(default_factory=list)
+    edges: list[tuple[int, int]] = field(default_factory=list)
+    node_count: int = 0
+    collapsed: bool = False
+
+    def counts(self) -> dict[str, int]:
+        c: Counter = Counter()
+        for b in self.boxes:
+            c.update(b.kinds or {b.kind: b.count})
+        return dict(c)
+
+
+def _links(nodes: list[dict]) -> tuple[list[set[int]], list[set[int]]]:
+    producer = {o: i for i, n in enumerate(nodes) for o in n.get("outputs") or [] if o}
+    preds: list[set[int]] = [set() for _ in nodes]
+    succs: list[set[int]] = [set() for _ in nodes]
+    for i, n in enumerate(nodes):
+        for t in n.get("inputs") or []:
+            p = producer.get(t)
+            if p is not None and p != i:
+                preds[i].add(p)
+                succs[p].add(i)
+    return preds, succs
+
+
+def _chains(keys: list[tuple], preds: list[set[int]], succs: list[set[int]], skip: set[int]) -> list[list[int]]:
+    """Maximal runs i -> j -> ... where each link is the only way out of i and the only way into j (the nodes in
+    ``skip`` left out), of one key; a Q/DQ node joins any run (a chain of float Muls keeps its Q/DQ pairs)."""
+    def key(i: int) -> tuple | None:
+        return None if keys[i][0] == "qdq" else keys[i]
+
+    def joined(i: int, run_key: tuple | None) -> int | None:
+        out = succs[i] - skip
+        if len(out) != 1:
+            return None
+        j = next(iter(out))
+        ok = len(preds[j] - skip) == 1 and (key(j) is None or run_key is None or key(j) == run_key)
+        return j if ok else None
+
+    def walk(i: int) -> list[int]:
+        run, run_key = [i], key(i)
+        while (j := joined(run[-1], run_key)) is not None and j not in run:
+            run.append(j)
+            run_key = run_key or key(j)
+        return run
+
+    placed: set[int] = set()
+    runs = []
+    for i in range(len(keys)):  # nodes are in topological order (ORT saves them so)
+        if i in skip or i in placed:
+            continue
+        run = [j for j in walk(i) if j not in placed]
+        placed |= set(run)
+        runs.append(run)
+    return runs
+
+
+def _sqnr_of(tensor: str, sqnr: dict[str, dict]) -> dict | None:
+    # ORT names a fused int8 kernel's output after the QuantizeLinear it absorbed ("<tensor>_quantized").
+    return sqnr.get(tensor) or sqnr.get(tensor.removesuffix("_quantized"))
+
+
+def graph_view(level: dict, *, artifact: str, level_name: str, layers: dict | None = None,
+               collapse_over: int = COLLAPSE_OVER) -> GraphView:
+    nodes = list(level.get("nodes") or [])
+    blocked = {u.get("node"): u for u in level.get("unfused") or []}
+    sqnr = tensor_sqnr_index(layers, artifact)
+    kinds = [node_kind(n, blocked) for n in nodes]
+    keys = [(k, (blocked.get(n.get("name")) or {}).get("blocker")) for k, n in zip(kinds, nodes)]
+    preds, succs = _links(nodes)
+    collapsed = len(nodes) > collapse_over
+    groups: list[list[int]] = [[i] for i in range(len(nodes))]
+    attach: dict[int, int] = {}
+    if collapsed:
+        # A node that reads only initializers (a weight's DequantizeLinear, a Constant) goes in its one reader's box.
+        attach = {i: next(iter(succs[i])) for i in range(len(nodes)) if not preds[i] and len(succs[i]) == 1}
+        groups = []
+        for run in _chains(keys, preds, succs, set(attach)):
+            groups += [run] if len(run) >= MIN_CHAIN else [[i] for i in run]
+        home = {i: g for g in groups for i in g}
+        for i, j in attach.items():
+            while j in attach:
+                j = attach[j]
+            home[j].append(i)
+        groups = [sorted(g) for g in groups]
+    groups.sort(key=lambda g: g[0])
+    box_of = {i: b for b, g in enumerate(groups) for i in g}
+    view = GraphView(artifact=artifact, level=level_name, node_count=len(nodes), collapsed=collapsed)
+    for b, g in enumerate(groups):
+        members = [nodes[i] for i in g]
+        row = next((blocked[n.get("name")] for n in members if n.get("name") in blocked), {})
+        hit = next((_sqnr_of(t, sqnr) for n in members for t in n.get("outputs") or [] if _sqnr_of(t, sqnr)), None)
+        # The box's colour: its chain's kind (Q/DQ join any chain; a weight's DQ rides on its reader's box).
+        kind = (next((kinds[i] for i in g if kinds[i] != "qdq" and i not in attach), None)
+                or next((kinds[i] for i in g if kinds[i] != "qdq"), "qdq"))
+        view.boxes.append(Box(id=f"{artifact}-{b}", kind=kind, kinds=Counter(kinds[i] for i in g), nodes=members,
+                              blocker=row.get("blocker"), detail=row.get("detail"), fix=row.get("fix"), sqnr=hit))
+    view.edges = sorted({(box_of[p], box_of[i]) for i in range(len(nodes)) for p in preds[i] if box_of[p] != box_of[i]})
+    return view
