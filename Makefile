@@ -26,13 +26,15 @@ $(ARM64): $(STAMP)
 
 arm64: $(ARM64)
 
-# Debian packages the suite uses: chromium renders the report page, curl and jq run the recipes,
+# Debian packages the suite uses: chromium renders the report page, graphviz (dot) lays out its graphs (the
+# service needs it too: `make serve` installs it), curl and jq run the recipes,
 # redis-server is the broker tests/celery starts on loopback, postgresql the job store tests/deploy
 # starts in a temporary folder (initdb + pg_ctl).
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	command -v jq >/dev/null || missing="$$missing jq"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -41,7 +43,7 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-serve: $(STAMP) $(ARM64)
+serve: $(STAMP) $(ARM64) system-deps
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)
 
 # Both cores by default (the suite took ~14.5 min in one process, ~9 in two); a file's tests stay in

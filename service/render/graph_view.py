@@ -74,10 +74,14 @@ class Box:
 
     @property
     def label(self) -> str:
-        ops = Counter(_SHORT.get(n.get("op_type"), n.get("op_type", "?")) for n in self.nodes)
-        text = (_SHORT.get(self.nodes[0].get("op_type"), self.nodes[0].get("op_type", "?")) if self.count == 1
-                else ", ".join(f"{k} ×{v}" for k, v in sorted(ops.items(), key=lambda kv: (kv[0] in ("Q", "DQ"), -kv[1]))[:2]) + (", …" if len(ops) > 2 else "")
-                + f"\n({self.count} nodes)")
+        """The op (or the ops of a folded chain, Q/DQ counted apart), then the blocker code of a float box."""
+        ops = Counter(n.get("op_type", "?") for n in self.nodes)
+        qdq = sum(v for k, v in ops.items() if k in QDQ_OPS)
+        main = [f"{k} ×{v}" if v > 1 else k for k, v in ops.most_common() if k not in QDQ_OPS]
+        if not main:
+            text = " ".join(f"{_SHORT[k]} ×{v}" if v > 1 else _SHORT[k] for k, v in sorted(ops.items()))
+        else:
+            text = ", ".join(main[:2]) + (", …" if len(main) > 2 else "") + (f" +{qdq} Q/DQ" if qdq else "")
         return text + (f"\n{self.blocker}" if self.blocker else "")
 
 
