@@ -8,7 +8,7 @@ PORT   ?= 8000
 
 ARM64  := $(VENV)/arm64/ready.json
 
-.PHONY: venv serve test test-fast bench mutants docs clean system-deps arm64
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +43,12 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-serve: $(STAMP) $(ARM64) system-deps
+# Graphviz's dot lays out the report page's graphs: the service itself needs it, not only the suite.
+graph-deps:
+	@command -v dot >/dev/null || { echo "installing: graphviz"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
+
+serve: $(STAMP) $(ARM64) graph-deps
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)
 
 # Both cores by default (the suite took ~14.5 min in one process, ~9 in two); a file's tests stay in
