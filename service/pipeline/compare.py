@@ -46,7 +46,7 @@ from service.pipeline.sections import ADVICE, FILES, LAYERS, LEVEL_GRAPHS, OnSec
 from service.pipeline.verdict.advice import AdvicePlan
 from service.pipeline.verdict.advice_stage import Advised, advice_candidates, advice_stage, made_candidates
 from service.pipeline.verdict.decide import decide_stage, levels_so_far
-from service.pipeline.verdict.headline import headline_from_report
+from service.pipeline.headline import headline_from_report
 from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.pipeline.verdict.not_measured import not_measured

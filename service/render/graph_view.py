@@ -18,6 +18,7 @@ __all__ = ["Box", "GraphView", "COLLAPSE_OVER", "MIN_CHAIN", "graph_view", "tens
 # stays readable (and Graphviz stays well under a second).
 COLLAPSE_OVER = 200
 MIN_CHAIN = 3  # a chain of this many same-kind nodes, one after the other, becomes one box
+MAX_FOLD = 60  # repeated blocks fold into boxes of at most this many nodes: the drawing keeps the model's length
 
 KINDS = {  # kind -> (fill, text colour, legend)
     "int8": ("#2da44e", "#ffffff", "int8 kernel"),
@@ -28,6 +29,7 @@ KINDS = {  # kind -> (fill, text colour, legend)
 
 
 _SHORT = {"QuantizeLinear": "Q", "DequantizeLinear": "DQ"}
+_MOVES = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Shape", "Gather"})
 
 
 def _key(n: dict) -> str:
@@ -77,11 +79,15 @@ class Box:
         """The op (or the ops of a folded chain, Q/DQ counted apart), then the blocker code of a float box."""
         ops = Counter(n.get("op_type", "?") for n in self.nodes)
         qdq = sum(v for k, v in ops.items() if k in QDQ_OPS)
-        main = [f"{k} ×{v}" if v > 1 else k for k, v in ops.most_common() if k not in QDQ_OPS]
+        main = [f"{k} ×{v}" if v > 1 else k for k, v in sorted(ops.items(), key=lambda kv: (kv[0] in _MOVES, -kv[1]))
+                if k not in QDQ_OPS]
         if not main:
             text = " ".join(f"{_SHORT[k]} ×{v}" if v > 1 else _SHORT[k] for k, v in sorted(ops.items()))
         else:
             text = ", ".join(main[:2]) + (", …" if len(main) > 2 else "") + (f" +{qdq} Q/DQ" if qdq else "")
+        mixed = {k: v for k, v in self.kinds.items() if k in ("int8", "float")}
+        if len(mixed) > 1:
+            text += "\n" + ", ".join(f"{k} ×{v}" for k, v in sorted(mixed.items(), key=lambda kv: kv[0] != "int8"))
         return text + (f"\n{self.blocker}" if self.blocker else "")
 
 
@@ -146,6 +152,38 @@ def _chains(keys: list[tuple], preds: list[set[int]], succs: list[set[int]], ski
     return runs
 
 
+def _block_runs(keys: list[tuple], ops: list[str], succs: list[set[int]]) -> list[list[int]]:
+    """Runs of consecutive blocks that repeat one another: a block ends where a single tensor is live between the
+    nodes before and after it (nodes in saved, topological order), as after each residual block; blocks whose nodes
+    (Q/DQ and shape ops aside) have the same ops, kinds and blockers repeat. 70 residual blocks in a row become
+    a few boxes of at most MAX_FOLD nodes each."""
+    last_use = [max(succ, default=i) for i, succ in enumerate(succs)]
+    ending = Counter(u for i, u in enumerate(last_use) if u > i)
+    blocks, start, live = [], 0, 0
+    for p in range(len(keys)):
+        live += (last_use[p] > p) - ending[p]  # tensors made at or before p and read after it
+        if live <= 1:  # only the block's output (or nothing) goes on past p
+            blocks.append(list(range(start, p + 1)))
+            start = p + 1
+    if start < len(keys):
+        blocks.append(list(range(start, len(keys))))
+    runs: list[tuple[tuple, list[list[int]]]] = []
+    for block in blocks:
+        sig = tuple(sorted(Counter((keys[i], ops[i]) for i in block if keys[i][0] not in ("qdq", "other")).items()))
+        fits = bool(runs) and sum(map(len, runs[-1][1])) + len(block) <= MAX_FOLD
+        if fits and (not sig or runs[-1][0] == sig):  # a block of Q/DQ only (between two others) joins the run
+            runs[-1][1].append(block)
+        else:
+            runs.append((sig, [block]))
+    out = []
+    for sig, bs in runs:
+        one_kind = len({k for (k, _), _ in sig}) == 1
+        repeats = sum(1 for b in bs if any(keys[i][0] not in ("qdq", "other") for i in b))
+        if sig and (repeats >= 2 or (one_kind and len(bs[0]) >= 2 * MIN_CHAIN)):
+            out.append([i for b in bs for i in b])
+    return out
+
+
 def _sqnr_of(tensor: str, sqnr: dict[str, dict]) -> dict | None:
     # ORT names a fused int8 kernel's output after the QuantizeLinear it absorbed ("<tensor>_quantized").
     return sqnr.get(tensor) or sqnr.get(tensor.removesuffix("_quantized"))
@@ -165,8 +203,13 @@ def graph_view(level: dict, *, artifact: str, level_name: str, layers: dict | No
     if collapsed:
         # A node that reads only initializers (a weight's DequantizeLinear, a Constant) goes in its one reader's box.
         attach = {i: next(iter(succs[i])) for i in range(len(nodes)) if not preds[i] and len(succs[i]) == 1}
-        groups = []
-        for run in _chains(keys, preds, succs, set(attach)):
+        # Whole blocks of one kind first, then chains among the nodes left.
+        groups = [r for r in _block_runs(keys, [n.get("op_type", "?") for n in nodes], succs) if len(r) >= 2 * MIN_CHAIN]
+        folded = {i for g in groups for i in g}
+        for i in list(attach):
+            if i in folded:
+                del attach[i]
+        for run in _chains(keys, preds, succs, set(attach) | folded):
             groups += [run] if len(run) >= MIN_CHAIN else [[i] for i in run]
         home = {i: g for g in groups for i in g}
         for i, j in attach.items():
@@ -182,8 +225,8 @@ def graph_view(level: dict, *, artifact: str, level_name: str, layers: dict | No
         row = next((blocked[n.get("name")] for n in members if n.get("name") in blocked), {})
         hit = next((_sqnr_of(t, sqnr) for n in members for t in n.get("outputs") or [] if _sqnr_of(t, sqnr)), None)
         # The box's colour: its chain's kind (Q/DQ join any chain; a weight's DQ rides on its reader's box).
-        kind = (next((kinds[i] for i in g if kinds[i] != "qdq" and i not in attach), None)
-                or next((kinds[i] for i in g if kinds[i] != "qdq"), "qdq"))
+        present = {kinds[i] for i in g if i not in attach} or {kinds[i] for i in g}
+        kind = next(k for k in ("float", "int8", "other", "qdq") if k in present or k == "qdq")
         view.boxes.append(Box(id=f"{artifact}-{b}", kind=kind, kinds=Counter(kinds[i] for i in g), nodes=members,
                               blocker=row.get("blocker"), detail=row.get("detail"), fix=row.get("fix"), sqnr=hit))
     view.edges = sorted({(box_of[p], box_of[i]) for i in range(len(nodes)) for p in preds[i] if box_of[p] != box_of[i]})

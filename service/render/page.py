@@ -18,7 +18,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.schemas.options import LEVELS
 from service.pipeline.files import split_name
 from service.pipeline.verdict.made_up_data import made_up_data_banner
-from service.pipeline.verdict.headline import headline_from_report
+from service.pipeline.headline import headline_from_report
 from service.render import svg
 from service.render.graph_svg import DotUnavailable, graph_svg
 from service.render.graph_view import KINDS, graph_view
@@ -170,7 +170,12 @@ def _headline(report: dict) -> dict:
     """The report's headline; computed by the same function for a report that has none (partial, older)."""
     if report.get("headline"):
         return report["headline"]
-    return headline_from_report(report, made_up_data=_made_up_banner(report.get("samples"))).model_dump(mode="json")
+    made = headline_from_report(report, made_up_data=_made_up_banner(report.get("samples"))).model_dump(mode="json")
+    if report.get("partial"):  # the gates are decided with the finished report: no file is named before
+        made.update(choice=None, sentence="Running: which file to ship comes with the finished report; "
+                                          "the cards fill in as sections finish.",
+                    cards=[{**c, "chosen": False, "verdict": ""} for c in made["cards"]])
+    return made
 
 
 def _graphs(report: dict, names: list[str], level: str | None, job_id: str) -> list[dict]:

@@ -277,7 +277,7 @@ class Report(_Model):
     layers: LayersReport | None = None
     # None only in a partial report: the gates are decided once every section is done.
     verdict: Verdict | None = None
-    # The first answer (verdict/headline.py): one card per quantized artifact and which file to ship, by the
+    # The first answer (pipeline/headline.py): one card per quantized artifact and which file to ship, by the
     # rule it states. None in a partial report and in reports made before it (the page computes it then).
     headline: Headline | None = None
     timings: dict[str, float] = Field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""The headline's "which file" rule (verdict/headline.py: which_file), case by case, and the cards it reads from a
+"""The headline's "which file" rule (pipeline/headline.py: which_file), case by case, and the cards it reads from a
 report. Pure: plain dicts and cards, no toolchain."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from service.pipeline.verdict.headline import RULE, deployed_level, headline_from_report, which_file
+from service.pipeline.headline import RULE, deployed_level, headline_from_report, which_file
 from service.schemas.headline import HeadlineCard
 
 
