@@ -62,8 +62,8 @@ def summary_table(report: Report) -> str:
     # The answer first: the same cards and rule as the page (pipeline/headline.py); a partial report has none yet.
     headline = report.headline or (None if report.partial else
                                    headline_from_report(report.model_dump(mode="json"), made_up_data=banner))
-    if headline is not None:
-        lines += [""] + headline_lines(headline)
+    if headline is not None:  # right under the made-up-data line, which qualifies it
+        lines += ([] if banner else [""]) + headline_lines(headline)
     lines += [
         "",
         f"{'artifact':<14}{'status':<9}{'Q/DQ':>8}  {'bias':<8}{'weights':<10}{'size':>9}  quantized ops (int8 kernels in file)",
