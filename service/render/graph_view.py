@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from service.pipeline.vocabulary import INT8_KERNELS, QDQ_OPS
+from service.pipeline.vocabulary import DATA_MOVEMENT_OPS, INT8_KERNELS, QDQ_OPS, SHAPE_READING_OPS
 
 __all__ = ["Box", "GraphView", "COLLAPSE_OVER", "MIN_CHAIN", "graph_view", "tensor_sqnr_index", "node_kind"]
 
@@ -29,7 +29,7 @@ KINDS = {  # kind -> (fill, text colour, legend)
 
 
 _SHORT = {"QuantizeLinear": "Q", "DequantizeLinear": "DQ"}
-_MOVES = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast", "Shape", "Gather"})
+_MOVES = DATA_MOVEMENT_OPS | SHAPE_READING_OPS  # listed after the ops that compute in a folded box's label
 
 
 def _key(n: dict) -> str:
