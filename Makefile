@@ -8,7 +8,16 @@ PORT   ?= 8000
 
 ARM64  := $(VENV)/arm64/ready.json
 
-.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64
+# Targets of options.platforms (docs/platforms.md): PyPI wheels unpacked under .venv/targets, each run in a child
+# process. On disk: QNN ~245 MB, OpenVINO ~180 MB, an ORT release ~51 MB. Leave one out with `make QNN=0`,
+# `make OPENVINO=0`, `make ORT_RELEASES=` (none); more releases: `make ORT_RELEASES="1.22.1 1.20.1"` (1.18+).
+QNN          ?= 1
+OPENVINO     ?= 1
+ORT_RELEASES ?= 1.22.1
+TARGET_DIRS  := $(if $(filter 1,$(QNN)),qnn) $(if $(filter 1,$(OPENVINO)),openvino) $(addprefix ort-,$(ORT_RELEASES))
+TARGETS      := $(foreach d,$(TARGET_DIRS),$(VENV)/targets/$(d)/ready)
+
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +34,11 @@ $(ARM64): $(STAMP)
 	$(BIN)/python -m service.pipeline.platforms.sysroot $(VENV)/arm64 >/dev/null
 
 arm64: $(ARM64)
+
+$(VENV)/targets/%/ready: | $(STAMP)
+	$(BIN)/python -m service.pipeline.platforms.targets.install $(VENV)/targets $*
+
+targets: $(TARGETS)
 
 # Debian packages the suite uses: chromium renders the report page, graphviz (dot) lays out its graphs (the
 # service needs it too: `make serve` installs it), curl and jq run the recipes,
@@ -48,14 +62,14 @@ graph-deps:
 	@command -v dot >/dev/null || { echo "installing: graphviz"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
 
-serve: $(STAMP) $(ARM64) graph-deps
+serve: $(STAMP) $(ARM64) $(TARGETS) graph-deps
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)
 
 # Both cores by default (the suite took ~14.5 min in one process, ~9 in two); a file's tests stay in
 # one worker so its fixtures (live servers, cached comparisons) are built once. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 
-test: $(STAMP) system-deps $(ARM64)
+test: $(STAMP) system-deps $(ARM64) $(TARGETS)
 	$(BIN)/pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
 test-fast: $(STAMP)

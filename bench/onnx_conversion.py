@@ -3,7 +3,7 @@
 For every fp32 ONNX model of the real-world corpus (already-quantized uploads are not quantized
 again, so they are left out) this runs, in one process, on the job's own samples:
   ort      ORT CPU runs the fp32 file (the denominator: models ORT can run)
-  after    quantize/onnx_torch (specialize -> build -> parity -> torch.export) -> PT2E -> QDQ ONNX
+  after    quantize/pt2e_from_onnx (specialize -> build -> parity -> torch.export) -> PT2E -> QDQ ONNX
   ort_qdq  ORT quantize_static QDQ, for scale: the time of the path next to it
 Times are wall-clock seconds (time.perf_counter) on this machine; `convert` is ONNX -> torch.export
 program (with the parity run for `after`), `pt2e` is prepare/calibrate/convert + ONNX re-export.
@@ -59,7 +59,7 @@ def run(model, folder: Path) -> dict:
     except Exception as e:  # noqa: BLE001
         row["ort_qdq"] = f"failed {time.perf_counter() - t0:.1f}s"
     variants = []
-    from service.pipeline.quantize.onnx_torch.program import program_from_onnx as new
+    from service.pipeline.quantize.pt2e_from_onnx.program import program_from_onnx as new
 
     variants.append(("after", lambda: new(source, shapes, calibration=samples.calibration,
                                           evaluation=samples.evaluation)))

@@ -20,7 +20,12 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from service.errors import validation_errors
+from service.pipeline.context import RunLimits
 from service.pipeline.inputs.safety.budgets import Budgets  # framework-free (a dataclass of limits)
+
+# The PT2E path may use this share of a job's time limit (options.pt2e.time_limit_s unset): past it
+# the path stops and the ORT paths, the levels and the rest of the report still fit in the job's time.
+PT2E_SHARE_OF_JOB_TIME = 0.5
 
 ENV_PREFIX = "QUANTCOMPARE_"
 BUDGET_PREFIX = ENV_PREFIX + "BUDGET_"
@@ -152,6 +157,11 @@ class Settings(BaseModel):
     def cores_per_job(self) -> tuple[int | None, str | None]:
         """The upper bound on one job's cores, and where it comes from (said in the report when it binds)."""
         return (self.job_cores, "QUANTCOMPARE_JOB_CORES") if self.job_cores is not None else (None, None)
+
+    def run_limits(self) -> RunLimits:
+        """The settings a comparison runs under, carried whole to the pipeline (pipeline/context.py)."""
+        return RunLimits(allow_pt2=self.allow_pt2, budgets=self.budgets,
+                         pt2e_time_limit_s=round(self.job_timeout_s * PT2E_SHARE_OF_JOB_TIME, 3))
 
     @property
     def preload_modules(self) -> list[str]:

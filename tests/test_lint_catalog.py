@@ -1,5 +1,5 @@
-"""Every lint code the code base writes is in the catalog (service/pipeline/verdict/lint_catalog.py) with
-the severities it writes, and docs/lints.md lists exactly the catalog's codes with the same severities.
+"""Every lint code the code base writes is registered (service/pipeline/verdict/lints/, ``@lint``) with
+the severities it writes, and docs/lints.md lists exactly the registry's codes with the same severities.
 
 Read from the source (every ``Lint(code=..., severity=...)`` call), so a lint that only a rare model
 triggers is held to the catalog too."""
@@ -10,7 +10,7 @@ import ast
 import re
 from pathlib import Path
 
-from service.pipeline.verdict.lint_catalog import LINT_CATALOG
+from service.pipeline.verdict.lints import LINTS as LINT_CATALOG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,3 +61,14 @@ def test_the_docs_list_exactly_the_catalog():
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| ([a-z, ]+) \|", (ROOT / "docs" / "lints.md").read_text(), re.M)
     documented = {code: tuple(s.strip() for s in sev.split(",")) for code, sev in rows}
     assert documented == {code: kind.severities for code, kind in LINT_CATALOG.items()}
+
+
+def test_each_code_is_one_registered_function_and_the_decide_stage_runs_the_registry():
+    """A new lint is one function (``@lint``) and one docs line: nothing else gathers lints."""
+    from service.pipeline.verdict import decide
+    from service.pipeline.verdict.lints import registry
+
+    assert all(kind.code == code and callable(kind.find) for code, kind in LINT_CATALOG.items())
+    assert len({kind.find for kind in LINT_CATALOG.values()}) == len(LINT_CATALOG)
+    assert decide.run_lints is registry.run_lints
+    assert "run_lints(" in (ROOT / "service" / "pipeline" / "verdict" / "decide.py").read_text()

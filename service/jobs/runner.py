@@ -16,6 +16,7 @@ from service.jobs.storage.disk import dedupe_job_files, drop_consumed_archive, r
 from service.jobs.spec import JobSpec
 from service.jobs.storage.report_file import write_partial_report, write_report
 from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.context import RunLimits
 from service.pipeline.inputs.safety import Budgets
 from service.schemas.options import ComparisonOptions
 
@@ -29,11 +30,9 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         example=spec.example,
         calibration_path=(job_dir / spec.calibration_file) if spec.calibration_file else None,
         model_name=spec.model_name,
-        allow_pt2=spec.allow_pt2,
-        budgets=Budgets(**spec.budgets) if spec.budgets else None,  # the server's QUANTCOMPARE_BUDGET_* settings
+        limits=RunLimits.from_json(spec.limits, Budgets),  # the server's settings, carried whole
         keep_level_graphs=False,  # level graphs are made again on download (service/jobs/storage/level_downloads.py)
         concurrent_jobs=running_jobs_probe(job_dir),
-        pt2e_time_limit_s=spec.pt2e_time_limit_s,
         job_cores=spec.job_cores, job_cores_source=spec.job_cores_source,
         cores_ledger=Path(spec.job_cores_ledger) if spec.job_cores_ledger else None,
     )

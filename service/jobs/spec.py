@@ -30,6 +30,9 @@ ARTIFACTS_DIR = "artifacts"
 INPUT_DIR = "input"
 
 
+_LEGACY_LIMITS = ("allow_pt2", "budgets", "pt2e_time_limit_s")
+
+
 @dataclass(frozen=True)
 class JobSpec:
     id: str
@@ -39,11 +42,9 @@ class JobSpec:
     example: str | None = None
     calibration_file: str | None = None
     model_name: str | None = None  # display only; never used as a path
-    allow_pt2: bool = True  # the server's setting, carried so a remote worker applies the same policy
-    # The server's static budgets (dataclasses.asdict of Budgets), carried for the same reason; {} = defaults.
-    budgets: dict[str, Any] = field(default_factory=dict)
-    # The PT2E path's time limit unless the options set one (the server's share of its job time limit).
-    pt2e_time_limit_s: float | None = None
+    # The server's settings the job runs under (RunLimits.to_json(): .pt2 allowed, budgets, PT2E's time
+    # limit), carried whole so a remote worker applies the same policy; {} = the defaults.
+    limits: dict[str, Any] = field(default_factory=dict)
     # The bound on the job's cores and where it comes from, and the machine's cores ledger (None: the
     # default folder): set by the pool that runs the job (its machine's settings), not at submission.
     job_cores: int | None = None
@@ -57,6 +58,9 @@ class JobSpec:
     @classmethod
     def from_json(cls, text: str) -> "JobSpec":
         data = json.loads(text)
+        legacy = {k: data.pop(k) for k in _LEGACY_LIMITS if k in data}  # a spec written before RunLimits
+        if legacy and "limits" not in data:
+            data["limits"] = legacy
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def write(self, job_dir: Path) -> None:

@@ -37,15 +37,6 @@ def cache_key(*, model: str, calibration: str | None, options: dict, versions: d
     }).encode()).hexdigest()
 
 
-# The PT2E path may use this share of a job's time limit (options.pt2e.time_limit_s unset): past it
-# the path stops and the ORT paths, the levels and the rest of the report still fit in the job's time.
-PT2E_SHARE_OF_JOB_TIME = 0.5
-
-
-def pt2e_time_limit(settings: Settings) -> float:
-    return round(settings.job_timeout_s * PT2E_SHARE_OF_JOB_TIME, 3)
-
-
 @dataclasses.dataclass(frozen=True)
 class Submitted:
     record: JobRecord
@@ -59,18 +50,15 @@ def submit_or_reuse(executor: Executor, settings: Settings, *, model_key: str, c
     """A stored result for the same inputs when one still loads (``report_loads(job_id)``), else the
     identical job still queued or running (joined), else a new job that takes ownership of
     ``staged``. On reuse or join ``staged`` is removed."""
-    pt2e_limit_s = pt2e_time_limit(settings)
+    limits = settings.run_limits().to_json()  # in the key: a lower budget must not hit an old result
     key = cache_key(model=model_key, calibration=calibration_key, options=options, versions=versions,
-                    extra={"schema_version": SCHEMA_VERSION, "allow_pt2": settings.allow_pt2,
-                           "budgets": dataclasses.asdict(settings.budgets),  # a lower budget must not hit an old result
-                           "pt2e_time_limit_s": pt2e_limit_s})
+                    extra={"schema_version": SCHEMA_VERSION, **limits})
     for rec in executor.cached(key):
         if report_loads(rec.id):
             executor.metrics.cache_hits.inc()
             if staged is not None:
                 shutil.rmtree(staged, ignore_errors=True)
             return Submitted(rec, cached=True)
-    spec = JobSpec(id=new_job_id(), options=options, allow_pt2=settings.allow_pt2,
-                   budgets=dataclasses.asdict(settings.budgets), pt2e_time_limit_s=pt2e_limit_s, **spec_fields)
+    spec = JobSpec(id=new_job_id(), options=options, limits=limits, **spec_fields)
     rec = executor.submit(spec, staged, cache_key=key)
     return Submitted(rec, cached=False, joined=rec.id != spec.id)

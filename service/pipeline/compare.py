@@ -1,6 +1,6 @@
 """One comparison, start to finish: the framework-free core the CLI and the workers call.
 
-    prepare   load + check the model, resolve input shapes, make the shared samples   inputs/stage.py
+    prepare   load + check the model, resolve input shapes, make the shared samples  inputs/stage.py
     fp32      the fp32 ONNX reference (uploaded, or exported from torch)             fp32/stage.py
     quantize  pt2e_qdq | ort_qdq | ort_qoperator, each failing alone                 quantize/stage.py
     inspect   what each file writes                                                  inspect/stage.py
@@ -15,9 +15,10 @@
     decide    artifacts' final status, decisions, lints, platform notes, verdict     verdict/decide.py
 
 ``run_comparison`` calls one function per stage, each as ``stage(options, <earlier results>, ctx)``,
-each returning a typed value the later ones read; ``ctx`` (context.py) is frozen. The spine alone
-keeps the clock, and builds the report once, at the end; ``on_section`` gets the report as it comes,
-each section as it is finished (sections.py). ``options.depth`` says how far it goes.
+each returning a typed value the later ones read; ``ctx`` (context.py) is frozen. The steps above are
+``stages.STEPS``, in the order they run. The spine alone keeps the clock, and builds the report once,
+at the end; ``on_section`` gets the report as it comes, each section as it is finished (sections.py).
+``options.depth`` says how far it goes.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from dataclasses import replace
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -38,10 +40,16 @@ from service.pipeline.inputs.specs import output_specs_from_onnx
 from service.pipeline.inputs.stage import Prepared, prepare_stage
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.stage import Inspected, inspect_stage
-from service.pipeline.layers.layers_stage import Layered, layers_stage, shared_first_samples, table_for_job
+from service.pipeline.layers.layers_stage import (
+    Layered, TableTurn, layers_stage, shared_first_samples, table_for_job,
+)
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
+from service.pipeline.platforms.targets.gates import target_gate_result
+from service.pipeline.platforms.targets.lints import target_lints
+from service.pipeline.verdict.gates import verdict_from_artifacts
+from service.pipeline.verdict.lints import checked_lints
 from service.pipeline.quantize.stage import quantize_stage
 from service.pipeline.runtime.parallel_runs import ACCURACY_HOW
 from service.pipeline.runtime.stage import levels_stage
@@ -52,19 +60,17 @@ from service.pipeline.advice.stage import (
     Advised, advice_candidates, advice_stage, best_candidate_measured, made_candidates,
 )
 from service.pipeline.advice.extras_spent import extras_spent
-from service.pipeline.verdict.decide import decide_stage, levels_so_far
-from service.pipeline.headline import headline_from_report
+from service.pipeline.verdict.decide import Decided, decide_stage, levels_so_far
+from service.pipeline.verdict.headline import headline_from_report
 from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.pipeline.verdict.not_measured import not_measured
 from service.schemas.options import ComparisonOptions
 from service.schemas.report import JobCores, ModelInfo, Report, TensorSpec
 
-__all__ = ["ComparisonRequest", "STAGES", "run_comparison"]
+__all__ = ["ComparisonRequest", "run_comparison"]
 
 log = logging.getLogger(__name__)
-
-STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "latency", "platforms", "advice", "decide")
 
 # The largest fp32 model (file and external data) whose advice re-quantizations run beside the per-tensor
 # table: past it they run after it, so a real-size model's peak of memory stays the table's alone.
@@ -164,8 +170,8 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     if plan is not None:
         extras.hold_for(plan.reserve_seconds)
     beside = _advice_beside_layers(options, plan, inspected, ctx)
-    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, table=table, extras=extras,
-                           beside=(lambda: made_candidates(plan)) if beside else None)
+    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, TableTurn(
+        table=table, extras=extras, beside=(lambda: made_candidates(plan)) if beside else None))
     if layered.report is not None:
         sections.publish(LAYERS, layers=layered.report)
     advised = advice_stage(options, plan, ctx, made_beside="the per-tensor table (layers), on two cores" if beside else None)
@@ -175,6 +181,7 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     with clock.stage("decide"):
         decided = decide_stage(options, prepared, fp32, quantized, inspected, levels, layered.report, advised, ctx)
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
+    decided = _with_platform_findings(decided, options, prepared, platforms)
     report = sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
         platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
@@ -185,6 +192,17 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
     )
     return report.model_copy(update={"headline": headline_from_report(
         report.model_dump(mode="json"), made_up_data=made_up_data_banner(report.samples))})
+
+
+def _with_platform_findings(decided: Decided, options: ComparisonOptions, prepared, platforms: dict) -> Decided:
+    """Gates on a target read ``platforms.<name>`` (a stage after the verdict's); the targets' failures and
+    differences become lints."""
+    if not platforms:
+        return decided
+    return replace(decided, lints=checked_lints(decided.lints + target_lints(platforms)),
+                   verdict=verdict_from_artifacts(decided.artifacts, options, list(options.gates),
+                                                  samples=prepared.samples.info, platforms=platforms,
+                                                  platform_gate=target_gate_result))
 
 
 def _advice_beside_layers(options: ComparisonOptions, plan: AdvicePlan | None, inspected: Inspected,
@@ -212,7 +230,7 @@ def _layers_and_advice_seconds(options: ComparisonOptions, layered: Layered, adv
     if layered.report is not None:
         out["layers"] = own["layers"]
     if options.advice.enabled:
-        out["advice"] = own["advice"] + advised.timed_seconds
+        out["advice"] = advised.first_seconds + own["advice"] + advised.timed_seconds
     return out
 
 

@@ -7,7 +7,7 @@ a stage hands what later stages need in its own typed result, never by writing o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
@@ -18,15 +18,41 @@ Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 @dataclass(frozen=True)
+class RunLimits:
+    """The service's settings a comparison runs under, carried whole: ``Settings.run_limits()`` (config.py)
+    -> ``JobSpec.limits`` (JSON, so a remote worker applies the same policy) -> ``ComparisonRequest.limits``.
+    A new one is a field here and its source in Settings.run_limits. The CLI runs under the defaults."""
+
+    allow_pt2: bool = True  # accept .pt2 uploads (they need the static archive check)
+    # The static budgets checked before the heavy calls (inputs/safety/budgets.Budgets; None: its defaults).
+    budgets: object | None = None
+    # The PT2E path's time limit when options.pt2e.time_limit_s leaves it open: the service's share of its
+    # job time limit, so that the ORT paths' results outlive a slow PT2E. None: no limit.
+    pt2e_time_limit_s: float | None = None
+
+    def to_json(self) -> dict:
+        """JSON-safe (the spec's, and the cache key's: a lower budget must not hit an old result)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["budgets"] = asdict(self.budgets) if self.budgets is not None else {}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict, budgets_type: Callable[..., object] | None = None) -> "RunLimits":
+        """The limits a spec carries; ``budgets_type`` builds the budgets from their JSON (Budgets)."""
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        raw = known.pop("budgets", None)
+        return cls(**known, budgets=budgets_type(**raw) if raw and budgets_type else None)
+
+
+@dataclass(frozen=True)
 class ComparisonRequest:
     options: ComparisonOptions = field(default_factory=ComparisonOptions)
     model_path: Path | None = None
     example: str | None = None
     calibration_path: Path | None = None
     model_name: str | None = None
-    # Passed through from the service's settings to the safety checks.
-    budgets: object | None = None
-    allow_pt2: bool = True
+    # The service's settings, carried whole (the CLI: the defaults).
+    limits: RunLimits = field(default_factory=RunLimits)
     # The service keeps only the level graphs' digests (a download makes them again); the CLI keeps files.
     keep_level_graphs: bool = True
     # Jobs the service is running right now (recorded with each latency measurement).
@@ -37,9 +63,6 @@ class ComparisonRequest:
     # The CLI reads a model where it lies, external data beside it included; a service upload of one
     # .onnx has no folder (its external data comes in an archive).
     data_beside_model: bool = False
-    # The PT2E path's time limit when options.pt2e.time_limit_s leaves it open: the service's share
-    # of its job time limit (jobs/submission.py), so that the ORT paths' results outlive a slow PT2E.
-    pt2e_time_limit_s: float | None = None
 
     # The most cores the job's untimed work may use, and where that bound comes from (the service's
     # QUANTCOMPARE_JOB_CORES, the CLI's --cores); None: no bound. Within it the job takes the cores no other

@@ -28,16 +28,32 @@ class _HasOp(Protocol):
     domain: str
 
 
+# ONNX spells its default domain two ways; this is the one place that says so (a tree rule holds every
+# other module to ``is_onnx_domain``).
+_ONNX_DOMAIN_SPELLINGS = ("", "ai.onnx")
+
+
+def is_onnx_domain(domain: str | None) -> bool:
+    """Whether a node's or an opset import's ``domain`` is ONNX's default one (written "" or "ai.onnx";
+    None, as an unset field reads in some builders, is "")."""
+    return (domain or "") in _ONNX_DOMAIN_SPELLINGS
+
+
+def onnx_domain_name(domain: str | None) -> str:
+    """``domain`` with the default one written "" (ONNX's schema lookups take that spelling)."""
+    return "" if is_onnx_domain(domain) else domain
+
+
 def ai_onnx_opset(model, default: int | None = None) -> int | None:
     """The version of the default domain (ai.onnx, written "" or "ai.onnx") ``model`` imports;
     ``default`` when it imports none (a model of custom ops only)."""
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default)
+    return next((o.version for o in model.opset_import if is_onnx_domain(o.domain)), default)
 
 
 def op_key(node: _HasOp) -> str:
     """Histogram key of a node (NodeProto or NodeSummary): ``op_type`` in ai.onnx, ``domain.op_type``
     elsewhere, so ``QLinearConv`` and ``com.microsoft.QLinearConv`` stay apart."""
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}"
+    return node.op_type if is_onnx_domain(node.domain) else f"{node.domain}.{node.op_type}"
 
 
 # Float compute ops: with the int8 compute kernels, the int8_coverage denominator (counted in each
@@ -129,12 +145,8 @@ RANDOM_OPS = RANDOM_LIKE_OPS | {"RandomNormal", "RandomUniform"}
 # Compress [num_true]). Downstream of one, two runs of the same graph on the same input can differ in
 # length when the values differ: a quantized detector keeps other boxes than fp32 does.
 SELECTION_OPS = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
-# The selections the ONNX -> torch converter carries whole: their count becomes a torch SymInt
-# (quantize/onnx_torch/data_sizes.py).
-CONVERTED_SELECTION_OPS = frozenset({"NonZero"})
-# Shape arithmetic that converter evaluates on such a count (numpy on ints and SymInts) rather than as torch ops.
-SIZE_ARITHMETIC_OPS = frozenset({"Identity", "Cast", "Unsqueeze", "Squeeze", "Concat", "Gather", "Slice", "Add", "Sub",
-                                 "Mul", "Div", "Neg", "Max", "Min", "ReduceProd", "ReduceSum"})
+# (The selections the ONNX -> torch converter carries whole, and the size arithmetic it evaluates on their
+# counts, are the converter's own: onnx_torch/op_sets.py.)
 # Ops whose result says which rows to keep, by value: the selections above, and TopK (a detector's
 # end-to-end head keeps its 300 best anchors), whose output shape is fixed by k.
 ROW_PICKING_OPS = SELECTION_OPS | {"TopK"}
@@ -350,7 +362,7 @@ def graph_from_model(model: onnx.ModelProto) -> GraphIndex:
     nodes = list(g.node)
     inits = {t.name: t for t in g.initializer}
     for n in nodes:
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+        if n.op_type == "Constant" and is_onnx_domain(n.domain):
             for a in n.attribute:
                 if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
                     t = onnx.TensorProto()
@@ -463,7 +475,7 @@ def int8_coverage(graph: GraphIndex) -> Int8Coverage:
 
 
 # The metadata_props prefix the ONNX->torch converter stamps on every PT2E file node it made
-# (quantize/onnx_torch/names.py): `<prefix>onnx_node`, `onnx_op`, `onnx_outputs` name the upload's node.
+# (quantize/pt2e_from_onnx/names.py): `<prefix>onnx_node`, `onnx_op`, `onnx_outputs` name the upload's node.
 CONVERTER_METADATA_PREFIX = "quantcompare."
 # On the nodes quantcompare's PT2E path appended in float after a selection (quantize/selection_tail.py):
 # value = the selection it follows. ORT's saved graphs drop node metadata, so readers go by node name.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from service.pipeline.vocabulary import DATA_MOVEMENT_OPS, INT8_KERNELS, QDQ_OPS, SHAPE_READING_OPS
+from service.pipeline.vocabulary import DATA_MOVEMENT_OPS, INT8_KERNELS, QDQ_OPS, SHAPE_READING_OPS, is_onnx_domain
 
 __all__ = ["Box", "GraphView", "COLLAPSE_OVER", "MIN_CHAIN", "graph_view", "tensor_sqnr_index", "node_kind"]
 
@@ -34,7 +34,7 @@ _MOVES = DATA_MOVEMENT_OPS | SHAPE_READING_OPS  # listed after the ops that comp
 
 def _key(n: dict) -> str:
     dom = n.get("domain") or ""
-    return n.get("op_type", "?") if dom in ("", "ai.onnx") else f"{dom}.{n.get('op_type', '?')}"
+    return n.get("op_type", "?") if is_onnx_domain(dom) else f"{dom}.{n.get('op_type', '?')}"
 
 
 def node_kind(n: dict, blocked: dict) -> str:

@@ -18,7 +18,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from service.schemas.options import LEVELS
 from service.pipeline.files import split_name
 from service.pipeline.verdict.made_up_data import made_up_data_banner
-from service.pipeline.headline import headline_from_report
+from service.pipeline.verdict.headline import headline_from_report
 from service.render import svg
 from service.render.graph_svg import DotUnavailable, graph_svg
 from service.render.graph_view import KINDS, graph_view

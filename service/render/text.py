@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.pipeline.verdict.made_up_data import made_up_data_banner
-from service.pipeline.headline import headline_from_report
+from service.pipeline.verdict.headline import headline_from_report
 from service.render.levels_text import levels_summary_lines
 from service.render.platforms_text import platforms_lines
 from service.render.units import human_size
@@ -24,7 +24,7 @@ def terminal_safe(text: str) -> str:
     return "".join(ch if ch == "\n" or ch.isprintable() else "?" for ch in text)
 
 
-# The headline (pipeline/headline.py) as the first lines of the summary: the answer, then one line per card.
+# The headline (pipeline/verdict/headline.py) as the first lines of the summary: the answer, then one line per card.
 def _card_line(c: HeadlineCard) -> str:
     mark = "*" if c.chosen else " "
     if c.status != "ok":
@@ -59,7 +59,7 @@ def summary_table(report: Report) -> str:
     banner = made_up_data_banner(report.samples)
     if banner:
         lines += ["", "!! " + banner + " (upload an .npz; CI: gate calibration_data_uploaded)"]
-    # The answer first: the same cards and rule as the page (pipeline/headline.py); a partial report has none yet.
+    # The answer first: the same cards and rule as the page (pipeline/verdict/headline.py); a partial report has none yet.
     headline = report.headline or (None if report.partial else
                                    headline_from_report(report.model_dump(mode="json"), made_up_data=banner))
     if headline is not None:  # right under the made-up-data line, which qualifies it

@@ -1,6 +1,6 @@
 """The report's headline: one card per quantized artifact and the sentence that answers "which file".
 
-Filled once, from the finished report, by ``service/pipeline/headline.py`` (``headline_from_report``);
+Filled once, from the finished report, by ``service/pipeline/verdict/headline.py`` (``headline_from_report``);
 the page, the CLI summary and the Python client's ``_repr_html_`` all show this object, so the rule is
 applied in one place and the three agree.
 """

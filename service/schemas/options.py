@@ -7,6 +7,7 @@ ignored: a CI job that misspells a gate must hear about it.
 
 from __future__ import annotations
 
+import re
 import platform as _platform
 from typing import Any, Literal
 
@@ -199,7 +200,12 @@ class Gate(_Strict):
     artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
     level: Level = "all"
     metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement",
-                    "int8_coverage", "latency_ratio", "status_ok", "calibration_data_uploaded"]
+                    "int8_coverage", "latency_ratio", "status_ok", "calibration_data_uploaded",
+                    "compiles", "same_graphs", "nodes_taken_share"]
+    # A gate on a target or platform of options.platforms ("qnn:69.ort_qdq.compiles", "ort:1.22.1.same_graphs",
+    # "openvino:cpu.ort_qdq.sqnr_db>=30"): read from platforms.<platform> (service/pipeline/platforms/targets/gates.py).
+    # compiles, same_graphs and nodes_taken_share exist only there.
+    platform: str | None = Field(None, pattern=r"^(qnn(:[0-9]{1,4})?|openvino:cpu|ort:[0-9]+\.[0-9]+\.[0-9]+|arm64(:[a-z0-9-]+)?)$")
     op: Literal[">=", ">", "<=", "<", "=="] = ">="
     value: float = 1.0
     # latency_ratio only: a failing figure that is marked noisy fails the gate ("fail", the default:
@@ -217,6 +223,13 @@ class Gate(_Strict):
 
 # The emulated platforms (service/pipeline/ort/targets.py gives each its QEMU_CPU).
 EMULATED_PLATFORMS = ("arm64", "arm64:neoverse-n1", "arm64:i8mm", "arm64:cortex-a53")
+# Targets (service/pipeline/platforms/targets/install.py): Qualcomm's HTP through the QNN EP ("qnn" is soc_model
+# QNN_DEFAULT_SOC), OpenVINO's CPU plugin, and any ONNX Runtime release `make` installed. Clients and CI files
+# use these spellings: keep them.
+TARGET_PLATFORM_RE = re.compile(r"^(qnn(:[0-9]{1,4})?|openvino:cpu|ort:[0-9]+\.[0-9]+\.[0-9]+)$")
+QNN_DEFAULT_SOC = "69"
+# 1.17 and older cannot read IR 10 files (the quantizers write IR 10).
+ORT_RELEASE_MIN = (1, 18, 0)
 
 
 def host_platform_name() -> str:
@@ -271,9 +284,14 @@ class ComparisonOptions(_Strict):
         if not v or len(set(v)) != len(v):
             raise ValueError("give at least one platform, each once (leave the key out for this machine)")
         known = (host_platform_name(), *EMULATED_PLATFORMS)
-        unknown = [p for p in v if p not in known]
+        unknown = [p for p in v if p not in known and not TARGET_PLATFORM_RE.match(p)]
         if unknown:
-            raise ValueError(f"unknown platform(s) {', '.join(unknown)}; known: {', '.join(known)}")
+            raise ValueError(f"unknown platform(s) {', '.join(unknown)}; known: {', '.join(known)}, qnn, "
+                             "qnn:<soc_model>, openvino:cpu, ort:<version>")
+        old = [p for p in v if p.startswith("ort:") and tuple(int(x) for x in p[4:].split(".")) < ORT_RELEASE_MIN]
+        if old:
+            raise ValueError(f"{', '.join(old)}: ONNX Runtime before 1.18 cannot read IR 10 files, which the "
+                             "quantizers write; ask for ort:1.18.0 or later")
         return v
 
     @model_validator(mode="before")

@@ -183,7 +183,7 @@ class ToolInfo(_Model):
     calibration: str | None = None  # which observer / calibrator computed activation ranges
     notes: list[str] = Field(default_factory=list)
     # ONNX uploads, pt2e_qdq only: the ONNX -> torch conversion (converter, ops, folded,
-    # max_abs_error_vs_onnx, parity, seconds, notes); see quantize/onnx_torch/program.py.
+    # max_abs_error_vs_onnx, parity, seconds, notes); see quantize/pt2e_from_onnx/program.py.
     conversion: dict[str, Any] | None = None
 
 
@@ -297,7 +297,7 @@ class Report(_Model):
     layers: LayersReport | None = None
     # None only in a partial report: the gates are decided once every section is done.
     verdict: Verdict | None = None
-    # The first answer (pipeline/headline.py): one card per quantized artifact and which file to ship, by the
+    # The first answer (pipeline/verdict/headline.py): one card per quantized artifact and which file to ship, by the
     # rule it states. None in a partial report and in reports made before it (the page computes it then).
     headline: Headline | None = None
     timings: dict[str, float] = Field(default_factory=dict)

@@ -138,11 +138,11 @@ def test_a_job_past_the_time_limit_is_killed(client):
 
 
 def test_a_job_gives_the_pt2e_path_half_its_time_limit(server, client):
-    """The server's share of its 5 s job limit travels in the job's spec (jobs/submission.py), so a
+    """The server's share of its 5 s job limit travels in the job's spec (its RunLimits, config.py), so a
     slow PT2E path stops there and the ORT paths' results are reported (test_pt2e_time_limit.py)."""
     job = upload(client, "ok", {"seed": 161}, wait=30).json()
     spec = json.loads((server.data_dir / "jobs" / job["id"] / "job.json").read_text())
-    assert spec["pt2e_time_limit_s"] == 2.5
+    assert spec["limits"]["pt2e_time_limit_s"] == 2.5
 
 
 def test_user_errors_and_internal_errors_in_a_job(client):

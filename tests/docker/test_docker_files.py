@@ -99,3 +99,15 @@ def test_the_cloud_profile_runs_postgres_minio_and_redis_and_shares_no_directory
     assert "volumes" not in api and "volumes" not in worker
     assert worker["depends_on"]["minio-bucket"]["condition"] == "service_completed_successfully"
     assert worker["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_every_package_of_the_repo_is_installed_and_copied_into_the_image():
+    """A top-level package (service, the converter onnx_torch) that pyproject's packages.find leaves out
+    imports in the repo and fails in the image and in a non-editable install."""
+    packages = sorted(p.parent.name for p in REPO.glob("*/__init__.py"))
+    assert "service" in packages and "onnx_torch" in packages
+    found = re.search(r"\[tool\.setuptools\.packages\.find\]\s*include = \[([^\]]*)\]",
+                      (REPO / "pyproject.toml").read_text()).group(1)
+    assert [p for p in packages if f'"{p}*"' not in found] == []
+    copied = {shlex.split(rest)[0] for word, rest in instructions(DOCKERFILE) if word == "COPY"}
+    assert [p for p in packages if p not in copied] == []

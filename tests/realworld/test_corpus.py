@@ -147,7 +147,7 @@ def test_constant_integer_input_folds_control_flow_for_pt2e(corpus_dir):
     """silero's sample-rate If folds away once `sr` is one value in every calibration sample, and the
     converted module matches ORT before PT2E ever sees it."""
     from service.schemas.options import ComparisonOptions
-    from service.pipeline.quantize.onnx_torch.program import program_from_onnx
+    from service.pipeline.quantize.pt2e_from_onnx.program import program_from_onnx
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_onnx
     from service.pipeline.inputs.specs import resolved_input_shapes
@@ -213,7 +213,7 @@ def test_magika_byte_ids_are_drawn_in_the_one_hot_range_the_model_states(corpus_
 # those where it is expected to be skipped (the reason must name what blocks it).
 PT2E_SKIPPED: dict[str, str] = {}
 # A PT2E file is written but ORT runs it at no level. arabic_romanizer_encoder was here until its
-# passed-through mask input kept torch's name "src_mask_orig" (tests/pipeline/quantize/onnx_torch/test_io_names.py).
+# passed-through mask input kept torch's name "src_mask_orig" (tests/pipeline/quantize/pt2e_from_onnx/test_io_names.py).
 PT2E_FILE_ORT_FAILS: dict[str, str] = {}
 
 

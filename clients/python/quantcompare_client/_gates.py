@@ -72,8 +72,34 @@ class GateSyntaxError(ValueError):
     hint = SYNTAX_HINT
 
 
+# A target or platform in front ("qnn:69.ort_qdq.compiles"): the server's target_gates.py, kept in step.
+_PLATFORM_RE = re.compile(r"^\s*(?P<platform>qnn(?::[0-9]{1,4})?|openvino:cpu|ort:[0-9]+\.[0-9]+\.[0-9]+"
+                          r"|arm64(?::[a-z0-9-]+)?)\.(?P<rest>.+)$")
+TARGET_FLAG_METRICS = ("compiles", "same_graphs")
+TARGET_METRICS = (*TARGET_FLAG_METRICS, "nodes_taken_share")
+
+
 def parse_gate(text: str) -> Dict[str, Any]:
-    """``"ort_qdq.all.sqnr_db>=25"`` -> the ``options.gates`` entry the server expects."""
+    """``"ort_qdq.all.sqnr_db>=25"`` -> the ``options.gates`` entry the server expects; with a platform in front
+    (``"qnn:69.ort_qdq.compiles"``, ``"ort:1.22.1.same_graphs"``) the gate reads ``platforms.<platform>``."""
+    m = _PLATFORM_RE.match(text or "")
+    if m:
+        rest = m["rest"]
+        metric = rest.split(">")[0].split("<")[0].split("=")[0].split(".")[-1].strip()
+        if metric in TARGET_FLAG_METRICS:
+            gate = _parse_plain(rest.replace(metric, "status_ok", 1), text)
+            gate["metric"] = metric
+        elif metric == "nodes_taken_share":
+            gate = _parse_plain(rest.replace(metric, "int8_coverage", 1), text)
+            gate["metric"] = metric
+        else:
+            gate = _parse_plain(rest, text)
+        gate["platform"] = m["platform"]
+        return gate
+    return _parse_plain(text, text)
+
+
+def _parse_plain(text: str, whole: str) -> Dict[str, Any]:
     m = _GATE_RE.match(text or "")
     if not m:
         raise GateSyntaxError(f"gate {text!r} is not in the gate syntax")
@@ -126,6 +152,14 @@ def parse_gate(text: str) -> Dict[str, Any]:
 
 def format_gate(gate: Dict[str, Any]) -> str:
     """The inverse of :func:`parse_gate` (the form the server's ``GateResult.gate`` uses)."""
+    if gate.get("platform"):
+        plain = {k: v for k, v in gate.items() if k != "platform"}
+        flag = plain["metric"] in TARGET_FLAG_METRICS
+        inner = format_gate({**plain, "metric": "status_ok"}).replace("status_ok", plain["metric"], 1) if flag \
+            else format_gate({**plain, "metric": "sqnr_db"}).replace("sqnr_db", plain["metric"], 1)
+        if not gate["platform"].startswith(("ort:", "arm64")):
+            inner = inner.replace(f".{gate.get('level', 'all')}.", ".", 1)
+        return f"{gate['platform']}.{inner}"
     artifact, level = gate.get("artifact", "*"), gate.get("level", "all")
     op, value = gate.get("op", ">="), float(gate.get("value", 1.0))
     if gate["metric"] in _FLAG_METRICS:

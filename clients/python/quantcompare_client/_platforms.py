@@ -1,5 +1,5 @@
-"""Another platform's view of the same files (the report's ``platforms``): arm64 as emulated ORT,
-side by side with the machine that ran the job."""
+"""Another platform's view of the same files (the report's ``platforms``): arm64 as emulated ORT, and the
+targets (``qnn:<soc>``, ``openvino:cpu``, ``ort:<version>``), side by side with the machine that ran the job."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ class Platform:
     >>> p = report.platforms["arm64"]
     >>> p.int8_coverage("ort_qdq", "extended"), p.latency      # latency: "not measured: emulated"
     >>> p.side_by_side()                                       # rows: here | arm64 per artifact and level
+    >>> q = report.platforms["qnn:69"]                          # a target that compiles the file itself
+    >>> q.compiles("ort_qdq"), q.nodes_taken("pt2e_qdq"), q.sqnr_db("ort_qdq"), q.differences()
     """
 
     def __init__(self, name: str, data: Mapping[str, Any]) -> None:
@@ -24,6 +26,22 @@ class Platform:
         self.latency: str = str(self.raw.get("latency") or "")
         self.accuracy: Optional[Dict[str, Any]] = self.raw.get("accuracy") if isinstance(self.raw.get("accuracy"), dict) else None
         self.optimized: Dict[str, Dict[str, Any]] = dict(self.raw.get("optimized") or {})
+        self.kind: str = str(self.raw.get("kind") or "emulated")  # emulated | ort | qnn | openvino
+        self.target: Optional[str] = self.raw.get("target")
+        # Per artifact (targets): status, error, hint, nodes_taken, nodes_left, fallback, numerics, latency, ...
+        self.artifacts: Dict[str, Dict[str, Any]] = dict(self.raw.get("artifacts") or {})
+
+    def compiles(self, artifact: str) -> Optional[bool]:
+        """The target compiled the file (and did not silently fall back to ORT's CPU EP); None: not run there."""
+        art = self.artifacts.get(artifact)
+        return None if art is None else art.get("status") == "ok"
+
+    def nodes_taken(self, artifact: str) -> Optional[int]:
+        return (self.artifacts.get(artifact) or {}).get("nodes_taken")
+
+    def differences(self) -> List[str]:
+        """Every difference from the machine that ran the job, with its reason, in words."""
+        return [d for r in self.side_by_side() for d in r.get("differences") or []]
 
     @property
     def ok(self) -> bool:
@@ -33,8 +51,12 @@ class Platform:
         return (self.optimized.get(artifact, {}).get(level) or {}).get("int8_coverage")
 
     def sqnr_db(self, artifact: str, level: str = "all") -> Optional[float]:
-        """The worst output's SQNR on this platform against the report's fp32 reference."""
-        numerics = (self.optimized.get(artifact, {}).get(level) or {}).get("numerics") or {}
+        """The worst output's SQNR on this platform against the report's fp32 reference (a target that compiles the
+        file itself has no level)."""
+        if self.kind in ("qnn", "openvino"):
+            numerics = (self.artifacts.get(artifact) or {}).get("numerics") or {}
+        else:
+            numerics = (self.optimized.get(artifact, {}).get(level) or {}).get("numerics") or {}
         values = [o.get("sqnr_db") for o in numerics.get("outputs") or [] if o.get("sqnr_db") is not None]
         return min(values) if values else None
 
@@ -48,7 +70,7 @@ class Platform:
         if not self.ok:
             return f"<Platform {self.name} {self.status}: {(self.error or {}).get('code')}>"
         differ = sum(1 for r in self.side_by_side() if not r.get("same"))
-        return f"<Platform {self.name} ({self.cpu}) emulated={self.emulated}: {differ} artifact-level(s) differ>"
+        return f"<Platform {self.name} ({self.cpu}) kind={self.kind} emulated={self.emulated}: {differ} row(s) differ>"
 
 
 def platforms_from(raw: Any) -> Dict[str, Platform]:

@@ -44,8 +44,8 @@ def fp32_stage(options: ComparisonOptions, prepared: Prepared, ctx: StageContext
     path = fp32_onnx_from_source(source, ctx.folders.artifacts / "fp32.onnx")
     model = source.onnx_model if source.onnx_model is not None else onnx.load(str(path), load_external_data=False)
     inferred = inferred_at_job_shapes(model, prepared.shapes)
-    check_activation_bytes(inferred, ctx.request.budgets)
+    check_activation_bytes(inferred, ctx.request.limits.budgets)
     refuse_if_fp32_cannot_run(path, inferred, prepared.samples, prepared.shapes, source.specs,
-                              options, model=model, budgets=ctx.request.budgets)
+                              options, model=model, budgets=ctx.request.limits.budgets)
     return Fp32(file=OnnxFile(path, model), histogram=dict(Counter(op_key(n) for n in all_nodes(model.graph))),
                 after_selection=tensors_after_selection(model, inferred))

@@ -28,11 +28,10 @@ from typing import Callable
 
 import numpy as np
 
-from service.pipeline.vocabulary import SHAPE_READING_OPS
+from service.pipeline.vocabulary import SHAPE_READING_OPS, is_onnx_domain
 
 Generator = Callable[[np.random.Generator, tuple[int, ...]], np.ndarray]
 
-_DEFAULT = ("", "ai.onnx")
 _PASS_THROUGH = ("Cast", "Identity")  # ids often go through a Cast to int64 first
 # Ops that move ids around without changing their values (their input 0), and ops that read only
 # the shape: followed, resp. ignored, on the way from an id input to what consumes its values.
@@ -53,7 +52,7 @@ class InputRange:
 def _consumers(graph) -> dict[str, list]:
     out: dict[str, list] = {}
     for n in graph.node:
-        if (n.domain or "") not in _DEFAULT:
+        if not is_onnx_domain(n.domain):
             continue
         for i, name in enumerate(n.input):
             out.setdefault(name, []).append((n, i))
@@ -77,7 +76,7 @@ def _values(graph):
     for t in graph.initializer:
         vals[t.name] = t  # converted lazily (an embedding table may be large); external ones give dims only
     for n in graph.node:
-        if n.op_type == "Constant" and (n.domain or "") in _DEFAULT and len(n.output) == 1:
+        if n.op_type == "Constant" and is_onnx_domain(n.domain) and len(n.output) == 1:
             for a in n.attribute:
                 if a.name == "value" and a.HasField("t"):
                     vals[n.output[0]] = a.t

@@ -16,12 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.pipeline.vocabulary import (
-    RANDOM_OPS,
-    ROW_PICKING_OPS,
-    SELECTION_OPS,
-    SHAPE_READING_OPS,
-    all_nodes,
-    node_reads,
+    RANDOM_OPS, ROW_PICKING_OPS, SELECTION_OPS, SHAPE_READING_OPS, all_nodes, is_onnx_domain, node_reads,
     subgraphs,
 )
 
@@ -102,7 +97,7 @@ def body_selection(node, ops=SELECTION_OPS) -> str | None:
     """The first of ``ops`` inside ``node``'s bodies (If/Loop/Scan), searched recursively."""
     for body in subgraphs(node):
         for inner in all_nodes(body):
-            if inner.op_type in ops and inner.domain in ("", "ai.onnx"):
+            if inner.op_type in ops and is_onnx_domain(inner.domain):
                 return inner.op_type
     return None
 
@@ -123,7 +118,7 @@ def constant_tensors(graph) -> set[str]:
 
 def is_selection(node, constants: set[str], ops=SELECTION_OPS) -> bool:
     """A node of ``ops`` that reads a value computed at run time."""
-    return (node.op_type in ops and node.domain in ("", "ai.onnx")
+    return (node.op_type in ops and is_onnx_domain(node.domain)
             and not all(i in constants for i in node.input if i))
 
 

@@ -165,6 +165,24 @@ def resolved_input_shapes(
     resolved: dict[str, tuple[int, ...]] = {}
     notes: list[str] = []
     missing: list[str] = []
+    symbols = _symbols_from_options(specs, input_shapes, notes)
+    origin = {d: "options.input_shapes" for d in symbols}
+    _symbols_from_data(specs, input_shapes, data_shapes, symbols, origin)
+    for spec in specs:
+        given = input_shapes.get(spec.name)
+        if given is not None:
+            resolved[spec.name] = _given_shape(spec, given, data_shapes, notes)
+        else:
+            resolved[spec.name] = _resolved_dims(spec, data_shapes, symbols, batch_dims, notes, missing)
+    if missing:
+        _raise_missing(specs, resolved, missing)
+    return resolved, notes
+
+
+def _symbols_from_options(specs: list[InputSpec], input_shapes: dict[str, list[int]],
+                          notes: list[str]) -> dict[str, int]:
+    """The symbolic dims the input_shapes option gives a value (a conflict noted, or refused where an input
+    left to the symbol would have to pick one)."""
     # A symbolic name is one dim across the whole model (ONNX semantics): a value given for it in
     # one input's shape, or the batch default, fills it in every other input.
     symbols: dict[str, int] = {}
@@ -192,8 +210,13 @@ def resolved_input_shapes(
                                       "one value in every input")
         notes.append(f"dim {d!r} has different sizes across inputs ({sizes}): ONNX means one size per symbolic "
                      "dim, ONNX Runtime does not check it, so each input takes the shape given")
-    origin = {d: "options.input_shapes" for d in symbols}
-    for spec in specs:  # then the data's values, where the option gives none
+    return symbols
+
+
+def _symbols_from_data(specs: list[InputSpec], input_shapes: dict[str, list[int]], data_shapes: dict,
+                       symbols: dict[str, int], origin: dict[str, str]) -> None:
+    """Then the calibration data's values, where the option gives none (into ``symbols``)."""
+    for spec in specs:
         if spec.name in input_shapes or spec.name not in data_shapes:
             continue
         sample = per_sample_shape(spec, data_shapes[spec.name])
@@ -203,75 +226,84 @@ def resolved_input_shapes(
                     raise _mismatch(spec.name, i, sample, f"{d} is", f"{symbols[d]} in {origin[d]}")
                 symbols.setdefault(d, sample[i])
                 origin.setdefault(d, f"calibration[{spec.name!r}]")
-    for spec in specs:
-        given = input_shapes.get(spec.name)
-        if given is not None:
-            if len(given) != len(spec.shape):
-                raise InvalidOptions(
-                    f"input_shapes[{spec.name!r}] has {len(given)} dims but the input has rank {len(spec.shape)} "
-                    f"(declared shape {list(spec.shape)})",
-                    hint=_rank_hint(spec, given),
-                )
-            for i, (want, got) in enumerate(zip(spec.shape, given)):
-                if isinstance(want, int) and want != got:
-                    raise InvalidOptions(
-                        f"input_shapes[{spec.name!r}] dim {i} is {got} but the model fixes it at {want}",
-                        hint="keep fixed dims as the model declares them; only symbolic dims take values",
-                    )
-            resolved[spec.name] = tuple(int(d) for d in given)
-            if any(not isinstance(d, int) for d in spec.shape):
-                notes.append(f"{spec.name}: shape {list(given)} from the input_shapes option")
-            if spec.name in data_shapes:
-                sample = per_sample_shape(spec, data_shapes[spec.name])
-                if sample is not None and sample != resolved[spec.name]:
-                    i = next(k for k, (a, b) in enumerate(zip(sample, resolved[spec.name])) if a != b)
-                    raise _mismatch(spec.name, i, sample, "options.input_shapes gives", list(resolved[spec.name]))
-            continue
-        sample = per_sample_shape(spec, data_shapes[spec.name]) if spec.name in data_shapes else None
-        if spec.name in data_shapes and sample is None:
-            raise InvalidCalibration(
-                f"calibration[{spec.name!r}] has shape {list(data_shapes[spec.name])}; the input has rank "
-                f"{len(spec.shape)} (declared shape {list(spec.shape)}), so the array needs rank {len(spec.shape) + 1}",
-                hint="the leading axis counts samples; the rest is the input's shape",
-                input=spec.name, data_shape=list(data_shapes[spec.name]))
-        dims: list[int] = []
-        for i, d in enumerate(spec.shape):
-            if sample is not None:
-                if isinstance(d, int):
-                    if sample[i] != d:
-                        raise _mismatch(spec.name, i, sample, f"the model fixes dim {i} at", d)
-                else:  # symbols already agree (checked above)
-                    notes.append(f"{spec.name}: dim {i} ({d if d else 'unnamed'}) set to {sample[i]} "
-                                 "from the calibration data (per-sample shape = array.shape[1:])")
-                dims.append(sample[i])
-                continue
-            if isinstance(d, int):
-                dims.append(d)
-            elif isinstance(d, str) and d in symbols:
-                dims.append(symbols[d])
-                notes.append(f"{spec.name}: dim {i} ({d}) set to {symbols[d]}, the value {d} has in another input")
-            elif i == 0 and isinstance(d, str) and d in batch_dims:
-                dims.append(batch_dims[d])
-                symbols[d] = batch_dims[d]
-                notes.append(f"{spec.name}: dim 0 ({d}, torch.export's symbol: the .pt2 does not keep the Dim's name) "
-                             f"taken as the batch, set to {batch_dims[d]}")
-            elif (i == 0 and (d is None or _BATCH_NAMES.match(str(d)))) or (d and _BATCH_ANYWHERE.match(str(d))):
-                dims.append(1)
-                if isinstance(d, str) and d not in _ANONYMOUS:
-                    symbols[d] = 1
-                notes.append(f"{spec.name}: dim {i} ({d if d else 'unnamed'}) taken as the batch, set to 1")
-            else:
-                dims.append(-1)
-                missing.append(f"{spec.name}[{i}] ({d if d else 'unnamed'})")
-        resolved[spec.name] = tuple(dims)
-    if missing:
-        example = {
-            s.name: [d if isinstance(d, int) and d > 0 else "<value>" for d in resolved[s.name]]
-            for s in specs if -1 in resolved[s.name]
-        }
-        raise InputShapeRequired(
-            f"these input dims are dynamic and need a value: {', '.join(missing)}",
-            hint="pass them in options, e.g. " + json.dumps({"input_shapes": example}),
-            dims=missing,
+
+
+def _given_shape(spec: InputSpec, given: list[int], data_shapes: dict, notes: list[str]) -> tuple[int, ...]:
+    """An input's shape from the input_shapes option, checked against the model and the data."""
+    if len(given) != len(spec.shape):
+        raise InvalidOptions(
+            f"input_shapes[{spec.name!r}] has {len(given)} dims but the input has rank {len(spec.shape)} "
+            f"(declared shape {list(spec.shape)})",
+            hint=_rank_hint(spec, given),
         )
-    return resolved, notes
+    for i, (want, got) in enumerate(zip(spec.shape, given)):
+        if isinstance(want, int) and want != got:
+            raise InvalidOptions(
+                f"input_shapes[{spec.name!r}] dim {i} is {got} but the model fixes it at {want}",
+                hint="keep fixed dims as the model declares them; only symbolic dims take values",
+            )
+    shape = tuple(int(d) for d in given)
+    if any(not isinstance(d, int) for d in spec.shape):
+        notes.append(f"{spec.name}: shape {list(given)} from the input_shapes option")
+    if spec.name in data_shapes:
+        sample = per_sample_shape(spec, data_shapes[spec.name])
+        if sample is not None and sample != shape:
+            i = next(k for k, (a, b) in enumerate(zip(sample, shape)) if a != b)
+            raise _mismatch(spec.name, i, sample, "options.input_shapes gives", list(shape))
+    return shape
+
+
+def _resolved_dims(spec: InputSpec, data_shapes: dict, symbols: dict[str, int], batch_dims: dict[str, int],
+                   notes: list[str], missing: list[str]) -> tuple[int, ...]:
+    """An input's shape without the option: from the data, a symbol's value, a batch default, else -1
+    (named in ``missing``)."""
+    sample = per_sample_shape(spec, data_shapes[spec.name]) if spec.name in data_shapes else None
+    if spec.name in data_shapes and sample is None:
+        raise InvalidCalibration(
+            f"calibration[{spec.name!r}] has shape {list(data_shapes[spec.name])}; the input has rank "
+            f"{len(spec.shape)} (declared shape {list(spec.shape)}), so the array needs rank {len(spec.shape) + 1}",
+            hint="the leading axis counts samples; the rest is the input's shape",
+            input=spec.name, data_shape=list(data_shapes[spec.name]))
+    dims: list[int] = []
+    for i, d in enumerate(spec.shape):
+        if sample is not None:
+            if isinstance(d, int):
+                if sample[i] != d:
+                    raise _mismatch(spec.name, i, sample, f"the model fixes dim {i} at", d)
+            else:  # symbols already agree (checked above)
+                notes.append(f"{spec.name}: dim {i} ({d if d else 'unnamed'}) set to {sample[i]} "
+                             "from the calibration data (per-sample shape = array.shape[1:])")
+            dims.append(sample[i])
+            continue
+        if isinstance(d, int):
+            dims.append(d)
+        elif isinstance(d, str) and d in symbols:
+            dims.append(symbols[d])
+            notes.append(f"{spec.name}: dim {i} ({d}) set to {symbols[d]}, the value {d} has in another input")
+        elif i == 0 and isinstance(d, str) and d in batch_dims:
+            dims.append(batch_dims[d])
+            symbols[d] = batch_dims[d]
+            notes.append(f"{spec.name}: dim 0 ({d}, torch.export's symbol: the .pt2 does not keep the Dim's name) "
+                         f"taken as the batch, set to {batch_dims[d]}")
+        elif (i == 0 and (d is None or _BATCH_NAMES.match(str(d)))) or (d and _BATCH_ANYWHERE.match(str(d))):
+            dims.append(1)
+            if isinstance(d, str) and d not in _ANONYMOUS:
+                symbols[d] = 1
+            notes.append(f"{spec.name}: dim {i} ({d if d else 'unnamed'}) taken as the batch, set to 1")
+        else:
+            dims.append(-1)
+            missing.append(f"{spec.name}[{i}] ({d if d else 'unnamed'})")
+    return tuple(dims)
+
+
+def _raise_missing(specs: list[InputSpec], resolved: dict[str, tuple[int, ...]], missing: list[str]):
+    """InputShapeRequired naming every dim still without a value, with the option to pass."""
+    example = {
+        s.name: [d if isinstance(d, int) and d > 0 else "<value>" for d in resolved[s.name]]
+        for s in specs if -1 in resolved[s.name]
+    }
+    raise InputShapeRequired(
+        f"these input dims are dynamic and need a value: {', '.join(missing)}",
+        hint="pass them in options, e.g. " + json.dumps({"input_shapes": example}),
+        dims=missing,
+    )

@@ -61,19 +61,19 @@ def model_source(ctx: StageContext) -> ModelSource:
         return sources.source_from_example(ctx.request.example)
     name = ctx.request.model_name or "model"
     if sources.is_model_archive(ctx.request.model_path):
-        return sources.source_from_archive(ctx.request.model_path, ctx.folders.workdir / "model", name=name, budgets=ctx.request.budgets)
+        return sources.source_from_archive(ctx.request.model_path, ctx.folders.workdir / "model", name=name, budgets=ctx.request.limits.budgets)
     # Sniffing refuses a .pt2 before any of its bytes are interpreted when .pt2 uploads are off.
-    if sniff_model_format(ctx.request.model_path, allow_pt2=ctx.request.allow_pt2) == "pt2":
-        return sources.source_from_pt2(ctx.request.model_path, name=name, budgets=ctx.request.budgets, allow_pt2=ctx.request.allow_pt2)
+    if sniff_model_format(ctx.request.model_path, allow_pt2=ctx.request.limits.allow_pt2) == "pt2":
+        return sources.source_from_pt2(ctx.request.model_path, name=name, budgets=ctx.request.limits.budgets, allow_pt2=ctx.request.limits.allow_pt2)
     if ctx.request.data_beside_model:
-        return sources.source_from_onnx_with_local_data(ctx.request.model_path, name=name, budgets=ctx.request.budgets)
-    return sources.source_from_onnx(ctx.request.model_path, name=name, budgets=ctx.request.budgets)
+        return sources.source_from_onnx_with_local_data(ctx.request.model_path, name=name, budgets=ctx.request.limits.budgets)
+    return sources.source_from_onnx(ctx.request.model_path, name=name, budgets=ctx.request.limits.budgets)
 
 
 def prepare_stage(options: ComparisonOptions, ctx: StageContext) -> Prepared:
     """Load and check the model, resolve the input shapes, make the samples every path shares."""
     source = model_source(ctx)
-    shapes, shape_notes = checked_input_shapes(source.specs, options, ctx.request.calibration_path, ctx.request.budgets,
+    shapes, shape_notes = checked_input_shapes(source.specs, options, ctx.request.calibration_path, ctx.request.limits.budgets,
                                                batch_dims=source.batch_dims)
     if ctx.request.calibration_path is not None:
         samples = samples_from_npz(ctx.request.calibration_path, source.specs, shapes, options)

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from service.pipeline.inputs.output_shapes import selection_origins
-from service.pipeline.vocabulary import QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SHAPE_READING_OPS, node_reads, op_key
+from service.pipeline.vocabulary import (
+    QDQ_OPS, QLINEAR_OPERANDS, QUANTIZE, RANDOM_OPS, SHAPE_READING_OPS, is_onnx_domain, node_reads, op_key,
+)
 
 
 def nonfinite_weights(model, base_dir: Path) -> list[tuple[str, int, int]]:
@@ -95,7 +97,7 @@ def made_without_samples(model, tensor: str) -> list[str] | None:
         made.append(node)
         # a Shape/Size reads its input's shape only: with the job's input shapes fixed, the same on every
         # sample (unless a selection upstream makes the shape move)
-        if node.op_type in SHAPE_READING_OPS and (node.domain or "") in ("", "ai.onnx"):
+        if node.op_type in SHAPE_READING_OPS and is_onnx_domain(node.domain):
             if node.input and node.input[0] in moving:
                 return None  # the shape of a selection's rows: the samples decide it
             continue

@@ -31,17 +31,8 @@ import onnx
 
 from service.schemas.options import LEVEL_VALUES
 from service.pipeline.vocabulary import (
-    ACTIVATIONS_ABSORBED_BY_Q,
-    INT8_KERNELS,
-    QDQ_BINARY,
-    QDQ_DROP,
-    QDQ_DROP_NO16,
-    QDQ_DROP_POSITIVE,
-    QDQ_UNARY,
-    SHAPE_READING_OPS,
-    GraphIndex,
-    is_float,
-    op_key,
+    ACTIVATIONS_ABSORBED_BY_Q, GraphIndex, INT8_KERNELS, QDQ_BINARY, QDQ_DROP, QDQ_DROP_NO16, QDQ_DROP_POSITIVE,
+    QDQ_UNARY, SHAPE_READING_OPS, is_float, is_onnx_domain, op_key,
 )
 from service.schemas.advice import UnfusedNode
 
@@ -200,11 +191,11 @@ class _View:
 
 
 def _is_dq(n) -> bool:
-    return n is not None and n.op_type == "DequantizeLinear" and n.domain in ("", "ai.onnx")
+    return n is not None and n.op_type == "DequantizeLinear" and is_onnx_domain(n.domain)
 
 
 def _is_q(n) -> bool:
-    return n is not None and n.op_type == "QuantizeLinear" and n.domain in ("", "ai.onnx")
+    return n is not None and n.op_type == "QuantizeLinear" and is_onnx_domain(n.domain)
 
 
 def _scalar(v: _View, name: str):

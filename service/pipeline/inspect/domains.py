@@ -7,7 +7,7 @@ knows why the import list is longer than the op list.
 
 from __future__ import annotations
 
-_DEFAULT = ("", "ai.onnx")
+from service.pipeline.vocabulary import is_onnx_domain, onnx_domain_name
 
 
 def _graph_domains(graph, out: set[str]) -> None:
@@ -30,14 +30,14 @@ def domains_used_by_nodes(model) -> set[str]:
     _graph_domains(model.graph, used)
     for fn in model.functions:
         _graph_domains(fn, used)  # a FunctionProto has .node like a graph
-    return {"" if d == "ai.onnx" else d for d in used}
+    return {onnx_domain_name(d) for d in used}
 
 
 def unused_opset_imports(model) -> list[str]:
     """Imported domains (``ai.onnx`` aside) that no node uses, sorted."""
     used = domains_used_by_nodes(model)
     declared = {imp.domain for imp in model.opset_import}
-    return sorted(d for d in declared if d not in _DEFAULT and d not in used)
+    return sorted(d for d in declared if not is_onnx_domain(d) and d not in used)
 
 
 def unused_domains_note(model) -> str | None:

@@ -6,15 +6,23 @@ quantize_static read (``Quantized.ort_input``: pre-processed, its nodes are thos
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
-from service.schemas.levels import Lint
-from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q, node_reads
+from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q, is_onnx_domain, node_reads
 
 
-def qoperator_dropped_relu_lints(read_model, qoperator_model) -> list[Lint]:
-    """One lint when ORT's QOperator file lost a Relu/Clip whose input another node also reads.
+@dataclass(frozen=True)
+class DroppedActivation:
+    op_type: str  # Relu or Clip
+    name: str  # the node's name, or its output's where it has none
+    input: str  # the tensor another node reads too
+
+
+def dropped_activations(read_model, qoperator_model) -> list[DroppedActivation]:
+    """The Relu/Clip nodes ORT's QOperator file lost although another node also reads their input (the decide
+    stage's lint ``qoperator_dropped_activation`` says what that does to the figures).
 
     ``QLinearActivation.QuantizeClipRelu`` (onnxruntime/quantization/operators/activation.py) drops every Relu or
     Clip whose input is quantized (activations not symmetric) and hands its output the input's quantized value,
@@ -42,24 +50,9 @@ def qoperator_dropped_relu_lints(read_model, qoperator_model) -> list[Lint]:
             and not _starts_at_lowest(qop, n.input[0])
 
     lost = [n for n in read.node
-            if n.op_type in ACTIVATIONS_ABSORBED_BY_Q and (n.domain or "") in ("", "ai.onnx") and n.input and n.output
+            if n.op_type in ACTIVATIONS_ABSORBED_BY_Q and is_onnx_domain(n.domain) and n.input and n.output
             and readers[n.input[0]] + (n.input[0] in graph_outputs) > 1 and dropped(n)]
-    if not lost:
-        return []
-    names = [n.name or n.output[0] for n in lost]
-    shown = ", ".join(f"{n.op_type} '{n.name or n.output[0]}' (input '{n.input[0]}')" for n in lost[:3])
-    more = f" and {len(lost) - 3} more" if len(lost) > 3 else ""
-    return [Lint(
-        code="qoperator_dropped_activation", severity="error", artifact="ort_qoperator",
-        message=(f"ORT's QOperator quantizer removed {shown}{more} although another node also reads that input: it "
-                 "kept the input's full range and hands the activation's readers the input's quantized value "
-                 "(a float reader its DequantizeLinear), negatives included, so the figures downstream measure that, "
-                 "not int8 rounding"),
-        hint=(f"keep them in float with options.ort.nodes_to_exclude = {names[:8]}, or deploy the QDQ file "
-              "(ort_qdq keeps the activation)"),
-        source="onnxruntime/quantization/operators/activation.py (QLinearActivation.QuantizeClipRelu), "
-               "base_quantizer.py (adjust_tensor_ranges: only for a Relu/Clip that is its input's only reader)",
-    )]
+    return [DroppedActivation(op_type=n.op_type, name=n.name or n.output[0], input=n.input[0]) for n in lost]
 
 
 def _starts_at_lowest(graph, tensor: str) -> bool:

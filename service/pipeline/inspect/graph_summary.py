@@ -15,18 +15,8 @@ import onnx
 from onnx import helper
 
 from service.pipeline.vocabulary import (
-    BIASED_COMPUTE_OPS,
-    CONVERTER_METADATA_PREFIX,
-    DATA_MOVEMENT_OPS,
-    INT8_KERNELS,
-    MS,
-    NCHWC,
-    QDQ_OPS,
-    QLINEAR_BIAS_INDEX,
-    SYMMETRIC_ZERO_POINT,
-    GraphIndex,
-    is_float,
-    op_key,
+    BIASED_COMPUTE_OPS, CONVERTER_METADATA_PREFIX, DATA_MOVEMENT_OPS, GraphIndex, INT8_KERNELS, MS, NCHWC, QDQ_OPS,
+    QLINEAR_BIAS_INDEX, SYMMETRIC_ZERO_POINT, is_float, is_onnx_domain, op_key,
 )
 from service.schemas.levels import BiasState, LayoutInfo, NodeSummary
 
@@ -129,7 +119,7 @@ def layout_info(graph: GraphIndex, transposes_in_file: int) -> LayoutInfo:
         elif n.domain == MS and (n.op_type.startswith("Nhwc") or any(
                 a.name == "channels_last" and a.i == 1 for a in n.attribute)):
             nhwc += 1
-        elif n.op_type == "Transpose" and n.domain in ("", "ai.onnx"):
+        elif n.op_type == "Transpose" and is_onnx_domain(n.domain):
             transposes += 1
     return LayoutInfo(nhwc_nodes=nhwc, transposes_inserted=max(0, transposes - transposes_in_file),
                       nchwc_nodes=nchwc, reorders=reorders)

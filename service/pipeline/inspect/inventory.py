@@ -13,24 +13,9 @@ import numpy as np
 
 from service.pipeline.files import external_data_bytes, file_sha256, repeated_initializers
 from service.pipeline.vocabulary import (
-    ACTIVATIONS_ABSORBED_BY_Q,
-    ACTIVATIONS_ABSORBED_BY_Q_ORDER,
-    BIAS_COPY_MARK,
-    COMPUTE_OPS,
-    DEQUANTIZE,
-    QDQ_OPS,
-    QLINEAR_BIAS_INDEX,
-    QLINEAR_OPERANDS,
-    QUANTIZE,
-    QUANTIZED_KERNELS,
-    SYMMETRIC_ZERO_POINT,
-    GraphIndex,
-    all_nodes,
-    attribute,
-    dtype_name,
-    graph_from_model,
-    is_float,
-    op_key,
+    ACTIVATIONS_ABSORBED_BY_Q, ACTIVATIONS_ABSORBED_BY_Q_ORDER, BIAS_COPY_MARK, COMPUTE_OPS, DEQUANTIZE,
+    GraphIndex, QDQ_OPS, QLINEAR_BIAS_INDEX, QLINEAR_OPERANDS, QUANTIZE, QUANTIZED_KERNELS, SYMMETRIC_ZERO_POINT,
+    all_nodes, attribute, dtype_name, graph_from_model, is_float, is_onnx_domain, op_key,
 )
 from service.schemas.report import (
     BiasInfo,
@@ -240,7 +225,7 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
     # quantize_dynamic's ConvInteger/MatMulInteger read their integer weight as is (its scale is a
     # Mul after the kernel's Cast): stored quantized too, with no QuantizedTensor to carry a scale
     integer_weights = {g.dtype_of_constant(n.input[1]) for n in nodes if n.op_type in _INTEGER_KERNELS
-                       and (n.domain or "") in ("", "ai.onnx") and len(n.input) > 1 and g.is_constant(n.input[1])}
+                       and is_onnx_domain(n.domain) and len(n.input) > 1 and g.is_constant(n.input[1])}
     integer_weights.discard(None)
     if integer_weights:
         storages.add("quantized_initializer")
@@ -300,106 +285,116 @@ _WEIGHT_LAYOUT = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Fla
 _INTEGER_KERNELS = ("ConvInteger", "MatMulInteger")  # quantize_dynamic's kernels: x, w, x_zp, w_zp
 
 
+class _Units:
+    """How the nodes of one file sit in quantized units: the questions _classify_ops asks of each node
+    (its inputs dequantized, its output quantized, its weight float, a QOperator file's bridge), each
+    answered once per tensor or node."""
+
+    def __init__(self, g: GraphIndex, nodes):
+        self.g = g
+        self.qoperator = any(op_key(n) in QUANTIZED_KERNELS for n in nodes)
+        self.derived: dict[str, bool] = {}
+        self.memo_in: dict[int, bool] = {}
+        self.memo_out: dict[int, bool] = {}
+
+    def dequantized_weight(self, tensor: str, depth: int = 0) -> bool:
+        """DequantizeLinear of a constant, possibly through _WEIGHT_LAYOUT ops on nothing else."""
+        if tensor not in self.derived:
+            p = self.g.producer.get(tensor)
+            if p is None or depth > 8:
+                self.derived[tensor] = False
+            elif p.op_type == DEQUANTIZE:
+                self.derived[tensor] = self.g.is_constant(p.input[0])
+            else:
+                ins = [i for i in p.input if i and not self.g.is_constant(i)]
+                self.derived[tensor] = (p.op_type in _WEIGHT_LAYOUT and bool(ins)
+                                        and all(self.dequantized_weight(i, depth + 1) for i in ins))
+        return self.derived[tensor]
+
+    def data_inputs(self, node):
+        return [i for i in node.input if i and not self.g.is_constant(i) and not self.dequantized_weight(i)]
+
+    def bias_add(self, node) -> bool:
+        """An Add of a constant to a MatMul's only output: ORT's MatMulAddFusion (level basic) makes the
+        two one Gemm, whose QDQ unit ends at the QuantizeLinear after the Add (torch.onnx.export writes
+        nn.Linear on a 3-D input as MatMul + Add)."""
+        ins = [i for i in node.input if i]
+        if node.op_type != "Add" or not is_onnx_domain(node.domain) or len(ins) != 2:
+            return False
+        live = [i for i in ins if not self.g.is_constant(i) and not self.dequantized_weight(i)]
+        p = self.g.producer.get(live[0]) if len(live) == 1 else None
+        return p is not None and p.op_type == "MatMul" and len(self.g.consumers.get(live[0], [])) == 1
+
+    def weight(self, node) -> str:
+        k = _WEIGHT_SLOT.get(op_key(node))
+        return node.input[k] if k is not None and len(node.input) > k else ""
+
+    def float_weight(self, node) -> bool:
+        w = self.weight(node)
+        return bool(w) and self.g.is_constant(w) and is_float(self.g.dtype_of_constant(w))
+
+    def bridged(self, node) -> bool:
+        """In a QOperator file, Q/DQ around an op are a bridge unless it reads a dequantized integer
+        weight: a QDQ unit in a file that mixes both formats ("mixed")."""
+        if not self.qoperator:
+            return False
+        p = self.g.producer.get(self.weight(node))
+        return not (p is not None and p.op_type == DEQUANTIZE and self.g.is_constant(p.input[0]))
+
+
+    def fed_by_dq(self, node) -> bool:
+        if id(node) in self.memo_in:
+            return self.memo_in[id(node)]
+        ins = [i for i in node.input if i and not self.g.is_constant(i)]
+        ok = bool(ins)
+        for i in ins:
+            p = self.g.producer.get(i)
+            if p is None:
+                ok = False
+            elif p.op_type == DEQUANTIZE or self.dequantized_weight(i):
+                continue
+            elif ((node.op_type in _UNIT_TAIL or self.bias_add(node)) and p.op_type not in QDQ_OPS
+                  and len(self.g.consumers.get(i, [])) == 1 and self.fed_by_dq(p)):
+                continue  # the Relu of a Conv -> Relu -> Q unit, the Add of a MatMul -> Add -> Q one
+            else:
+                ok = False
+        self.memo_in[id(node)] = ok
+        return ok
+
+    def feeds_q(self, node) -> bool:
+        if id(node) in self.memo_out:
+            return self.memo_out[id(node)]
+        ok = False
+        for o in node.output:
+            cons = self.g.consumers.get(o, [])
+            if cons and all(c.op_type == QUANTIZE for c in cons):
+                ok = True
+            elif len(cons) == 1 and (cons[0].op_type in _UNIT_TAIL or self.bias_add(cons[0])) and self.feeds_q(cons[0]):
+                ok = True
+        self.memo_out[id(node)] = ok
+        return ok
+
+    def reads_8bit(self, node, depth=0) -> bool:
+        """QOperator files: MaxPool, Reshape, Transpose ... read the int8 output of a QuantizeLinear or
+        a QLinear kernel directly (no DequantizeLinear): they run on 8-bit data, not in float."""
+        first = next((i for i in node.input if i and not self.g.is_constant(i)), None)
+        p = self.g.producer.get(first) if first else None
+        if p is None:
+            return False
+        if self.g.dtypes.get(first) not in (None, "int8", "uint8"):
+            return False  # ConvInteger's int32 sum, the float32 after its Cast (dynamic quantization)
+        if p.op_type == QUANTIZE or op_key(p) in QUANTIZED_KERNELS:
+            return True
+        return depth < 8 and p.op_type not in QDQ_OPS and self.reads_8bit(p, depth + 1)
+
+
 def _classify_ops(g: GraphIndex, nodes):
     """An op is quantized when its data inputs come from DequantizeLinear and its output reaches a
     QuantizeLinear, a Relu/Clip between it and that QuantizeLinear counting as part of its unit
     (Conv -> Relu -> Q). An operand-1 weight stored in float keeps it float, and so does Q/DQ around
     a float op in a QOperator file (the quantizer's bridge around what it did not quantize).
     int8 kernels are counted separately."""
-    qoperator = any(op_key(n) in QUANTIZED_KERNELS for n in nodes)
-    derived: dict[str, bool] = {}
-
-    def dequantized_weight(tensor: str, depth: int = 0) -> bool:
-        """DequantizeLinear of a constant, possibly through _WEIGHT_LAYOUT ops on nothing else."""
-        if tensor not in derived:
-            p = g.producer.get(tensor)
-            if p is None or depth > 8:
-                derived[tensor] = False
-            elif p.op_type == DEQUANTIZE:
-                derived[tensor] = g.is_constant(p.input[0])
-            else:
-                ins = [i for i in p.input if i and not g.is_constant(i)]
-                derived[tensor] = (p.op_type in _WEIGHT_LAYOUT and bool(ins)
-                                   and all(dequantized_weight(i, depth + 1) for i in ins))
-        return derived[tensor]
-
-    def data_inputs(node):
-        return [i for i in node.input if i and not g.is_constant(i) and not dequantized_weight(i)]
-
-    def bias_add(node) -> bool:
-        """An Add of a constant to a MatMul's only output: ORT's MatMulAddFusion (level basic) makes the
-        two one Gemm, whose QDQ unit ends at the QuantizeLinear after the Add (torch.onnx.export writes
-        nn.Linear on a 3-D input as MatMul + Add)."""
-        ins = [i for i in node.input if i]
-        if node.op_type != "Add" or (node.domain or "") not in ("", "ai.onnx") or len(ins) != 2:
-            return False
-        live = [i for i in ins if not g.is_constant(i) and not dequantized_weight(i)]
-        p = g.producer.get(live[0]) if len(live) == 1 else None
-        return p is not None and p.op_type == "MatMul" and len(g.consumers.get(live[0], [])) == 1
-
-    def weight(node) -> str:
-        k = _WEIGHT_SLOT.get(op_key(node))
-        return node.input[k] if k is not None and len(node.input) > k else ""
-
-    def float_weight(node) -> bool:
-        w = weight(node)
-        return bool(w) and g.is_constant(w) and is_float(g.dtype_of_constant(w))
-
-    def bridged(node) -> bool:
-        """In a QOperator file, Q/DQ around an op are a bridge unless it reads a dequantized integer
-        weight: a QDQ unit in a file that mixes both formats ("mixed")."""
-        if not qoperator:
-            return False
-        p = g.producer.get(weight(node))
-        return not (p is not None and p.op_type == DEQUANTIZE and g.is_constant(p.input[0]))
-
-    memo_in, memo_out = {}, {}
-
-    def fed_by_dq(node) -> bool:
-        if id(node) in memo_in:
-            return memo_in[id(node)]
-        ins = [i for i in node.input if i and not g.is_constant(i)]
-        ok = bool(ins)
-        for i in ins:
-            p = g.producer.get(i)
-            if p is None:
-                ok = False
-            elif p.op_type == DEQUANTIZE or dequantized_weight(i):
-                continue
-            elif ((node.op_type in _UNIT_TAIL or bias_add(node)) and p.op_type not in QDQ_OPS
-                  and len(g.consumers.get(i, [])) == 1 and fed_by_dq(p)):
-                continue  # the Relu of a Conv -> Relu -> Q unit, the Add of a MatMul -> Add -> Q one
-            else:
-                ok = False
-        memo_in[id(node)] = ok
-        return ok
-
-    def feeds_q(node) -> bool:
-        if id(node) in memo_out:
-            return memo_out[id(node)]
-        ok = False
-        for o in node.output:
-            cons = g.consumers.get(o, [])
-            if cons and all(c.op_type == QUANTIZE for c in cons):
-                ok = True
-            elif len(cons) == 1 and (cons[0].op_type in _UNIT_TAIL or bias_add(cons[0])) and feeds_q(cons[0]):
-                ok = True
-        memo_out[id(node)] = ok
-        return ok
-
-    def reads_8bit(node, depth=0) -> bool:
-        """QOperator files: MaxPool, Reshape, Transpose ... read the int8 output of a QuantizeLinear or
-        a QLinear kernel directly (no DequantizeLinear): they run on 8-bit data, not in float."""
-        first = next((i for i in node.input if i and not g.is_constant(i)), None)
-        p = g.producer.get(first) if first else None
-        if p is None:
-            return False
-        if g.dtypes.get(first) not in (None, "int8", "uint8"):
-            return False  # ConvInteger's int32 sum, the float32 after its Cast (dynamic quantization)
-        if p.op_type == QUANTIZE or op_key(p) in QUANTIZED_KERNELS:
-            return True
-        return depth < 8 and p.op_type not in QDQ_OPS and reads_8bit(p, depth + 1)
-
+    units = _Units(g, nodes)
     quantized, floating, reasons = Counter(), Counter(), {}
     why: dict[str, Counter] = defaultdict(Counter)
     for node in nodes:
@@ -407,26 +402,27 @@ def _classify_ops(g: GraphIndex, nodes):
         if node.op_type in QDQ_OPS or node.op_type in _STRUCTURAL or key in QUANTIZED_KERNELS \
                 or key == "DynamicQuantizeLinear":  # the quantizer of a dynamic file, as QuantizeLinear is
             continue
-        if reads_8bit(node):
+        if units.reads_8bit(node):
             quantized[key] += 1  # runs on the 8-bit tensor as is
             continue
-        if not data_inputs(node) and not any(
+        if not units.data_inputs(node) and not any(
             g.producer.get(i) is not None and g.producer[i].op_type == DEQUANTIZE for i in node.input if i):
             continue  # shape arithmetic on constants
-        if node.op_type in _WEIGHT_LAYOUT and all(dequantized_weight(o) for o in node.output if o):
+        if node.op_type in _WEIGHT_LAYOUT and all(units.dequantized_weight(o) for o in node.output if o):
             continue  # a weight laid out for its reader, not a computation
-        if fed_by_dq(node) and feeds_q(node) and not float_weight(node) and not bridged(node):
+        if (units.fed_by_dq(node) and units.feeds_q(node) and not units.float_weight(node)
+                and not units.bridged(node)):
             quantized[key] += 1
         else:
             floating[key] += 1
-            if float_weight(node):
+            if units.float_weight(node):
                 why[key]["its weight is stored in float (no DequantizeLinear on it)"] += 1
-            elif bridged(node) and fed_by_dq(node) and feeds_q(node):
+            elif units.bridged(node) and units.fed_by_dq(node) and units.feeds_q(node):
                 why[key]["QOperator file: the quantizer left it in float between a DequantizeLinear "
                          "and a QuantizeLinear (a quantized op is a QLinear kernel there)"] += 1
-            elif fed_by_dq(node):
+            elif units.fed_by_dq(node):
                 why[key]["inputs are dequantized but the output is not quantized"] += 1
-            elif feeds_q(node):
+            elif units.feeds_q(node):
                 why[key]["output is quantized but the inputs are float"] += 1
             else:
                 why[key]["not quantized by this tool (no Q/DQ around it)"] += 1
@@ -434,5 +430,5 @@ def _classify_ops(g: GraphIndex, nodes):
     for key, counted in why.items():
         reasons[key] = (next(iter(counted)) if len(counted) == 1
                         else "; ".join(f"{r} (x{k})" for r, k in counted.most_common()))
-    float_weights = sum(1 for node in nodes if float_weight(node))
+    float_weights = sum(1 for node in nodes if units.float_weight(node))
     return quantized, floating, reasons, float_weights

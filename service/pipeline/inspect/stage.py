@@ -13,12 +13,11 @@ from service.pipeline.context import StageContext
 from service.pipeline.files import OnnxFile
 from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.stage import Prepared
-from service.pipeline.inspect.dropped_activations import qoperator_dropped_relu_lints
+from service.pipeline.inspect.dropped_activations import DroppedActivation, dropped_activations
 from service.pipeline.inspect.inventory import file_info_from_onnx, inventory_from_onnx
 from service.pipeline.isolation import run_path
 from service.pipeline.quantize.stage import Quantized
 from service.pipeline.vocabulary import ACTIVATIONS_ABSORBED_BY_Q, GraphIndex
-from service.schemas.levels import Lint
 from service.schemas.options import ComparisonOptions
 from service.schemas.report import Artifact, FileInfo, QuantizationInventory, ToolInfo
 
@@ -32,9 +31,9 @@ class Inspected:
     paths: dict[str, Path]  # artifacts that go on to the levels stage, fp32 first
     loaded: dict[str, GraphIndex]  # their graph index, built once while inspecting (the levels stage takes it)
     fixed_dims: list[str] = field(default_factory=list)  # files whose inputs lost the upload's symbolic dims
-    # What the files show against fp32 (a dropped activation), read here while their graphs are parsed:
-    # the levels stage drops each graph once it has run it. The decide stage gathers them with the rest.
-    lints: list[Lint] = field(default_factory=list)
+    # What the QOperator file lost against the file ORT's quantizer read (a Relu/Clip), read here while its
+    # graph is parsed (the levels stage drops each graph once it has run it); the decide stage's lint says so.
+    dropped_activations: list[DroppedActivation] = field(default_factory=list)
 
 
 def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, quantized: Quantized,
@@ -73,10 +72,10 @@ def inspect_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, qu
                                    quantization=inventory, seconds=secs)
     return Inspected(artifacts=artifacts, inventories=inventories, paths=paths, loaded=loaded,
                      fixed_dims=_files_with_fixed_dims(source.specs, loaded),
-                     lints=_dropped_activation_lints(quantized, fp32, loaded.get("ort_qoperator")))
+                     dropped_activations=_dropped_activations(quantized, fp32, loaded.get("ort_qoperator")))
 
 
-def _dropped_activation_lints(quantized: Quantized, fp32: Fp32, qoperator: GraphIndex | None) -> list[Lint]:
+def _dropped_activations(quantized: Quantized, fp32: Fp32, qoperator: GraphIndex | None) -> list[DroppedActivation]:
     """The QOperator file against the file quantize_static read (pre-processed: its nodes are the ones ORT's
     quantizer saw), parsed only when the model has an activation to drop. A lint is extra evidence: a
     failure here is logged, never the job's."""
@@ -85,7 +84,7 @@ def _dropped_activation_lints(quantized: Quantized, fp32: Fp32, qoperator: Graph
     try:
         read = fp32.file.model if quantized.ort_input in (None, fp32.file.path) else \
             onnx.load(str(quantized.ort_input), load_external_data=False)
-        return qoperator_dropped_relu_lints(read, qoperator.model)
+        return dropped_activations(read, qoperator.model)
     except Exception:  # noqa: BLE001
         log.warning("the dropped-activation check failed; the report has no such lint", exc_info=True)
         return []

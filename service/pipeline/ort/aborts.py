@@ -17,7 +17,7 @@ QOperator file of such a graph.
 
 from __future__ import annotations
 
-from service.pipeline.vocabulary import DEQUANTIZE, MS, QUANTIZE, ai_onnx_opset, node_reads, subgraphs
+from service.pipeline.vocabulary import DEQUANTIZE, MS, QUANTIZE, ai_onnx_opset, is_onnx_domain, node_reads, subgraphs
 
 # CanNodePropagate() in qdq_propagation.cc: op -> the since-versions it accepts (ai.onnx).
 PROPAGATING_OPS = {"MaxPool": {12}, "Reshape": {5, 13, 14, 19}, "Transpose": {1, 13},
@@ -35,7 +35,7 @@ def _since(op: str, opset: int) -> int | None:
 
 
 def _is_dq(node) -> bool:
-    return node.op_type == DEQUANTIZE and node.domain in ("", "ai.onnx", MS)
+    return node.op_type == DEQUANTIZE and (is_onnx_domain(node.domain) or node.domain == MS)
 
 
 def _constant_scalar(name: str, initializers: dict) -> bool:
@@ -62,13 +62,13 @@ def _abort_in(graph, opset: int, outer_initializers: dict) -> str | None:
     propagates = {op: _since(op, opset) in versions for op, versions in PROPAGATING_OPS.items()}
 
     def propagating(node) -> bool:
-        return node.domain in ("", "ai.onnx") and propagates.get(node.op_type, False)
+        return is_onnx_domain(node.domain) and propagates.get(node.op_type, False)
 
     def readers_of(name: str, depth: int = 0) -> list[tuple[object, bool]]:
         """Readers once level 1's EliminateIdentity has removed the Identity nodes in between."""
         found = []
         for node, implicitly in readers.get(name, []):
-            if (not implicitly and node.op_type == "Identity" and node.domain in ("", "ai.onnx")
+            if (not implicitly and node.op_type == "Identity" and is_onnx_domain(node.domain)
                     and node.output[0] not in outputs and depth < 64):
                 found += readers_of(node.output[0], depth + 1)
             else:
@@ -95,7 +95,7 @@ def _abort_in(graph, opset: int, outer_initializers: dict) -> str | None:
             if out in outputs:  # GetNextEdges: an output with readers propagates no further
                 continue
             for reader, through_body in readers_of(out):
-                if reader.op_type == QUANTIZE and reader.domain in ("", "ai.onnx", MS) and not through_body:
+                if reader.op_type == QUANTIZE and (is_onnx_domain(reader.domain) or reader.domain == MS) and not through_body:
                     continue  # edges into a QuantizeLinear are filtered out
                 if through_body:
                     return out

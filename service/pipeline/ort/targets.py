@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.errors import InvalidOptions
-from service.schemas.options import EMULATED_PLATFORMS, host_platform_name
+from service.schemas.options import EMULATED_PLATFORMS, QNN_DEFAULT_SOC, TARGET_PLATFORM_RE, host_platform_name
 
 __all__ = ["ARM_ARCHES", "EMULATED", "Platform", "host_platform", "platform_from_name"]
 
@@ -35,6 +35,15 @@ class Platform:
     cpu_label: str  # what the report calls the CPU
     int8_allowed: bool  # QDQIsInt8Allowed()
     nchwc: bool  # NchwcTransformer registered (MlasNchwcGetBlockSize() > 1)
+    # "host", "emulated" (arm64 under qemu), or a target: "ort" (another ORT release), "qnn", "openvino"
+    kind: str = "host"
+    version: str | None = None  # ort:<version>
+    soc: str | None = None  # qnn:<soc_model>
+
+    @property
+    def slug(self) -> str:
+        """The name as a file name part: "qnn:69" -> "qnn_69", "ort:1.22.1" -> "ort_1.22.1"."""
+        return self.name.replace(":", "_")
 
 
 # name -> (QEMU_CPU, the CPU it stands for)
@@ -63,10 +72,28 @@ def platform_from_name(name: str) -> Platform:
     host = host_platform()
     if name == host.name or (host.arch in ARM_ARCHES and name == "arm64"):
         return host
+    if TARGET_PLATFORM_RE.match(name):
+        return _target(name, host)
     if name in EMULATED:
         cpu, label = EMULATED[name]
         int8_allowed, nchwc = _rules("aarch64")
         return Platform(name=name, arch="aarch64", emulated=True, qemu_cpu=cpu, cpu_label=label,
-                        int8_allowed=int8_allowed, nchwc=nchwc)
+                        int8_allowed=int8_allowed, nchwc=nchwc, kind="emulated")
     raise InvalidOptions(f"unknown platform {name!r}",
                          hint=f"use {host.name!r} (this machine) or one of {', '.join(sorted(EMULATED))}")
+
+
+def _target(name: str, host: Platform) -> Platform:
+    """A target on this machine's CPU: ORT's rules are the host's (an ORT release), or do not apply (QNN,
+    OpenVINO compile the file themselves)."""
+    kind, _, arg = name.partition(":")
+    if kind == "qnn":
+        soc = arg or QNN_DEFAULT_SOC
+        return Platform(name=name, arch="hexagon", emulated=True, qemu_cpu=None, kind="qnn", soc=soc,
+                        cpu_label=f"Qualcomm HTP, soc_model {soc} (emulated on this CPU by the QNN EP)",
+                        int8_allowed=host.int8_allowed, nchwc=host.nchwc)
+    if kind == "openvino":
+        return Platform(name=name, arch=host.arch, emulated=False, qemu_cpu=None, kind="openvino",
+                        cpu_label="this machine, OpenVINO CPU plugin", int8_allowed=host.int8_allowed, nchwc=host.nchwc)
+    return Platform(name=name, arch=host.arch, emulated=False, qemu_cpu=None, kind="ort", version=arg,
+                    cpu_label=f"this machine, onnxruntime {arg}", int8_allowed=host.int8_allowed, nchwc=host.nchwc)

@@ -30,8 +30,10 @@ def advice_for_platform(report: PlatformReport) -> PlatformAdvice | None:
         best = max((r for r in measured if r[3] >= top - SQNR_TIE_DB), key=lambda r: (r[2] or 0.0, r[3]))
     samples = report.accuracy.samples_run if report.accuracy else 0
     return PlatformAdvice(
-        judged_on="graphs and accuracy only: latency is not measured under emulation, and the measured re-runs "
-                  "of the advice section ran on this machine, not on " + report.name,
+        judged_on=("graphs and accuracy only: latency is not measured under emulation, and the measured re-runs "
+                   "of the advice section ran on this machine, not on " + report.name) if report.kind == "emulated" else
+                  ("graphs and accuracy only (latency per level is in optimized.<artifact>.<level>.latency), and the "
+                   "measured re-runs of the advice section ran on this machine's onnxruntime, not on " + report.name),
         candidates=[f"{a} at {lv}: int8 coverage {'-' if c is None else f'{c:.2f}'}, worst SQNR "
                     f"{'-' if s is None else f'{s:.1f} dB'} on {samples} sample(s)" for a, lv, c, s in rows],
         choice=(f"{best[0]} at {best[1]}: highest int8 coverage among the candidates within {SQNR_TIE_DB:.0f} dB of "

@@ -22,14 +22,15 @@ from service.pipeline.inspect.graph_diff import diff_graphs
 from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.platforms.runtime import emulated_run
+from service.pipeline.platforms.targets.native_run import target_run
+from service.pipeline.platforms.runtime import EMULATED_SCRIPT, emulated_run
 from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
 from service.pipeline.runtime.levels import FileFacts, level_structure
 from service.pipeline.runtime.numerics import concat_runs, level_numerics
 from service.pipeline.vocabulary import float_tail_nodes, graph_from_path, int8_coverage
-from service.schemas.levels import OptimizedLevel
-from service.schemas.options import LEVEL_VALUES, ComparisonOptions, measures_accuracy
+from service.schemas.levels import LatencyStats, OptimizedLevel
+from service.schemas.options import LEVEL_VALUES, ComparisonOptions, measures_accuracy, timed_levels
 from service.schemas.platforms import PlatformAccuracy, PlatformError, PlatformReport, PlatformRules
 
 __all__ = ["platform_levels", "samples_npz", "unavailable_report"]
@@ -47,8 +48,41 @@ def samples_npz(feeds: list[dict[str, np.ndarray]], path: Path) -> Path:
     return path
 
 
+# An ORT release (ort:<version>) runs natively: its level graphs are timed with a fixed count of runs.
+RELEASE_LATENCY_RUNS = 50
+
+
+def _levels_answer(platform: Platform, request: dict, timeout_s: float, root: Path | None) -> dict:
+    """The script's answer from the emulated interpreter, or (``ort:<version>``) from this interpreter with that
+    release first on its path; a release that is not the one asked for is refused, never reported as it."""
+    if platform.kind != "ort":
+        return emulated_run(platform, request, timeout_s=timeout_s, root=root)
+    answer = target_run(platform, EMULATED_SCRIPT, request, timeout_s=timeout_s).answer
+    if answer.get("ort_version") != platform.version:
+        raise PlatformUnavailable(f"{platform.name}: the process imported onnxruntime {answer.get('ort_version')}",
+                                  hint="its folder under .venv/targets is broken: run `make` again", platform=platform.name)
+    return answer
+
+
+def _latency_stats(entry: dict) -> LatencyStats | None:
+    lat = entry.get("latency")
+    if not lat:
+        return None
+    return LatencyStats(median_ms=lat["median_ms"], p90_ms=lat["p90_ms"], p10_ms=lat["p10_ms"], runs=lat["runs"],
+                        warmup=lat["warmup"], intra_op_threads=1, timed_with=lat.get("timed_with"),
+                        protocol=f"{lat['runs']} runs of the first eval sample after one warm-up, one thread, in the "
+                                 "release's own process")
+
+
+def _how(platform: Platform, version: str | None, budget: float) -> str:
+    where = f"onnxruntime {version} in its own process on this machine" if platform.kind == "ort" else \
+        f"emulated ORT {version} under qemu-user ({platform.qemu_cpu})"
+    return (f"{where}, one thread: one sample timed on every distinct level graph of the quantized artifacts, then as "
+            f"many of the first eval samples as the {budget:.0f} s budget holds, the same on every graph")
+
+
 def _report_base(platform: Platform) -> dict:
-    return dict(name=platform.name, arch=platform.arch, emulated=platform.emulated, cpu=platform.cpu_label,
+    return dict(name=platform.name, kind=platform.kind if platform.kind != "host" else "emulated", arch=platform.arch, emulated=platform.emulated, cpu=platform.cpu_label,
                 qemu_cpu=platform.qemu_cpu,
                 rules=PlatformRules(int8_allowed=platform.int8_allowed, nchwc=platform.nchwc))
 
@@ -93,13 +127,13 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
     try:
         request = {
             "artifacts": [{"name": n, "path": str(Path(artifact_paths[n]).resolve()),
-                           "run": run_accuracy and n != "fp32"} for n in names],
+                           "run": run_accuracy and (n != "fp32" or platform.kind == "ort")} for n in names],
             "levels": [[lv, LEVEL_VALUES[lv]] for lv in levels], "out_dir": str(work.resolve()),
             "samples": str(samples_npz(eval_feeds, work / "samples.npz").resolve()) if run_accuracy else None,
-            "budget_seconds": acc.budget_seconds, "threads": 1,
+            "budget_seconds": acc.budget_seconds, "threads": 1, "latency_runs": RELEASE_LATENCY_RUNS,
+            "latency_levels": timed_levels(options) if platform.kind == "ort" and run_accuracy else [],
         }
-        answer = emulated_run(platform, request, timeout_s=acc.budget_seconds + START_AND_GRAPHS_ALLOWANCE_S,
-                              root=root)
+        answer = _levels_answer(platform, request, acc.budget_seconds + START_AND_GRAPHS_ALLOWANCE_S, root)
     except PlatformUnavailable as e:
         shutil.rmtree(work, ignore_errors=True)
         return unavailable_report(platform, e)
@@ -152,7 +186,7 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
             self_contained_from_level_graph(lg, out_file)
             per_level[level] = OptimizedLevel(
                 level=level, level_value=LEVEL_VALUES[level], file=out_file.name, error=error, **structure,
-                diff=diff_graphs(prev_graph, graph, previous=prev_level), numerics=numerics, latency=None,
+                diff=diff_graphs(prev_graph, graph, previous=prev_level), numerics=numerics, latency=_latency_stats(entry),
                 session_seconds=entry.get("session_seconds"), same_graph_as=same_as,
                 graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
                 weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
@@ -166,10 +200,8 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
             samples_run=n, samples_total=len(eval_feeds), budget_seconds=acc.budget_seconds,
             seconds=float(answer.get("run_seconds") or 0.0),
             reference=f"fp32 on this machine at {levels[0]}, on the same {n} sample(s)",
-            how=(f"emulated ORT {answer.get('ort_version')} under qemu-user ({platform.qemu_cpu}), one thread: one "
-                 "sample timed on every distinct level graph of the quantized artifacts, then as many of the first "
-                 f"eval samples as the {acc.budget_seconds:.0f} s budget holds, the same on every graph"
-                 + ("" if n == len(eval_feeds) else f" ({n} of {len(eval_feeds)})")))
+            how=_how(platform, answer.get("ort_version"), acc.budget_seconds)
+            + ("" if n == len(eval_feeds) else f" ({n} of {len(eval_feeds)})"))
     return PlatformReport(**_report_base(platform), status="ok", onnxruntime=answer.get("ort_version"),
                           optimized=optimized, accuracy=accuracy,
                           timings={"emulated": round(t_emulated, 3), "read": round(time.perf_counter() - t1, 3)})

@@ -17,6 +17,7 @@ first, then the count every graph can afford is run on each, so all levels share
 
 import hashlib
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -53,6 +54,27 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def _missing_level(ort, value: int) -> str | None:
+    """ORT before 1.23 has no ORT_ENABLE_LAYOUT, and takes GraphOptimizationLevel(3) without a word (1.18 gave
+    the extended graph): that graph must not be called "layout"."""
+    if value == 3 and not hasattr(ort.GraphOptimizationLevel, "ORT_ENABLE_LAYOUT"):
+        return f"onnxruntime {ort.__version__} has no layout level (GraphOptimizationLevel.ORT_ENABLE_LAYOUT came in 1.23)"
+    return None
+
+
+def _latency(session, feed, runs: int) -> dict:
+    """A fixed count of timed runs of the first sample after one warm-up: only where ORT runs natively."""
+    session.run(None, feed)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        session.run(None, feed)
+        times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    return {"median_ms": statistics.median(times), "p90_ms": times[min(runs - 1, int(0.9 * runs))],
+            "p10_ms": times[int(0.1 * runs)], "runs": runs, "warmup": 1}
+
+
 def main(request_path: str) -> int:
     import numpy as np
     import onnxruntime as ort
@@ -76,6 +98,10 @@ def main(request_path: str) -> int:
         for level, value in req["levels"]:
             folder = out / art["name"] / level
             folder.mkdir(parents=True, exist_ok=True)
+            missing = _missing_level(ort, value)
+            if missing:
+                levels_done[level] = {"error": missing, "missing_level": True}
+                continue
             t0 = time.perf_counter()
             try:
                 session = _session(ort, art["path"], value, folder, threads, req.get("session_config", {}))
@@ -118,6 +144,15 @@ def main(request_path: str) -> int:
         except Exception as e:  # noqa: BLE001
             answer["artifacts"][name][level]["error"] = f"run failed: {type(e).__name__}: {e}"[:2000]
             del results[(name, level)]
+    sessions = {(name, level): session for name, level, session in runnable if (name, level) in results}
+    for name, levels_done in answer["artifacts"].items():
+        for level in req.get("latency_levels") or []:
+            entry = levels_done.get(level, {})
+            src = entry.get("same_graph_as", level)
+            if (name, src) in sessions and not entry.get("error"):
+                entry["latency"] = _latency(sessions[(name, src)], feeds[0], int(req.get("latency_runs", 50)))
+                if src != level:
+                    entry["latency"]["timed_with"] = src
     answer["samples_run"] = n if runnable else 0
     answer["samples_total"] = len(feeds)
     answer["run_seconds"] = round(time.perf_counter() - t_start, 4)

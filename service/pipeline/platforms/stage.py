@@ -1,9 +1,12 @@
 """The platforms stage: after this machine's levels, each emulated platform the options name gets its
-own level graphs, blockers, decisions and accuracy, and the rows that set it beside this machine."""
+own level graphs, blockers, decisions and accuracy, and the rows that set it beside this machine. A target
+(``ort:<version>``, ``qnn[:<soc>]``, ``openvino:cpu``) gets the same, or, where the target compiles the file
+itself, what it took and left, its accuracy and (natively) its latency per artifact."""
 
 from __future__ import annotations
 
 import logging
+from importlib.metadata import version
 
 from service.errors import PlatformUnavailable
 from service.pipeline.context import StageContext
@@ -11,6 +14,9 @@ from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inspect.stage import Inspected
 from service.pipeline.platforms.advice import advice_for_platform
+from service.pipeline.platforms.targets.compiled import compiled_target_report
+from service.pipeline.platforms.targets.ort_release import release_summary
+from service.pipeline.platforms.targets.rows import release_rows, target_rows
 from service.pipeline.platforms.emulated_levels import platform_levels, unavailable_report
 from service.pipeline.platforms.side_by_side import side_by_side_rows
 from service.pipeline.ort.targets import host_platform, platform_from_name
@@ -27,7 +33,7 @@ log = logging.getLogger(__name__)
 
 def emulated_platforms(options: ComparisonOptions) -> list[str]:
     """The names in ``options.platforms`` that this stage runs (the host's own results are the levels stage's)."""
-    return [name for name in options.platforms or [] if platform_from_name(name).emulated]
+    return [name for name in options.platforms or [] if platform_from_name(name).kind != "host"]
 
 
 def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
@@ -43,6 +49,11 @@ def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, 
         platform = platform_from_name(name)
         paths = {n: p for n, p in inspected.paths.items() if n in levels.optimized}
         try:
+            if platform.kind in ("qnn", "openvino"):
+                report = compiled_target_report(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
+                                                options=options, data_dependent=data_dependent)
+                out[name] = report.model_copy(update={"side_by_side": target_rows(levels.optimized, report)})
+                continue
             report = platform_levels(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
                                      options=options, levels=levels.levels, files=levels.files,
                                      data_dependent=data_dependent)
@@ -58,6 +69,10 @@ def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, 
                                              levels=levels.levels, options=options,
                                              batchnorm_in_source=batchnorm_count(prepared.source.program)),
                 "side_by_side": side_by_side_rows(levels.optimized, host, report)})
+            if platform.kind == "ort":
+                report = release_summary(report)
+                report = report.model_copy(update={"side_by_side": release_rows(
+                    levels.optimized, report.side_by_side, report, version("onnxruntime"))})
             report = report.model_copy(update={"advice": advice_for_platform(report)})
         out[name] = report
     return out

@@ -1,4 +1,4 @@
-"""Clean-ups of a third-party ONNX file before it becomes a torch graph for PT2E (onnx_torch/specialize.py),
+"""Clean-ups of a third-party ONNX file before it becomes a torch graph for PT2E (quantize/pt2e_from_onnx/specialize.py),
 and the opset ORT's quantizer needs.
 
 Real files carry what their exporter left behind: initializers repeated in the input list (old
@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from service.pipeline.files import declared_bytes
-from service.pipeline.quantize.shortcuts.pt2e import install_multi_output_match_shortcut
+from service.pipeline.quantize.toolchain_patches.pt2e import install_multi_output_match_shortcut
 from service.pipeline.vocabulary import CONTROL_FLOW_OPS
 
 log = logging.getLogger(__name__)

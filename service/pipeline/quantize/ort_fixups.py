@@ -90,15 +90,10 @@ from service.pipeline.isolation import NONFINITE_HINT, first_line
 from service.pipeline.quantize.onnx_cleanup import drop_initializer_inputs
 from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
 from service.pipeline.vocabulary import (
-    BIASED_COMPUTE_OPS,
-    BIAS_COPY_MARK,
-    all_tensor_names,
-    rename_outer_reads,
-    rename_reads,
-    subgraphs,
+    BIASED_COMPUTE_OPS, BIAS_COPY_MARK, all_tensor_names, is_onnx_domain, onnx_domain_name, rename_outer_reads,
+    rename_reads, subgraphs,
 )
 
-_DEFAULT_DOMAINS = ("", "ai.onnx")
 _CONSTANT_VALUE_ATTRS = ("value", "value_float", "value_floats", "value_int", "value_ints")
 OUTER_SUFFIX = "__outer_scope"
 
@@ -186,7 +181,7 @@ def constants_to_initializers(model) -> int:
     kept, moved = [], 0
     graph_outputs = {o.name for o in g.output}
     for node in g.node:
-        if (node.op_type == "Constant" and (node.domain or "") in _DEFAULT_DOMAINS
+        if (node.op_type == "Constant" and is_onnx_domain(node.domain)
                 and len(node.output) == 1 and node.output[0] not in graph_outputs
                 and any(a.name in _CONSTANT_VALUE_ATTRS for a in node.attribute)):
             t = _constant_tensor(node)
@@ -270,7 +265,7 @@ _BIAS_READERS = BIASED_COMPUTE_OPS | {"InstanceNormalization", "LayerNormalizati
 
 
 def _reads_a_bias(n) -> bool:
-    return (n.op_type in _BIAS_READERS and n.domain in _DEFAULT_DOMAINS
+    return (n.op_type in _BIAS_READERS and is_onnx_domain(n.domain)
             and len(n.input) > _BIAS_INPUT and bool(n.input[_BIAS_INPUT]))
 
 
@@ -336,7 +331,7 @@ def _row_gemm_biases(model) -> list[str]:
     """Initializers of shape [1, N] that a Gemm reads as its C."""
     g = model.graph
     inits = {t.name: t for t in g.initializer}
-    return sorted({n.input[2] for n in g.node if n.op_type == "Gemm" and (n.domain or "") in _DEFAULT_DOMAINS
+    return sorted({n.input[2] for n in g.node if n.op_type == "Gemm" and is_onnx_domain(n.domain)
                    and len(n.input) > 2 and n.input[2] in inits and len(inits[n.input[2]].dims) == 2
                    and inits[n.input[2]].dims[0] == 1})
 
@@ -375,9 +370,9 @@ def _where_reads(model) -> list[tuple[int, int, str]]:
     from onnxruntime.quantization.registry import QLinearOpsRegistry
 
     g = model.graph
-    producer = {o: n.op_type for n in g.node if (n.domain or "") in _DEFAULT_DOMAINS for o in n.output if o}
+    producer = {o: n.op_type for n in g.node if is_onnx_domain(n.domain) for o in n.output if o}
     return [(k, i, n.input[i]) for k, n in enumerate(g.node)
-            if n.op_type == "Where" and (n.domain or "") in _DEFAULT_DOMAINS
+            if n.op_type == "Where" and is_onnx_domain(n.domain)
             for i in (1, 2) if i < len(n.input) and producer.get(n.input[i]) in QLinearOpsRegistry]
 
 
@@ -434,7 +429,7 @@ def _repeated_imports(model) -> list[int]:
     """Indices of opset_import entries that repeat an earlier (domain, version); ``ai.onnx`` is ``''``."""
     seen, repeated = set(), []
     for k, imp in enumerate(model.opset_import):
-        key = ("" if imp.domain in _DEFAULT_DOMAINS else imp.domain, imp.version)
+        key = (onnx_domain_name(imp.domain), imp.version)
         if key in seen:
             repeated.append(k)
         seen.add(key)
@@ -467,7 +462,7 @@ def needs_fixups(model, *, identities: bool = True) -> bool:
     g = model.graph
     if _before_ir4(model) or _repeated_imports(model) or _derived_names(model):
         return True
-    if any(n.op_type == "Constant" and (n.domain or "") in _DEFAULT_DOMAINS for n in g.node):
+    if any(n.op_type == "Constant" and is_onnx_domain(n.domain) for n in g.node):
         return True
     if identities and (any(True for n in g.node for _ in subgraphs(n)) or _where_reads(model)):
         return True

@@ -27,7 +27,7 @@ from pathlib import Path
 from service.errors import NonFiniteCalibration
 from service.pipeline.inputs.stored_nonfinite import made_without_samples
 from service.pipeline.quantize.ort_calibration import tensors_without_finite_range
-from service.pipeline.vocabulary import COMPUTE_OPS, node_reads
+from service.pipeline.vocabulary import COMPUTE_OPS, is_onnx_domain, node_reads
 
 _SHOWN = 3  # tensors named in a message
 
@@ -98,7 +98,7 @@ def constant_nonfinite(model_path: Path, cache_path: Path | None, op_types: list
         if chain is None:
             return None
         tensors[tensor] = chain
-    touching = {n.op_type for n in model.graph.node if (n.domain or "") in ("", "ai.onnx")
+    touching = {n.op_type for n in model.graph.node if is_onnx_domain(n.domain)
                 and (set(n.output) & set(tensors) or node_reads(n) & set(tensors))}
     left_out = sorted(t for t in touching if t in op_types)
     return ConstantNonfinite(tensors=tensors, left_out=left_out,

@@ -17,7 +17,7 @@ from service.pipeline.isolation import NONFINITE_HINT, first_line, scrub
 from service.pipeline.quantize.ort_calibration import calibrated_with_weights_on_disk, default_op_types
 from service.pipeline.quantize.ort_fixups import failure_from_ort_quantizer
 from service.pipeline.quantize.ort_nonfinite import constant_nonfinite, retry_cache
-from service.pipeline.quantize.shortcuts.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
+from service.pipeline.quantize.toolchain_patches.ort import install_minmax_augment_shortcut, install_quantizer_shortcuts
 from service.pipeline.ort.sessions import ort_refusal, session_options_for, session_with_options
 from service.pipeline.vocabulary import ai_onnx_opset, all_nodes, graph_from_path
 from service.schemas.report import ToolInfo

@@ -11,13 +11,13 @@ from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.isolation import NONFINITE_HINT, first_line, matched_hint
-from service.pipeline.quantize.onnx_torch.names import annotate_onnx, restore_io_names
-from service.pipeline.quantize.onnx_torch.own_weights import shared_again
-from service.pipeline.quantize.onnx_torch.program import (PT2_HINT, ConversionSkipped, GraphTooLarge, graph_size_refusal,
+from service.pipeline.quantize.pt2e_from_onnx.names import annotate_onnx, restore_io_names
+from service.pipeline.quantize.pt2e_from_onnx.own_weights import shared_again
+from service.pipeline.quantize.pt2e_from_onnx.program import (PT2_HINT, ConversionSkipped, GraphTooLarge, graph_size_refusal,
                                                            program_from_onnx, static_args)
 from service.pipeline.quantize.selection_tail import prefix_file, selection_split, splice_tail
 from service.pipeline.quantize.side_by_side import reclaim_idle_core
-from service.pipeline.quantize.shortcuts.pt2e import (
+from service.pipeline.quantize.toolchain_patches.pt2e import (
     install_conv_bn_fold_guard,
     install_histogram_search,
     install_iterative_union_find,
@@ -33,7 +33,7 @@ def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], ca
                      max_graph_ops: int | None = None):
     """(torch.export program PT2E starts from, conversion info or None).
 
-    ONNX uploads go through the project's own converter (quantize/onnx_torch), which specializes
+    ONNX uploads go through the project's own converter (onnx_torch/, through quantize/pt2e_from_onnx/), which specializes
     the graph to the resolved shapes and checks parity with ORT before anything is quantized.
     onnx2torch is no longer used: on the real-world corpus it converted fewer models (no GRU/LSTM,
     no opset-18 input forms, untraceable shape arithmetic), see docs/uploads.md.
@@ -329,7 +329,7 @@ def _shared_weight_notes(prepared) -> list[str]:
     called twice: a siamese branch, a cell applied at every step). The XNNPACK quantizer annotates a
     conv or linear together with its weight and bias nodes and skips it when one of them is already
     annotated (``_xnnpack_quantizer_utils``: ``if _is_annotated(partition): continue``). ONNX uploads
-    give each Conv its own copy first (``onnx_torch/own_weights.py``); a .pt2 is the user's program."""
+    give each Conv its own copy first (``quantize/pt2e_from_onnx/own_weights.py``); a .pt2 is the user's program."""
     skipped = []
     for node in prepared.graph.nodes:
         if node.op != "call_function" or getattr(node.target, "__name__", "").split(".")[0] not in _WEIGHTED_OPS:

@@ -22,7 +22,9 @@ from typing import Any
 from service.errors import TailConversionChanged
 from service.pipeline.inputs.output_shapes import graph_only_copy, selection_origins
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.vocabulary import COMPUTE_OPS, FLOAT_TAIL_KEY, ai_onnx_opset, node_reads, op_key, subgraphs
+from service.pipeline.vocabulary import (
+    COMPUTE_OPS, FLOAT_TAIL_KEY, ai_onnx_opset, node_reads, onnx_domain_name, op_key, subgraphs,
+)
 
 # The tail is appended as written: an upload past this many tail nodes is not a post-processing step.
 MAX_TAIL_NODES = 2000
@@ -104,7 +106,7 @@ def selection_split(model, shapes: dict[str, tuple[int, ...]]) -> SelectionSplit
         if vi is None or not vi.type.tensor_type.elem_type:
             return None  # a cut tensor without a type: no file to declare it in
         g.output.append(helper.make_value_info(t, vi.type))
-    by_domain = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    by_domain = {onnx_domain_name(o.domain): o.version for o in model.opset_import}
     return SelectionSplit(
         prefix=prefix, tail_nodes=tail_nodes,
         tail_initializers=[t for t in graph.initializer if t.name in tail_reads],

@@ -36,6 +36,9 @@ class Quantized:
     ort_input: Path | None = None
     already_quantized: bool = False  # the upload was quantized already: inspected as is, quantized by no path
     timings: dict[str, float] = field(default_factory=dict)  # parts of the stage, timed apart: ort_pre_process
+    # The ORT quantizer's settings as the ORT paths used them (options.ort over its preset), resolved once
+    # here: the lints, the per-tensor table's retries and advice's re-quantizations read these.
+    ort_settings: dict = field(default_factory=dict)
 
 
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ctx: StageContext) -> Quantized:
@@ -46,7 +49,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     """
     request = ctx.request
     art_dir, scratch = ctx.folders.artifacts, ctx.folders.scratch
-    pt2e_time_limit_s = options.pt2e.time_limit_s or request.pt2e_time_limit_s
+    pt2e_time_limit_s = options.pt2e.time_limit_s or request.limits.pt2e_time_limit_s
     timings: dict[str, float] = {}
     ort_input: list[Path] = []  # the file the ORT paths quantized, set by their thread
     requested = list(options.artifacts)
@@ -108,7 +111,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
         side_by_side(pt2e_side, ort_side, parallel=both)
     log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
     _blame_stored_nonfinite(outcomes, fp32)
-    return Quantized(outcomes={name: outcomes[name] for name in requested},
+    return Quantized(ort_settings=ort_settings, outcomes={name: outcomes[name] for name in requested},
                      ort_input=ort_input[0] if ort_input else None, already_quantized=already is not None,
                      timings=timings)
 

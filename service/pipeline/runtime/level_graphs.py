@@ -36,7 +36,7 @@ from pathlib import Path
 
 from service.pipeline.files import file_sha256
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.vocabulary import subgraphs
+from service.pipeline.vocabulary import is_onnx_domain, subgraphs
 
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.data"
@@ -134,7 +134,7 @@ def _shadowed(graph) -> set[str]:
     subgraph's Constant both ways when it writes initializers to an external file at disable_all
     (silero's If bodies: 117 names), and then refuses the file it wrote ("Graph must be in single
     static assignment form"); without the initializer the graph is the one ORT ran."""
-    constants = {o for n in graph.node if n.op_type == "Constant" and (n.domain or "") in ("", "ai.onnx") for o in n.output}
+    constants = {o for n in graph.node if n.op_type == "Constant" and is_onnx_domain(n.domain) for o in n.output}
     return {t.name for t in graph.initializer if t.name in constants}
 
 

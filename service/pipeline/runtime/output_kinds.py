@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from service.pipeline.vocabulary import RANDOM_OPS, all_nodes, node_reads, subgraphs
+from service.pipeline.vocabulary import RANDOM_OPS, all_nodes, is_onnx_domain, node_reads, subgraphs
 
 __all__ = ["CIRCLE_SPAN", "NEAR_CONSTANT_REL", "angular_errors", "argmax_agreement", "artifact_accuracy",
            "output_kind", "outputs_after_random_draws"]
@@ -112,7 +112,7 @@ def outputs_after_random_draws(model) -> dict[int, str]:
     graph = model.graph
 
     def unseeded(n) -> bool:
-        return (n.op_type in RANDOM_OPS and (n.domain or "") in ("", "ai.onnx")
+        return (n.op_type in RANDOM_OPS and is_onnx_domain(n.domain)
                 and not any(a.name == "seed" for a in n.attribute))
 
     why: dict[str, str] = {}

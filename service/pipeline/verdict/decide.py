@@ -2,7 +2,7 @@
 
 Reads what the earlier stages measured (the levels results, each file's inventory, the per-tensor
 table, advice) and computes nothing about ORT itself: each artifact's final status, the decisions
-table, every lint of the report (gathered here and nowhere else, each code in ``lint_catalog``), where
+table, every lint of the report (the registry's, ``lints/``, run here over every stage's results), where
 this machine differs from the chapter, and the gate verdict.
 """
 
@@ -21,27 +21,8 @@ from service.pipeline.runtime.output_kinds import artifact_accuracy
 from service.pipeline.advice.stage import Advised
 from service.pipeline.verdict.decisions import decisions_table
 from service.pipeline.verdict.gates import verdict_from_artifacts
-from service.pipeline.verdict.lint_catalog import checked_lints
-from service.pipeline.verdict.lints import (
-    fed_back_selection_lints,
-    folded_input_lints,
-    integer_weight_lints,
-    lints_for,
-    no_artifact_lints,
-    ort_optimized_upload_lints,
-    overridable_initializer_lints,
-    padded_selection_lints,
-    random_op_lints,
-    repeated_weight_lints,
-    selection_input_lints,
-    sentinel_range_lints,
-    symbolic_dim_lints,
-)
-from service.pipeline.verdict.made_up_data import made_up_data_lints
+from service.pipeline.verdict.lints import Findings, run_lints
 from service.pipeline.verdict.platform_notes import platform_notes
-from service.pipeline.verdict.reference_noise import (
-    nonfinite_reference_lints, saturated_reference_lints, unstable_reference_lints,
-)
 from service.schemas.layers import LayersReport
 from service.schemas.levels import DecisionRow, Lint, PlatformNote
 from service.schemas.options import ComparisonOptions
@@ -64,21 +45,13 @@ def decide_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, qua
     lint, the platform notes and the gates' verdict."""
     artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
                  for name, art in inspected.artifacts.items()}
+    cpu = cpu_info()
     decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
                                   batchnorm_in_source=batchnorm_count(prepared.source.program),
-                                  advice_measured=advised.proposed + advised.refuted)
-    lints = checked_lints(
-        made_up_data_lints(prepared.samples.info) + decided.lints
-        + symbolic_dim_lints(prepared.source.specs, prepared.shapes, options, inspected.fixed_dims)
-        + random_op_lints(fp32.file.model) + fed_back_selection_lints(fp32.file.model)
-        + inspected.lints
-        + integer_weight_lints(fp32.file.model) + overridable_initializer_lints(fp32.file.model)
-        + folded_input_lints(artifacts.get("pt2e_qdq"))
-        + no_artifact_lints(artifacts, already_quantized=quantized.already_quantized)
-        + padded_selection_lints(fp32.padded_selection())
-        + repeated_weight_lints({n: a.file for n, a in artifacts.items() if a.file is not None})
-        + (selection_input_lints(fp32.after_selection.read, layers, by_shape=bool(fp32.after_selection.moving))
-           if fp32.after_selection.moving or fp32.padded_selection() else []))
+                                  advice_measured=advised.proposed + advised.refuted, cpu=cpu, lints=False)
+    lints = run_lints(Findings(options=options, levels=levels, inventories=inspected.inventories, cpu=cpu,
+                               prepared=prepared, fp32=fp32, quantized=quantized, inspected=inspected,
+                               artifacts=artifacts, layers=layers))
     verdict = verdict_from_artifacts(artifacts, options, list(options.gates), samples=prepared.samples.info)
     return Decided(decisions=decided.decisions, lints=lints, platform=decided.platform, artifacts=artifacts,
                    verdict=verdict)
@@ -102,21 +75,17 @@ def levels_so_far(options: ComparisonOptions, prepared: Prepared, inspected: Ins
 
 def decided_from_levels(levels: LevelsResult, *, inventories: dict[str, QuantizationInventory | None],
                         options: ComparisonOptions, batchnorm_in_source: int = 0,
-                        cpu: CpuInfo | None = None, advice_measured: list | None = None) -> Decided:
+                        cpu: CpuInfo | None = None, advice_measured: list | None = None, lints: bool = True) -> Decided:
     """``advice_measured``: the advice entries (proposed and refuted), whose re-runs the platform
-    notes quote (e.g. the coverage this model would have where int8 is allowed)."""
+    notes quote (e.g. the coverage this model would have where int8 is allowed). ``lints``: the lints a
+    levels result holds alone (the decide stage runs every lint itself, over every stage's results)."""
     cpu = cpu or cpu_info()
     names = list(levels.optimized)
     return Decided(
         decisions=decisions_table(names=names, files=levels.files, optimized=levels.optimized,
                                   inventories=inventories, levels=levels.levels, options=options,
                                   batchnorm_in_source=batchnorm_in_source),
-        lints=ort_optimized_upload_lints(levels.files.get("fp32"))
-        + lints_for(names=names, files=levels.files, optimized=levels.optimized, options=options, cpu=cpu)
-        + sentinel_range_lints(inventories)
-        + unstable_reference_lints(levels.optimized.get("fp32", {}), levels.reference_outputs)
-        + nonfinite_reference_lints(levels.optimized.get("fp32", {}), levels.reference_outputs)
-        + saturated_reference_lints(levels.optimized.get("fp32", {}), levels.reference_outputs),
+        lints=run_lints(Findings(options=options, levels=levels, inventories=inventories, cpu=cpu)) if lints else [],
         platform=platform_notes(levels.optimized, cpu, advice_measured),
     )
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from pydantic import ValidationError
 
@@ -43,8 +43,22 @@ from service.schemas.report import Artifact, GateResult, Report, SamplesInfo, Ve
 
 METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement", "int8_coverage",
            "latency_ratio", "status_ok", "calibration_data_uploaded")
+# Gates on a target or platform of options.platforms ("qnn:69.ort_qdq.compiles"): parsed here, evaluated by the
+# platforms stage's platforms/targets/gates.py (a later stage: it is handed in as ``platform_gate``).
+TARGET_FLAG_METRICS = ("compiles", "same_graphs")
+TARGET_METRICS = (*TARGET_FLAG_METRICS, "nodes_taken_share")
+_PLATFORM_RE = re.compile(r"^\s*(?P<platform>qnn(?::[0-9]{1,4})?|openvino:cpu|ort:[0-9]+\.[0-9]+\.[0-9]+"
+                          r"|arm64(?::[a-z0-9-]+)?)\.(?P<rest>.+)$")
+
+
+def split_platform(text: str) -> tuple[str | None, str]:
+    """``"qnn:69.ort_qdq.compiles"`` -> ``("qnn:69", "ort_qdq.compiles")``; no platform -> ``(None, text)``."""
+    m = _PLATFORM_RE.match(text)
+    return (m["platform"], m["rest"]) if m else (None, text)
+
+
 # Metrics that read a yes/no of the whole report or its paths: no threshold needed (default >= 1).
-_FLAG_METRICS = ("status_ok", "calibration_data_uploaded")
+_FLAG_METRICS = ("status_ok", "calibration_data_uploaded", *TARGET_FLAG_METRICS)
 # Longest first so ">=" is not read as ">" followed by "=25".
 OPS = (">=", "<=", "==", ">", "<")
 _NUMERIC_ATTR = {"sqnr_db": "worst_sqnr_db", "cosine": "worst_cosine", "max_abs_error": "worst_max_abs_error",
@@ -59,23 +73,34 @@ _BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 
 
 def gate_from_string(text: str) -> Gate:
-    """``"ort_qdq.all.sqnr_db>=25"`` -> ``Gate(artifact="ort_qdq", level="all", ...)``.
+    """``"ort_qdq.all.sqnr_db>=25"`` -> ``Gate(artifact="ort_qdq", level="all", ...)``; with a platform in front
+    (``"qnn:69.ort_qdq.compiles"``) the gate reads ``platforms.<platform>``.
 
     Raises :class:`InvalidOptions` with the accepted syntax in the hint.
     """
+    platform, rest = split_platform(text or "")
+    if platform:
+        return _gate_from_parts(rest, text, platform)
+    return _gate_from_parts(text, text, None)
+
+
+def _gate_from_parts(text: str, whole: str, platform: str | None) -> Gate:
+    metrics = (*METRICS, *TARGET_METRICS) if platform else METRICS
     hint = (
         "write gates as [artifact.][level.]metric op value, e.g. 'ort_qdq.all.sqnr_db>=25', "
         "'*.all.int8_coverage>=0.9', '*.all.mismatch_share<=0.01', 'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' "
-        "or 'calibration_data_uploaded'"
+        "or 'calibration_data_uploaded'; on a target: 'qnn:69.ort_qdq.compiles', 'ort:1.22.1.same_graphs', "
+        "'openvino:cpu.ort_qdq.sqnr_db>=30'"
     )
     m = _GATE_RE.match(text or "")
     if not m:
-        raise InvalidOptions(f"gate {text!r} is not in the gate syntax", hint=hint)
+        raise InvalidOptions(f"gate {whole!r} is not in the gate syntax", hint=hint)
     parts = m["lhs"].split(".")
     metric = parts[-1]
-    if metric not in METRICS:
-        raise InvalidOptions(f"gate {text!r}: unknown metric {metric!r} (one of {', '.join(METRICS)})", hint=hint)
-    fields: dict[str, Any] = {"metric": metric}
+    if metric not in metrics:
+        on = " (compiles, same_graphs and nodes_taken_share need a target in front)" if metric in TARGET_METRICS else ""
+        raise InvalidOptions(f"gate {whole!r}: unknown metric {metric!r} (one of {', '.join(metrics)}){on}", hint=hint)
+    fields: dict[str, Any] = {"metric": metric, "platform": platform}
     for part in parts[:-1]:
         if part in ARTIFACTS or part == "*":
             key = "artifact"
@@ -83,35 +108,35 @@ def gate_from_string(text: str) -> Gate:
             key = "level"
         else:
             raise InvalidOptions(
-                f"gate {text!r}: {part!r} is neither an artifact ({', '.join(ARTIFACTS)}, *) "
+                f"gate {whole!r}: {part!r} is neither an artifact ({', '.join(ARTIFACTS)}, *) "
                 f"nor a level ({', '.join(LEVELS)})",
                 hint=hint,
             )
         if key in fields:
-            raise InvalidOptions(f"gate {text!r}: {key} given twice", hint=hint)
+            raise InvalidOptions(f"gate {whole!r}: {key} given twice", hint=hint)
         fields[key] = part
     if metric == "calibration_data_uploaded" and len(parts) > 1:
-        raise InvalidOptions(f"gate {text!r}: calibration_data_uploaded is about the whole report; "
+        raise InvalidOptions(f"gate {whole!r}: calibration_data_uploaded is about the whole report; "
                              "write it without artifact or level", hint=hint)
     if len(parts) == 3 and (parts[0] not in (*ARTIFACTS, "*") or parts[1] not in LEVELS):
-        raise InvalidOptions(f"gate {text!r}: write artifact before level", hint=hint)
+        raise InvalidOptions(f"gate {whole!r}: write artifact before level", hint=hint)
     if len(parts) > 3:
-        raise InvalidOptions(f"gate {text!r}: too many dotted parts", hint=hint)
+        raise InvalidOptions(f"gate {whole!r}: too many dotted parts", hint=hint)
     if m["op"]:
         raw = m["value"]
         relative = _BASELINE_RE.match(raw)
         if relative:
             if metric == "status_ok":
-                raise InvalidOptions(f"gate {text!r}: status_ok cannot be relative to a baseline", hint=hint)
+                raise InvalidOptions(f"gate {whole!r}: status_ok cannot be relative to a baseline", hint=hint)
             fields["relative_to"] = "baseline"
             raw = relative["offset"] or "0"
         try:
             value = float(raw)
         except ValueError:
-            raise InvalidOptions(f"gate {text!r}: {m['value']!r} is neither a number nor baseline[+-number]",
+            raise InvalidOptions(f"gate {whole!r}: {m['value']!r} is neither a number nor baseline[+-number]",
                                  hint=hint) from None
         if not math.isfinite(value):
-            raise InvalidOptions(f"gate {text!r}: the threshold is not a finite number", hint=hint)
+            raise InvalidOptions(f"gate {whole!r}: the threshold is not a finite number", hint=hint)
         fields["op"], fields["value"] = m["op"], value
     elif metric not in _FLAG_METRICS:
         raise InvalidOptions(f"gate {text!r}: a threshold is missing (e.g. {text}>=25)", hint=hint)
@@ -123,6 +148,11 @@ def gate_from_string(text: str) -> Gate:
 
 def gate_to_string(gate: Gate) -> str:
     """The inverse of :func:`gate_from_string`; ``status_ok>=1`` reads as ``status_ok``."""
+    if gate.platform:
+        inner = gate_to_string(gate.model_copy(update={"platform": None}))
+        if not gate.platform.startswith(("ort:", "arm64")):  # QNN and OpenVINO compile the file: no level
+            inner = inner.replace(f".{gate.level}.", ".", 1)
+        return f"{gate.platform}.{inner}"
     if gate.metric in _FLAG_METRICS:
         head = gate.metric if gate.artifact == "*" else f"{gate.artifact}.{gate.metric}"
         return head if (gate.op, gate.value) == (">=", 1.0) else f"{head}{gate.op}{_num(gate.value)}"
@@ -157,12 +187,15 @@ class _Results:
     artifacts: dict[str, Artifact]
     options: Any
     samples: SamplesInfo | None = None
+    platforms: dict | None = None  # options.platforms' reports, for gates on a target
+    platform_gate: Callable | None = None  # (results, gate, label) -> GateResult for a gate on a platform
 
 
 def verdict_from_artifacts(artifacts: dict[str, Artifact], options: Any, gates: list[Gate], *,
-                           samples: SamplesInfo | None = None) -> Verdict:
+                           samples: SamplesInfo | None = None, platforms: dict | None = None,
+                           platform_gate: Callable | None = None) -> Verdict:
     """The verdict before the report exists (the spine builds the report once, verdict included)."""
-    return verdict_from_report(_Results(artifacts, options, samples), gates)
+    return verdict_from_report(_Results(artifacts, options, samples, platforms, platform_gate), gates)
 
 
 def verdict_from_report(report: Report | _Results, gates: list[Gate]) -> Verdict:
@@ -178,6 +211,12 @@ def verdict_from_report(report: Report | _Results, gates: list[Gate]) -> Verdict
 def _result_from_gate(report: Report, gate: Gate) -> GateResult:
     label = gate_to_string(gate)
     try:
+        if gate.platform:
+            read = getattr(report, "platform_gate", None)
+            if read is None:
+                return GateResult(gate=label, passed=False, message=f"{gate.platform} did not run: add it to "
+                                                                    "options.platforms")
+            return read(report, gate, label)
         if gate.metric == "status_ok":
             return _status_ok(report, gate, label)
         if gate.metric == "calibration_data_uploaded":

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.errors import BudgetExceeded, UnsupportedModel
 from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.context import RunLimits
 from service.pipeline.inputs.safety import Budgets, onnx_model_from_path
 from service.schemas.options import ComparisonOptions
 from service.pipeline.ort.sessions import RunPastDeadline, run_within, session_for
@@ -128,7 +129,7 @@ def test_a_trip_count_from_the_options_is_refused_in_the_fp32_stage_naming_the_i
     started = time.monotonic()
     with pytest.raises(BudgetExceeded) as e:
         run_comparison(ComparisonRequest(model_path=loop_file, model_name="loop.onnx", options=options,
-                                         budgets=Budgets(max_run_seconds=0.5)), tmp_path / "job",
+                                         limits=RunLimits(budgets=Budgets(max_run_seconds=0.5))), tmp_path / "job",
                        progress=lambda stage, done, total: stages.append(stage))
     assert time.monotonic() - started < 10
     assert stages[-1] == "fp32" and e.value.details["budget"] == "max_run_seconds"
@@ -145,13 +146,13 @@ def test_a_later_sample_s_trip_count_is_checked_too(loop_file, tmp_path):
     options = ComparisonOptions.model_validate(QUICK)
     with pytest.raises(BudgetExceeded, match="on evaluation sample 2 within 0.5 s"):
         run_comparison(ComparisonRequest(model_path=loop_file, model_name="loop.onnx", options=options,
-                                         calibration_path=npz, budgets=Budgets(max_run_seconds=0.5)), tmp_path / "job")
+                                         calibration_path=npz, limits=RunLimits(budgets=Budgets(max_run_seconds=0.5))), tmp_path / "job")
 
 
 def test_bounded_trip_counts_run_the_job_as_before(loop_file, tmp_path):
     options = ComparisonOptions.model_validate({**QUICK, "input_values": {"n": {"low": 1, "high": 50}}})
     report = run_comparison(ComparisonRequest(model_path=loop_file, model_name="loop.onnx", options=options,
-                                              budgets=Budgets(max_run_seconds=5)), tmp_path / "job")
+                                              limits=RunLimits(budgets=Budgets(max_run_seconds=5))), tmp_path / "job")
     assert report.artifacts["fp32"].status == "ok" and report.artifacts["ort_qdq"].status == "ok"
 
 
@@ -173,5 +174,5 @@ def test_a_while_loop_whose_exit_never_comes_is_stopped_too(tmp_path):
     onnx.save(model, tmp_path / "spin.onnx")
     with pytest.raises(BudgetExceeded) as e:
         run_comparison(ComparisonRequest(model_path=tmp_path / "spin.onnx", options=ComparisonOptions.model_validate(QUICK),
-                                         budgets=Budgets(max_run_seconds=0.5)), tmp_path / "job")
+                                         limits=RunLimits(budgets=Budgets(max_run_seconds=0.5))), tmp_path / "job")
     assert "It holds a Loop" in e.value.message and "loops end in a few steps" in e.value.hint

@@ -446,7 +446,7 @@ def _pt2e_rows(tmp_path, nodes, feeds, inits, out_shape):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parents[1] / "quantize" / "onnx_torch"))
+    sys.path.insert(0, str(Path(__file__).parents[1] / "quantize" / "pt2e_from_onnx"))
     from pt2e_upload import pt2e_of_upload
 
     onnx.save(models.from_nodes(nodes, list(feeds.items()), [("y", out_shape)], inits), str(tmp_path / "up.onnx"))

@@ -91,7 +91,8 @@ def test_a_file_that_quantizes_weights_only_is_an_error_lint(tmp_path):
     """What the retry above used to give: DequantizeLinear on the weights, no QuantizeLinear anywhere.
     The path read "ok" with rows that said "quantize that input too"."""
     from service.pipeline.runtime.levels import file_facts_from_graph
-    from service.pipeline.verdict.lints import lints_for
+    from service.pipeline.runtime.levels import LevelsResult
+    from service.pipeline.verdict.lints import levels_lints
     from service.schemas.options import ComparisonOptions
     from service.pipeline.vocabulary import graph_from_model
 
@@ -110,7 +111,7 @@ def test_a_file_that_quantizes_weights_only_is_an_error_lint(tmp_path):
         return file_facts_from_graph(graph_from_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
 
     for with_q in (False, True):
-        lints = lints_for(names=["fp32", "ort_qdq"], files={"ort_qdq": facts(with_q)}, optimized={},
-                          options=ComparisonOptions())
+        lints = levels_lints(LevelsResult(optimized={"ort_qdq": {}}, agreement=[], timings={},
+                                          files={"ort_qdq": facts(with_q)}), ComparisonOptions())
         codes = [x.code for x in lints if x.code == "weights_only"]
         assert codes == ([] if with_q else ["weights_only"])

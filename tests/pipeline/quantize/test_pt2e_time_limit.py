@@ -60,7 +60,7 @@ def test_the_service_limit_reaches_the_path_through_the_job_spec(tmp_path):
     from service.jobs.storage.report_file import read_report_bytes
 
     spec = JobSpec(id="a" * 32, example="conv_relu", options=ComparisonOptions.model_validate(QUICK).model_dump(mode="json"),
-                   pt2e_time_limit_s=0.05)
+                   limits={"pt2e_time_limit_s": 0.05})
     run_comparison_job(spec, tmp_path, lambda *a: None)
     pt2e = json.loads(read_report_bytes(tmp_path))["artifacts"]["pt2e_qdq"]
     assert pt2e["status"] == "failed" and pt2e["error"]["code"] == "path_time_limit"

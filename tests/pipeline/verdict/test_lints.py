@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from service.pipeline.runtime.levels import FileFacts
-from service.pipeline.verdict.lints import lints_for
+from service.pipeline.runtime.levels import LevelsResult
+from service.pipeline.verdict.lints import levels_lints
 from service.schemas.options import ComparisonOptions
 from service.schemas.levels import OptimizedLevel
 from service.schemas.report import CpuInfo
@@ -23,14 +24,18 @@ def _facts(*, opset=17, per_channel=True, zp_equal=True, acts=("int8",), kernels
                      int8_kernels=kernels or {}, transposes=0)
 
 
+def _levels_of(files, optimized) -> LevelsResult:
+    return LevelsResult(optimized={name: optimized.get(name, {}) for name in files}, agreement=[], timings={},
+                        files=files)
+
+
 def _levels(u8=True):
     return {"all": OptimizedLevel(level="all", node_count=3, compute_ops_fp32=1, compute_ops_int8=1,
                                   int8_coverage=1.0, kernel_activation_dtypes={"uint8" if u8 else "int8": 1})}
 
 
 def _codes(name, facts, levels, cpu, **opts):
-    return [lint.code for lint in lints_for(names=["fp32", name], files={name: facts}, optimized={name: levels},
-                                           options=ComparisonOptions(**opts), cpu=cpu)]
+    return [lint.code for lint in levels_lints(_levels_of({name: facts}, {name: levels}), ComparisonOptions(**opts), cpu)]
 
 
 @pytest.mark.parametrize("cpu,expected", [(AVX2_NO_VNNI, True), (VNNI, False), (ARM, False)],
@@ -45,8 +50,7 @@ def test_reduce_range_silences_the_saturation_lint():
 
 
 def test_per_channel_below_opset_13_is_an_error():
-    lints = lints_for(names=["pt2e_qdq"], files={"pt2e_qdq": _facts(opset=11)}, optimized={"pt2e_qdq": _levels()},
-                      options=ComparisonOptions(), cpu=VNNI)
+    lints = levels_lints(_levels_of({"pt2e_qdq": _facts(opset=11)}, {"pt2e_qdq": _levels()}), ComparisonOptions(), VNNI)
     lint = next(x for x in lints if x.code == "per_channel_below_opset_13")
     assert lint.severity == "error" and "opset" in lint.hint
 
@@ -69,8 +73,8 @@ def test_no_int8_kernels_is_reported():
 def test_a_file_the_tool_quantized_nothing_in_is_flagged():
     """A tree ensemble (atspm-detector's LightGBM files): quantize_static writes the model back as is."""
     tree = _facts(hist={"ai.onnx.ml.TreeEnsemble": 1}, acts=(), kernels={})
-    lint = next(x for x in lints_for(names=["fp32", "ort_qdq"], files={"ort_qdq": tree}, optimized={"ort_qdq": {}},
-                                     options=ComparisonOptions(), cpu=VNNI) if x.code == "nothing_quantized")
+    lint = next(x for x in levels_lints(_levels_of({"ort_qdq": tree}, {"ort_qdq": {}}),
+                                        ComparisonOptions(), VNNI) if x.code == "nothing_quantized")
     assert "TreeEnsemble x1" in lint.message and lint.artifact == "ort_qdq"
     assert "nothing_quantized" not in _codes("ort_qdq", _facts(), _levels(), VNNI)
     assert "nothing_quantized" not in _codes("ort_qoperator", _facts(hist={"QLinearConv": 1}, kernels={"QLinearConv": 1}),
@@ -196,8 +200,8 @@ def test_quantize_static_leaves_if_bodies_alone_and_the_lint_says_so(tmp_path, f
     art = "ort_qdq" if fmt == "QDQ" else "ort_qoperator"
     assert "nothing_quantized" not in _codes(art, facts[False], _levels(), VNNI)
     assert facts[True].subgraph_compute_ops == {"Conv": 2} and facts[False].subgraph_compute_ops == {}
-    lint = next(x for x in lints_for(names=["fp32", art], files={art: facts[True]}, optimized={art: {}},
-                                     options=ComparisonOptions(), cpu=VNNI) if x.code == "nothing_quantized")
+    lint = next(x for x in levels_lints(_levels_of({art: facts[True]}, {art: {}}),
+                                        ComparisonOptions(), VNNI) if x.code == "nothing_quantized")
     assert "Conv x2 sit inside If/Loop/Scan bodies" in lint.message and "EnableSubgraph" in lint.source
 
 

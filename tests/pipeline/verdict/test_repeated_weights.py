@@ -85,7 +85,7 @@ def _shared_conv(path) -> None:
 
 def _copied_per_conv(upload, path) -> None:
     """The upload with a copy of its shared weight per Conv, as the converter makes for torchao."""
-    from service.pipeline.quantize.onnx_torch.own_weights import own_weight_copies
+    from service.pipeline.quantize.pt2e_from_onnx.own_weights import own_weight_copies
 
     model = onnx.load(str(upload))
     assert own_weight_copies(model, []) == CONVS - 1
@@ -136,7 +136,7 @@ def _qdq_convs_with_weight_copies(path) -> None:
 
 def test_one_copy_read_by_every_reader_computes_what_the_copies_computed(tmp_path):
     from service.pipeline.files import repeated_initializers
-    from service.pipeline.quantize.onnx_torch.own_weights import shared_again
+    from service.pipeline.quantize.pt2e_from_onnx.own_weights import shared_again
 
     _qdq_convs_with_weight_copies(tmp_path / "copies.onnx")
     model = onnx.load(str(tmp_path / "copies.onnx"))

@@ -29,7 +29,7 @@ import numpy as np
 from service.errors import InvalidModel, UnsupportedModel
 from service.pipeline.inputs.node_order import sort_nodes, topological_order
 from service.pipeline.inputs.output_shapes import outputs_given_inferred_shapes, shapeless_outputs
-from service.pipeline.vocabulary import RANDOM_LIKE_OPS, all_nodes, node_reads
+from service.pipeline.vocabulary import RANDOM_LIKE_OPS, all_nodes, is_onnx_domain, node_reads, onnx_domain_name
 
 from .budgets import DEFAULT_BUDGETS, Budgets
 
@@ -236,7 +236,7 @@ def _check_opsets(model) -> set[str]:
                                hint="Keep one opset_import entry per domain, at the version the nodes were "
                                     "written for, and save the model again.")
         seen[dom] = imp.version
-        if dom in ("", "ai.onnx"):
+        if is_onnx_domain(dom):
             hi = onnx.defs.onnx_opset_version()
             if not (MIN_AI_ONNX_OPSET <= imp.version <= hi):
                 raise UnsupportedModel(
@@ -254,7 +254,7 @@ def _check_opsets(model) -> set[str]:
                 opset=imp.version,
             )
         domains.add(dom)
-    if "" not in domains and "ai.onnx" not in domains:
+    if not any(is_onnx_domain(d) for d in domains):
         if domains == {"ai.onnx.ml"}:  # onnxmltools / skl2onnx of a classic estimator: ORT runs it
             raise _classic_ml_only("imports only the ai.onnx.ml domain")
         raise UnsupportedModel("The model does not import the default ONNX domain (ai.onnx).", hint=_UPLOAD_HINT)
@@ -506,7 +506,7 @@ def _refuse_repeated_node_names(nodes) -> None:
     before AddNode, so the check never sees them (silero-vad 6.2.3's silero_vad_openvino_16k.onnx names
     15 Constants 'F0::anon' and loads)."""
     repeated = {name: k for name, k in Counter(n.name for n in nodes if n.name and not (
-        n.op_type == "Constant" and n.domain in ("", "ai.onnx"))).items() if k > 1}
+        n.op_type == "Constant" and is_onnx_domain(n.domain))).items() if k > 1}
     if repeated:
         shown = ", ".join(f"'{safe_name(name)}' ({k} nodes)" for name, k in list(repeated.items())[:3])
         more = f" and {len(repeated) - 3} more names" if len(repeated) > 3 else ""
@@ -525,10 +525,10 @@ def _refuse_function_shadowing_an_operator(fn, model) -> None:
     is taken: no operator of that name exists at the model's opset."""
     import onnx.defs
 
-    domain = "" if fn.domain in ("", "ai.onnx") else fn.domain
+    domain = onnx_domain_name(fn.domain)
     if domain not in ("", "ai.onnx.ml"):
         return
-    version = next((o.version for o in model.opset_import if (o.domain or "") in ((domain,) if domain else ("", "ai.onnx"))),
+    version = next((o.version for o in model.opset_import if onnx_domain_name(o.domain) == domain),
                    None)
     if version is None:
         return
@@ -691,17 +691,17 @@ class _Walker:
         if dom in _SCHEMA_DOMAINS:
             version = self.opset.get(dom, self.opset.get("", 0)) if dom != "ai.onnx" else self.opset.get("", 0)
             try:
-                onnx.defs.get_schema(node.op_type, version, "" if dom == "ai.onnx" else dom)
+                onnx.defs.get_schema(node.op_type, version, onnx_domain_name(dom))
             except Exception as e:
                 # ORT registers these in the ONNX domain below the opset that introduced them, and its
                 # LayerNormFusion writes them there: a file ORT saved after optimizing it (optimized_model_filepath).
-                ort_saved = dom in ("", "ai.onnx") and node.op_type in _ORT_ONNX_DOMAIN_CONTRIB
+                ort_saved = is_onnx_domain(dom) and node.op_type in _ORT_ONNX_DOMAIN_CONTRIB
                 hint = ("this file looks saved by ONNX Runtime after optimizing it (ORT writes its own "
                         f"{safe_name(node.op_type)} into the ONNX domain below opset 17): upload the model as exported, "
                         "before any ORT optimization; this report shows what each ORT level does to it"
                         if ort_saved else "Use standard ONNX operators available at the model's opset.")
                 raise UnsupportedModel(
-                    f"Operator '{safe_name(node.op_type)}' does not exist in {'ai.onnx' if dom in ('', 'ai.onnx') else dom} "
+                    f"Operator '{safe_name(node.op_type)}' does not exist in {'ai.onnx' if is_onnx_domain(dom) else dom} "
                     f"opset {version}.", hint=hint, op_type=safe_name(node.op_type)) from e
 
     def _node(self, node, *, depth: int, defined: set[str], consts: dict, shapes: dict, const_derived: set,
@@ -719,7 +719,7 @@ class _Walker:
         if is_const and node.op_type not in RANDOM_LIKE_OPS:
             const_derived.update(o for o in node.output if o)
 
-        if node.op_type == "Constant" and (node.domain or "") in ("", "ai.onnx"):
+        if node.op_type == "Constant" and is_onnx_domain(node.domain):
             v = _constant_value(node)
             if v is not None and node.output:
                 consts[node.output[0]] = v
@@ -728,10 +728,10 @@ class _Walker:
                 t = next((a.t for a in node.attribute if a.name == "value" and a.HasField("t")), None)
                 if t is not None:
                     shapes[node.output[0]] = tuple(t.dims)
-        elif node.op_type in _FOLDABLE and (node.domain or "") in ("", "ai.onnx"):
+        elif node.op_type in _FOLDABLE and is_onnx_domain(node.domain):
             _fold(node, consts, shapes)
 
-        if (node.domain or "") in ("", "ai.onnx") and node.op_type in _AMPLIFIERS:
+        if is_onnx_domain(node.domain) and node.op_type in _AMPLIFIERS:
             self._amplifier(node, consts, shapes, const_derived)
         if node.op_type == "Loop" and not (node.input and node.input[0] in consts):
             body = next((a.g for a in node.attribute if a.name == "body" and a.HasField("g")), None)
