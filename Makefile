@@ -17,7 +17,7 @@ ORT_RELEASES ?= 1.22.1
 TARGET_DIRS  := $(if $(filter 1,$(QNN)),qnn) $(if $(filter 1,$(OPENVINO)),openvino) $(addprefix ort-,$(ORT_RELEASES))
 TARGETS      := $(foreach d,$(TARGET_DIRS),$(VENV)/targets/$(d)/ready)
 
-.PHONY: venv serve test test-fast bench mutants docs clean system-deps arm64 targets
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,13 +40,15 @@ $(VENV)/targets/%/ready: | $(STAMP)
 
 targets: $(TARGETS)
 
-# Debian packages the suite uses: chromium renders the report page, curl and jq run the recipes,
+# Debian packages the suite uses: chromium renders the report page, graphviz (dot) lays out its graphs (the
+# service needs it too: `make serve` installs it), curl and jq run the recipes,
 # redis-server is the broker tests/celery starts on loopback, postgresql the job store tests/deploy
 # starts in a temporary folder (initdb + pg_ctl).
 system-deps:
 	@missing=""; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v curl >/dev/null || missing="$$missing curl"; \
+	command -v dot >/dev/null || missing="$$missing graphviz"; \
 	command -v jq >/dev/null || missing="$$missing jq"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -55,7 +57,12 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-serve: $(STAMP) $(ARM64) $(TARGETS)
+# Graphviz's dot lays out the report page's graphs: the service itself needs it, not only the suite.
+graph-deps:
+	@command -v dot >/dev/null || { echo "installing: graphviz"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
+
+serve: $(STAMP) $(ARM64) $(TARGETS) graph-deps
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)
 
 # Both cores by default (the suite took ~14.5 min in one process, ~9 in two); a file's tests stay in

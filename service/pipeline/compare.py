@@ -61,7 +61,9 @@ from service.pipeline.advice.stage import (
 )
 from service.pipeline.advice.extras_spent import extras_spent
 from service.pipeline.verdict.decide import Decided, decide_stage, levels_so_far
+from service.pipeline.verdict.headline import headline_from_report
 from service.pipeline.verdict.job_cost import job_cost
+from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.pipeline.verdict.not_measured import not_measured
 from service.schemas.options import ComparisonOptions
 from service.schemas.report import JobCores, ModelInfo, Report, TensorSpec
@@ -180,7 +182,7 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
         decided = decide_stage(options, prepared, fp32, quantized, inspected, levels, layered.report, advised, ctx)
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     decided = _with_platform_findings(decided, options, prepared, platforms)
-    return sections.final(
+    report = sections.final(
         artifacts=decided.artifacts, agreement=levels.agreement, decisions=decided.decisions, lints=decided.lints,
         platform=notes_with_platforms(decided.platform, platforms), platforms=platforms,
         advice=advised.proposed, advice_refuted=advised.refuted, advice_not_run=advised.not_run,
@@ -188,6 +190,8 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
         timings=dict(clock.timings), cost=job_cost(clock.timings, decided.artifacts, options),
         job_cores=_job_cores(share), extras=extras_spent(extras, options, layered.report, advised, plan),
     )
+    return report.model_copy(update={"headline": headline_from_report(
+        report.model_dump(mode="json"), made_up_data=made_up_data_banner(report.samples))})
 
 
 def _with_platform_findings(decided: Decided, options: ComparisonOptions, prepared, platforms: dict) -> Decided:

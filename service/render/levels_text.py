@@ -88,12 +88,18 @@ def levels_summary_lines(report) -> list[str]:
         lines.append("labels (integer outputs) differing from fp32 per level: " + "; ".join(differ))
     if report.decisions:
         quant = [n for n in arts if n != "fp32"]
-        table = [["decision", *quant]]
+        table, same = [["decision", *quant]], []
         for row in report.decisions:
             if not any(n in row.where for n in quant):
                 continue
-            table.append([row.decision[:_LABEL - 1], *(_short(row.where.get(n, "-")) for n in quant)])
+            cells = [_short(row.where.get(n, "-")) for n in quant]
+            if len(quant) > 1 and len(set(cells)) == 1:  # decided alike by every artifact: one line for all of them
+                same.append(f"{row.decision} ({cells[0]})")
+                continue
+            table.append([row.decision[:_LABEL - 1], *cells])
         lines += [""] + aligned_rows(table, min_widths=[_LABEL - 2] + [_DCOL - 2] * len(quant))
+        if same:
+            lines.append(("the same for every artifact: " + "; ".join(same))[:200])
     for lint in report.lints[:4]:
         where = f" {lint.artifact}" if lint.artifact else ""
         lines.append(f"lint {lint.severity}{where} {lint.code}: {lint.hint or lint.message}"[:160])

@@ -20,7 +20,10 @@ from service.render.profile_view import profile_bars_svg, profiled_level
 from service.schemas.options import LEVELS
 from service.pipeline.files import split_name
 from service.pipeline.verdict.made_up_data import made_up_data_banner
+from service.pipeline.verdict.headline import headline_from_report
 from service.render import svg
+from service.render.graph_svg import DotUnavailable, graph_svg
+from service.render.graph_view import KINDS, graph_view
 from service.render.layers_svg import sqnr_by_depth, worst_rows
 from service.render.units import accuracy_word, human_size
 from service.render.why_float import advice_rows, blocker_groups
@@ -174,7 +177,40 @@ def _rewrites(optimized: dict, levels: list[str]) -> list[dict]:
     return out
 
 
-def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
+def _headline(report: dict) -> dict:
+    """The report's headline; computed by the same function for a report that has none (partial, older)."""
+    if report.get("headline"):
+        return report["headline"]
+    made = headline_from_report(report, made_up_data=_made_up_banner(report.get("samples"))).model_dump(mode="json")
+    if report.get("partial"):  # the gates are decided with the finished report: no file is named before
+        made.update(choice=None, sentence="Running: which file to ship comes with the finished report; "
+                                          "the cards fill in as sections finish.",
+                    cards=[{**c, "chosen": False, "verdict": ""} for c in made["cards"]])
+    return made
+
+
+def _graphs(report: dict, names: list[str], level: str | None, job_id: str) -> list[dict]:
+    """Each quantized artifact's graph at ``level``, drawn (Graphviz), with its node table and downloads."""
+    out = []
+    for n in names:
+        opt = ((report.get("artifacts") or {}).get(n) or {}).get("optimized") or {}
+        lv = opt.get(level) if level else None
+        if not lv or not lv.get("nodes"):
+            continue
+        view = graph_view(lv, artifact=n, level_name=level, layers=report.get("layers"))
+        try:
+            drawing, error = graph_svg(view), None
+        except DotUnavailable as e:
+            drawing, error = None, str(e)
+        counts = view.counts()
+        out.append({"artifact": n, "level": level, "view": view, "svg": drawing, "error": error, "counts": counts,
+                    "summary": ", ".join(f"{counts.get(k, 0)} {KINDS[k][2].split(',')[0].split(' (')[0]}" for k in KINDS if counts.get(k)),
+                    "node_data_url": f"/v1/comparisons/{job_id}/artifacts/{n}.{level}.node_data.json",
+                    "graph_url": f"/v1/comparisons/{job_id}/artifacts/{n}.{level}.onnx"})
+    return out
+
+
+def build_view(report: dict, files: list[tuple[str, int]], job_id: str, *, graph_level: str | None = None) -> dict:
     raw_arts = report.get("artifacts") or {}
     names = [n for n in _ORDER if n in raw_arts] + sorted(n for n in raw_arts if n not in _ORDER)
     arts = {n: raw_arts[n] for n in names}
@@ -229,7 +265,10 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
     for fname, size in files:
         art, lv = split_name(fname)
         downloads.append({"name": fname, "artifact": art, "level": lv, "size": size,
-                          "url": f"/v1/comparisons/{job_id}/artifacts/{fname}"})
+                          "url": f"/v1/comparisons/{job_id}/artifacts/{fname}",
+                          # Model Explorer's node data for this level graph (routes/artifacts.py makes it from the report)
+                          "node_data": f"/v1/comparisons/{job_id}/artifacts/{art}.{lv}.node_data.json"
+                          if lv in LEVELS and fname == f"{art}.{lv}.onnx" else None})
     lint_counts = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
     latency_protocol = next((((o or {}).get("latency") or {}).get("protocol") for a in arts.values()
                              for o in ((a.get("optimized") or {}).values()) if ((o or {}).get("latency") or {}).get("protocol")),
@@ -241,12 +280,48 @@ def build_view(report: dict, files: list[tuple[str, int]], job_id: str) -> dict:
     }
     why = {"groups": blocker_groups(report), "advice": advice_rows(report), "refuted": advice_rows(report, refuted=True),
            "not_run": advice_rows(report, not_run=True)}
-    return {"r": report, "why": why, "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
+    headline = _headline(report)
+    folds = _fold_summaries(report, names, levels, per_artifact, why)
+    level_drawn = graph_level if graph_level in levels else headline.get("level")
+    return {"r": report, "why": why, "headline": headline, "kinds": KINDS, "graph_level": level_drawn, "folds": folds,
+            "graphs": _graphs(report, quant, level_drawn, job_id), "arts": arts, "names": names, "quant": quant, "levels": levels, "last": last,
             "latency_protocol": latency_protocol,
             "layers": layer_view,
             "glance": glance, "per_artifact": per_artifact, "charts": charts, "downloads": downloads,
             "colors": {n: svg.color(n, i) for i, n in enumerate(names)}, "lint_counts": dict(lint_counts),
             "made_up_banner": _made_up_banner(report.get("samples"))}
+
+
+def _fold_summaries(report: dict, names: list[str], levels: list[str], per_artifact: list[dict], why: dict) -> dict:
+    """The one line each folded section shows closed: what is inside, with its counts."""
+    quant = [n for n in names if n != "fp32"]
+    steps: Counter = Counter()
+    for pa in per_artifact:
+        for step in pa["rewrites"]:
+            steps[(step["previous"], step["level"])] += sum(g["count"] for g in step["groups"])
+    rewrites = "; ".join(f"{k} rewrite{'s' if k != 1 else ''} between {a} and {b}" for (a, b), k in steps.items() if k)
+    floats = sum(g["total"] for g in why["groups"])
+    lints = Counter((x.get("severity") or "warning") for x in report.get("lints") or [])
+    env = report.get("environment") or {}
+    layers = report.get("layers") or {}
+    return {
+        "glance": f"{len(quant)} artifacts: tool, calibration, format, Q/DQ counts, weights, bias, size, kernels, "
+                  "coverage, SQNR, cosine, latency, gates",
+        "decisions": f"{len(report.get('decisions') or [])} decisions, where each artifact makes them",
+        "why_float": f"{floats} nodes in float across {len(why['groups'])} artifacts by blocker; "
+                     f"{len(why['advice'])} changes measured and adopted, {len(why['refuted'])} refuted",
+        "layers": (f"{len(layers.get('rows') or [])} tensors compared on {layers.get('samples')} samples; "
+                   "where SQNR drops, the worst tensors" if layers else "not measured"),
+        "levels": f"{len(levels)} levels x {len(names)} artifacts: nodes, Q/DQ, coverage, kernels, SQNR, latency, op histograms",
+        "rewrites": rewrites or "no rewrites between levels",
+        "files": f"{len(names)} files: producer, opsets, tool settings, quantized tensors (scale, zero point, axis)",
+        "agreement": f"{len(report.get('agreement') or [])} rows: each pair of artifacts against each other",
+        "platform": f"{len(report.get('platform') or [])} differences from the course chapter's arm64",
+        "lints": ", ".join(f"{v} {k}" for k, v in sorted(lints.items())) or "no lints",
+        "environment": f"onnxruntime {(env.get('versions') or {}).get('onnxruntime', '?')}, "
+                       f"{(env.get('cpu') or {}).get('arch', '?')}; the job took "
+                       f"{sum((report.get('timings') or {}).values()):.1f} s by stage",
+    }
 
 
 def _made_up_banner(samples: Any) -> str | None:
@@ -256,10 +331,10 @@ def _made_up_banner(samples: Any) -> str | None:
         return None
 
 
-def render_job_page(rec, report, files: list[tuple[str, int]]) -> str:
+def render_job_page(rec, report, files: list[tuple[str, int]], *, graph_level: str | None = None) -> str:
     ctx: dict[str, Any] = {"job": rec, "created": datetime.fromtimestamp(rec.created_at, tz=timezone.utc)}
     if report is not None:
         data = report.model_dump(mode="json") if hasattr(report, "model_dump") else dict(report)
-        ctx.update(build_view(data, files, rec.id))
+        ctx.update(build_view(data, files, rec.id, graph_level=graph_level))
         return _env.get_template("report.html").render(**ctx)
     return _env.get_template("job.html").render(**ctx)

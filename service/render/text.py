@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from service.pipeline.verdict.made_up_data import made_up_data_banner
+from service.pipeline.verdict.headline import headline_from_report
 from service.render.profile_view import profile_lines
 from service.render.levels_text import levels_summary_lines
 from service.render.platforms_text import platforms_lines
 from service.render.units import human_size
 from service.render.why_float import why_float_lines
+from service.schemas.headline import Headline, HeadlineCard
 from service.schemas.report import Report
 
 
@@ -21,6 +23,27 @@ def terminal_safe(text: str) -> str:
     """``text`` with every control character but the line break shown as '?': names come from the
     upload, and an input named 'x\\x1b[31m' would otherwise drive the reader's terminal."""
     return "".join(ch if ch == "\n" or ch.isprintable() else "?" for ch in text)
+
+
+# The headline (pipeline/verdict/headline.py) as the first lines of the summary: the answer, then one line per card.
+def _card_line(c: HeadlineCard) -> str:
+    mark = "*" if c.chosen else " "
+    if c.status != "ok":
+        return f" {mark} {c.artifact:<14}{c.status}: {(c.error or '')[:90]}"
+    sqnr = "exact" if c.exact else (f"{c.worst_sqnr_db:.1f} dB" if c.worst_sqnr_db is not None else (c.accuracy or "-"))
+    ratio = f"{c.latency_ratio:.2f}x fp32" if c.latency_ratio is not None else "latency -"
+    cov = f"int8 {100 * c.int8_coverage:.0f}%" if c.int8_coverage is not None else "int8 -"
+    floats = f"float {c.float_nodes}" + (f" ({c.top_blocker})" if c.top_blocker else "")
+    gates = "" if c.gates == "none" else f"gates {c.gates}; "
+    return f" {mark} {c.artifact:<14}{sqnr:>9}  {ratio:<12}{cov:<10}{floats:<28} {gates}{c.verdict}"
+
+
+def headline_lines(headline: Headline | None) -> list[str]:
+    """The sentence (its rule: docs/report.md, "which file"), then one line per card; advice's measured fixes follow
+    further down, and the sentence names the one that beats the chosen file."""
+    if headline is None:
+        return []
+    return [headline.sentence] + [_card_line(c) for c in headline.cards]
 
 
 def summary_table(report: Report) -> str:
@@ -37,6 +60,11 @@ def summary_table(report: Report) -> str:
     banner = made_up_data_banner(report.samples)
     if banner:
         lines += ["", "!! " + banner + " (upload an .npz; CI: gate calibration_data_uploaded)"]
+    # The answer first: the same cards and rule as the page (pipeline/verdict/headline.py); a partial report has none yet.
+    headline = report.headline or (None if report.partial else
+                                   headline_from_report(report.model_dump(mode="json"), made_up_data=banner))
+    if headline is not None:  # right under the made-up-data line, which qualifies it
+        lines += ([] if banner else [""]) + headline_lines(headline)
     lines += [
         "",
         f"{'artifact':<14}{'status':<9}{'Q/DQ':>8}  {'bias':<8}{'weights':<10}{'size':>9}  quantized ops (int8 kernels in file)",

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.schemas.options import ComparisonOptions
 from service.schemas.advice import AdviceEntry
+from service.schemas.headline import Headline
 from service.schemas.layers import LayersReport
 from service.schemas.levels import AgreementRow, DecisionRow, Lint, OptimizedLevel, PlatformNote
 from service.schemas.platforms import PlatformReport
@@ -299,6 +300,9 @@ class Report(_Model):
     layers: LayersReport | None = None
     # None only in a partial report: the gates are decided once every section is done.
     verdict: Verdict | None = None
+    # The first answer (pipeline/verdict/headline.py): one card per quantized artifact and which file to ship, by the
+    # rule it states. None in a partial report and in reports made before it (the page computes it then).
+    headline: Headline | None = None
     timings: dict[str, float] = Field(default_factory=dict)
     cost: JobCost | None = None
     # The report as it comes (GET /v1/comparisons/{id} while the job runs): ``partial`` until the

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
+from ._headline import headline_html
 from ._layers import Layers
 from ._platforms import Platform, platforms_from
 from ._svg import bar_chart
@@ -557,6 +558,9 @@ class Report:
             Advice.from_dict(a) for a in self.raw.get("advice_not_run") or [] if isinstance(a, dict)
         ]
         self.verdict = Verdict.from_dict(_d(self.raw.get("verdict")))
+        # Which file to ship and one card per artifact, as the server decided them (issue 52); None in a
+        # partial report or one from an older server.
+        self.headline: Optional[Dict[str, Any]] = _d(self.raw.get("headline")) or None
         # The report as it comes: a running job's report holds the sections finished so far (its figures
         # do not change later); the verdict comes with the finished report (``partial`` false).
         self.partial: bool = bool(self.raw.get("partial", False))
@@ -764,6 +768,7 @@ class Report:
             f"<p><b>{e(self._headline())}</b></p>",
             (f'<p style="background:#fff3cd;border:2px solid #d39e00;padding:6px;font-weight:600">'
              f"{e(self.made_up_data)}</p>") if self.made_up_data else "",
+            headline_html(self.headline),
             f"<table><caption>level <code>{e(level)}</code></caption><thead><tr>",
             "".join(f"<th>{e(t)}</th>" for t, _, _ in cols),
             "</tr></thead><tbody>",

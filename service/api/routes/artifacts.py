@@ -7,13 +7,14 @@ bucket it streams through here, or the client is redirected to a presigned URL
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from functools import partial
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, RedirectResponse
+from fastapi.responses import FileResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import ExecutorDep, job_or_404
@@ -25,6 +26,7 @@ from service.jobs.storage.disk import pin, unpin
 from service.jobs.storage.files import Download
 from service.jobs.storage.level_downloads import LevelGraphEntry, level_graph_entries, regenerated_level_graph
 from service.pipeline.files import split_name
+from service.render.node_data import NODE_DATA_SUFFIX, node_data_from_report
 from service.schemas.api import ArtifactEntry, ArtifactList
 
 router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])
@@ -50,6 +52,8 @@ async def download_artifact(job_id: str, name: str, request: Request, executor: 
     # Async, so that waiting for a level graph holds no thread of the request pool; the file system
     # and the store are read on that pool (an eviction holding the lock must not stall the event loop).
     rec = job_or_404(executor, job_id)
+    if name.endswith(NODE_DATA_SUFFIX):  # made from the report, next to the level graph it describes
+        return await run_in_threadpool(_node_data, request, executor, rec, name)
     # Pinned until the body is sent (or the client left): eviction skips the job meanwhile.
     marker = await run_in_threadpool(pin, executor.settings.data_dir, rec.id)
     try:
@@ -57,6 +61,23 @@ async def download_artifact(job_id: str, name: str, request: Request, executor: 
     except BaseException:
         unpin(marker)
         raise
+
+
+def _node_data(request: Request, executor, rec, name: str) -> Response:
+    """``<artifact>.<level>.node_data.json``: Model Explorer's node data for that level graph (render/node_data.py)."""
+    artifact, level = split_name(name[: -len(NODE_DATA_SUFFIX)] + ".onnx")
+    report = request.app.state.reports.load(executor.files, rec.id) if rec.status == "succeeded" else None
+    if report is None:
+        raise NotFound("this job has no finished report to make node data from",
+                       hint=f"wait for the job: GET /v1/comparisons/{rec.id}")
+    data = report.model_dump(mode="json") if hasattr(report, "model_dump") else dict(report)
+    made = node_data_from_report(data, artifact, level) if level else None
+    if made is None:
+        raise NotFound("this job has no level graph by that name to make node data for",
+                       hint=f"GET /v1/comparisons/{rec.id}/artifacts lists the level graphs (<artifact>.<level>.onnx)")
+    filename = download_name(rec.spec.model_name, rec.id, name)
+    return Response(json.dumps(made), media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
 
 
 def _locate(executor, job_id: str, name: str, filename: str) -> tuple[Download | None, LevelGraphEntry | None, bool]:

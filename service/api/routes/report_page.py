@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse
 
 from service.api.deps import ExecutorDep, job_or_404
@@ -21,7 +23,9 @@ REPORT_CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; bas
 @router.get("/{job_id}/report.html", response_class=HTMLResponse,
             summary="The report as a page: decision table, levels, rewrites, numerics, latency, downloads",
             responses={200: {"content": {"text/html": {}}, "description": "the page"}, **problem_responses(401, 404)})
-def report_html(job_id: str, request: Request, executor: ExecutorDep) -> HTMLResponse:
+def report_html(job_id: str, request: Request, executor: ExecutorDep,
+                graph_level: Annotated[str | None, Query(description="the level whose graphs are drawn (default: the "
+                                                         "deployed level, all)")] = None) -> HTMLResponse:
     rec = job_or_404(executor, job_id)
     reports = request.app.state.reports
     # A running job's page shows the sections finished so far and reloads (Report.partial).
@@ -29,4 +33,4 @@ def report_html(job_id: str, request: Request, executor: ExecutorDep) -> HTMLRes
               else reports.load(executor.files, rec.id, partial=True) if rec.status == "running" else None)
 
     files = downloadable_files(executor.files, rec.id)
-    return HTMLResponse(render_job_page(rec, report, files), headers={"Content-Security-Policy": REPORT_CSP})
+    return HTMLResponse(render_job_page(rec, report, files, graph_level=graph_level), headers={"Content-Security-Policy": REPORT_CSP})
