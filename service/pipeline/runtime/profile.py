@@ -35,7 +35,8 @@ from service.schemas.levels import OpProfile, ProfiledNode
 __all__ = ["profile_of", "profile_from_trace", "kernel_of", "op_class", "where_it_loses", "PROFILE_WARMUP",
            "CLASSES"]
 
-PROFILE_WARMUP = 2  # unread runs first: a session's first run grows its arena (SHORT_RUN_WARMUP more for a short graph)
+PROFILE_WARMUP = 1  # an unread run first, as the latency protocol's default: a session's first run grows its arena
+# (SHORT_RUN_WARMUP more for a short graph); one is enough, and each costs an inference on a real-size model
 TOP_NODES = 10
 CLASSES = ("int8 kernels", "float kernels", "Q/DQ", "layout", "other")
 _BARE = lambda names: frozenset(n.rsplit(".", 1)[-1] for n in names)  # noqa: E731 - the profile names no domain
