@@ -29,6 +29,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         example=spec.example,
         calibration_path=(job_dir / spec.calibration_file) if spec.calibration_file else None,
         model_name=spec.model_name,
+        artifact_paths={name: job_dir / rel for name, rel in spec.artifact_files.items()},
         allow_pt2=spec.allow_pt2,
         budgets=Budgets(**spec.budgets) if spec.budgets else None,  # the server's QUANTCOMPARE_BUDGET_* settings
         keep_level_graphs=False,  # level graphs are made again on download (service/jobs/storage/level_downloads.py)

@@ -9,7 +9,7 @@ Job folder layout::
 
     <data_dir>/jobs/<id>/
         job.json            this spec
-        input/model.onnx    the upload (or model.pt2), input/calibration.npz
+        input/model.onnx    the upload (or model.pt2), input/calibration.npz, input/artifact.<name>.onnx
         artifacts/          <artifact>.onnx, <artifact>.<level>.onnx  (written by the core)
         report.partial.json.gz  while it runs: the sections finished so far (written atomically, removed at the end)
         report.json.gz      the report (gzip JSON), written last, atomically: its presence means "succeeded"
@@ -39,6 +39,8 @@ class JobSpec:
     example: str | None = None
     calibration_file: str | None = None
     model_name: str | None = None  # display only; never used as a path
+    # Brought quantized files (artifact.<name> parts): name -> file relative to the job folder.
+    artifact_files: dict[str, str] = field(default_factory=dict)
     allow_pt2: bool = True  # the server's setting, carried so a remote worker applies the same policy
     # The server's static budgets (dataclasses.asdict of Budgets), carried for the same reason; {} = defaults.
     budgets: dict[str, Any] = field(default_factory=dict)

@@ -24,6 +24,9 @@ class ComparisonRequest:
     example: str | None = None
     calibration_path: Path | None = None
     model_name: str | None = None
+    # Quantized files brought beside the model (multipart artifact.<name>, CLI --artifact name=path):
+    # name -> file, each reported as artifacts.<name> (quantize/brought.py).
+    artifact_paths: dict[str, Path] = field(default_factory=dict)
     # Passed through from the service's settings to the safety checks.
     budgets: object | None = None
     allow_pt2: bool = True

@@ -101,7 +101,7 @@ def layers_from_files(
     runs: dict[tuple[str, str], tuple[Path, dict[str, Located]]] = {}
     for name, path in quantized.items():
         model = onnx.load(str(path), load_external_data=False)
-        alignments[name] = aligned_tensors(fp32_model, model, names_shared=name.startswith("ort_"), wanted=candidates)
+        alignments[name] = aligned_tensors(fp32_model, model, names_shared=name != "pt2e_qdq", wanted=candidates)
         runs[(name, "disable_all")] = (path, alignments[name].located)
         written = None
         for level, opt_path in ((optimized_paths or {}).get(name) or {}).items():
