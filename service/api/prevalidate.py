@@ -22,13 +22,14 @@ import zipfile
 from pathlib import Path
 
 from service.config import Settings
-from service.errors import InvalidOptions, QuantCompareError
+from service.errors import QuantCompareError
 from service.pipeline.inputs.safety import check_pt2_archive, onnx_model_from_path, sniff_model_format
 from service.pipeline.inputs.samples import samples_from_npz
 from service.pipeline.inputs.sources import is_model_archive
 from service.pipeline.inputs.specs import input_specs_from_onnx
 from service.pipeline.inputs.stage import checked_input_shapes
-from service.pipeline.quantize.brought import checked_brought_file
+# refuse_unknown_artifacts: the job's artifacts, checked before it is queued (the quantize stage checks them again)
+from service.pipeline.quantize.tools.brought import checked_brought_file, refuse_unknown_artifacts  # noqa: F401
 from service.schemas.options import ComparisonOptions
 
 log = logging.getLogger("quantcompare.api")
@@ -40,14 +41,6 @@ COMPARISON_JOB_FUNCTION = Settings.model_fields["job_function"].default
 
 def applies(settings: Settings) -> bool:
     return settings.job_function == COMPARISON_JOB_FUNCTION
-
-
-def refuse_nothing_to_compare(options: ComparisonOptions, brought) -> None:
-    """``artifacts: []`` switches the built-in paths off: only with brought files is there something to compare."""
-    if not options.artifacts and not brought:
-        raise InvalidOptions("options.artifacts is [] and no quantized file was brought: nothing to compare",
-                             hint="bring files as multipart parts artifact.<name>=@file.onnx, or leave "
-                                  "options.artifacts out for the built-in paths")
 
 
 def prevalidate_upload(model_path: Path, calibration_path: Path | None, options: ComparisonOptions,

@@ -8,6 +8,7 @@ ignored: a CI job that misspells a gate must hear about it.
 from __future__ import annotations
 
 import platform as _platform
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -24,8 +25,6 @@ BROUGHT_NAME = r"^[a-z][a-z0-9_]{0,39}$"
 
 def brought_name_refusal(name: str) -> str | None:
     """Why ``name`` cannot name a brought file (``artifact.<name>``), or None."""
-    import re
-
     if not re.fullmatch(BROUGHT_NAME, name):
         return "use lowercase letters, digits and _, starting with a letter, at most 40 characters"
     if name in ("fp32", "baseline", *BUILTIN_ARTIFACTS, "disable_all", "basic", "extended", "layout", "all"):

@@ -147,7 +147,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
                 await run_in_threadpool(prevalidate.prevalidate_upload, form.model.path,
                                         form.calibration.path if form.calibration else None, options, settings,
                                         brought={n: f.path for n, f in form.artifacts.items()})
-            prevalidate.refuse_nothing_to_compare(options, form.artifacts)
+            prevalidate.refuse_unknown_artifacts(options, form.artifacts)
             spec_kw = dict(model_file=str(form.model.path.relative_to(staged)),
                            calibration_file=str(form.calibration.path.relative_to(staged)) if form.calibration else None,
                            model_name=display_name(form.model.filename),
@@ -169,7 +169,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
 
             get_example(body.example)  # unknown names are refused here, not in a worker
             options = resolve_options(body.options)
-            prevalidate.refuse_nothing_to_compare(options, {})
+            prevalidate.refuse_unknown_artifacts(options, {})
             spec_kw = dict(example=body.example, model_name=body.example)
             model_key, calib_key = f"example:{body.example}", None
         else:

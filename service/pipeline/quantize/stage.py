@@ -17,16 +17,15 @@ from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inputs.stored_nonfinite import nonfinite_weights, selected_by_where
 from service.pipeline.isolation import PATH_TIME_LIMIT, PathOutcome, run_path
-from service.errors import InvalidOptions
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
-from service.pipeline.quantize.brought import brought_artifact, checked_brought_file
+from service.pipeline.quantize.tools.brought import brought_artifact, checked_brought_file, refuse_unknown_artifacts
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side, torch_on_one_core
-from service.pipeline.quantize.tool_paths import TOOL_PATHS, quantized_by_tool
+from service.pipeline.quantize.tools.tool_paths import TOOL_PATHS, quantized_by_tool
 from service.pipeline.vocabulary import ai_onnx_opset
 from service.schemas.options import ComparisonOptions, resolved_ort_settings
 
@@ -55,14 +54,11 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     timings: dict[str, float] = {}
     ort_input: list[Path] = []  # the file the ORT paths quantized, set by their thread
     brought = dict(request.artifact_paths)
+    refuse_unknown_artifacts(options, brought)
     # Before anything runs: a file that fails the upload checks, or is another model, is refused, not compared.
     brought_models = {name: checked_brought_file(name, path, fp32.file.model, request.budgets)
                       for name, path in brought.items()}
     requested = list(options.artifacts) + list(brought)
-    if not requested:
-        raise InvalidOptions("options.artifacts is [] and no quantized file was brought: nothing to compare",
-                             hint="bring files as artifact.<name> parts (or --artifact name=path), or leave "
-                                  "options.artifacts out for the built-in paths")
     source, samples = prepared.source, prepared.samples
     input_names = [s.name for s in source.specs]
     outcomes = {}

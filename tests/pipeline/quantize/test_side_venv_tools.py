@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
-from service.pipeline.quantize.tool_paths import TOOL_PATHS, tool_python
+from service.pipeline.quantize.tools.tool_paths import TOOL_PATHS, tool_python
 from service.schemas.options import ComparisonOptions
 from tests.models import build
 

@@ -162,3 +162,17 @@ def test_artifacts_empty_compares_only_the_brought_files(tmp_path):
         model_path=tmp_path / "fp32.onnx", options=ComparisonOptions.model_validate(
             {"artifacts": [], "depth": "structure"}), artifact_paths={"mine": tmp_path / "mine.onnx"}), tmp_path / "job")
     assert set(report.artifacts) == {"fp32", "mine"}
+
+
+def test_a_gate_on_a_name_the_job_neither_makes_nor_brings_is_refused():
+    """Gate names are open (a brought file may be called anything); a misspelt one is refused against the job's."""
+    from service.pipeline.quantize.tools.brought import refuse_unknown_artifacts
+    from service.pipeline.verdict.gates import gate_from_string
+
+    options = ComparisonOptions.model_validate({"artifacts": ["ort_qdq"],
+                                                "gates": [gate_from_string("mine.all.sqnr_db>=20")]})
+    refuse_unknown_artifacts(options, {"mine": None})
+    with pytest.raises(InvalidOptions, match="'mine'"):
+        refuse_unknown_artifacts(options, {"yours": None})
+    refuse_unknown_artifacts(ComparisonOptions.model_validate(  # a built-in path not run: fails its gate, as before
+        {"artifacts": ["ort_qdq"], "gates": [gate_from_string("pt2e_qdq.all.sqnr_db>=20")]}), {})

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from runner_io import calibration_feeds, read_request, unmatched_settings, write_result
 
 
 def main() -> None:
-    from importlib.metadata import version
-
     from onnxruntime.quantization import CalibrationDataReader
     from quark.onnx import A8W8_QCONFIG, XINT8_QCONFIG, ModelQuantizer, QConfig
     from quark.onnx.quantization.config.spec import CalibMethod, Int8Spec, QLayerConfig, QuantGranularity

@@ -10,13 +10,14 @@ Each tool runs in a subprocess, never in the worker (shared/notes/quantizers.md)
 
 ``make tools`` builds the side venvs under ``.venv/tools/<venv>`` (or ``QUANTCOMPARE_TOOLS_ROOT``). A tool
 that is missing skips its path with ``tool_unavailable`` and the command that installs it. The runner scripts
-(``tool_runners/``) import nothing of ``service``: they read a request JSON and the samples as .npz, write
+(``runners/``) import nothing of ``service``: they read a request JSON and the samples as .npz, write
 the file and a result JSON. The file then gets the tool and version in its ``metadata_props``, because
 NNCF copies the input's producer and ModelOpt writes ORT's: neither file says who made it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -32,7 +33,7 @@ from service.pipeline.inputs.samples import Feed
 from service.pipeline.isolation import scrub
 from service.schemas.report import ToolInfo
 
-RUNNERS = Path(__file__).parent / "tool_runners"
+RUNNERS = Path(__file__).parent / "runners"
 # What a tool run may take before it is stopped: Quark's first import compiles for ~30 s on 2 cores.
 TOOL_TIMEOUT_S = 900.0
 # metadata_props keys every tool path's file carries (the report's file.metadata_props shows them).
@@ -43,7 +44,7 @@ TOOL_KEY, VERSION_KEY, PRESET_KEY = "quantcompare.tool", "quantcompare.tool_vers
 class ToolPath:
     artifact: str
     tool: str  # what the report names it
-    runner: str  # the script in tool_runners/
+    runner: str  # the script in runners/
     venv: str | None  # side venv under the tools root; None: the project's own interpreter
     module: str  # what must import for the tool to be there
     install: str  # the command that installs it, for the skip's hint
@@ -68,8 +69,6 @@ def tool_python(path: ToolPath) -> Path | None:
     """The interpreter that has the tool, or None when it is not installed (checked by ``ready`` files:
     ``make tools`` writes ``<venv>/ready.json`` once the tool imported, so a half-built venv counts as missing)."""
     if path.venv is None:
-        import importlib.util
-
         return Path(sys.executable) if importlib.util.find_spec(path.module.split(".")[0]) else None
     venv = tools_root() / path.venv
     python = venv / "bin" / "python"
@@ -119,7 +118,8 @@ def _run_runner(python: Path, path: ToolPath, work: Path) -> subprocess.Complete
     env.update(CI="true", PYTHONNOUSERSITE="1", OMP_NUM_THREADS="1", TQDM_DISABLE="1",
                TORCH_EXTENSIONS_DIR=str(tools_root() / "torch_extensions"),
                PATH=os.pathsep.join([str(python.parent), env.get("PATH", "/usr/bin:/bin")]))
-    return subprocess.run([str(python), str(RUNNERS / path.runner), str(work / "request.json")], cwd=work, env=env,
+    # -B: no __pycache__ written beside the runners (an installed service may not own that folder)
+    return subprocess.run([str(python), "-B", str(RUNNERS / path.runner), str(work / "request.json")], cwd=work, env=env,
                           capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
 
 

@@ -4,6 +4,8 @@ It patches onnxruntime.quantization process-wide: this process does nothing else
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import numpy as np
 from runner_io import calibration_feeds, read_request, unmatched_settings, write_result
 
@@ -19,8 +21,6 @@ NOT_MATCHED = [
 
 
 def main() -> None:
-    from importlib.metadata import version
-
     from modelopt.onnx.quantization import quantize
 
     request = read_request()

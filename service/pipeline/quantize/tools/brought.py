@@ -13,7 +13,9 @@ import shutil
 from collections import Counter
 from pathlib import Path
 
-from service.errors import ArtifactMismatch
+from service.errors import ArtifactMismatch, InvalidOptions, QuantCompareError
+from service.pipeline.inputs.safety import onnx_model_from_path
+from service.schemas.options import BUILTIN_ARTIFACTS
 from service.pipeline.vocabulary import QDQ_OPS, all_nodes
 from service.schemas.report import ToolInfo
 
@@ -22,6 +24,24 @@ MAX_BROUGHT_FILES = 8
 _KNOWN_PRODUCERS = {"onnx.quantize": "onnxruntime quantize_static (or NVIDIA ModelOpt, which writes ORT's name)",
                     "pytorch": "torch.onnx.export", "tf2onnx": "tf2onnx (a TensorFlow / TFLite model)",
                     "quark.onnx": "AMD Quark", "olive": "Microsoft Olive"}
+
+
+def refuse_unknown_artifacts(options, brought) -> None:
+    """What the job's artifacts must be before anything runs: some (``artifacts: []`` switches the built-in
+    paths off, so there must be brought files), and every gate's artifact a built-in path or a brought file (a
+    gate's name is any name a brought file could have, so a misspelt one is caught here, against the job's own;
+    a built-in path the job does not run fails its gate for missing data, as before)."""
+    known = [*options.artifacts, *brought]
+    if not known:
+        raise InvalidOptions("options.artifacts is [] and no quantized file was brought: nothing to compare",
+                             hint="bring files as multipart parts artifact.<name>=@file.onnx (CLI: --artifact "
+                                  "name=path), or leave options.artifacts out for the built-in paths")
+    for gate in options.gates:
+        if gate.artifact != "*" and gate.artifact not in known and gate.artifact not in BUILTIN_ARTIFACTS:
+            raise InvalidOptions(f"gate on {gate.artifact!r}, which this job does not make nor bring (its artifacts: "
+                                 f"{', '.join(known)})",
+                                 hint="name one of the job's artifacts, add it to options.artifacts, or bring a "
+                                      "file under that name (artifact.<name>)")
 
 
 def _io(values, initializers: set[str]) -> dict[str, tuple[int, list]]:
@@ -95,9 +115,6 @@ def checked_brought_file(name: str, path: Path, fp32_model, budgets=None):
     """The brought file parsed under the upload's checks (safety, size budgets, opsets; no external data), and
     refused when it is not the fp32 model (``refuse_mismatch``). onnx.checker's structural check is left out:
     a tool's file can fail it and still run in ORT (Quark's XINT8 files are not topologically sorted)."""
-    from service.errors import QuantCompareError
-    from service.pipeline.inputs.safety import onnx_model_from_path
-
     try:
         model = onnx_model_from_path(path, budgets=budgets, structural_check=False)
     except QuantCompareError as e:
