@@ -12,6 +12,7 @@ from service.render.units import accuracy_word
 __all__ = ["levels_summary_lines"]
 
 _COL = 15
+_DECISION_COLUMNS = 3
 _DCOL = 24
 _LABEL = 40
 
@@ -88,12 +89,14 @@ def levels_summary_lines(report) -> list[str]:
         lines.append("labels (integer outputs) differing from fp32 per level: " + "; ".join(differ))
     if report.decisions:
         quant = [n for n in arts if n != "fp32"]
-        table = [["decision", *quant]]
-        for row in report.decisions:
-            if not any(n in row.where for n in quant):
-                continue
-            table.append([row.decision[:_LABEL - 1], *(_short(row.where.get(n, "-")) for n in quant)])
-        lines += [""] + aligned_rows(table, min_widths=[_LABEL - 2] + [_DCOL - 2] * len(quant))
+        # Folded, three artifacts a table: six or more (tool paths, brought files) stay within a terminal.
+        for fold in (quant[i:i + _DECISION_COLUMNS] for i in range(0, len(quant), _DECISION_COLUMNS)):
+            table = [["decision", *fold]]
+            for row in report.decisions:
+                if not any(n in row.where for n in fold):
+                    continue
+                table.append([row.decision[:_LABEL - 1], *(_short(row.where.get(n, "-")) for n in fold)])
+            lines += [""] + aligned_rows(table, min_widths=[_LABEL - 2] + [_DCOL - 2] * len(fold))
     for lint in report.lints[:4]:
         where = f" {lint.artifact}" if lint.artifact else ""
         lines.append(f"lint {lint.severity}{where} {lint.code}: {lint.hint or lint.message}"[:160])
