@@ -112,7 +112,7 @@ def test_each_new_artifact_gets_every_section(job, name):
 def test_advice_offers_the_session_switch_for_a_file_it_cannot_make_again(name):
     """A tool's or a brought file is not re-quantized here; an int8 activation ORT leaves float on x86 gets ORT's
     session switch as its candidate, as PT2E's file does. ORT's own paths get their re-quantizations instead."""
-    from service.pipeline.verdict.advice import candidates_from_blockers
+    from service.pipeline.advice.advice import candidates_from_blockers
     from service.schemas.advice import UnfusedNode
 
     row = UnfusedNode(node="conv1", op_type="Conv", blocker="int8_activation_on_x86", detail="int8 in", fix="uint8")
