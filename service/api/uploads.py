@@ -5,6 +5,10 @@ stream goes through python-multipart's streaming parser chunk by chunk, straight
 staged job folder, with a size limit per part (413 as soon as it is crossed, before the rest
 is read). Memory use is one chunk, whatever the upload size. Filenames are never used as
 paths: files get fixed names, and the client's name survives only, sanitized, as a label.
+
+``Intake`` receives one form: ``model``, ``options``, ``calibration`` and the quantized files brought
+beside the model (``artifact.<name>``, each to ``input/artifact.<name>.onnx``); ``receive_form`` is its
+one-call form.
 """
 
 from __future__ import annotations

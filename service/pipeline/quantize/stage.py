@@ -118,13 +118,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
     for name in (n for n in requested if n in TOOL_PATHS):  # subprocesses, after the in-process paths
         t0 = time.perf_counter()
-        if already is not None:
-            outcome = run_path(name, "quantize", skip_if_quantized, fp32.file.model)
-        else:
-            outcome = run_path(name, "quantize", quantized_by_tool, name, fp32.file.path, art_dir / f"{name}.onnx",
-                               samples.calibration, ort_settings,
-                               preset=getattr(options.tool_presets, name), scratch=scratch)
-        finished(name, outcome, t0)
+        finished(name, _tool_path(name, options, fp32, samples.calibration, ctx, already=already is not None), t0)
     for name, path in brought.items():
         t0 = time.perf_counter()
         finished(name, run_path(name, "quantize", brought_artifact, name, path, art_dir / f"{name}.onnx",
@@ -133,6 +127,16 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     return Quantized(outcomes={name: outcomes[name] for name in requested},
                      ort_input=ort_input[0] if ort_input else None, already_quantized=already is not None,
                      timings=timings)
+
+
+def _tool_path(name: str, options: ComparisonOptions, fp32: Fp32, calibration, ctx: StageContext, *,
+               already: bool) -> PathOutcome:
+    """The tool path ``name`` (nncf_qdq, modelopt_qdq, quark_qdq) on the fp32 file as it is, in a subprocess."""
+    if already:
+        return run_path(name, "quantize", skip_if_quantized, fp32.file.model)
+    return run_path(name, "quantize", quantized_by_tool, name, fp32.file.path, ctx.folders.artifacts / f"{name}.onnx",
+                    calibration, resolved_ort_settings(options), preset=getattr(options.tool_presets, name),
+                    scratch=ctx.folders.scratch)
 
 
 def _remove_artifact_files(art_dir: Path, artifact: str) -> None:

@@ -176,3 +176,29 @@ def test_a_gate_on_a_name_the_job_neither_makes_nor_brings_is_refused():
         refuse_unknown_artifacts(options, {"yours": None})
     refuse_unknown_artifacts(ComparisonOptions.model_validate(  # a built-in path not run: fails its gate, as before
         {"artifacts": ["ort_qdq"], "gates": [gate_from_string("pt2e_qdq.all.sqnr_db>=20")]}), {})
+
+
+def test_the_new_artifacts_are_compared_on_arm64_too(tmp_path):
+    """The platforms section: a tool path's file and a brought file as the emulated arm64 ORT makes them."""
+    from service.pipeline.ort.targets import host_platform
+    from service.pipeline.platforms.sysroot import default_root, ready_file
+
+    if host_platform().int8_allowed:
+        pytest.skip("this machine is ARM: nothing is emulated")
+    if not ready_file(default_root()).exists():
+        pytest.skip("the arm64 runtime is not set up (run `make arm64`)")
+    fp32 = build("conv_gap_gemm")
+    onnx.save(fp32, tmp_path / "fp32.onnx")
+    onnx.save(per_tensor_qdq_around(fp32, {"conv1", "fc"}), tmp_path / "mine.onnx")
+    report = run_comparison(ComparisonRequest(
+        model_path=tmp_path / "fp32.onnx", artifact_paths={"mine": tmp_path / "mine.onnx"},
+        options=ComparisonOptions.model_validate({
+            "artifacts": ["nncf_qdq"], "levels": ["disable_all", "extended"], "calibration_samples": 4,
+            "eval_samples": 3, "latency": {"enabled": False}, "advice": {"enabled": False},
+            "layers": {"enabled": False}, "platforms": ["arm64"]})), tmp_path / "job")
+    arm = report.platforms["arm64"]
+    assert arm.status == "ok"
+    for name in ("nncf_qdq", "mine"):
+        assert set(arm.optimized[name]) == {"disable_all", "extended"}
+        assert arm.optimized[name]["extended"].numerics is not None
+        assert any(r.artifact == name for r in arm.side_by_side)
