@@ -130,8 +130,9 @@ def summary_table(report: Report) -> str:
     extras = report.extras
     if extras is not None:
         budget = "no budget" if extras.budget_seconds is None else f"{extras.budget_seconds:.1f} s"
-        lines += ["", f"extras: {budget} ({extras.how}), {extras.spent_seconds:.1f} s spent:"]
-        lines += [f"  {'ok ' if s.reached else 'not'} {s.step}: {s.detail}" for s in extras.steps]
+        # One line: what the budget reached, and for what it did not, the option that reaches it.
+        lines.append(f"extras ({budget}: {extras.how}; {extras.spent_seconds:.1f} s spent): " + "; ".join(
+            s.step + ("" if s.reached else f" not reached ({s.detail})") for s in extras.steps))
     lines += ["", "timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())]
     cost = report.cost
     if cost is not None and cost.inference_times:

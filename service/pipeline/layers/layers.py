@@ -73,17 +73,12 @@ class LayersBudget:
     more_option: str = ""
 
 
-def layers_from_files(
-    *, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
-    budget: LayersBudget = LayersBudget(), calibration: dict[str, str] | None = None,
-    optimized_paths: dict[str, dict[str, Path]] | None = None, data_dependent: dict[str, str] | None = None,
-    more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None, seed: int = 0, cores: Cores = 1,
-) -> LayersReport:
+def layers_from_files(*, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
+                      more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None, **table) -> LayersReport:
     """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``: a
-    ``TensorTable`` run to the end (its arguments are described there)."""
-    table = TensorTable(fp32_path=fp32_path, artifact_paths=artifact_paths, budget=budget, calibration=calibration,
-                        optimized_paths=optimized_paths, data_dependent=data_dependent, seed=seed, cores=cores)
-    return table.completed(eval_feeds, more_feeds)
+    ``TensorTable`` (``table`` holds its other arguments) run to the end on ``eval_feeds``, then
+    ``more_feeds`` (``Samples.more_evaluation``: held-out feeds) while its plan asks for more samples."""
+    return TensorTable(fp32_path=fp32_path, artifact_paths=artifact_paths, **table).completed(eval_feeds, more_feeds)
 
 
 class TensorTable:
