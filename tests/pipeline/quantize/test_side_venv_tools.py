@@ -75,3 +75,17 @@ def test_modelopt_matched_keeps_activations_symmetric_and_raises_the_opset(match
     assert art.file.producer_name == "onnx.quantize"  # ORT's name: only the stamp says ModelOpt made it
     assert art.file.metadata_props["quantcompare.tool"].startswith("NVIDIA ModelOpt")
     assert any("symmetric" in s for s in art.tool.settings["not_matched"])
+
+
+def test_modelopt_patches_ort_quantization_so_it_runs_only_in_a_subprocess():
+    """Why the path is a subprocess: ModelOpt's quantize() patches ORT's calibrator factory (patch_ort_modules),
+    process-wide, for every later quantize_static in that process."""
+    import subprocess
+
+    _needs("modelopt_qdq")
+    code = ("import onnxruntime.quantization.calibrate as c; before = c.create_calibrator; "
+            "import modelopt.onnx.quantization.ort_patching as p; p.patch_ort_modules(); "
+            "print(c.create_calibrator is before)")
+    out = subprocess.run([str(tool_python(TOOL_PATHS["modelopt_qdq"])), "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.stdout.strip().splitlines()[-1] == "False", out.stderr[-2000:]

@@ -55,6 +55,9 @@ def test_nncf_path_records_its_tool_in_the_report_and_in_the_file(job):
     assert any("uint8" in s for s in art.tool.settings["not_matched"])
     written = onnx.load(str(workdir / "artifacts" / "nncf_qdq.onnx"), load_external_data=False)
     assert {p.key: p.value for p in written.metadata_props}["quantcompare.tool"] == art.tool.name
+    # uint8 after the ReLU (its hardware config), where ORT's matched file is int8 throughout
+    assert "uint8" in art.quantization.activation_dtypes
+    assert "uint8" not in report.artifacts["ort_qdq"].quantization.activation_dtypes
     # NNCF keeps the bias float (ORT writes int32): the inventory reads it from the file
     assert report.artifacts["ort_qdq"].quantization.bias_summary != art.quantization.bias_summary
 
