@@ -433,6 +433,7 @@ class AdvicePlan:
         self.beside: str | None = None  # the work phase one ran beside, said in each figure's ``how``
         self.seconds = 0.0  # the time ``work`` ran, on whichever threads (its share of the budget)
         self.timed_seconds = 0.0  # the time ``time_ready`` ran (timing is alone: one thread)
+        self.first_seconds = 0.0  # the best candidate's wall time, when the spine made and timed it first
         self.tmp = Path(tempfile.mkdtemp(prefix="qc-advice-"))
         self._todo = list(enumerate(candidates))
         self._made: dict[int, _Ready | AdviceEntry] = {}  # candidate index -> made, or its entry without figures

@@ -179,6 +179,27 @@ class TensorTable:
             _ERROR_BUFFER.buf = None  # a worker lives on: do not keep the largest tensor's buffer
             self.seconds, self._open_since = self._elapsed(), None
 
+    def _add_sample(self, key, got, ref_values, refs) -> None:
+        """One file's exposed tensors on one sample, added to its accumulators (in file order, on one thread)."""
+        name, level, left_out = key[0], key[1], self.left_out
+        located = self.runs[(name, level)][1]
+        for t in self.float_tensors:
+            loc = located.get(t)
+            if loc is None or (name, t) in left_out:
+                continue
+            value = _dequantized(got[loc.tensor], loc)
+            if value.shape != ref_values[t].shape:
+                if level == "disable_all":
+                    left_out[(name, t)] = (f"'{loc.tensor}' has shape {list(value.shape)} where fp32 "
+                                           f"has {list(ref_values[t].shape)}")
+                continue  # at a layout level: channels-last or blocked, not comparable as is
+            if t not in refs:
+                refs[t] = _Ref(ref_values[t])
+            if level == "disable_all":
+                self.acc.setdefault((name, t), _Acc()).add(refs[t], value, loc)
+            else:
+                self.level_acc.setdefault((name, level, t), _Acc()).add(refs[t], value, loc)
+
     def _sample(self, sessions: dict, feed, keep: dict[str, list] | None) -> None:
         """One sample through every file, added to the figures; with ``keep``, each file's graph outputs at
         disable_all are appended there (file -> one output dict per sample)."""
@@ -205,8 +226,7 @@ class TensorTable:
             for key, got in zip(group, got_all):
                 if keep is not None and key[1] == "disable_all":
                     keep.setdefault(key[0], []).append({o: got[o] for o in self.outputs[key[0]]})
-                _add_sample(key, got, self.runs, self.float_tensors, self.left_out, ref_values, refs, self.acc,
-                            self.level_acc)
+                self._add_sample(key, got, ref_values, refs)
             got_all = got = None
         refs.clear()
         ref_values = None
@@ -249,14 +269,43 @@ class TensorTable:
                         break
         return self.report()
 
+    def _rows(self, by_level: dict, intervals: dict) -> list[LayerRow]:
+        """One row per float tensor of fp32: each file's cell, or why it has none."""
+        ref, acc, left_out, calibration = self.ref, self.acc, self.left_out, self.calibration
+        depth = _depths(ref)
+        # A tensor fp32 holds as all zeros has no SQNR to inherit: what reads it looks through it to its inputs.
+        sqnr = {k: a.cell().sqnr_db for k, a in acc.items() if not a.zero_reference}
+        rows = []
+        for t in self.float_tensors or []:
+            producer = ref.producer.get(t)
+            inputs = ref.activation_inputs(producer) if producer is not None else []
+            cells, missing = {}, {}
+            for a in self.quantized:
+                if (a, t) in acc:
+                    # A graph input has no drop: it is exact in fp32 by construction; its own SQNR says it all.
+                    inherited = _inherited(a, inputs, sqnr, ref) if producer is not None else None
+                    own = sqnr.get((a, t))
+                    drop = None if inherited is None or acc[(a, t)].zero_reference else \
+                        round(inherited - (CLEAN_DB if own is None else own), 3)
+                    cells[a] = acc[(a, t)].cell(drop, intervals.get((a, t)))
+                    if (a, t) in by_level:
+                        cells[a] = cells[a].model_copy(update={"by_level": by_level[(a, t)]})
+                else:
+                    missing[a] = left_out.get((a, t)) or self.alignments[a].left_out.get(t) or "not measured"
+            rows.append(LayerRow(
+                tensor=t, op_type=producer.op_type if producer is not None else "input",
+                node=producer.name if producer is not None else "", depth=depth.get(t, 0),
+                artifacts=cells, left_out=missing, explanation=_explanation(cells, calibration),
+            ))
+        return rows
+
     def report(self) -> LayersReport:
         samples, acc = self.samples, self.acc
         by_level: dict[tuple[str, str], dict[str, float | None]] = {}
         for (name, level, t), a in self.level_acc.items():
             by_level.setdefault((name, t), {})[level] = a.cell().sqnr_db
         intervals = _intervals(acc, samples, self.seed)
-        rows = _rows(self.ref, self.float_tensors or [], self.alignments, acc, self.left_out, list(self.quantized),
-                     self.calibration, by_level, intervals)
+        rows = self._rows(by_level, intervals)
         origins = _origins(rows, list(self.quantized))
         worst = {a: w for a in self.quantized if (w := _worst(rows, a)) is not None}
         full = [r for r in rows if all(a in r.artifacts for a in self.quantized)]
@@ -285,28 +334,6 @@ class TensorTable:
             aligned_all_share=round(len(full) / len(rows), 4) if rows and self.quantized else 0.0,
             truncated=self.truncated, notes=notes, seconds=round(self.seconds, 4),
         )
-
-
-def _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, level_acc) -> None:
-    """One file's exposed tensors on one sample, added to its accumulators (in file order, on one thread)."""
-    name, level = key
-    located = runs[(name, level)][1]
-    for t in float_tensors:
-        loc = located.get(t)
-        if loc is None or (name, t) in left_out:
-            continue
-        value = _dequantized(got[loc.tensor], loc)
-        if value.shape != ref_values[t].shape:
-            if level == "disable_all":
-                left_out[(name, t)] = (f"'{loc.tensor}' has shape {list(value.shape)} where fp32 "
-                                       f"has {list(ref_values[t].shape)}")
-            continue  # at a layout level: channels-last or blocked, not comparable as is
-        if t not in refs:
-            refs[t] = _Ref(ref_values[t])
-        if level == "disable_all":
-            acc.setdefault((name, t), _Acc()).add(refs[t], value, loc)
-        else:
-            level_acc.setdefault((name, level, t), _Acc()).add(refs[t], value, loc)
 
 
 class _SamplePlan:
@@ -644,36 +671,6 @@ def _cos(dot: float, a2: float, b2: float) -> float:
 
 # --------------------------------------------------------------------------------------------
 # rows, origins, explanations
-
-
-def _rows(ref: GraphView, tensors: list[str], alignments, acc, left_out, artifacts, calibration,
-          by_level, intervals) -> list[LayerRow]:
-    depth = _depths(ref)
-    # A tensor fp32 holds as all zeros has no SQNR to inherit: what reads it looks through it to its inputs.
-    sqnr = {k: a.cell().sqnr_db for k, a in acc.items() if not a.zero_reference}
-    rows = []
-    for t in tensors:
-        producer = ref.producer.get(t)
-        inputs = ref.activation_inputs(producer) if producer is not None else []
-        cells, missing = {}, {}
-        for a in artifacts:
-            if (a, t) in acc:
-                # A graph input has no drop: it is exact in fp32 by construction; its own SQNR says it all.
-                inherited = _inherited(a, inputs, sqnr, ref) if producer is not None else None
-                own = sqnr.get((a, t))
-                drop = None if inherited is None or acc[(a, t)].zero_reference else \
-                    round(inherited - (CLEAN_DB if own is None else own), 3)
-                cells[a] = acc[(a, t)].cell(drop, intervals.get((a, t)))
-                if (a, t) in by_level:
-                    cells[a] = cells[a].model_copy(update={"by_level": by_level[(a, t)]})
-            else:
-                missing[a] = left_out.get((a, t)) or alignments[a].left_out.get(t) or "not measured"
-        rows.append(LayerRow(
-            tensor=t, op_type=producer.op_type if producer is not None else "input",
-            node=producer.name if producer is not None else "", depth=depth.get(t, 0),
-            artifacts=cells, left_out=missing, explanation=_explanation(cells, calibration),
-        ))
-    return rows
 
 
 def _inherited(artifact: str, inputs: list[str], sqnr, ref: GraphView, hops: int = 4) -> float | None:

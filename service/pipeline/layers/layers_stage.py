@@ -64,16 +64,25 @@ def shared_first_samples(table: TensorTable | None, prepared: Prepared) -> Share
     return runs
 
 
+@dataclass(frozen=True)
+class TableTurn:
+    """What the spine hands the table for its turn among the extras (pipeline/extras_budget.py)."""
+
+    # The table set up before the levels stage (``table_for_job``), its first samples perhaps run there.
+    table: TensorTable | None = None
+    # The budget it shares with advice: the minimum samples when anything is left, more only while the
+    # budget pays for them after the candidates still to come.
+    extras: ExtrasBudget | None = None
+    # Work that times nothing (advice's re-quantizations), run on a second thread while the table is
+    # computed; the table's thread helps with it once the table is done.
+    beside: Callable[[], None] | None = None
+
+
 def layers_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, quantized: Quantized,
-                 inspected: Inspected, ctx: StageContext, *, table: TensorTable | None = None,
-                 extras: ExtrasBudget | None = None, beside: Callable[[], None] | None = None) -> Layered:
-    """The per-tensor table, after the levels stage wrote the optimized graphs (its progress is part of
-    ``evaluate``). ``table``: the one set up before the levels stage (``table_for_job``), its first samples
-    perhaps run there. ``extras``: the budget it shares with advice (pipeline/extras_budget.py): the table
-    runs its minimum samples when anything is left, and more only while the budget pays for them after the
-    candidates still to come. ``beside``: work that times nothing (advice's re-quantizations), run on a
-    second thread while the table is computed; this thread helps with it once the table is done. Depth
+                 inspected: Inspected, ctx: StageContext, turn: TableTurn = TableTurn()) -> Layered:
+    """The per-tensor table, after the levels stage wrote the optimized graphs, in its ``turn``. Depth
     "structure" runs no sample: no table."""
+    table, extras, beside = turn.table, turn.extras, turn.beside
     if not measures_accuracy(options) or not options.layers.enabled:
         return Layered(report=None, seconds=0.0, wall=0.0)
     t0 = time.perf_counter()
