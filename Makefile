@@ -17,7 +17,7 @@ ORT_RELEASES ?= 1.22.1
 TARGET_DIRS  := $(if $(filter 1,$(QNN)),qnn) $(if $(filter 1,$(OPENVINO)),openvino) $(addprefix ort-,$(ORT_RELEASES))
 TARGETS      := $(foreach d,$(TARGET_DIRS),$(VENV)/targets/$(d)/ready)
 
-.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets tools
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +34,34 @@ $(ARM64): $(STAMP)
 	$(BIN)/python -m service.pipeline.platforms.sysroot $(VENV)/arm64 >/dev/null
 
 arm64: $(ARM64)
+
+# The modelopt_qdq and quark_qdq paths' tools, each in a side venv under .venv/tools run as a subprocess
+# (service/pipeline/quantize/tool_paths.py; nncf_qdq's NNCF is in the project venv). Not part of `make`:
+# 1.4 GB and 1.7 GB. ModelOpt: the base package plus its [onnx] extra's deps minus cupy and onnxruntime-gpu
+# (the extra pulls CUDA torch and conflicts with the onnx pin), CPU calibration. Quark: it pins onnx<=1.22
+# and needs torch, which it does not declare; its first import compiles a C++ library with g++ (~30 s),
+# done here into .venv/tools/torch_extensions so that jobs find it built. ready.json is written last: a
+# half-built venv counts as missing, and the path is skipped with tool_unavailable.
+TOOLS   := $(VENV)/tools
+MODELOPT_PINS := nvidia-modelopt==0.47.0 torch==2.13.0 onnxruntime==1.32.0 onnx==1.23.2 onnx-graphsurgeon==0.6.1 \
+	onnxconverter-common==1.16.0 onnxscript==0.7.2 onnxslim==0.1.98 polygraphy==0.53.6 ml_dtypes cppimport lief
+QUARK_PINS := amd-quark==0.13 torch==2.13.0 onnxruntime==1.32.0 ninja
+
+$(TOOLS)/modelopt/ready.json: $(STAMP)
+	test -x $(TOOLS)/modelopt/bin/python || $(PYTHON) -m venv $(TOOLS)/modelopt
+	$(TOOLS)/modelopt/bin/pip install -q $(MODELOPT_PINS)
+	$(TOOLS)/modelopt/bin/python -c 'import json, modelopt.onnx.quantization; from importlib.metadata import version; print(json.dumps({"nvidia-modelopt": version("nvidia-modelopt")}))' > $@.tmp
+	mv $@.tmp $@
+
+$(TOOLS)/quark/ready.json: $(STAMP)
+	command -v g++ >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++ >/dev/null)
+	test -x $(TOOLS)/quark/bin/python || $(PYTHON) -m venv $(TOOLS)/quark
+	$(TOOLS)/quark/bin/pip install -q $(QUARK_PINS)
+	TORCH_EXTENSIONS_DIR=$(abspath $(TOOLS))/torch_extensions PATH=$(abspath $(TOOLS))/quark/bin:$$PATH \
+	  $(TOOLS)/quark/bin/python -c 'import json, quark.onnx; from importlib.metadata import version; print(json.dumps({"amd-quark": version("amd-quark")}))' > $@.tmp
+	mv $@.tmp $@
+
+tools: $(TOOLS)/modelopt/ready.json $(TOOLS)/quark/ready.json
 
 $(VENV)/targets/%/ready: | $(STAMP)
 	$(BIN)/python -m service.pipeline.platforms.targets.install $(VENV)/targets $*

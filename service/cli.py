@@ -24,7 +24,7 @@ from service.examples import list_examples
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.pipeline.sections import LEVEL_GRAPHS
 from service.pipeline.logs import quiet_toolchain_logs
-from service.schemas.options import ComparisonOptions
+from service.schemas.options import ComparisonOptions, brought_name_refusal
 from service.pipeline.quantize.exporter_cache import install_exporter_registry_cache
 from service.render.text import summary_table, terminal_safe
 
@@ -63,6 +63,7 @@ def _cmd_compare(args) -> int:
     calibration = Path(args.calibration).resolve() if args.calibration else None
     if calibration is not None and not calibration.is_file():
         raise InvalidOptions(f"no such calibration file: {args.calibration}", hint="give the path of an .npz file")
+    brought = _brought_files(args.artifact or [])
     out = Path(args.out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -81,7 +82,7 @@ def _cmd_compare(args) -> int:
     request = ComparisonRequest(
         options=options, model_path=model_path, example=args.example, calibration_path=calibration,
         model_name=model_path.name if model_path else args.example, data_beside_model=True,
-        job_cores=cores, job_cores_source=cores_source,
+        job_cores=cores, job_cores_source=cores_source, artifact_paths=brought,
     )
 
     def on_section(name: str, partial) -> None:
@@ -106,6 +107,22 @@ def _cmd_compare(args) -> int:
         # stays the verdict's (1 is a failed gate). Python would flush to the closed pipe again at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if report.verdict.passed else 1
+
+
+def _brought_files(values: list[str]) -> dict[str, Path]:
+    """``--artifact NAME=PATH`` values as name -> file (the same names the HTTP form's artifact.<name> takes)."""
+    out: dict[str, Path] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        why = brought_name_refusal(name) if sep else "write it NAME=PATH"
+        if why:
+            raise InvalidOptions(f"--artifact {value!r}: {why}", hint="--artifact mine=mine_int8.onnx")
+        if name in out:
+            raise InvalidOptions(f"--artifact {name} is given twice", hint="give each brought file its own name")
+        if not Path(path).is_file():
+            raise InvalidOptions(f"no such file: {path}", hint="give the path of a quantized .onnx file")
+        out[name] = Path(path).resolve()
+    return out
 
 
 def _cores(args) -> tuple[int | None, str | None]:
@@ -145,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--example", help="a built-in example instead of a file (see `quantcompare examples`)")
     p.add_argument("--options", help="options as JSON, or @file.json")
     p.add_argument("--calibration", help=".npz with one array per input, samples on the leading axis")
+    p.add_argument("--artifact", action="append", metavar="NAME=PATH",
+                   help="a quantized .onnx of the same model, compared as artifacts.NAME (repeatable; "
+                        "with --options '{\"artifacts\": []}' only these are compared against fp32)")
     p.add_argument("--out", required=True, help="output folder (report.json, artifacts/)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no early structure table")
     p.add_argument("--cores", type=int, default=None,

@@ -31,7 +31,11 @@ so the chain stays in the log while the user sees only our words.
     ├── LevelGraphChanged   level_graph_mismatch 409  a level graph made again for a download differs
     ├── ArtifactGone        artifact_gone        410  the job's files were removed while it was downloaded
     ├── RangeNotSatisfiable range_not_satisfiable 416 a download's Range header is malformed or past the file
+    ├── ArtifactMismatch    artifact_mismatch    422  a brought quantized file (artifact.<name>) is not the same
+                                                      model: its inputs/outputs differ from the fp32 model's
     ├── PathSkipped         path_skipped         (inside a report, per artifact; never an HTTP error)
+    │   └── ToolUnavailable tool_unavailable     (inside a report: the tool of nncf_qdq / modelopt_qdq /
+                                                      quark_qdq is not installed; the hint is the command that installs it)
     ├── OrtQuantizerFailed  ort_quantizer_failed (inside a report: an ORT path's error; never an HTTP error)
     ├── Pt2eFileRejected    pt2e_file_rejected   (inside a report: ORT cannot load the file PT2E wrote)
     ├── OrtFileRejected     ort_file_rejected    (inside a report: ORT cannot load the file quantize_static wrote)
@@ -206,6 +210,21 @@ class PathSkipped(QuantCompareError):
     def __init__(self, message: str, *, stage: str, hint: str | None = None):
         super().__init__(message, hint=hint)
         self.stage = stage
+
+
+class ToolUnavailable(PathSkipped):
+    """A tool path (nncf_qdq, modelopt_qdq, quark_qdq) whose tool is not installed where the job runs: the
+    path is skipped, the hint names the command that installs it, the rest of the job is unchanged."""
+
+    code, title = "tool_unavailable", "The quantization tool is not installed"
+
+
+class ArtifactMismatch(QuantCompareError):
+    """A quantized file brought beside the fp32 model (``artifact.<name>``) whose graph inputs or outputs
+    differ from the fp32 model's (names, ranks, fixed dims, dtypes): it is another model, and comparing it on
+    the fp32 model's samples would measure nothing. ``differences`` lists each one."""
+
+    code, status, title = "artifact_mismatch", 422, "A brought file is not the same model"
 
 
 class TailConversionChanged(PathSkipped):

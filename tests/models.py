@@ -185,6 +185,24 @@ def mlp(*, gemm: bool = False, sizes: Sequence[int] = (16, 32, 8), seed: int = 0
     return from_nodes(nodes, [value("x", [1, n_in])], [value("y", [1, n_out])], inits, opset=opset, ir=ir)
 
 
+def conv_gap_gemm(*, size: int = 32, seed: int = 42) -> onnx.ModelProto:
+    """The quantizer trial's model (shared/notes/quantizers.md): x [1, 3, size, size] -> Conv 'conv1' (3 -> 8, pad 1)
+    -> Relu 'relu1' -> Conv 'conv2' (8 -> 8, pad 1) -> GlobalAveragePool 'gap' -> Flatten 'flatten' -> Gemm 'fc'
+    (8 -> 4, transB) -> y; weights from default_rng(seed), scaled 0.1 to 0.4."""
+    rng = np.random.default_rng(seed)
+    inits = {"w1": (rng.standard_normal((8, 3, 3, 3)) * 0.4), "b1": rng.standard_normal(8) * 0.1,
+             "w2": (rng.standard_normal((8, 8, 3, 3)) * 0.2), "b2": rng.standard_normal(8) * 0.1,
+             "wf": (rng.standard_normal((4, 8)) * 0.4), "bf": rng.standard_normal(4) * 0.1}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+             helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+             helper.make_node("GlobalAveragePool", ["c2"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], transB=1, name="fc")]
+    return from_nodes(nodes, [value("x", [1, 3, size, size])], [value("y", [1, 4])],
+                      [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()], ir=8)
+
+
 def sampler(*, seed: float | None = None) -> onnx.ModelProto:
     """A VAE-like sampler: Conv -> Relu (mu), then ``mu + RandomNormalLike(mu)`` (z), and the draw (eps)
     itself as a second output; the draw is unseeded unless ``seed`` is given."""
@@ -224,6 +242,7 @@ BUILDERS: dict[str, Callable[..., onnx.ModelProto]] = {
     "mlp": mlp,
     "sampler": sampler,
     "silu_convs": silu_convs,
+    "conv_gap_gemm": conv_gap_gemm,
 }
 
 

@@ -28,6 +28,8 @@ from service.pipeline.inputs.samples import samples_from_npz
 from service.pipeline.inputs.sources import is_model_archive
 from service.pipeline.inputs.specs import input_specs_from_onnx
 from service.pipeline.inputs.stage import checked_input_shapes
+# refuse_unknown_artifacts: the job's artifacts, checked before it is queued (the quantize stage checks them again)
+from service.pipeline.quantize.tools.brought import checked_brought_file, refuse_unknown_artifacts  # noqa: F401
 from service.schemas.options import ComparisonOptions
 
 log = logging.getLogger("quantcompare.api")
@@ -42,10 +44,14 @@ def applies(settings: Settings) -> bool:
 
 
 def prevalidate_upload(model_path: Path, calibration_path: Path | None, options: ComparisonOptions,
-                       settings: Settings) -> None:
+                       settings: Settings, *, brought: dict[str, Path] | None = None) -> None:
     """Raise the ``service.errors`` refusal the worker would raise, where it is cheap to know now."""
     try:
-        _prevalidate(model_path, calibration_path, options, settings)
+        model = _prevalidate(model_path, calibration_path, options, settings)
+        if model is not None:
+            for name, path in (brought or {}).items():
+                if path.stat().st_size <= PREVALIDATE_MAX_BYTES:  # the upload checks, then artifact_mismatch
+                    checked_brought_file(name, path, model, settings.budgets)
     except QuantCompareError:
         raise
     except Exception:  # a gap in the early checks is not the user's fault: the worker decides
@@ -53,19 +59,21 @@ def prevalidate_upload(model_path: Path, calibration_path: Path | None, options:
 
 
 def _prevalidate(model_path: Path, calibration_path: Path | None, options: ComparisonOptions,
-                 settings: Settings) -> None:
+                 settings: Settings):
+    """The checks; the parsed ONNX model (no weights) when it is one, for the brought files' comparison."""
     budgets = settings.budgets
     if model_path.stat().st_size > PREVALIDATE_MAX_BYTES or is_model_archive(model_path):
-        return
+        return None
     fmt = sniff_model_format(model_path, allow_pt2=settings.allow_pt2)
     if fmt == "pt2":
         check_pt2_archive(model_path, budgets=budgets)
-        return
+        return None
     model = onnx_model_from_path(model_path, budgets=budgets, structural_check=False)
     specs = input_specs_from_onnx(model)
     shapes, _ = checked_input_shapes(specs, options, calibration_path, budgets)  # the prepare stage's own checks
     if calibration_path is not None and _small_npz(calibration_path):
         samples_from_npz(calibration_path, specs, shapes, options, max_bytes=4 * PREVALIDATE_MAX_BYTES)
+    return model
 
 
 def _small_npz(path: Path) -> bool:

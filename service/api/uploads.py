@@ -5,6 +5,10 @@ stream goes through python-multipart's streaming parser chunk by chunk, straight
 staged job folder, with a size limit per part (413 as soon as it is crossed, before the rest
 is read). Memory use is one chunk, whatever the upload size. Filenames are never used as
 paths: files get fixed names, and the client's name survives only, sanitized, as a label.
+
+``Intake`` receives one form: ``model``, ``options``, ``calibration`` and the quantized files brought
+beside the model (``artifact.<name>``, each to ``input/artifact.<name>.onnx``); ``receive_form`` is its
+one-call form.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from starlette.requests import ClientDisconnect
 
 from service.errors import (IncompleteUpload, InvalidCalibration, InvalidModel, InvalidOptions, InvalidRequest,
                             PayloadTooLarge, UnsupportedModel, UploadTooSlow)
+from service.schemas.options import brought_name_refusal
 
 MAX_OPTIONS_BYTES = 64 * 1024
 MAX_JSON_BODY_BYTES = 256 * 1024
@@ -54,6 +59,7 @@ class ReceivedForm:
     model: ReceivedFile
     calibration: ReceivedFile | None
     options: dict[str, Any]
+    artifacts: dict[str, ReceivedFile] = field(default_factory=dict)  # brought files: artifact.<name> -> file
 
 
 def display_name(filename: str | None, default: str = "model") -> str:
@@ -127,60 +133,64 @@ def refuse_short_body(received: int, declared: int | None) -> None:
                                hint="the upload was cut (a proxy's limit or a dropped connection): send it again")
 
 
-async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, max_calibration_bytes: int,
-                       allow_pt2: bool, idle_timeout_s: float, min_bytes_per_s: float) -> ReceivedForm:
-    _, params = parse_options_header(request.headers.get("content-type", ""))
-    boundary = params.get(b"boundary")
-    if not boundary or len(boundary) > 200:
-        raise InvalidRequest("multipart body without a boundary", hint="let your HTTP client build the multipart body")
-    declared = declared_length(request)
-    ceiling = max_model_bytes + max_calibration_bytes + MAX_OPTIONS_BYTES + 64 * 1024
-    if declared is not None and declared > ceiling:
-        raise PayloadTooLarge(
-            f"the upload is {declared / _MIB:.1f} MiB; this server takes models up to "
-            f"{max_model_bytes / _MIB:g} MiB and calibration data up to {max_calibration_bytes / _MIB:g} MiB",
-            hint="raise QUANTCOMPARE_MAX_UPLOAD_MB on the server, or upload a smaller model")
+# Brought quantized files a form may carry (artifact.<name> parts), each within the model's size limit.
+MAX_BROUGHT_FILES = 8
+_FIELDS = "model, options, calibration and artifact.<name>"
 
-    input_dir = staged / "input"
-    input_dir.mkdir(exist_ok=True)
-    parts: dict[str, _Part] = {}
-    state: dict[str, Any] = {"part": None, "hname": b"", "hvalue": b"", "headers": {}, "ended": False}
 
-    def on_part_begin():
-        state["headers"] = {}
+@dataclass(frozen=True)
+class IntakeLimits:
+    max_model_bytes: int  # the model, and each brought file
+    max_calibration_bytes: int
+    allow_pt2: bool
+    idle_timeout_s: float
+    min_bytes_per_s: float
 
-    def on_header_field(data, start, end):
-        state["hname"] += data[start:end]
 
-    def on_header_value(data, start, end):
-        state["hvalue"] += data[start:end]
+class Intake:
+    """One multipart comparison form, streamed part by part into the staged job folder.
 
-    def on_header_end():
-        state["headers"][state["hname"].lower()] = state["hvalue"]
-        state["hname"], state["hvalue"] = b"", b""
+    Parts: ``model`` (.onnx or .pt2), ``options`` (JSON), ``calibration`` (.npz) and any number (up to
+    :data:`MAX_BROUGHT_FILES`) of ``artifact.<name>``: a quantized ONNX file of the same model, compared as
+    ``artifacts.<name>``. Each file part has its limit, crossed -> 413 at once; the form must end with its
+    closing boundary. The parser's callbacks are this object's methods; ``receive`` drives them.
+    """
 
-    def on_headers_finished():
-        name, filename = _content_disposition(state["headers"].get(b"content-disposition", b""))
-        if name not in ("model", "calibration", "options"):
-            raise InvalidRequest("unexpected form field; the fields are model, options and calibration",
-                                 hint="curl -F model=@net.onnx -F 'options={...}' -F calibration=@calib.npz")
-        if name in parts:
+    def __init__(self, staged: Path, limits: IntakeLimits):
+        self.limits = limits
+        self.input_dir = staged / "input"
+        self.parts: dict[str, _Part] = {}
+        self.part: _Part | None = None
+        self.ended = False
+        self._hname, self._hvalue, self._headers = b"", b"", {}
+
+    # -- python-multipart's callbacks
+    def on_part_begin(self):
+        self._headers = {}
+
+    def on_header_field(self, data, start, end):
+        self._hname += data[start:end]
+
+    def on_header_value(self, data, start, end):
+        self._hvalue += data[start:end]
+
+    def on_header_end(self):
+        self._headers[self._hname.lower()] = self._hvalue
+        self._hname, self._hvalue = b"", b""
+
+    def on_headers_finished(self):
+        name, filename = _content_disposition(self._headers.get(b"content-disposition", b""))
+        if name in self.parts:
             raise InvalidRequest(f"the form field {name!r} appears twice")
-        if name == "options":
-            part = _Part(name, filename, MAX_OPTIONS_BYTES, buffer=bytearray())
-        else:
-            limit = max_model_bytes if name == "model" else max_calibration_bytes
-            path = input_dir / ("model.upload" if name == "model" else "calibration.npz")
-            part = _Part(name, filename, limit, path=path, handle=open(path, "wb"))
-        parts[name] = part
-        state["part"] = part
+        self.part = self.parts[name] = self._new_part(name, filename)
 
-    def on_part_data(data, start, end):
-        part: _Part = state["part"]
+    def on_part_data(self, data, start, end):
+        part = self.part
         chunk = data[start:end]
         part.size += len(chunk)
         if part.size > part.limit:
-            what = {"model": "model", "calibration": "calibration data", "options": "options"}[part.field]
+            what = {"model": "model", "calibration": "calibration data", "options": "options"}.get(
+                part.field, f"brought file {part.field}")
             raise PayloadTooLarge(
                 f"the {what} is larger than this server's limit of {part.limit / _MIB:g} MiB",
                 hint="upload a smaller file, or raise the limit on the server (see docs/settings.md)")
@@ -190,80 +200,151 @@ async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, 
             part.sha256.update(chunk)
             part.handle.write(chunk)
 
-    def on_part_end():
-        part = state["part"]
-        if part is not None and part.handle is not None:
-            part.handle.close()
-            part.handle = None
-        state["part"] = None
+    def on_part_end(self):
+        if self.part is not None and self.part.handle is not None:
+            self.part.handle.close()
+            self.part.handle = None
+        self.part = None
 
-    def on_end():  # the closing boundary: only now is the form whole
-        state["ended"] = True
+    def on_end(self):  # the closing boundary: only now is the form whole
+        self.ended = True
 
-    parser = MultipartParser(boundary, {
-        "on_part_begin": on_part_begin, "on_header_field": on_header_field, "on_header_value": on_header_value,
-        "on_header_end": on_header_end, "on_headers_finished": on_headers_finished,
-        "on_part_data": on_part_data, "on_part_end": on_part_end, "on_end": on_end,
-    }, max_header_count=16)
-    received = 0
-    try:
-        async for chunk in paced(request.stream(), idle_timeout_s=idle_timeout_s, min_bytes_per_s=min_bytes_per_s):
-            if chunk:
-                received += len(chunk)
-                parser.write(chunk)
-        parser.finalize()
-    except (PayloadTooLarge, InvalidRequest, UploadTooSlow):
-        raise
-    except Exception as e:  # python-multipart's MultipartParseError and friends
+    def _new_part(self, name: str | None, filename: str | None) -> _Part:
+        limits = self.limits
+        if name == "options":
+            return _Part(name, filename, MAX_OPTIONS_BYTES, buffer=bytearray())
+        if name in ("model", "calibration"):
+            path = self.input_dir / ("model.upload" if name == "model" else "calibration.npz")
+            limit = limits.max_model_bytes if name == "model" else limits.max_calibration_bytes
+            return _Part(name, filename, limit, path=path, handle=open(path, "wb"))
+        if name and name.startswith("artifact."):
+            brought = name[len("artifact."):]
+            why = brought_name_refusal(brought)
+            if why:
+                raise InvalidRequest(f"the form field {name!r} does not name a brought file: {why}",
+                                     hint="curl -F artifact.mine=@mine_int8.onnx ...")
+            if sum(p.startswith("artifact.") for p in self.parts) >= MAX_BROUGHT_FILES:
+                raise InvalidRequest(f"a form brings at most {MAX_BROUGHT_FILES} quantized files",
+                                     hint="compare the others in a second request")
+            path = self.input_dir / f"artifact.{brought}.onnx"
+            return _Part(name, filename, limits.max_model_bytes, path=path, handle=open(path, "wb"))
+        raise InvalidRequest(f"unexpected form field; the fields are {_FIELDS}",
+                             hint="curl -F model=@net.onnx -F 'options={...}' -F calibration=@calib.npz "
+                                  "-F artifact.mine=@mine_int8.onnx")
 
-        if isinstance(e, ClientDisconnect):
+    # -- the request
+    def refuse_declared_length(self, declared: int | None) -> None:
+        limits = self.limits
+        ceiling = (limits.max_model_bytes * (1 + MAX_BROUGHT_FILES) + limits.max_calibration_bytes
+                   + MAX_OPTIONS_BYTES + 64 * 1024)
+        if declared is not None and declared > ceiling:
+            raise PayloadTooLarge(
+                f"the upload is {declared / _MIB:.1f} MiB; this server takes models (and each brought file) up to "
+                f"{limits.max_model_bytes / _MIB:g} MiB and calibration data up to "
+                f"{limits.max_calibration_bytes / _MIB:g} MiB",
+                hint="raise QUANTCOMPARE_MAX_UPLOAD_MB on the server, or upload a smaller model")
+
+    async def receive(self, request: Request) -> ReceivedForm:
+        _, params = parse_options_header(request.headers.get("content-type", ""))
+        boundary = params.get(b"boundary")
+        if not boundary or len(boundary) > 200:
+            raise InvalidRequest("multipart body without a boundary", hint="let your HTTP client build the multipart body")
+        declared = declared_length(request)
+        self.refuse_declared_length(declared)
+        self.input_dir.mkdir(exist_ok=True)
+        received = await self._parse(request, boundary)
+        refuse_short_body(received, declared)
+        if not self.ended:
+            # python-multipart's finalize() does not check this: a form cut inside a part would otherwise
+            # run on what arrived (a cut options part: default options; a cut calibration part: a stub)
+            cut = self.part.field if self.part is not None else None
+            raise IncompleteUpload(("the form ended inside its " + repr(cut) + " part" if cut else
+                                    "the form ended before its closing boundary") + "; nothing was run",
+                                   hint="the upload was cut (a proxy's limit or a dropped connection): send it again")
+        return self._form()
+
+    async def _parse(self, request: Request, boundary: bytes) -> int:
+        callbacks = {name: getattr(self, name) for name in (
+            "on_part_begin", "on_header_field", "on_header_value", "on_header_end", "on_headers_finished",
+            "on_part_data", "on_part_end", "on_end")}
+        parser = MultipartParser(boundary, callbacks, max_header_count=16)
+        received = 0
+        limits = self.limits
+        try:
+            async for chunk in paced(request.stream(), idle_timeout_s=limits.idle_timeout_s,
+                                     min_bytes_per_s=limits.min_bytes_per_s):
+                if chunk:
+                    received += len(chunk)
+                    parser.write(chunk)
+            parser.finalize()
+        except (PayloadTooLarge, InvalidRequest, UploadTooSlow):
             raise
-        raise InvalidRequest("the multipart body is malformed",
-                             hint="let your HTTP client build the multipart body (curl -F, requests files=)") from None
-    finally:
-        for part in parts.values():
-            if part.handle is not None:
-                part.handle.close()
-    refuse_short_body(received, declared)
-    if not state["ended"]:
-        # python-multipart's finalize() does not check this: a form cut inside a part would otherwise
-        # run on what arrived (a cut options part: default options; a cut calibration part: a stub)
-        cut = state["part"].field if state["part"] is not None else None
-        raise IncompleteUpload(("the form ended inside its " + repr(cut) + " part" if cut else
-                                "the form ended before its closing boundary") + "; nothing was run",
-                               hint="the upload was cut (a proxy's limit or a dropped connection): send it again")
+        except Exception as e:  # python-multipart's MultipartParseError and friends
+            if isinstance(e, ClientDisconnect):
+                raise
+            raise InvalidRequest("the multipart body is malformed",
+                                 hint="let your HTTP client build the multipart body (curl -F, requests files=)") from None
+        finally:
+            for part in self.parts.values():
+                if part.handle is not None:
+                    part.handle.close()
+        return received
 
-    model = parts.get("model")
-    if model is None or model.path is None:
-        raise InvalidRequest("the form has no 'model' file", hint="curl -F model=@net.onnx ...")
-    if model.size == 0:
-        raise InvalidModel("the uploaded model is empty (0 bytes)", hint="upload an .onnx or .pt2 file")
-    # A first look at the bytes, to name the file; the worker sniffs and checks it for real.
-    with open(model.path, "rb") as f:
-        head = f.read(4)
-    kind = "pt2" if head in (b"PK\x03\x04", b"PK\x05\x06") else "onnx"
-    if kind == "pt2" and not allow_pt2:
-        raise UnsupportedModel("PyTorch .pt2 uploads are turned off on this server",
-                               hint="upload the model as ONNX (torch.onnx.export(..., dynamo=True)) instead",
-                               reason="pt2_disabled")
-    final = input_dir / f"model.{kind}"
-    model.path.rename(final)
-    model.path = final
+    def _form(self) -> ReceivedForm:
+        model = self.parts.get("model")
+        if model is None or model.path is None:
+            raise InvalidRequest("the form has no 'model' file", hint="curl -F model=@net.onnx ...")
+        if model.size == 0:
+            raise InvalidModel("the uploaded model is empty (0 bytes)", hint="upload an .onnx or .pt2 file")
+        # A first look at the bytes, to name the file; the worker sniffs and checks it for real.
+        with open(model.path, "rb") as f:
+            head = f.read(4)
+        kind = "pt2" if head in (b"PK\x03\x04", b"PK\x05\x06") else "onnx"
+        if kind == "pt2" and not self.limits.allow_pt2:
+            raise UnsupportedModel("PyTorch .pt2 uploads are turned off on this server",
+                                   hint="upload the model as ONNX (torch.onnx.export(..., dynamo=True)) instead",
+                                   reason="pt2_disabled")
+        final = self.input_dir / f"model.{kind}"
+        model.path.rename(final)
+        model.path = final
 
-    options_raw = parts["options"].buffer if "options" in parts else None
-    calibration = parts.get("calibration")
-    if calibration is not None and calibration.size == 0 and calibration.filename:
-        # an HTML form sends an unchosen file field as an empty part without a file name; a named empty
-        # file was meant as data, and the job would otherwise run on generated samples instead
-        raise InvalidCalibration("the uploaded calibration file is empty (0 bytes)",
-                                 hint="upload the .npz written by numpy.savez(path, **{input_name: array}), or leave "
-                                      "the calibration field out to use generated samples")
-    return ReceivedForm(
-        model=ReceivedFile(final, model.size, model.sha256.hexdigest(), model.filename),
-        calibration=(ReceivedFile(calibration.path, calibration.size, calibration.sha256.hexdigest(), calibration.filename)
-                     if calibration is not None and calibration.size > 0 else None),
-        options=parse_options(bytes(options_raw) if options_raw is not None else None),
-    )
+        options_raw = self.parts["options"].buffer if "options" in self.parts else None
+        calibration = self.parts.get("calibration")
+        if calibration is not None and calibration.size == 0 and calibration.filename:
+            # an HTML form sends an unchosen file field as an empty part without a file name; a named empty
+            # file was meant as data, and the job would otherwise run on generated samples instead
+            raise InvalidCalibration("the uploaded calibration file is empty (0 bytes)",
+                                     hint="upload the .npz written by numpy.savez(path, **{input_name: array}), or "
+                                          "leave the calibration field out to use generated samples")
+        return ReceivedForm(
+            model=_received(model),
+            calibration=_received(calibration) if calibration is not None and calibration.size > 0 else None,
+            options=parse_options(bytes(options_raw) if options_raw is not None else None),
+            artifacts=self._brought(),
+        )
+
+    def _brought(self) -> dict[str, ReceivedFile]:
+        out = {}
+        for field_name, part in self.parts.items():
+            if not field_name.startswith("artifact."):
+                continue
+            if part.size == 0:
+                raise InvalidModel(f"the brought file {field_name!r} is empty (0 bytes)",
+                                   hint="bring a quantized .onnx file of the uploaded model")
+            out[field_name[len("artifact."):]] = _received(part)
+        return out
+
+
+def _received(part: _Part) -> ReceivedFile:
+    return ReceivedFile(part.path, part.size, part.sha256.hexdigest(), part.filename)
+
+
+async def receive_form(request: Request, staged: Path, *, max_model_bytes: int, max_calibration_bytes: int,
+                       allow_pt2: bool, idle_timeout_s: float, min_bytes_per_s: float) -> ReceivedForm:
+    """The form of ``request`` received into ``staged`` (``Intake``)."""
+    limits = IntakeLimits(max_model_bytes=max_model_bytes, max_calibration_bytes=max_calibration_bytes,
+                          allow_pt2=allow_pt2, idle_timeout_s=idle_timeout_s, min_bytes_per_s=min_bytes_per_s)
+    return await Intake(staged, limits).receive(request)
 
 
 async def receive_json(request: Request, *, idle_timeout_s: float, min_bytes_per_s: float) -> dict[str, Any]:

@@ -31,6 +31,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         calibration_path=(job_dir / spec.calibration_file) if spec.calibration_file else None,
         model_name=spec.model_name,
         limits=RunLimits.from_json(spec.limits, Budgets),  # the server's settings, carried whole
+        artifact_paths={name: job_dir / rel for name, rel in spec.artifact_files.items()},
         keep_level_graphs=False,  # level graphs are made again on download (service/jobs/storage/level_downloads.py)
         concurrent_jobs=running_jobs_probe(job_dir),
         job_cores=spec.job_cores, job_cores_source=spec.job_cores_source,

@@ -9,7 +9,7 @@ Job folder layout::
 
     <data_dir>/jobs/<id>/
         job.json            this spec
-        input/model.onnx    the upload (or model.pt2), input/calibration.npz
+        input/model.onnx    the upload (or model.pt2), input/calibration.npz, input/artifact.<name>.onnx
         artifacts/          <artifact>.onnx, <artifact>.<level>.onnx  (written by the core)
         report.partial.json.gz  while it runs: the sections finished so far (written atomically, removed at the end)
         report.json.gz      the report (gzip JSON), written last, atomically: its presence means "succeeded"
@@ -45,6 +45,8 @@ class JobSpec:
     # The server's settings the job runs under (RunLimits.to_json(): .pt2 allowed, budgets, PT2E's time
     # limit), carried whole so a remote worker applies the same policy; {} = the defaults.
     limits: dict[str, Any] = field(default_factory=dict)
+    # Brought quantized files (artifact.<name> parts): name -> file relative to the job folder.
+    artifact_files: dict[str, str] = field(default_factory=dict)
     # The bound on the job's cores and where it comes from, and the machine's cores ledger (None: the
     # default folder): set by the pool that runs the job (its machine's settings), not at submission.
     job_cores: int | None = None

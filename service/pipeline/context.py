@@ -53,6 +53,9 @@ class ComparisonRequest:
     model_name: str | None = None
     # The service's settings, carried whole (the CLI: the defaults).
     limits: RunLimits = field(default_factory=RunLimits)
+    # Quantized files brought beside the model (multipart artifact.<name>, CLI --artifact name=path):
+    # name -> file, each reported as artifacts.<name> (quantize/brought.py).
+    artifact_paths: dict[str, Path] = field(default_factory=dict)
     # The service keeps only the level graphs' digests (a download makes them again); the CLI keeps files.
     keep_level_graphs: bool = True
     # Jobs the service is running right now (recorded with each latency measurement).

@@ -12,6 +12,7 @@ from service.render.units import accuracy_word
 __all__ = ["levels_summary_lines"]
 
 _COL = 15
+_DECISION_COLUMNS = 3
 _DCOL = 24
 _LABEL = 40
 
@@ -88,16 +89,21 @@ def levels_summary_lines(report) -> list[str]:
         lines.append("labels (integer outputs) differing from fp32 per level: " + "; ".join(differ))
     if report.decisions:
         quant = [n for n in arts if n != "fp32"]
-        table, same = [["decision", *quant]], []
+        # A decision every artifact takes alike is one line for all of them; the rest fold three artifacts a
+        # table, so six or more (tool paths, brought files) stay within a terminal.
+        rows, same = [], []
         for row in report.decisions:
+            cells = [_short(row.where.get(n, "-")) for n in quant]
             if not any(n in row.where for n in quant):
                 continue
-            cells = [_short(row.where.get(n, "-")) for n in quant]
-            if len(quant) > 1 and len(set(cells)) == 1:  # decided alike by every artifact: one line for all of them
+            if len(quant) > 1 and len(set(cells)) == 1:
                 same.append(f"{row.decision} ({cells[0]})")
-                continue
-            table.append([row.decision[:_LABEL - 1], *cells])
-        lines += [""] + aligned_rows(table, min_widths=[_LABEL - 2] + [_DCOL - 2] * len(quant))
+            else:
+                rows.append((row.decision[:_LABEL - 1], cells))
+        for start in range(0, len(quant), _DECISION_COLUMNS):
+            fold = quant[start:start + _DECISION_COLUMNS]
+            table = [["decision", *fold]] + [[d, *cells[start:start + len(fold)]] for d, cells in rows]
+            lines += [""] + aligned_rows(table, min_widths=[_LABEL - 2] + [_DCOL - 2] * len(fold))
         if same:
             lines.append(("the same for every artifact: " + "; ".join(same))[:200])
     for lint in report.lints[:4]:

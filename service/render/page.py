@@ -31,7 +31,7 @@ from service.schemas.report import SamplesInfo
 
 _env = Environment(loader=FileSystemLoader(Path(__file__).parent / "templates"),
                    autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
-_ORDER = ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator")
+_ORDER = ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator", "nncf_qdq", "modelopt_qdq", "quark_qdq")
 MAX_TENSOR_ROWS = 40
 
 

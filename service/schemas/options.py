@@ -9,16 +9,33 @@ from __future__ import annotations
 
 import re
 import platform as _platform
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# The paths a job runs when options.artifacts is left out (the mission's three).
 ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
+# Paths made by other tools in a subprocess (quantize/tool_paths.py), asked for by name in options.artifacts.
+TOOL_ARTIFACTS = ("nncf_qdq", "modelopt_qdq", "quark_qdq")
+BUILTIN_ARTIFACTS = ARTIFACTS + TOOL_ARTIFACTS
+# A quantized file the user brings (multipart part ``artifact.<name>``) is reported as ``artifacts.<name>``:
+# any name of this shape that is not fp32 nor a built-in path's.
+BROUGHT_NAME = r"^[a-z][a-z0-9_]{0,39}$"
+
+
+def brought_name_refusal(name: str) -> str | None:
+    """Why ``name`` cannot name a brought file (``artifact.<name>``), or None."""
+    if not re.fullmatch(BROUGHT_NAME, name):
+        return "use lowercase letters, digits and _, starting with a letter, at most 40 characters"
+    if name in ("fp32", "baseline", *BUILTIN_ARTIFACTS, "disable_all", "basic", "extended", "layout", "all"):
+        return "it is the name of a built-in artifact or a level"
+    return None
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
 # GraphOptimizationLevel values, in the order ORT applies them.
 LEVEL_VALUES = {"disable_all": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
 
-QuantArtifact = Literal["pt2e_qdq", "ort_qdq", "ort_qoperator"]
+QuantArtifact = Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "nncf_qdq", "modelopt_qdq", "quark_qdq"]
 Level = Literal["disable_all", "basic", "extended", "layout", "all"]
 # How deep a comparison goes (docs/CONTRACTS.md, "Depth"): structure = files, level graphs, diffs,
 # blockers, decisions; standard adds accuracy at every level, latency at latency_levels, the per-tensor
@@ -60,6 +77,19 @@ class InputValues(_Strict):
         if (self.low is None) != (self.high is None):
             raise ValueError("give low and high together (high is exclusive), or a constant")
         return self
+
+
+class ToolPresets(_Strict):
+    """Which settings each tool path quantizes with. ``matched``: the settings of the ORT paths' matched preset
+    as far as the tool has them (MinMax, int8 asymmetric activations, int8 symmetric per-channel weights; what it
+    cannot match is listed in ``artifacts.<name>.tool.settings.not_matched``). The others are the tool's own:
+    NNCF ``default`` (its MIXED preset, bias correction and overflow fix on), ModelOpt ``tensorrt`` (its int8
+    defaults: entropy calibration, fp16 graph, TensorRT placement rules), Quark ``a8w8`` and ``xint8``
+    (power-of-two scales for NPUs)."""
+
+    nncf_qdq: Literal["matched", "default"] = "matched"
+    modelopt_qdq: Literal["matched", "tensorrt"] = "matched"
+    quark_qdq: Literal["matched", "a8w8", "xint8"] = "matched"
 
 
 class Pt2eOptions(_Strict):
@@ -197,7 +227,8 @@ class Gate(_Strict):
     ``numerics.worst_sqnr_db``); an artifact absent from it has no baseline figure and fails.
     """
 
-    artifact: Literal["pt2e_qdq", "ort_qdq", "ort_qoperator", "*"] = "*"
+    # A built-in path, a brought file's name (artifact.<name>), or * (every artifact of the job but fp32).
+    artifact: str = Field("*", pattern=r"^(\*|[a-z][a-z0-9_]{0,39})$")
     level: Level = "all"
     metric: Literal["sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement",
                     "int8_coverage", "latency_ratio", "status_ok", "calibration_data_uploaded",
@@ -212,7 +243,7 @@ class Gate(_Strict):
     # CI re-runs), or passes it with the reason in the message ("pass"). A passing one always passes.
     on_noisy: Literal["fail", "pass"] = "fail"
     relative_to: Literal["baseline"] | None = None
-    baseline_values: dict[QuantArtifact, float | None] | None = None
+    baseline_values: dict[str, float | None] | None = None
 
     @model_validator(mode="after")
     def _relative_metric(self):
@@ -246,7 +277,10 @@ class PlatformAccuracyOptions(_Strict):
 
 
 class ComparisonOptions(_Strict):
+    # The built-in paths to run. [] runs none: the job compares only the files brought beside the model
+    # (multipart ``artifact.<name>`` parts) against fp32, and is refused without any.
     artifacts: list[QuantArtifact] = Field(default_factory=lambda: list(ARTIFACTS))
+    tool_presets: ToolPresets = Field(default_factory=ToolPresets)
     # Values for dynamic dims: {"input_name": [1, 3, 224, 224]}; a dim that is already fixed must match.
     input_shapes: dict[str, list[int]] = Field(default_factory=dict)
     input_values: dict[str, InputValues] = Field(default_factory=dict)
@@ -355,7 +389,14 @@ class ComparisonOptions(_Strict):
                 )
         return self
 
-    @field_validator("artifacts", "levels", "latency_levels")
+    @field_validator("artifacts")
+    @classmethod
+    def _unique(cls, v):
+        if len(set(v)) != len(v):
+            raise ValueError("entries must be unique")
+        return v
+
+    @field_validator("levels", "latency_levels")
     @classmethod
     def _unique_nonempty(cls, v):
         if not v:  # nothing would be made or measured, and a job without gates would read "passed"

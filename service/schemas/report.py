@@ -181,6 +181,9 @@ class ToolInfo(_Model):
     version: str
     settings: dict[str, Any] = Field(default_factory=dict)
     calibration: str | None = None  # which observer / calibrator computed activation ranges
+    # What made the file, as the file says of itself (a brought file: producer_name/version, metadata_props, the
+    # Q/DQ ops' domains) or as the job recorded it (a tool path: tool and version, also in its metadata_props).
+    producer: str | None = None
     notes: list[str] = Field(default_factory=list)
     # ONNX uploads, pt2e_qdq only: the ONNX -> torch conversion (converter, ops, folded,
     # max_abs_error_vs_onnx, parity, seconds, notes); see quantize/pt2e_from_onnx/program.py.

@@ -192,3 +192,60 @@ def test_curl_errors_exit_2_and_show_the_problem(live_server, tmp_path, name, ar
     assert proc.returncode == 2
     if name != "gate.sh":
         assert '"code":' in proc.stderr
+
+
+# ---- brought files (artifact.<name>) ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def brought_files(tmp_path_factory) -> dict[str, Path]:
+    """The quantizer trial's fp32 model, a file of it quantized as another tool would (``mine``), and one of
+    another model (its input renamed and float16)."""
+    import onnx
+
+    from tests.models import build
+    from tests.pipeline.quantize.brought_files import per_tensor_qdq_around, renamed_input
+
+    folder = tmp_path_factory.mktemp("brought")
+    fp32 = build("conv_gap_gemm")
+    files = {"fp32": folder / "fp32.onnx", "mine": folder / "mine.onnx", "other": folder / "other.onnx"}
+    onnx.save(fp32, files["fp32"])
+    onnx.save(per_tensor_qdq_around(fp32, {"conv1", "fc"}), files["mine"])
+    onnx.save(renamed_input(per_tensor_qdq_around(fp32, {"conv1"}), "images", elem=onnx.TensorProto.FLOAT16),
+              files["other"])
+    return files
+
+
+BROUGHT_ONLY = {"artifacts": [], "latency": {"enabled": False}, "advice": {"enabled": False}}
+
+
+def test_the_client_brings_a_file_and_another_model_is_refused(live_server, brought_files):
+    with qc.Client(live_server.url) as client:
+        report = client.compare(brought_files["fp32"], options=BROUGHT_ONLY, artifacts={"mine": brought_files["mine"]},
+                                progress=False, max_wait=600)
+        assert set(report.artifacts) == {"fp32", "mine"} and report.artifacts["mine"].ok
+        assert report.raw["artifacts"]["mine"]["tool"]["producer"].startswith("othertool 9.9")
+        assert report.sqnr_db("mine", "all") > 20
+        with pytest.raises(qc.InvalidRequest) as e:
+            client.compare(brought_files["fp32"], options=BROUGHT_ONLY, artifacts={"other": brought_files["other"]},
+                           progress=False)
+    assert e.value.status == 422 and e.value.code == "artifact_mismatch"
+    assert "input 'x' of the fp32 model is missing" in e.value.problem["differences"]
+
+
+@needs_curl
+def test_curl_brings_a_file_as_the_readme_shows(live_server, brought_files, tmp_path):
+    proc = subprocess.run(["curl", "-sS", "-F", f"model=@{brought_files['fp32']}",
+                           "-F", f"artifact.mine=@{brought_files['mine']}", "-F", "options=" + json.dumps(BROUGHT_ONLY),
+                           f"{live_server.url}/v1/comparisons?wait=300"], capture_output=True, text=True, timeout=600)
+    job = json.loads(proc.stdout)
+    assert job["report"]["artifacts"]["mine"]["status"] == "ok", job
+    assert job["report"]["artifacts"]["mine"]["optimized"]["all"]["numerics"]["worst_sqnr_db"] > 20
+
+
+def test_the_client_cli_brings_a_file(live_server, brought_files, tmp_path):
+    cmd = [str(Path(sys.executable).with_name("quantcompare-client")), "check", str(brought_files["fp32"]),
+           "--server", live_server.url, "--out", str(tmp_path / "r.json"), "--options", json.dumps(BROUGHT_ONLY),
+           "--artifact", f"mine={brought_files['mine']}", "--gate", "mine.all.sqnr_db>=20"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"]["passed"]

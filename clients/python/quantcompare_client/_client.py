@@ -110,6 +110,7 @@ class _Core:
         filename: Optional[str],
         example_inputs: Any = None,
         dynamic_shapes: Any = None,
+        artifacts: Optional[Mapping[str, Any]] = None,
     ) -> Tuple[Dict[str, Any], List[Any]]:
         """kwargs for ``httpx.Client.request`` plus the files it opened (the caller closes them)."""
         opts = self.options_json(options)
@@ -122,8 +123,9 @@ class _Core:
         kind, value = self.model_source(model)
         params = {"wait": str(wait_seconds)} if wait_seconds else {}
         if kind == "example":
-            if calibration is not None:
-                raise ValueError("calibration data can only be sent with an uploaded model, not with an example")
+            if calibration is not None or artifacts:
+                raise ValueError("calibration data and brought files can only be sent with an uploaded model, "
+                                 "not with an example")
             return {"method": "POST", "url": "/v1/comparisons", "params": params,
                     "json": {"example": value, "options": opts}}, []
         opened: List[Any] = []
@@ -151,6 +153,20 @@ class _Core:
                 ch = open(cpath, "rb")
                 opened.append(ch)
                 files["calibration"] = (cpath.name, ch, "application/octet-stream")
+        for name, brought in (artifacts or {}).items():  # artifact.<name>: compared as artifacts.<name>
+            if isinstance(brought, (bytes, bytearray)):
+                files[f"artifact.{name}"] = (f"{name}.onnx", bytes(brought), "application/octet-stream")
+            elif hasattr(brought, "read"):
+                files[f"artifact.{name}"] = (f"{name}.onnx", brought, "application/octet-stream")
+            else:
+                bpath = Path(brought)
+                if not bpath.is_file():
+                    for fh in opened:
+                        fh.close()
+                    raise FileNotFoundError(f"brought file not found: {bpath}")
+                bh = open(bpath, "rb")
+                opened.append(bh)
+                files[f"artifact.{name}"] = (bpath.name, bh, "application/octet-stream")
         data = {"options": json.dumps(opts)}
         return {"method": "POST", "url": "/v1/comparisons", "params": params, "files": files, "data": data}, opened
 
@@ -295,10 +311,11 @@ class Client:
         wait_seconds: Optional[int] = None,
         example_inputs: Any = None,
         dynamic_shapes: Any = None,
+        artifacts: Optional[Mapping[str, Any]] = None,
     ) -> Job:
         """POST the model (or example name) and return the job envelope without polling."""
         request, opened = self._core.compare_request(model, options, calibration, wait_seconds, filename,
-                                                     example_inputs, dynamic_shapes)
+                                                     example_inputs, dynamic_shapes, artifacts)
         try:
             method, path = request.pop("method"), request.pop("url")
             return Job.from_dict(self._core.json_of(self._send(method, path, **request)))
@@ -319,6 +336,7 @@ class Client:
         example_inputs: Any = None,
         dynamic_shapes: Any = None,
         until: Optional[str] = None,
+        artifacts: Optional[Mapping[str, Any]] = None,
     ) -> Any:
         """Compare ``model`` (a path, bytes, a binary file, or an example name like ``"conv_relu"``).
 
@@ -331,12 +349,14 @@ class Client:
         seconds); ``wait=False`` returns the :class:`Job` right after the upload.
         ``progress``: ``None`` shows it in a notebook or on a terminal, ``True`` always, ``False``
         never, or a callable that receives each :class:`Job`. ``until``: return as soon as that section of
-        the report is finished (see :meth:`wait`).
+        the report is finished (see :meth:`wait`). ``artifacts``: quantized .onnx files of the same model
+        (name -> path, bytes or binary file), each compared as ``artifacts.<name>`` on every section; with
+        ``options={"artifacts": []}`` only these are compared against fp32.
         """
         started = time.monotonic()
         job = self.submit(model, options=options, calibration=calibration, filename=filename,
                           wait_seconds=_POST_WAIT_SECONDS if wait else None,
-                          example_inputs=example_inputs, dynamic_shapes=dynamic_shapes)
+                          example_inputs=example_inputs, dynamic_shapes=dynamic_shapes, artifacts=artifacts)
         if not wait:
             return job
         return self._wait(job, progress, max_wait, started, until)
@@ -486,9 +506,9 @@ class AsyncClient:
     async def submit(self, model: ModelInput, *, options: Union[Mapping[str, Any], str, None] = None,
                      calibration: CalibrationInput = None, filename: Optional[str] = None,
                      wait_seconds: Optional[int] = None, example_inputs: Any = None,
-                     dynamic_shapes: Any = None) -> Job:
+                     dynamic_shapes: Any = None, artifacts: Optional[Mapping[str, Any]] = None) -> Job:
         request, opened = self._core.compare_request(model, options, calibration, wait_seconds, filename,
-                                                     example_inputs, dynamic_shapes)
+                                                     example_inputs, dynamic_shapes, artifacts)
         try:
             method, path = request.pop("method"), request.pop("url")
             return Job.from_dict(self._core.json_of(await self._send(method, path, **request)))
@@ -499,11 +519,12 @@ class AsyncClient:
     async def compare(self, model: ModelInput, *, options: Union[Mapping[str, Any], str, None] = None,
                       calibration: CalibrationInput = None, wait: bool = True, progress: ProgressArg = None,
                       max_wait: Optional[float] = None, filename: Optional[str] = None,
-                      example_inputs: Any = None, dynamic_shapes: Any = None, until: Optional[str] = None) -> Any:
+                      example_inputs: Any = None, dynamic_shapes: Any = None, until: Optional[str] = None,
+                      artifacts: Optional[Mapping[str, Any]] = None) -> Any:
         started = time.monotonic()
         job = await self.submit(model, options=options, calibration=calibration, filename=filename,
                                 wait_seconds=_POST_WAIT_SECONDS if wait else None,
-                                example_inputs=example_inputs, dynamic_shapes=dynamic_shapes)
+                                example_inputs=example_inputs, dynamic_shapes=dynamic_shapes, artifacts=artifacts)
         if not wait:
             return job
         return await self._wait(job, progress, max_wait, started, until)

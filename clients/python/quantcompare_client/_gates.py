@@ -20,7 +20,9 @@ from typing import Any, Dict, Optional
 __all__ = ["ARTIFACTS", "LEVELS", "METRICS", "GateSyntaxError", "parse_gate", "format_gate",
            "baseline_values_from_report", "figure_from_report", "depth_for_gates", "options_for_gates"]
 
-ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator")
+# The built-in paths; a gate may also name a brought file (artifact.<name>) by its name.
+ARTIFACTS = ("pt2e_qdq", "ort_qdq", "ort_qoperator", "nncf_qdq", "modelopt_qdq", "quark_qdq")
+_ARTIFACT_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
 METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement", "int8_coverage",
            "latency_ratio", "status_ok", "calibration_data_uploaded")
@@ -112,13 +114,13 @@ def _parse_plain(text: str, whole: str) -> Dict[str, Any]:
     gate: Dict[str, Any] = {"artifact": "*", "level": "all", "metric": metric, "op": ">=", "value": 1.0}
     seen = set()
     for part in parts[:-1]:
-        if part in ARTIFACTS or part == "*":
-            key = "artifact"
-        elif part in LEVELS:
+        if part in LEVELS:
             key = "level"
+        elif part == "*" or _ARTIFACT_NAME.match(part):
+            key = "artifact"
         else:
             raise GateSyntaxError(
-                f"gate {text!r}: {part!r} is neither an artifact ({', '.join(ARTIFACTS)}, *) "
+                f"gate {text!r}: {part!r} is neither an artifact ({', '.join(ARTIFACTS)}, a brought file's name, *) "
                 f"nor a level ({', '.join(LEVELS)})"
             )
         if key in seen:
@@ -212,7 +214,7 @@ def baseline_values_from_report(baseline: Any, gate: Dict[str, Any]) -> Dict[str
     Artifacts whose figure the baseline lacks are left out; the server then fails the gate for
     them with a message saying the baseline has no such figure.
     """
-    names = ARTIFACTS if gate.get("artifact", "*") == "*" else (gate["artifact"],)
+    names = [a for a in baseline.artifacts if a != "fp32"] if gate.get("artifact", "*") == "*" else [gate["artifact"]]
     out: Dict[str, Optional[float]] = {}
     for name in names:
         value = figure_from_report(baseline, name, gate.get("level", "all"), gate["metric"])

@@ -28,7 +28,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from ._ci import gated_level, junit_from_error, junit_from_report, markdown_from_report
 from ._client import Client
@@ -68,6 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                         "'pt2e_qdq.all.latency_ratio<=1.2', 'status_ok' (repeatable)")
     c.add_argument("--options", metavar="JSON", help="comparison options as JSON, or @path/to/options.json")
     c.add_argument("--calibration", metavar="NPZ", help="calibration samples (.npz keyed by input name)")
+    c.add_argument("--artifact", action="append", default=[], metavar="NAME=PATH",
+                   help="a quantized .onnx of the same model, compared as artifacts.NAME (repeatable; sent as the "
+                        "multipart part artifact.NAME)")
     c.add_argument("--out", default="report.json", metavar="PATH", help="where to write the report (default report.json)")
     c.add_argument("--level", default=None,
                    help="level the summary table shows (default: the level the gates read, else all)")
@@ -91,6 +94,17 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("dest", nargs="?", default=".", metavar="DEST", help="folder or file (default .)")
     server_args(d)
     return p
+
+
+def _brought_from_args(values: List[str]) -> Dict[str, str]:
+    """``--artifact NAME=PATH`` values as name -> path."""
+    out: Dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise _UsageError(f"--artifact {value!r}: write it NAME=PATH, e.g. --artifact mine=mine_int8.onnx")
+        out[name] = path
+    return out
 
 
 def _options_from_arg(text: Optional[str]) -> Dict[str, Any]:
@@ -175,7 +189,8 @@ def _run_check(args: argparse.Namespace) -> int:
 
     with Client(args.server, timeout=args.timeout, token=args.token) as qc:
         report = qc.compare(args.model, options=options, calibration=args.calibration,
-                            progress=False if args.quiet else True, max_wait=args.max_wait)
+                            progress=False if args.quiet else True, max_wait=args.max_wait,
+                            artifacts=_brought_from_args(args.artifact))
         if baseline is None and options.get("baseline"):
             try:  # only for the summary's deltas; the server already resolved the gates
                 baseline = qc.report(str(options["baseline"]))

@@ -47,6 +47,12 @@ _REQUEST_BODY = {
                     "calibration": {"type": "string", "format": "binary",
                                     "description": ".npz with one array per model input (first axis = samples)"},
                 },
+                "patternProperties": {
+                    r"^artifact\.[a-z][a-z0-9_]{0,39}$": {
+                        "type": "string", "format": "binary",
+                        "description": "a quantized .onnx of the same model, compared as artifacts.<name> "
+                                       "(up to 8; same inputs and outputs as the model, else artifact_mismatch)"},
+                },
             }
         },
         "application/json": {"schema": ComparisonBody.model_json_schema(ref_template="#/components/schemas/{model}")},
@@ -139,11 +145,17 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
             options = resolve_options(form.options)
             if prevalidate.applies(settings):  # cheap checks now: most refusals become a 4xx, not a failed job
                 await run_in_threadpool(prevalidate.prevalidate_upload, form.model.path,
-                                        form.calibration.path if form.calibration else None, options, settings)
+                                        form.calibration.path if form.calibration else None, options, settings,
+                                        brought={n: f.path for n, f in form.artifacts.items()})
+            prevalidate.refuse_unknown_artifacts(options, form.artifacts)
             spec_kw = dict(model_file=str(form.model.path.relative_to(staged)),
                            calibration_file=str(form.calibration.path.relative_to(staged)) if form.calibration else None,
-                           model_name=display_name(form.model.filename))
-            model_key, calib_key = f"sha256:{form.model.sha256}", form.calibration.sha256 if form.calibration else None
+                           model_name=display_name(form.model.filename),
+                           artifact_files={n: str(f.path.relative_to(staged)) for n, f in form.artifacts.items()})
+            # the brought files are part of what is compared: another file is another result
+            model_key = f"sha256:{form.model.sha256}" + "".join(
+                f"+{n}=sha256:{f.sha256}" for n, f in sorted(form.artifacts.items()))
+            calib_key = form.calibration.sha256 if form.calibration else None
         elif ctype == "application/json":
             raw = await receive_json(request, idle_timeout_s=settings.upload_idle_timeout_s,
                                      min_bytes_per_s=settings.upload_min_kib_s * 1024)
@@ -157,6 +169,7 @@ async def submit_comparison(request: Request, settings: SettingsDep, executor: E
 
             get_example(body.example)  # unknown names are refused here, not in a worker
             options = resolve_options(body.options)
+            prevalidate.refuse_unknown_artifacts(options, {})
             spec_kw = dict(example=body.example, model_name=body.example)
             model_key, calib_key = f"example:{body.example}", None
         else:

@@ -131,11 +131,14 @@ def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtype
         return out
     # PT2E's XNNPACK config writes int8 activations and has no uint8 option; only ORT's session switch
     # applies to its file. It is measured so the report can show what x86 costs this model.
-    pt2e_blocked = [r for r in unfused.get("pt2e_qdq", []) if r.blocker in DTYPE_BLOCKERS]
-    if pt2e_blocked:
-        out.append(Candidate("pt2e_qdq", {"session": {"session.qdqisint8allowed": "1"}},
-                             "ORT's switch to fuse int8 activations on x86 (every selector accepts them)",
-                             blocked=_names(pt2e_blocked)))
+    # The same holds for the tool paths (NNCF, ModelOpt, Quark) and the files users bring: their file is not
+    # made again here, so the session switch is the change advice can measure on it.
+    for art in (a for a in unfused if a not in ("ort_qdq", "ort_qoperator")):
+        file_blocked = [r for r in unfused[art] if r.blocker in DTYPE_BLOCKERS]
+        if file_blocked:
+            out.append(Candidate(art, {"session": {"session.qdqisint8allowed": "1"}},
+                                 "ORT's switch to fuse int8 activations on x86 (every selector accepts them)",
+                                 blocked=_names(file_blocked)))
     for art in ("ort_qdq", "ort_qoperator"):
         if art not in unfused and art not in kernel_dtypes:
             continue

@@ -130,7 +130,7 @@ class TensorTable:
         for name, path in self.quantized.items():
             model = onnx.load(str(path), load_external_data=False)
             self.outputs[name] = [o.name for o in model.graph.output]
-            self.alignments[name] = aligned_tensors(fp32_model, model, names_shared=name.startswith("ort_"),
+            self.alignments[name] = aligned_tensors(fp32_model, model, names_shared=name != "pt2e_qdq",
                                                     wanted=candidates)
             self.runs[(name, "disable_all")] = (Path(path), self.alignments[name].located)
             written = None

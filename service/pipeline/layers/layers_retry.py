@@ -191,6 +191,8 @@ def requantizer(*, source, shapes, calibration, input_names: list[str], ort_inpu
             qdq_from_pt2e(source, shapes, calibration, out, per_channel=per_channel,
                           skip_modules=tuple(sorted(set(modules.values()))))
             return "XNNPACKQuantizer module_name_config[" + ", ".join(sorted(set(modules.values()))) + "] = None"
+        if artifact not in ("ort_qdq", "ort_qoperator"):  # a tool path or a brought file: no re-run of ours
+            raise ValueError(f"{artifact} is not re-quantized here: its tool's own settings leave nodes in float")
         import onnx
 
         kept = _nodes_in(onnx.load(str(ort_input), load_external_data=False), fp32_model, nodes)

@@ -1,5 +1,6 @@
-"""The quantize stage: each requested path (pt2e_qdq, ort_qdq, ort_qoperator) on the same calibration
-samples, each failing alone; an upload that is quantized already is quantized by no path."""
+"""The quantize stage: each requested path (pt2e_qdq, ort_qdq, ort_qoperator; the tool paths nncf_qdq,
+modelopt_qdq, quark_qdq) on the same calibration samples, each failing alone, then the files the user brought
+(artifact.<name>); an upload that is quantized already is quantized by no path."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inputs.stored_nonfinite import nonfinite_weights, selected_by_where
 from service.pipeline.isolation import PATH_TIME_LIMIT, PathOutcome, run_path
 from service.pipeline.quantize.already_quantized import quantization_in_model, skip_if_quantized
+from service.pipeline.quantize.tools.brought import brought_artifact, checked_brought_file, refuse_unknown_artifacts
 from service.pipeline.quantize.float32_copy import float32_copy_for_ort
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
 from service.pipeline.quantize.pt2e import qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side, torch_on_one_core
+from service.pipeline.quantize.tools.tool_paths import TOOL_PATHS, quantized_by_tool
 from service.pipeline.vocabulary import ai_onnx_opset
 from service.schemas.options import ComparisonOptions, resolved_ort_settings
 
@@ -56,7 +59,12 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
     timings: dict[str, float] = {}
     ort_input: list[Path] = []  # the file the ORT paths quantized, set by their thread
     ort_steps: list[dict] = []
-    requested = list(options.artifacts)
+    brought = dict(request.artifact_paths)
+    refuse_unknown_artifacts(options, brought)
+    # Before anything runs: a file that fails the upload checks, or is another model, is refused, not compared.
+    brought_models = {name: checked_brought_file(name, path, fp32.file.model, request.limits.budgets)
+                      for name, path in brought.items()}
+    requested = list(options.artifacts) + list(brought)
     source, samples = prepared.source, prepared.samples
     input_names = [s.name for s in source.specs]
     outcomes = {}
@@ -87,7 +95,7 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
         finished("pt2e_qdq", outcome, t0)
 
     def ort_side() -> None:
-        ort_names = [n for n in requested if n != "pt2e_qdq"]
+        ort_names = [n for n in requested if n in ("ort_qdq", "ort_qoperator")]
         if already is not None:
             for name in ort_names:
                 t0 = time.perf_counter()
@@ -107,17 +115,36 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
             finished(name, outcome, t0)
 
     idle = ctx.two_threads()  # two cores of the machine's ledger are this job's (pipeline/cores.py)
-    both = already is None and "pt2e_qdq" in requested and len(requested) > 1 and idle
+    both = already is None and "pt2e_qdq" in requested and any(n in ("ort_qdq", "ort_qoperator") for n in requested) \
+        and idle
     # torch takes every core unless told otherwise; with another job or load on them, its pool's threads
     # wait for each other (a CenterNet's PT2E path alone: 100 s on a loaded machine against 43 s on one
     # thread). Side by side each path has one core anyway (side_by_side).
     with nullcontext() if both or idle else torch_on_one_core():
         side_by_side(pt2e_side, ort_side, parallel=both)
     log.info("quantize: PT2E and ORT paths %s", "side by side on two cores" if both else "one after the other")
+    for name in (n for n in requested if n in TOOL_PATHS):  # subprocesses, after the in-process paths
+        t0 = time.perf_counter()
+        finished(name, _tool_path(name, options, fp32, samples.calibration, ctx, ort_settings,
+                                  already=already is not None), t0)
+    for name, path in brought.items():
+        t0 = time.perf_counter()
+        finished(name, run_path(name, "quantize", brought_artifact, name, path, art_dir / f"{name}.onnx",
+                                brought_models[name]), t0)
     _blame_stored_nonfinite(outcomes, fp32)
     return Quantized(ort_settings=ort_settings, outcomes={name: outcomes[name] for name in requested},
                      ort_input=ort_input[0] if ort_input else None, already_quantized=already is not None,
                      timings=timings, ort_steps=ort_steps)
+
+
+def _tool_path(name: str, options: ComparisonOptions, fp32: Fp32, calibration, ctx: StageContext,
+               ort_settings: dict, *, already: bool) -> PathOutcome:
+    """The tool path ``name`` (nncf_qdq, modelopt_qdq, quark_qdq) on the fp32 file as it is, in a subprocess."""
+    if already:
+        return run_path(name, "quantize", skip_if_quantized, fp32.file.model)
+    return run_path(name, "quantize", quantized_by_tool, name, fp32.file.path, ctx.folders.artifacts / f"{name}.onnx",
+                    calibration, ort_settings, preset=getattr(options.tool_presets, name),
+                    scratch=ctx.folders.scratch)
 
 
 def _remove_artifact_files(art_dir: Path, artifact: str) -> None:

@@ -79,7 +79,7 @@ from service.pipeline.vocabulary import (
     op_key,
 )
 from service.schemas.levels import AgreementRow, OpProfile, OptimizedLevel
-from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions, measures_accuracy, timed_levels
+from service.schemas.options import BUILTIN_ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions, measures_accuracy, timed_levels
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ Section = Callable[[str, LevelsResult], None]
 
 
 def _ordered(names) -> list[str]:
-    known = ["fp32", *ARTIFACTS]
+    known = ["fp32", *BUILTIN_ARTIFACTS]  # then the brought files, by name
     return [n for n in known if n in names] + sorted(n for n in names if n not in known)
 
 
@@ -502,9 +502,9 @@ def level_structure(graph: GraphIndex, *, name: str, level: str, facts: FileFact
 def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names: dict[str, list[str]],
                    steps_of: dict[str, list[float | None]], levels: list[str],
                    skip: set[int] = frozenset()) -> list[AgreementRow]:
-    """pt2e_qdq, ort_qdq, ort_qoperator against each other at the highest level run (``all``);
-    the output positions in ``skip`` (data-dependent shapes) are not compared."""
-    quant = [a for a in ARTIFACTS if a in results]
+    """Every quantized artifact against every other (the built-in paths, then the brought files) at the
+    highest level run (``all``); the output positions in ``skip`` (data-dependent shapes) are not compared."""
+    quant = _ordered([a for a in results if a != "fp32"])
     rows = []
     for i, a in enumerate(quant):
         for b in quant[i + 1:]:

@@ -10,7 +10,7 @@ shows. The client (``clients/python``) parses its own copy of this syntax becaus
 import ``service``; keep the two in step (``tests/clients`` pins the client's side).
 
     [artifact.][level.]metric[op value]
-    artifact  pt2e_qdq | ort_qdq | ort_qoperator | *        (default *: every requested artifact)
+    artifact  pt2e_qdq | ort_qdq | ... | a brought file's name | *   (default *: every artifact but fp32)
     level     disable_all | basic | extended | layout | all (default all)
     metric    sqnr_db | cosine | max_abs_error (worst float output SQNR judges) | mismatch_share (worst integer
               output: share of labels, indices or counts that differ from fp32) | angular_error (largest
@@ -38,7 +38,7 @@ from typing import Any, Callable
 from pydantic import ValidationError
 
 from service.errors import InvalidOptions, validation_errors
-from service.schemas.options import ARTIFACTS, LEVELS, Gate
+from service.schemas.options import BROUGHT_NAME, BUILTIN_ARTIFACTS, LEVELS, Gate
 from service.schemas.report import Artifact, GateResult, Report, SamplesInfo, Verdict
 
 METRICS = ("sqnr_db", "cosine", "max_abs_error", "mismatch_share", "angular_error", "argmax_agreement", "int8_coverage",
@@ -72,6 +72,9 @@ _GATE_RE = re.compile(r"^\s*(?P<lhs>[A-Za-z0-9_.*]+)\s*(?:(?P<op>>=|<=|==|>|<)\s
 _BASELINE_RE = re.compile(r"^baseline(?:(?P<offset>[+-][^+-].*))?$")
 
 
+_ARTIFACT_NAME = re.compile(BROUGHT_NAME)
+
+
 def gate_from_string(text: str) -> Gate:
     """``"ort_qdq.all.sqnr_db>=25"`` -> ``Gate(artifact="ort_qdq", level="all", ...)``; with a platform in front
     (``"qnn:69.ort_qdq.compiles"``) the gate reads ``platforms.<platform>``.
@@ -102,13 +105,14 @@ def _gate_from_parts(text: str, whole: str, platform: str | None) -> Gate:
         raise InvalidOptions(f"gate {whole!r}: unknown metric {metric!r} (one of {', '.join(metrics)}){on}", hint=hint)
     fields: dict[str, Any] = {"metric": metric, "platform": platform}
     for part in parts[:-1]:
-        if part in ARTIFACTS or part == "*":
-            key = "artifact"
-        elif part in LEVELS:
+        if part in LEVELS:
             key = "level"
+        elif part == "*" or _ARTIFACT_NAME.match(part):  # a built-in path or a brought file's name
+            key = "artifact"
         else:
             raise InvalidOptions(
-                f"gate {whole!r}: {part!r} is neither an artifact ({', '.join(ARTIFACTS)}, *) "
+                f"gate {whole!r}: {part!r} is neither an artifact ({', '.join(BUILTIN_ARTIFACTS)}, a brought "
+                "file's name, *) "
                 f"nor a level ({', '.join(LEVELS)})",
                 hint=hint,
             )
@@ -118,7 +122,7 @@ def _gate_from_parts(text: str, whole: str, platform: str | None) -> Gate:
     if metric == "calibration_data_uploaded" and len(parts) > 1:
         raise InvalidOptions(f"gate {whole!r}: calibration_data_uploaded is about the whole report; "
                              "write it without artifact or level", hint=hint)
-    if len(parts) == 3 and (parts[0] not in (*ARTIFACTS, "*") or parts[1] not in LEVELS):
+    if len(parts) == 3 and (parts[0] in LEVELS or parts[1] not in LEVELS):
         raise InvalidOptions(f"gate {whole!r}: write artifact before level", hint=hint)
     if len(parts) > 3:
         raise InvalidOptions(f"gate {whole!r}: too many dotted parts", hint=hint)
@@ -171,7 +175,7 @@ def baseline_values_from_report(baseline: Report, gate: Gate) -> dict[str, float
     An artifact whose figure the baseline lacks (failed path, level not run, no latency) is left
     out, so the gate fails for it with a message saying so. ``None`` is an exact match (SQNR).
     """
-    names = ARTIFACTS if gate.artifact == "*" else (gate.artifact,)
+    names = [a for a in baseline.artifacts if a != "fp32"] if gate.artifact == "*" else [gate.artifact]
     out: dict[str, float | None] = {}
     for name in names:
         value, problem = _value_from_artifact(baseline, name, gate.level, gate.metric)

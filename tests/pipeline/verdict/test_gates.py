@@ -77,7 +77,7 @@ def test_gate_text_parses_into_the_options_gate(text, expected):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "ort_qdq.all.sqnr>=25", "ort_qdq.all.sqnr_db>=abc", "ort_qdq.all.sqnr_db", "fp16.all.sqnr_db>=1",
+    ["", "ort_qdq.all.sqnr>=25", "ort_qdq.all.sqnr_db>=abc", "ort_qdq.all.sqnr_db", "Fp16.all.sqnr_db>=1",
      "all.ort_qdq.sqnr_db>=1", "ort_qdq.ort_qdq.sqnr_db>=1", "ort_qdq.all.sqnr_db=>25", "a.b.c.sqnr_db>=1",
      "ort_qdq.all.sqnr_db>=nan"],
     ids=repr,
