@@ -38,8 +38,8 @@ from pathlib import Path
 import psutil
 
 from service.config import Settings
-from service.errors import (InternalError, Interrupted, JobFolderMissing, JobTimeout, StorageUnavailable,
-                            WorkerDied, WorkerMemoryLimit, error_from_os)
+from service.errors import (InternalError, Interrupted, JobCancelled, JobFolderMissing, JobTimeout,
+                            StorageUnavailable, WorkerDied, WorkerMemoryLimit, error_from_os)
 from service.jobs.metrics import JobMetrics
 from service.jobs.spec import JobSpec
 from service.jobs.storage import open_files
@@ -54,6 +54,9 @@ log = logging.getLogger("quantcompare.pool")
 STARTUP_TIMEOUT_S = 300.0
 MEMORY_CHECK_EVERY_S = 0.5
 HOUSEKEEPING_EVERY_S = 600.0
+# How often the running jobs' rows are looked up: a row that is gone was cancelled (DELETE), on this API
+# or another machine's, and its process is killed. One indexed query per tick at most this often.
+CANCEL_CHECK_EVERY_S = 0.5
 
 
 @dataclass(eq=False)
@@ -104,6 +107,7 @@ class WorkerPool:
         self._spawn_failures = 0
         self._next_spawn_at = 0.0
         self._last_memory_check = 0.0
+        self._last_cancel_check = 0.0
         self._last_housekeeping = time.monotonic()
         self._states_lock = threading.Lock()
         self._states: dict[str, int] = {"starting": 0, "idle": 0, "busy": 0}
@@ -149,6 +153,7 @@ class WorkerPool:
                     self._wait_and_handle(0.25)
                     self._reap()
                     self._enforce_limits()
+                    self._stop_cancelled()
                     self._housekeeping()
                     self._publish_states()
                 except Exception:  # the supervisor must outlive any one bad tick
@@ -323,12 +328,16 @@ class WorkerPool:
         self._finish(rec, seconds, status, error)
 
     def _finish(self, rec: JobRecord, seconds: float | None, status: str, error: dict | None) -> None:
-        if self.store.finish(rec.id, status, error):
-            code = (error or {}).get("code", "") if status == "failed" else ""
-            self.metrics.finished.labels(status, code).inc()
-            if seconds is not None:
-                self.metrics.job_seconds.labels(status).observe(seconds)
-            log.info("job %s %s%s", rec.id, status, f" ({error.get('detail')})" if error else "")
+        if not self.store.finish(rec.id, status, error):
+            if self.store.get(rec.id) is None:
+                # Cancelled while it ran: what it stored since the API deleted its files goes too.
+                self.files.delete(rec.id)
+            return
+        code = (error or {}).get("code", "") if status == "failed" else ""
+        self.metrics.finished.labels(status, code).inc()
+        if seconds is not None:
+            self.metrics.job_seconds.labels(status).observe(seconds)
+        log.info("job %s %s%s", rec.id, status, f" ({error.get('detail')})" if error else "")
 
     def _reap(self) -> None:
         for w in list(self._workers):
@@ -340,7 +349,8 @@ class WorkerPool:
             if w.job is not None:
                 err = w.kill_reason or self._death_problem(w, code)
                 self._check_in(w.job, w.folder, time.monotonic() - w.job_started, "failed", err)
-                self.metrics.worker_deaths.labels(err["code"]).inc()
+                if err["code"] != JobCancelled.code:
+                    self.metrics.worker_deaths.labels(err["code"]).inc()
                 log.warning("worker %s died (exit %s) while running job %s", w.process.pid, code, w.job.id)
             elif w.state == "starting":
                 self._spawn_failures += 1
@@ -404,6 +414,22 @@ class WorkerPool:
                             f"{_stage_words(w.stage)}; it was killed",
                             hint="try a smaller model or fewer samples, or raise QUANTCOMPARE_WORKER_MEMORY_MB",
                             stage=w.stage)))
+
+    def _stop_cancelled(self) -> None:
+        """Kill the process of every running job whose row was deleted (cancelled): its process group
+        goes whole, and ``_reap`` then drops its scratch and, the row being gone, its stored files."""
+        now = time.monotonic()
+        busy = [w for w in self._workers if w.state == "busy" and w.job is not None and w.kill_reason is None]
+        if not busy or now - self._last_cancel_check < CANCEL_CHECK_EVERY_S:
+            return
+        self._last_cancel_check = now
+        present = self.store.present([w.job.id for w in busy])
+        for w in busy:
+            if w.job.id not in present:
+                log.info("job %s was cancelled %s; killing worker %s", w.job.id, _stage_words(w.stage), w.process.pid)
+                self._kill(w, problem_from_error(JobCancelled(
+                    f"the job was cancelled {_stage_words(w.stage)}", hint="submit it again to run it",
+                    stage=w.stage)))
 
     def _kill(self, w: _Worker, reason: dict | None) -> None:
         w.kill_reason = reason
