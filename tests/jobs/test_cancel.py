@@ -102,13 +102,14 @@ def test_what_a_cancelled_job_started_is_stopped_with_it(server, c):
 
 def test_a_queued_job_cancelled_never_runs(server, c):
     busy = [upload(c, f"sleep 120 prepare {nonce()}").json()["id"] for _ in range(2)]
-    queued = upload(c, f"ok {nonce()}").json()
+    queued = upload(c, f"ok 0 {nonce()}").json()
     assert c.get(f"/v1/comparisons/{queued['id']}").json()["status"] == "queued"
     assert c.delete(f"/v1/comparisons/{queued['id']}").status_code == 204
     for job_id in busy:
         assert c.delete(f"/v1/comparisons/{job_id}").status_code == 204
-    after = upload(c, f"ok {nonce()}").json()
-    assert server.wait_job(after["id"], headers=AUTH)["status"] == "succeeded"
+    after = upload(c, f"ok 0 {nonce()}").json()
+    done = server.wait_job(after["id"], headers=AUTH)
+    assert done["status"] == "succeeded", done.get("error")
     assert not (server.data_dir / "jobs" / queued["id"]).exists()
 
 
@@ -138,7 +139,7 @@ def test_only_a_caller_with_the_token_cancels(server, c):
 
 
 def test_a_finished_job_is_deleted_with_its_files(server, c):
-    job = upload(c, f"ok {nonce()}").json()
+    job = upload(c, f"ok 0 {nonce()}").json()
     assert server.wait_job(job["id"], headers=AUTH)["status"] == "succeeded"
     assert (server.data_dir / "jobs" / job["id"]).is_dir()
     assert c.delete(f"/v1/comparisons/{job['id']}").status_code == 204
@@ -153,11 +154,11 @@ def test_cancelling_frees_the_disk_budget_and_the_next_job_runs(tmp_path):
         with s.client() as c:
             running = upload(c, f"sleep 120 optimize {nonce()}").json()
             in_stage(c, running["id"], "optimize")
-            assert_problem(upload(c, f"ok {nonce()}"), 503, "data_dir_full")
+            assert_problem(upload(c, f"ok 0 {nonce()}"), 503, "data_dir_full")
             assert c.delete(f"/v1/comparisons/{running['id']}").status_code == 204
-            after = upload(c, f"ok {nonce()}")
+            after = upload(c, f"ok 0 {nonce()}")
             assert after.status_code == 202, after.text
             done = s.wait_job(after.json()["id"])
-            assert done["status"] == "succeeded", done
+            assert done["status"] == "succeeded", done.get("error")
     finally:
         s.stop()
