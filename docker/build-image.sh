@@ -38,6 +38,6 @@ fi
 
 args=(--format docker -f docker/Dockerfile -t "$IMAGE" --build-arg "BASE=$build_base")
 if ls "$TORCH_WHEELS"/torch-2.13.0+cpu-*.whl >/dev/null 2>&1; then
-  args+=(--volume "$TORCH_WHEELS:/wheels:ro" --build-arg "TORCH_SOURCE=--no-index --find-links /wheels")
+  args+=(--volume "$TORCH_WHEELS:/wheels:ro" --build-arg "TORCH_SOURCE=--find-links /wheels")
 fi
 podman build "${args[@]}" .
