@@ -39,7 +39,7 @@ import psutil
 
 from service.config import Settings
 from service.errors import (InternalError, Interrupted, JobCancelled, JobFolderMissing, JobTimeout,
-                            StorageUnavailable, WorkerDied, WorkerMemoryLimit, error_from_os)
+                            StorageUnavailable, StoreUnavailable, WorkerDied, WorkerMemoryLimit, error_from_os)
 from service.jobs.metrics import JobMetrics
 from service.jobs.spec import JobSpec
 from service.jobs.storage import open_files
@@ -57,6 +57,10 @@ HOUSEKEEPING_EVERY_S = 600.0
 # How often the running jobs' rows are looked up: a row that is gone was cancelled (DELETE), on this API
 # or another machine's, and its process is killed. One indexed query per tick at most this often.
 CANCEL_CHECK_EVERY_S = 0.5
+# A job's outcome is written to the store however long a database restart takes, up to this: the
+# job's work is not thrown away for a store that is back in seconds (past it, its row stays
+# "running" and the deadline rules of recovery apply).
+STORE_RETRY_S = 120.0
 
 
 @dataclass(eq=False)
@@ -282,7 +286,10 @@ class WorkerPool:
                 if w.stage is not None:
                     self.metrics.stage_seconds.labels(w.stage).observe(now - w.stage_started)
                 w.stage, w.stage_started = stage, now
-            self.store.set_progress(w.job.id, stage, msg.get("done", 0), msg.get("total", 0))
+            try:
+                self.store.set_progress(w.job.id, stage, msg.get("done", 0), msg.get("total", 0))
+            except StoreUnavailable:  # progress is advice: the next message says it again
+                log.warning("job %s: progress not stored, the job store did not answer", w.job.id)
             if self.files.stores_elsewhere and w.folder is not None:
                 # A section finished since: the report as it comes goes where the API reads it (a bucket).
                 self.files.store_partial(w.job.id, w.folder)
@@ -328,7 +335,7 @@ class WorkerPool:
         self._finish(rec, seconds, status, error)
 
     def _finish(self, rec: JobRecord, seconds: float | None, status: str, error: dict | None) -> None:
-        if not self.store.finish(rec.id, status, error):
+        if not _retrying_store(lambda: self.store.finish(rec.id, status, error), f"job {rec.id}'s outcome"):
             if self.store.get(rec.id) is None:
                 # Cancelled while it ran: what it stored since the API deleted its files goes too.
                 self.files.delete(rec.id)
@@ -423,7 +430,10 @@ class WorkerPool:
         if not busy or now - self._last_cancel_check < CANCEL_CHECK_EVERY_S:
             return
         self._last_cancel_check = now
-        present = self.store.present([w.job.id for w in busy])
+        try:
+            present = self.store.present([w.job.id for w in busy])
+        except StoreUnavailable:
+            return  # the store is away: nobody could have deleted a row meanwhile that we can see
         for w in busy:
             if w.job.id not in present:
                 log.info("job %s was cancelled %s; killing worker %s", w.job.id, _stage_words(w.stage), w.process.pid)
@@ -470,6 +480,20 @@ class WorkerPool:
                 w.process.join(1.0)
         self._workers.clear()
         self._publish_states()
+
+
+def _retrying_store(write, what: str):
+    """``write()``, again every few seconds while the job store does not answer, for up to STORE_RETRY_S."""
+    deadline, delay = time.monotonic() + STORE_RETRY_S, 0.5
+    while True:
+        try:
+            return write()
+        except StoreUnavailable as e:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s not stored yet (%s); trying again in %.1f s", what, e.message, delay)
+            time.sleep(delay)
+            delay = min(5.0, delay * 2)
 
 
 def _tree_rss_mb(pid: int) -> float:

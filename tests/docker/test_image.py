@@ -83,7 +83,7 @@ def container(image):
 
 def test_the_image_keeps_its_healthcheck_runs_as_non_root_and_leaves_the_venv_out(image):
     config = image["info"]["Config"]
-    assert "/healthz" in " ".join(config["Healthcheck"]["Test"])  # kept: built with --format docker
+    assert "/healthz" in " ".join(image["info"]["Healthcheck"]["Test"])  # kept: built with --format docker
     assert config["User"] not in ("", "root", "0")
     assert config["Cmd"] == ["quantcompare", "serve", "--host", "0.0.0.0", "--port", "8000"]
     listing = podman("run", "--rm", IMAGE, "sh", "-c", "ls -a /app; python -c 'import torch; print(torch.__version__)'").stdout
