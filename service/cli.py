@@ -109,7 +109,8 @@ def _cmd_compare(args) -> int:
 
 
 def _cores(args) -> tuple[int | None, str | None]:
-    """--cores, else QUANTCOMPARE_JOB_CORES, else None (every usable core: the CLI runs one job)."""
+    """The bound on the job's cores: --cores, else QUANTCOMPARE_JOB_CORES, else None (no bound: the cores no
+    other job on the machine uses, pipeline/cores.py)."""
     if args.cores is not None:
         if args.cores < 1:
             raise InvalidOptions(f"--cores {args.cores}: give 1 or more", hint="leave --cores out to use every core")
@@ -147,8 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder (report.json, artifacts/)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress line, no early structure table")
     p.add_argument("--cores", type=int, default=None,
-                   help="cores for the untimed accuracy runs (default: $QUANTCOMPARE_JOB_CORES, else every usable "
-                        "core); latency is timed alone on options.latency.intra_op_threads either way")
+                   help="most cores for the untimed work (default: $QUANTCOMPARE_JOB_CORES, else no bound: the cores "
+                        "no other job on this machine uses); latency is timed alone on "
+                        "options.latency.intra_op_threads either way")
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("examples", help="list the built-in example models")

@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from service.errors import validation_errors
 from service.pipeline.inputs.safety.budgets import Budgets  # framework-free (a dataclass of limits)
-from service.pipeline.runtime.parallel_runs import job_cores_default  # framework-free
 
 ENV_PREFIX = "QUANTCOMPARE_"
 BUDGET_PREFIX = ENV_PREFIX + "BUDGET_"
@@ -39,8 +38,11 @@ class Settings(BaseModel):
     data_dir: Path = Field(Path("./var"), description="SQLite index, tmp uploads and one folder per job")
     # Local worker processes; each imports torch/onnx/onnxruntime once and stays warm.
     workers: int = Field(2, ge=1, le=64, description="worker processes (= jobs running at once)")
-    # Cores each job's accuracy runs use (issue 39); latency is still timed alone on its own threads.
-    job_cores: int | None = Field(None, ge=1, le=1024, description="cores per job for the untimed accuracy runs (unset = the machine's usable cores / workers)")
+    # The most cores one job's untimed work may use (issue 47): a job uses the cores no other running job
+    # uses (the machine's ledger, pipeline/cores.py), up to this; latency is still timed alone on one thread.
+    job_cores: int | None = Field(None, ge=1, le=1024, description="upper bound on one job's cores for its untimed work (unset = no bound: a job gets the cores no other running job on the machine uses)")
+    # The machine's cores ledger: one folder per machine, shared by every worker process on it.
+    cores_ledger: Path | None = Field(None, description="folder of this machine's cores ledger, shared by its workers (unset = a folder in the machine's temp dir); never a shared volume")
     # Jobs waiting for a worker; past this a submission gets 503 + Retry-After.
     max_queue: int = Field(32, ge=0, le=100_000, description="queued jobs before 503")
     # Uploads being received at once; past this a submission gets 429 + Retry-After.
@@ -147,12 +149,9 @@ class Settings(BaseModel):
         return self.data_dir / "tmp"
 
     @property
-    def cores_per_job(self) -> tuple[int, str]:
-        """The cores each job's accuracy runs use, and where the figure comes from (said in the report)."""
-        if self.job_cores is not None:
-            return self.job_cores, "QUANTCOMPARE_JOB_CORES"
-        cores = job_cores_default(1)
-        return job_cores_default(self.workers), f"the machine's {cores} usable cores / QUANTCOMPARE_WORKERS={self.workers}"
+    def cores_per_job(self) -> tuple[int | None, str | None]:
+        """The upper bound on one job's cores, and where it comes from (said in the report when it binds)."""
+        return (self.job_cores, "QUANTCOMPARE_JOB_CORES") if self.job_cores is not None else (None, None)
 
     @property
     def preload_modules(self) -> list[str]:

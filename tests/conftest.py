@@ -15,8 +15,8 @@ warnings.filterwarnings("ignore")
 def compared(tmp_path_factory):
     """``compared(example, **options) -> (Report, workdir)``, cached per example + options.
 
-    Latency is off unless asked for: timing is for bench/, and it costs seconds per artifact. Advice
-    gets 60 s unless a budget is asked for.
+    Latency is off unless asked for: timing is for bench/, and it costs seconds per artifact. The extras
+    (advice, the per-tensor table) get 60 s unless a budget is asked for.
     """
     from service.pipeline.compare import ComparisonRequest, run_comparison
     from service.schemas.options import ComparisonOptions
@@ -25,11 +25,10 @@ def compared(tmp_path_factory):
 
     def run(example: str, **options):
         options.setdefault("latency", {"enabled": False})
-        # Advice within 60 s, not the default share of the job's time (a fifth of a tiny example's job
-        # measures no candidate): the tests that read advice need its re-runs.
-        advice = dict(options.get("advice") or {})
-        if "budget_seconds" not in advice and "budget_share" not in advice:
-            options["advice"] = {**advice, "budget_seconds": 60.0}
+        # The extras within 60 s, not the default share of the essentials' time (half of a tiny example's
+        # essentials measures its best candidate only): the tests that read advice need all its re-runs.
+        if "extras" not in options:
+            options["extras"] = {"seconds": 60.0}
         key = example + json.dumps(options, sort_keys=True)
         if key not in cache:
             workdir = tmp_path_factory.mktemp(f"cmp_{example}")

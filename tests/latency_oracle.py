@@ -1,5 +1,5 @@
 """The latency oracle the report's figures are held to (tests/pipeline/runtime/test_latency_protocol.py,
-bench/issue39.py): a fresh one-thread session at ``all``, 3 untimed runs, then the median of plain
+bench/job_budget.py): a fresh one-thread session at ``all``, 3 untimed runs, then the median of plain
 perf_counter timings. Written apart from the product's latency code on purpose: it checks that code."""
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def test_no_folder_holds_more_than_twelve_modules(folder):
 # The stages of a comparison, in the order the spine (service/pipeline/compare.py) runs them. A stage's
 # folder imports only from the stages before it and from the shared base (pipeline/*.py, pipeline/ort/),
 # which imports no stage: a helper two stages need lives in the base, not in the later stage.
-STAGE_ORDER = ("inputs", "fp32", "quantize", "inspect", "runtime", "layers", "verdict", "platforms")
+STAGE_ORDER = ("inputs", "fp32", "quantize", "inspect", "runtime", "layers", "advice", "verdict", "platforms")
 SHARED_BASE = ("ort",)  # folders of service/pipeline/ that every stage may import
 # Outside the pipeline: schemas/ (the JSON) imports no pipeline or route module; render/ (what a person
 # reads) imports no route; pipeline/ imports neither api/ nor jobs/ nor render/.

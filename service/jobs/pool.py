@@ -244,10 +244,11 @@ class WorkerPool:
             log.info("job %s -> worker %s", rec.id, w.process.pid)
 
     def _with_cores(self, spec: JobSpec) -> JobSpec:
-        """The spec with this machine's cores per job: the pool that runs a job decides (a Celery worker's
-        machine may differ from the API's)."""
+        """The spec with this machine's bound on a job's cores and its cores ledger: the pool that runs a job
+        decides (a Celery worker's machine may differ from the API's)."""
         cores, source = self.settings.cores_per_job
-        return dataclasses.replace(spec, job_cores=cores, job_cores_source=source)
+        ledger = str(self.settings.cores_ledger) if self.settings.cores_ledger is not None else None
+        return dataclasses.replace(spec, job_cores=cores, job_cores_source=source, job_cores_ledger=ledger)
 
     def _wait_and_handle(self, timeout: float) -> None:
         objs: list = [self._wake_r]

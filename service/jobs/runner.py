@@ -35,6 +35,7 @@ def run_comparison_job(spec: JobSpec, job_dir: Path, progress: Callable[[str, in
         concurrent_jobs=running_jobs_probe(job_dir),
         pt2e_time_limit_s=spec.pt2e_time_limit_s,
         job_cores=spec.job_cores, job_cores_source=spec.job_cores_source,
+        cores_ledger=Path(spec.job_cores_ledger) if spec.job_cores_ledger else None,
     )
 
     def on_section(name: str, report) -> None:

@@ -44,10 +44,11 @@ class JobSpec:
     budgets: dict[str, Any] = field(default_factory=dict)
     # The PT2E path's time limit unless the options set one (the server's share of its job time limit).
     pt2e_time_limit_s: float | None = None
-    # The cores the job's accuracy runs use, and where that figure comes from: set by the pool that
-    # runs the job (its machine's QUANTCOMPARE_JOB_CORES or cores / workers), not at submission.
+    # The bound on the job's cores and where it comes from, and the machine's cores ledger (None: the
+    # default folder): set by the pool that runs the job (its machine's settings), not at submission.
     job_cores: int | None = None
     job_cores_source: str | None = None
+    job_cores_ledger: str | None = None
     kind: str = "comparison"
 
     def to_json(self) -> str:

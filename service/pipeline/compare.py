@@ -9,7 +9,9 @@
     latency   at options.latency_levels, each graph timed alone                      runtime/stage.py
     platforms the same on each emulated platform options.platforms names (arm64)     platforms/stage.py
     layers    per-tensor error against fp32                                          layers/layers_stage.py
-    advice    the changes the blockers point to, re-run and measured                 verdict/advice_stage.py
+    advice    the changes the blockers point to, re-run and measured                 advice/stage.py
+              (the two share one budget, extras_budget.py: advice's best candidate first, then the table
+              at its minimum samples, further candidates, further samples)
     decide    artifacts' final status, decisions, lints, platform notes, verdict     verdict/decide.py
 
 ``run_comparison`` calls one function per stage, each as ``stage(options, <earlier results>, ctx)``,
@@ -29,22 +31,27 @@ from pathlib import Path
 
 from service.errors import error_from_os
 from service.pipeline.context import ComparisonRequest, Folders, Progress, StageContext
+from service.pipeline.cores import CoreShare, job_in_ledger
 from service.pipeline.environment import environment
 from service.pipeline.fp32.stage import Fp32, fp32_stage
 from service.pipeline.inputs.specs import output_specs_from_onnx
 from service.pipeline.inputs.stage import Prepared, prepare_stage
 from service.pipeline.inspect.domains import unused_domains_note
 from service.pipeline.inspect.stage import Inspected, inspect_stage
-from service.pipeline.layers.layers_stage import Layered, layers_stage
+from service.pipeline.layers.layers_stage import Layered, layers_stage, shared_first_samples, table_for_job
 from service.pipeline.ort.sessions import quiet_ort_logs, seed_random_ops
 from service.pipeline.platforms.notes import notes_with_platforms
 from service.pipeline.platforms.stage import emulated_platforms, platforms_stage
 from service.pipeline.quantize.stage import quantize_stage
-from service.pipeline.runtime.parallel_runs import ACCURACY_HOW, job_cores_default
+from service.pipeline.runtime.parallel_runs import ACCURACY_HOW
 from service.pipeline.runtime.stage import levels_stage
 from service.pipeline.sections import ADVICE, FILES, LAYERS, LEVEL_GRAPHS, OnSection, Sections
-from service.pipeline.verdict.advice import AdvicePlan
-from service.pipeline.verdict.advice_stage import Advised, advice_candidates, advice_stage, made_candidates
+from service.pipeline.advice.advice import AdvicePlan
+from service.pipeline.extras_budget import extras_budget
+from service.pipeline.advice.stage import (
+    Advised, advice_candidates, advice_stage, best_candidate_measured, made_candidates,
+)
+from service.pipeline.advice.extras_spent import extras_spent
 from service.pipeline.verdict.decide import decide_stage, levels_so_far
 from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.not_measured import not_measured
@@ -89,24 +96,28 @@ class _Clock:
         self.timings[stage] = round(max(0.0, self.timings.get(stage, 0.0) - sum(parts.values())), 4)
 
 
-def _job_cores(request: ComparisonRequest) -> JobCores:
-    if request.job_cores is not None:
-        cores, source = request.job_cores, request.job_cores_source or "the caller"
-    else:
-        cores = job_cores_default(1)
-        source = f"the machine's {cores} usable cores (one job at a time)"
-    return JobCores(cores=cores, source=source, how=ACCURACY_HOW.format(cores=cores))
+def _job_cores(share: CoreShare) -> JobCores:
+    cores, low, high = share.cores_used()
+    return JobCores(cores=cores, source=share.why(), how=ACCURACY_HOW.format(cores=cores),
+                    low=low if low != high else None, high=high if low != high else None)
 
 
 def run_comparison(
     request: ComparisonRequest, workdir: Path, *, progress: Progress | None = None, report_id: str | None = None,
     on_section: OnSection | None = None,
 ) -> Report:
-    """The comparison; ``on_section(name, partial report)`` as each section is done (sections.py)."""
+    """The comparison; ``on_section(name, partial report)`` as each section is done (sections.py). The job
+    holds its place in the machine's cores ledger while it runs (cores.py)."""
+    with job_in_ledger(request.cores_ledger, report_id, cap=request.job_cores,
+                       cap_source=request.job_cores_source) as share:
+        return _run(request, workdir, share, progress=progress, report_id=report_id, on_section=on_section)
+
+
+def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progress: Progress | None,
+         report_id: str | None, on_section: OnSection | None) -> Report:
     options = request.options
     started = time.perf_counter()
     sections = Sections(on_section)
-    cores = _job_cores(request)
     workdir = Path(workdir).resolve()  # absolute: ORT's pre-processing changes the directory meanwhile
     folders = Folders(workdir=workdir, artifacts=workdir / "artifacts", scratch=workdir / "scratch")
     _clear_earlier_run(folders.artifacts, request)
@@ -115,7 +126,7 @@ def run_comparison(
     seed_random_ops()  # before any session: a model's unseeded random ops draw the same numbers in every job
     quiet_ort_logs()
     ctx = StageContext(request=request, folders=folders, notify=progress or (lambda stage, done, total: None),
-                       cores=cores.cores)
+                       share=share)
     clock = _Clock(ctx.notify)
 
     with clock.stage("prepare"):
@@ -129,19 +140,27 @@ def run_comparison(
         inspected = inspect_stage(options, prepared, fp32, quantized, ctx, fp32_seconds=clock.timings.get("fp32"))
     sections.publish(FILES, id=report_id, created_at=datetime.now(timezone.utc), environment=environment(),
                      options=options, model=_model_info(prepared, fp32), samples=prepared.samples.info,
-                     artifacts=inspected.artifacts, not_measured=not_measured(options), job_cores=cores)
+                     artifacts=inspected.artifacts, not_measured=not_measured(options))
+    # The per-tensor table's first samples are the accuracy runs at disable_all: run once, for both.
+    table = table_for_job(options, prepared, fp32, inspected, ctx)
     levels = levels_stage(options, prepared, fp32, inspected, ctx, on_section=lambda name, so_far: sections.publish(
         name, **(levels_so_far(options, prepared, inspected, so_far, decisions=name == LEVEL_GRAPHS)
-                 if sections.listening else {})))  # no reader (the CLI): the final report holds them all
+                 if sections.listening else {})),  # no reader (the CLI): the final report holds them all
+        disable_all_runs=shared_first_samples(table, prepared))
     clock.add(levels.timings)
     platforms = {}
     if emulated_platforms(options):
         with clock.stage("platforms"):
             platforms = platforms_stage(options, prepared, fp32, inspected, levels, ctx)
-    plan = advice_candidates(options, prepared, quantized, inspected, levels, ctx,
-                             job_seconds=time.perf_counter() - started)
-    beside = _advice_beside_layers(options, plan, inspected, request)
-    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx,
+    # The extras (advice, the per-tensor table) share one budget, spent in order (extras_budget.py).
+    extras = extras_budget(options, essentials_seconds=time.perf_counter() - started)
+    extras.start()
+    plan = advice_candidates(options, prepared, quantized, inspected, levels, ctx, budget=extras)
+    best_candidate_measured(plan)
+    if plan is not None:
+        extras.hold_for(plan.reserve_seconds)
+    beside = _advice_beside_layers(options, plan, inspected, ctx)
+    layered = layers_stage(options, prepared, fp32, quantized, inspected, ctx, table=table, extras=extras,
                            beside=(lambda: made_candidates(plan)) if beside else None)
     if layered.report is not None:
         sections.publish(LAYERS, layers=layered.report)
@@ -158,11 +177,12 @@ def run_comparison(
         advice=advised.proposed, advice_refuted=advised.refuted, advice_not_run=advised.not_run,
         layers=layered.report, verdict=decided.verdict,
         timings=dict(clock.timings), cost=job_cost(clock.timings, decided.artifacts, options),
+        job_cores=_job_cores(share), extras=extras_spent(extras, options, layered.report, advised, plan),
     )
 
 
 def _advice_beside_layers(options: ComparisonOptions, plan: AdvicePlan | None, inspected: Inspected,
-                          request: ComparisonRequest) -> bool:
+                          ctx: StageContext) -> bool:
     """Whether advice's first phase (each candidate's re-quantized file, SQNR and int8 coverage: nothing
     timed) runs on the second core while the first computes the per-tensor table. Not beside the table's
     exclude-and-retry (``layers.retry_k``), which times its files, nor for a model past
@@ -170,7 +190,7 @@ def _advice_beside_layers(options: ComparisonOptions, plan: AdvicePlan | None, i
     beside it holds about twice the model again (960x960 detector: +0.2-0.5 GB on 4.8 GB)."""
     fp32_file = inspected.artifacts["fp32"].file
     return (plan is not None and options.layers.enabled and options.layers.retry_k <= 0
-            and fp32_file is not None and fp32_file.size <= BESIDE_LAYERS_MAX_MODEL_BYTES and request.two_threads())
+            and fp32_file is not None and fp32_file.size <= BESIDE_LAYERS_MAX_MODEL_BYTES and ctx.two_threads())
 
 
 def _layers_and_advice_seconds(options: ComparisonOptions, layered: Layered, advised: Advised, *,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from service.pipeline.environment import cores_idle
+from service.pipeline.cores import CoreShare
 from service.schemas.options import ComparisonOptions
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -32,7 +32,7 @@ class ComparisonRequest:
     # Jobs the service is running right now (recorded with each latency measurement).
     concurrent_jobs: Callable[[], int | None] | None = None
     # Work that times nothing on two threads (the PT2E and ORT paths; the per-tensor table and advice's
-    # first phase): None = when two cores are idle (quantize/side_by_side.py).
+    # first phase): None = when the job's share of the machine is two cores (``StageContext.two_threads``).
     parallel_paths: bool | None = None
     # The CLI reads a model where it lies, external data beside it included; a service upload of one
     # .onnx has no folder (its external data comes in an archive).
@@ -41,16 +41,12 @@ class ComparisonRequest:
     # of its job time limit (jobs/submission.py), so that the ORT paths' results outlive a slow PT2E.
     pt2e_time_limit_s: float | None = None
 
-    def two_threads(self, idle: bool | None = None) -> bool:
-        """Whether work that times nothing may run on two threads: as ``parallel_paths`` says, else when
-        two cores are idle (``idle``, when the caller has just looked)."""
-        if self.parallel_paths is not None:
-            return self.parallel_paths
-        return cores_idle(self.concurrent_jobs) if idle is None else idle
-    # The cores the job's untimed accuracy runs use (runtime/parallel_runs.py), and where the figure comes
-    # from (the service: QUANTCOMPARE_JOB_CORES or cores / workers); None: every usable core (the CLI).
+    # The most cores the job's untimed work may use, and where that bound comes from (the service's
+    # QUANTCOMPARE_JOB_CORES, the CLI's --cores); None: no bound. Within it the job takes the cores no other
+    # running job on the machine uses, from the machine's ledger (``cores_ledger``; None: the default folder).
     job_cores: int | None = None
     job_cores_source: str | None = None
+    cores_ledger: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -65,4 +61,17 @@ class StageContext:
     request: ComparisonRequest
     folders: Folders
     notify: Progress
-    cores: int = 1  # the job's cores for untimed accuracy runs (the spine resolves request.job_cores)
+    # The job's place in the machine's cores ledger: ``share.now()`` is what a batch of untimed runs may use.
+    share: CoreShare = field(default_factory=lambda: CoreShare.fixed(1, "one core"))
+
+    @property
+    def cores(self):
+        """What gives the job's cores as each batch of untimed runs starts (``parallel_runs.Cores``)."""
+        return self.share.now
+
+    def two_threads(self) -> bool:
+        """Whether work that times nothing may run on two threads: as ``request.parallel_paths`` says, else
+        when the job's share of the machine is two cores or more right now."""
+        if self.request.parallel_paths is not None:
+            return self.request.parallel_paths
+        return self.share.now() >= 2

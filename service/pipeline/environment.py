@@ -11,7 +11,6 @@ import platform
 import sys
 from functools import lru_cache
 from importlib import metadata
-from typing import Callable
 
 from service import __version__
 from service.schemas.report import CpuInfo, Environment
@@ -74,25 +73,6 @@ def usable_cores() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):  # pragma: no cover - not on Linux
         return os.cpu_count() or 1
-
-
-def cores_idle(concurrent_jobs: Callable[[], int | None] | None = None) -> bool:
-    """Two cores for this job: at least two CPUs, no other job running, load average below cores - 1."""
-    cores = usable_cores()
-    if cores < 2:
-        return False
-    if concurrent_jobs is not None:
-        try:
-            jobs = concurrent_jobs()
-        except Exception:  # noqa: BLE001 - no probe, no parallelism
-            return False
-        if jobs is not None and jobs > 1:
-            return False
-    try:
-        load = os.getloadavg()[0]
-    except OSError:  # pragma: no cover - not on Linux
-        return False
-    return load < cores - 1 + 0.5  # this job's own core is in the load average
 
 
 def environment() -> Environment:

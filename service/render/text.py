@@ -127,6 +127,12 @@ def summary_table(report: Report) -> str:
         return "\n".join(lines)
     if report.job_cores is not None:
         lines += ["", f"accuracy on {report.job_cores.cores} core(s) ({report.job_cores.source})"]
+    extras = report.extras
+    if extras is not None:
+        budget = "no budget" if extras.budget_seconds is None else f"{extras.budget_seconds:.1f} s"
+        # One line: what the budget reached, and for what it did not, the option that reaches it.
+        lines.append(f"extras ({budget}: {extras.how}; {extras.spent_seconds:.1f} s spent): " + "; ".join(
+            s.step + ("" if s.reached else f" not reached ({s.detail})") for s in extras.steps))
     lines += ["", "timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())]
     cost = report.cost
     if cost is not None and cost.inference_times:

@@ -90,14 +90,23 @@ class LayersRetry(_Model):
 
 
 class LayersSampling(_Model):
-    """How many samples the table ran, and why no more: the sample count adapts until every
-    ``sqnr_db_ci`` is at most ``target_width_db`` wide, within options.layers' samples and seconds."""
+    """How many samples the table ran, and why no more: the sample count adapts until the ranking is
+    settled or every ``sqnr_db_ci`` is at most ``target_width_db`` wide, within the extras' budget and
+    options.layers' samples and seconds."""
 
     interval: str  # how sqnr_db_ci is computed, in one sentence
     target_width_db: float
     widest_db: float | None = None  # the widest bounded interval (None: none); an unbounded one counts in over_target
     over_target: int = 0  # cells whose interval is wider than target_width_db (or has no upper bound)
     stopped: str  # why no more samples were run
+    # Whether the table's answer (which tensors lose the most) is settled: in every file the worst 1-5
+    # tensors' intervals lie apart from the rest's (None: no intervals); ``ranking`` says so in words,
+    # with the widest interval.
+    settled: bool | None = None
+    ranking: str = ""
+    # The first samples whose runs were also the accuracy runs at disable_all (run once for both: the same
+    # files, kernels and feeds, with the tensors exposed); 0: none shared.
+    reused_samples: int = 0
 
 
 class WorstTensor(_Model):

@@ -133,22 +133,34 @@ class LatencyOptions(_Strict):
 class AdviceOptions(_Strict):
     """Re-run the changes the blockers point to (e.g. uint8 activations on x86) and measure them.
 
-    The re-runs take at most ``budget_share`` of the job's time before advice starts (0.2: a fifth of
-    it), or ``budget_seconds`` when it is given (either raises the budget); a candidate that would not
-    fit is not re-run, and the report lists it with the reason."""
+    The re-runs share the extras' budget with the per-tensor table (``ExtrasOptions``): the candidate with
+    the highest expected gain is always measured, the others while the budget lasts; a candidate that
+    would not fit is not re-run, and the report lists it with the reason."""
 
     enabled: bool = True
-    budget_share: float = Field(0.2, ge=0, le=100)
-    # Seconds the re-runs may take together, instead of budget_share x the job's time so far.
-    budget_seconds: float | None = Field(None, ge=0, le=3600)
     level: Level = "all"
+
+
+class ExtrasOptions(_Strict):
+    """One budget for the extras (advice's re-runs and the per-tensor table), after the essentials (the
+    files, the level graphs, accuracy at every level, latency at ``latency_levels``): ``share`` of the
+    essentials' seconds, or ``seconds`` when given. Spent in order: advice's best candidate (always
+    measured), the table at ``layers.min_samples``, further candidates, further table samples
+    (service/pipeline/extras_budget.py). Depth "full" has no budget."""
+
+    # 0.5: on the 2-core reference machine a real detector's essentials take ~85 fp32 inference-times,
+    # its best candidate ~18 and the table at 8 samples ~34: half the essentials pays for both, and no more.
+    share: float = Field(0.5, ge=0, le=100)
+    seconds: float | None = Field(None, ge=0, le=36000)
 
 
 class LayersOptions(_Strict):
     """Per-tensor error (report ``layers``): every float activation of the fp32 model against its
     counterpart in each quantized file, at ``disable_all``. Each SQNR has a 95% bootstrap interval;
     the table runs ``min_samples`` samples (the evaluation samples first, then more held-out ones),
-    then more until every interval is at most 2 dB wide, within ``max_samples`` and ``max_seconds``.
+    then more until its ranking is settled (the few worst tensors of each file separated from the rest by
+    their intervals) or every interval is at most 2 dB wide, within the extras' budget (``ExtrasOptions``),
+    ``max_samples`` and ``max_seconds``. Depth "full" goes on to the 2 dB target within its caps.
     ``by_level``: also the SQNR of each tensor at every other requested level where it still
     exists (the graph ORT saved at that level, run as written). ``retry_k > 0`` re-quantizes each
     artifact with its k worst origin nodes kept in float."""
@@ -240,6 +252,7 @@ class ComparisonOptions(_Strict):
     latency: LatencyOptions = Field(default_factory=LatencyOptions)
     attribution: bool = False
     advice: AdviceOptions = Field(default_factory=AdviceOptions)
+    extras: ExtrasOptions = Field(default_factory=ExtrasOptions)
     layers: LayersOptions = Field(default_factory=LayersOptions)
     gates: list[Gate] = Field(default_factory=list)
     # Id of an earlier comparison whose figures relative gates compare with; the API resolves it
@@ -262,6 +275,23 @@ class ComparisonOptions(_Strict):
         if unknown:
             raise ValueError(f"unknown platform(s) {', '.join(unknown)}; known: {', '.join(known)}")
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _advice_budget_is_the_extras_budget(cls, data):
+        """``advice.budget_share`` / ``advice.budget_seconds`` (before issue 47) are read as the extras'
+        budget, which advice now shares with the per-tensor table: a CI file written then still runs."""
+        advice = data.get("advice") if isinstance(data, dict) else None
+        if not isinstance(advice, dict) or not ({"budget_share", "budget_seconds"} & advice.keys()):
+            return data
+        advice = dict(advice)
+        extras = dict(data.get("extras") or {})
+        for old, new in (("budget_share", "share"), ("budget_seconds", "seconds")):
+            if old in advice:
+                value = advice.pop(old)
+                if value is not None:
+                    extras.setdefault(new, value)
+        return {**data, "advice": advice, "extras": extras}
 
     @model_validator(mode="before")
     @classmethod

@@ -243,11 +243,31 @@ class NotMeasured(_Model):
 
 
 class JobCores(_Model):
-    """The cores the job's accuracy runs used (``QUANTCOMPARE_JOB_CORES``); latency is timed on its own threads."""
+    """The cores the job's untimed work used: the cores no other running job on the machine used (its
+    cores ledger), up to ``QUANTCOMPARE_JOB_CORES``; latency is timed alone on its own threads."""
 
-    cores: int
-    source: str  # where the figure came from: the setting, or the machine's cores over the workers
+    cores: int  # the figure used most often
+    source: str  # why: the machine's usable cores, the jobs sharing them, the cap that bound it
     how: str
+    low: int | None = None  # the fewest and most cores a batch got, when other jobs came and went
+    high: int | None = None
+
+
+class ExtrasStep(_Model):
+    """One step of the extras' budget, in the order it is spent (pipeline/extras_budget.py)."""
+
+    step: str  # "advice's best candidate", "per-tensor table at 8 samples", "further candidates", ...
+    reached: bool
+    detail: str  # what it did, or what it left out and the option that reaches it
+
+
+class ExtrasSpent(_Model):
+    """How the extras' budget (advice and the per-tensor table) was set and spent."""
+
+    budget_seconds: float | None  # None: no budget (depth full)
+    how: str
+    spent_seconds: float
+    steps: list[ExtrasStep] = Field(default_factory=list)
 
 
 class Report(_Model):
@@ -266,11 +286,11 @@ class Report(_Model):
     platform: list[PlatformNote] = Field(default_factory=list)
     # options.platforms beyond this machine (arm64 as emulated ORT): name -> its level graphs, side by side.
     platforms: dict[str, PlatformReport] = Field(default_factory=dict)
-    # What to change, re-run for real and measured (verdict/advice.py); refuted = measured, not better.
+    # What to change, re-run for real and measured (advice/advice.py); refuted = measured, not better.
     advice: list[AdviceEntry] = Field(default_factory=list)
     advice_refuted: list[AdviceEntry] = Field(default_factory=list)
-    # The candidates the advice budget left out (options.advice.budget_share / budget_seconds), each
-    # with the reason; in the order they would have run (expected gain: verdict/advice.by_expected_gain).
+    # The candidates the extras' budget left out (options.extras), each with the reason; in the order
+    # they would have run (expected gain: advice/advice.by_expected_gain).
     advice_not_run: list[AdviceEntry] = Field(default_factory=list)
     # Per-tensor error of each quantized file against fp32 (options.layers); None when off.
     layers: LayersReport | None = None
@@ -285,4 +305,7 @@ class Report(_Model):
     sections_done: list[str] = Field(default_factory=list)
     # What this job did not measure (its depth, latency_levels, switches) and the option that would.
     not_measured: list[NotMeasured] = Field(default_factory=list)
+    # Both come with the finished report: the cores follow the load as the job goes, and the extras are
+    # spent last.
     job_cores: JobCores | None = None
+    extras: ExtrasSpent | None = None

@@ -20,6 +20,8 @@ An exact input (identical to fp32, e.g. a graph input nobody quantizes) counts a
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
 import math
 import os
@@ -34,7 +36,7 @@ import numpy as np
 
 from service.pipeline.layers.tensor_alignment import Alignment, GraphView, Located, aligned_tensors
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.runtime.parallel_runs import runs_on_cores
+from service.pipeline.runtime.parallel_runs import Cores, cores_now, runs_on_cores
 from service.pipeline.runtime.numerics import (
     BOOTSTRAP_RESAMPLES, SQNR_FLOOR, finite_pairs, sqnr_from_sums, sqnr_intervals_from_sums,
 )
@@ -53,147 +55,236 @@ SIDE_BY_SIDE_MAX_EXPOSED_BYTES = 256 * 1024 * 1024
 _FLOAT_KINDS = ("float32", "float16", "float64", "bfloat16")
 
 
+RANKING_FEW = 5  # settled once the worst 1 to 5 tensors of each file stand apart (a Relu or pool passes its input's
+# error on unchanged, so the worst often come as a group of 2-4 with the same SQNR)
+
+
 @dataclass(frozen=True)
 class LayersBudget:
     max_tensors: int = 2000  # rows; beyond this the earliest tensors in graph order are kept
     min_samples: int = 8  # samples run before the intervals decide whether more are needed
     max_samples: int = 1024  # most samples run through every file
     max_seconds: float = 300.0  # stop adding samples once this much time has passed (>= 1 sample)
+    # Stop once the ranking is settled (``ranking_settled``), not only at the width target (depth full: no).
+    stop_when_settled: bool = True
+    # Past ``min_samples``: whether that many more seconds of samples may be spent (the extras' budget,
+    # pipeline/extras_budget.py), and what to set to go further; None: only the caps above bound the table.
+    more_allowed: Callable[[float], bool] | None = None
+    more_option: str = ""
 
 
-def layers_from_files(
-    *, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
-    budget: LayersBudget = LayersBudget(), calibration: dict[str, str] | None = None,
-    optimized_paths: dict[str, dict[str, Path]] | None = None, data_dependent: dict[str, str] | None = None,
-    more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None, seed: int = 0, cores: int = 1,
-) -> LayersReport:
-    """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``.
+def layers_from_files(*, fp32_path: Path, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
+                      more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None, **table) -> LayersReport:
+    """Per-tensor error table of ``artifact_paths`` (quantized files) against ``fp32_path``: a
+    ``TensorTable`` (``table`` holds its other arguments) run to the end on ``eval_feeds``, then
+    ``more_feeds`` (``Samples.more_evaluation``: held-out feeds) while its plan asks for more samples."""
+    return TensorTable(fp32_path=fp32_path, artifact_paths=artifact_paths, **table).completed(eval_feeds, more_feeds)
 
-    ``cores``: the files run a sample ``cores`` at a time, each on its own thread with one intra-op
-    thread (runtime/parallel_runs.py); their errors are then added up in file order, as on one core, so
-    the table is the same whatever the count (each file's exposed tensors are held only while its group
-    is added: ``cores`` files' activations at a time, not one).
 
-    ``eval_feeds`` run first; ``more_feeds`` (``Samples.more_evaluation``) gives more held-out feeds
-    when the intervals ask for more samples. ``seed`` seeds the bootstrap.
+class TensorTable:
+    """The per-tensor table as it is built: each quantized file aligned to fp32, its tensors exposed as graph
+    outputs in a ``disable_all`` session, and the figures accumulated sample by sample (sums of squares,
+    maxima), so memory stays one sample's activations per file whatever the sample count.
 
-    ``optimized_paths``: artifact -> level -> the graph ORT saved at that level (the levels
-    stage writes them). Each is run as written (``disable_all``) and every tensor that still
-    exists there gets its SQNR in ``by_level``; a fused-away tensor is simply absent.
-    ``data_dependent``: fp32 tensors whose shape follows the values computed (after a
-    NonMaxSuppression, ...) -> why; left out, since the two files may hold other rows there.
+    ``cores``: the files run a sample ``cores`` at a time (read as each sample starts: the job's share of
+    the machine follows the load), each on its own thread with one intra-op thread
+    (runtime/parallel_runs.py); their errors are then added up in file order, as on one core, so the table
+    is the same whatever the count (each file's exposed tensors are held only while its group is added:
+    ``cores`` files' activations at a time, not one). ``seed`` seeds the bootstrap.
+
+    ``optimized_paths``: artifact -> level -> the graph ORT saved at that level (the levels stage writes
+    them). Each is run as written (``disable_all``) and every tensor that still exists there gets its SQNR in
+    ``by_level``; a fused-away tensor is simply absent. ``data_dependent``: fp32 tensors whose shape follows
+    the values computed (after a NonMaxSuppression, ...) -> why; left out, since the two files may hold other
+    rows there.
+
+    Exact reuse (issue 47): a file's exposed run at ``disable_all`` is the accuracy run of that file at
+    ``disable_all`` with more outputs, the same kernels in the same order. ``first_outputs`` runs the table's
+    first samples and hands back each file's graph outputs, so the levels stage takes its ``disable_all``
+    accuracy from them instead of running them again; ``completed`` then goes on from there.
     """
-    import onnx
 
-    t0 = time.perf_counter()
-    fp32_model = onnx.load(str(fp32_path), load_external_data=False)
-    ref = GraphView(fp32_model)
-    candidates = _candidate_tensors(ref)
-    notes: list[str] = []
-    truncated = len(candidates) > budget.max_tensors
-    if truncated:
-        notes.append(f"{len(candidates)} float tensors: kept the first {budget.max_tensors} in graph order "
-                     "(options.layers.max_tensors)")
-        candidates = candidates[: budget.max_tensors]
-    alignments: dict[str, Alignment] = {}
-    quantized = {a: p for a, p in artifact_paths.items() if a != "fp32"}
-    # (artifact, level) -> (file, fp32 tensor -> Located); level disable_all is the file as written
-    runs: dict[tuple[str, str], tuple[Path, dict[str, Located]]] = {}
-    for name, path in quantized.items():
-        model = onnx.load(str(path), load_external_data=False)
-        alignments[name] = aligned_tensors(fp32_model, model, names_shared=name.startswith("ort_"), wanted=candidates)
-        runs[(name, "disable_all")] = (path, alignments[name].located)
-        written = None
-        for level, opt_path in ((optimized_paths or {}).get(name) or {}).items():
-            if level == "disable_all" or not Path(opt_path).exists():
-                continue
-            written = written or GraphView(model)
-            at_level = _located_at_level(alignments[name].located, written,
-                                         GraphView(onnx.load(str(opt_path), load_external_data=False)))
-            if at_level:
-                runs[(name, level)] = (Path(opt_path), at_level)
-    model = written = None  # an inline file's weights: not held while the sessions run
+    def __init__(self, *, fp32_path: Path, artifact_paths: dict[str, Path], budget: LayersBudget = LayersBudget(),
+                 calibration: dict[str, str] | None = None, optimized_paths: dict[str, dict[str, Path]] | None = None,
+                 data_dependent: dict[str, str] | None = None, seed: int = 0, cores: Cores = 1):
+        import onnx
 
-    feeds = itertools.chain(eval_feeds, more_feeds() if more_feeds is not None else ())
-    plan = _SamplePlan(budget, t0, seed)
-    acc: dict[tuple[str, str], _Acc] = {}
-    level_acc: dict[tuple[str, str, str], _Acc] = {}
-    left_out: dict[tuple[str, str], str] = {
-        (name, t): f"its shape depends on the values computed ({why}): fp32 and this file may keep other rows"
-        for t, why in (data_dependent or {}).items() if t in candidates for name in quantized}
-    float_tensors: list[str] | None = None
-    samples = 0
-    # Its own parse of the file: the copy's save moves inline weights out of the proto it is given.
-    with _exposing(fp32_path, onnx.load(str(fp32_path), load_external_data=False), candidates) as fp32_session:
-        sessions = {}
+        t0 = time.perf_counter()
+        self.fp32_path, self.budget, self.seed, self.cores = Path(fp32_path), budget, seed, cores
+        self.calibration = calibration or {}
+        fp32_model = onnx.load(str(fp32_path), load_external_data=False)
+        self.ref = GraphView(fp32_model)
+        candidates = _candidate_tensors(self.ref)
+        self.notes: list[str] = []
+        self.truncated = len(candidates) > budget.max_tensors
+        if self.truncated:
+            self.notes.append(f"{len(candidates)} float tensors: kept the first {budget.max_tensors} in graph order "
+                              "(options.layers.max_tensors)")
+            candidates = candidates[: budget.max_tensors]
+        self.candidates = candidates
+        self.alignments: dict[str, Alignment] = {}
+        self.quantized = {a: p for a, p in artifact_paths.items() if a != "fp32"}
+        # (artifact, level) -> (file, fp32 tensor -> Located); level disable_all is the file as written
+        self.runs: dict[tuple[str, str], tuple[Path, dict[str, Located]]] = {}
+        self.outputs: dict[str, list[str]] = {"fp32": [o.name for o in fp32_model.graph.output]}
+        for name, path in self.quantized.items():
+            model = onnx.load(str(path), load_external_data=False)
+            self.outputs[name] = [o.name for o in model.graph.output]
+            self.alignments[name] = aligned_tensors(fp32_model, model, names_shared=name.startswith("ort_"),
+                                                    wanted=candidates)
+            self.runs[(name, "disable_all")] = (Path(path), self.alignments[name].located)
+            written = None
+            for level, opt_path in ((optimized_paths or {}).get(name) or {}).items():
+                if level == "disable_all" or not Path(opt_path).exists():
+                    continue
+                written = written or GraphView(model)
+                at_level = _located_at_level(self.alignments[name].located, written,
+                                             GraphView(onnx.load(str(opt_path), load_external_data=False)))
+                if at_level:
+                    self.runs[(name, level)] = (Path(opt_path), at_level)
+        model = written = fp32_model = None  # an inline file's weights: not held while the sessions run
+        self.acc: dict[tuple[str, str], _Acc] = {}
+        self.level_acc: dict[tuple[str, str, str], _Acc] = {}
+        self.left_out: dict[tuple[str, str], str] = {
+            (name, t): f"its shape depends on the values computed ({why}): fp32 and this file may keep other rows"
+            for t, why in (data_dependent or {}).items() if t in candidates for name in self.quantized}
+        self.float_tensors: list[str] | None = None
+        self.samples = 0
+        self.reused = 0  # the first samples, whose runs were also the levels stage's accuracy at disable_all
+        self.seconds = time.perf_counter() - t0  # the table's own time, wherever its samples ran
+        self._open_since: float | None = None  # while sessions are open: when they opened
+        self.plan = _SamplePlan(budget, self._elapsed, seed)
+
+    def _elapsed(self) -> float:
+        return self.seconds + (time.perf_counter() - self._open_since if self._open_since is not None else 0.0)
+
+    @contextlib.contextmanager
+    def _sessions(self):
+        """The exposing sessions of fp32 and of every run, open while the block runs samples."""
+        import onnx
+
+        self._open_since = time.perf_counter()
+        sessions: dict = {}
         try:
-            for key, (path, located) in runs.items():
+            # Its own parse of the file: the copy's save moves inline weights out of the proto it is given.
+            sessions["fp32"] = _exposing(self.fp32_path, onnx.load(str(self.fp32_path), load_external_data=False),
+                                         self.candidates).__enter__()
+            for key, (path, located) in self.runs.items():
                 sessions[key] = _exposing(path, onnx.load(str(path), load_external_data=False),
-                                          sorted({loc.tensor for loc in located.values()}))
-                sessions[key].__enter__()
-            while not plan.enough(samples, acc):
-                feed = next(feeds, None)
-                if feed is None:
-                    plan.stopped = (f"no more held-out samples (all {samples} run)" if more_feeds is not None
-                                    else f"every sample given run ({samples})")
-                    break
-                # The previous sample's tensors are dropped before this run, and each file's before the
-                # next file runs: a name still bound while a run allocates keeps a whole network's
-                # activations twice (a 960x960 detector's layers stage peaked at 5.1 GB instead of 3.7).
-                ref_values = None
-                ref_values = fp32_session.run(feed)
-                if float_tensors is None:
-                    float_tensors = [t for t in candidates if isinstance(ref_values[t], np.ndarray)  # not ZipMap's maps
-                                     and str(ref_values[t].dtype) in _FLOAT_KINDS]
-                    exposed = sum(v.nbytes for v in ref_values.values() if isinstance(v, np.ndarray))
-                    if cores > 1 and exposed > SIDE_BY_SIDE_MAX_EXPOSED_BYTES:
-                        cores = 1  # each file's exposed tensors are the peak: one file's at a time
-                        notes.append(f"files run one at a time: one sample exposes {exposed / 2**20:.0f} MiB of "
-                                     f"tensors per file (side by side past {SIDE_BY_SIDE_MAX_EXPOSED_BYTES >> 20} MiB)")
-                refs: dict[str, _Ref] = {}
-                keys = list(sessions)
-                for start in range(0, len(keys), max(1, cores)):
-                    group = keys[start:start + max(1, cores)]
-                    got_all = runs_on_cores(lambda key: sessions[key].run(feed), group, cores)
-                    for key, got in zip(group, got_all):
-                        _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, level_acc)
-                    got_all = got = None
-                refs.clear()
-                samples += 1
-            ref_values = None
+                                          sorted({loc.tensor for loc in located.values()})).__enter__()
+            yield sessions
         finally:
             for ctx in sessions.values():
                 ctx.__exit__(None, None, None)
             _ERROR_BUFFER.buf = None  # a worker lives on: do not keep the largest tensor's buffer
-    by_level: dict[tuple[str, str], dict[str, float | None]] = {}
-    for (name, level, t), a in level_acc.items():
-        by_level.setdefault((name, t), {})[level] = a.cell().sqnr_db
-    intervals = _intervals(acc, samples, seed)
-    rows = _rows(ref, float_tensors or [], alignments, acc, left_out, list(quantized), calibration or {}, by_level,
-                 intervals)
-    origins = _origins(rows, list(quantized))
-    worst = {a: w for a in quantized if (w := _worst(rows, a)) is not None}
-    full = [r for r in rows if all(a in r.artifacts for a in quantized)]
-    widths = [_width(ci) for ci in intervals.values()]
-    if samples < budget.min_samples and samples > 1:
-        notes.append(f"only {samples} samples: a bootstrap of so few understates the spread, so the intervals "
-                     "may be narrower than the truth (more evaluation samples, or an upload with more held out)")
-    return LayersReport(
-        samples=samples,
-        method=("each file run once per evaluation sample at disable_all with the aligned tensors exposed as "
-                "graph outputs; integer tensors dequantized with the file's own scale and zero point; SQNR = "
-                "10*log10(sum fp32^2 / sum (fp32 - file)^2) over all samples"),
-        rows=rows, worst={a: w.tensor for a, w in worst.items()}, worst_detail=worst, origins=origins,
-        sampling=LayersSampling(
-            interval=(f"95% percentile bootstrap over the {samples} samples ({BOOTSTRAP_RESAMPLES} resamples of "
-                      f"whole samples with replacement, seed {seed}): the SQNR of each resample's sums, the 2.5th "
-                      "and 97.5th of them"),
-            target_width_db=TARGET_CI_DB,
-            widest_db=max((round(w, 3) for w in widths if math.isfinite(w)), default=None),
-            over_target=sum(w > TARGET_CI_DB for w in widths), stopped=plan.stopped or "no sample ran"),
-        aligned_all_share=round(len(full) / len(rows), 4) if rows and quantized else 0.0,
-        truncated=truncated, notes=notes, seconds=round(time.perf_counter() - t0, 4),
-    )
+            self.seconds, self._open_since = self._elapsed(), None
+
+    def _sample(self, sessions: dict, feed, keep: dict[str, list] | None) -> None:
+        """One sample through every file, added to the figures; with ``keep``, each file's graph outputs at
+        disable_all are appended there (file -> one output dict per sample)."""
+        # The previous sample's tensors are dropped before this run, and each file's before the next file
+        # runs: a name still bound while a run allocates keeps a whole network's activations twice (a 960x960
+        # detector's layers stage peaked at 5.1 GB instead of 3.7).
+        ref_values = sessions["fp32"].run(feed)
+        if keep is not None:
+            keep.setdefault("fp32", []).append({o: ref_values[o] for o in self.outputs["fp32"]})
+        if self.float_tensors is None:
+            self.float_tensors = [t for t in self.candidates if isinstance(ref_values[t], np.ndarray)  # not ZipMap's
+                                  and str(ref_values[t].dtype) in _FLOAT_KINDS]
+            exposed = sum(v.nbytes for v in ref_values.values() if isinstance(v, np.ndarray))
+            if exposed > SIDE_BY_SIDE_MAX_EXPOSED_BYTES:
+                if cores_now(self.cores) > 1:
+                    self.notes.append(f"files run one at a time: one sample exposes {exposed / 2**20:.0f} MiB of "
+                                      f"tensors per file (side by side past {SIDE_BY_SIDE_MAX_EXPOSED_BYTES >> 20} MiB)")
+                self.cores = 1  # each file's exposed tensors are the peak: one file's at a time
+        refs: dict[str, _Ref] = {}
+        keys, width = list(self.runs), cores_now(self.cores)
+        for start in range(0, len(keys), width):
+            group = keys[start:start + width]
+            got_all = runs_on_cores(lambda key: sessions[key].run(feed), group, width)
+            for key, got in zip(group, got_all):
+                if keep is not None and key[1] == "disable_all":
+                    keep.setdefault(key[0], []).append({o: got[o] for o in self.outputs[key[0]]})
+                _add_sample(key, got, self.runs, self.float_tensors, self.left_out, ref_values, refs, self.acc,
+                            self.level_acc)
+            got_all = got = None
+        refs.clear()
+        ref_values = None
+        self.samples += 1
+
+    def spend_within(self, more_allowed: Callable[[float], bool], option: str) -> None:
+        """Past the minimum samples, more only while ``more_allowed(seconds)`` (the extras' budget)."""
+        self.budget = dataclasses.replace(self.budget, more_allowed=more_allowed, more_option=option)
+        self.plan.budget = self.budget
+
+    def first_outputs(self, feeds: list[dict[str, np.ndarray]]) -> dict[str, list[dict[str, np.ndarray]]]:
+        """The table's first samples, ``feeds`` (the evaluation samples), run now; each file's graph outputs
+        at disable_all, one dict per sample: the levels stage's accuracy at disable_all on the same feeds.
+        Only on a fresh table without other levels (``by_level`` runs graphs the levels stage writes later)."""
+        if self.samples or any(level != "disable_all" for _, level in self.runs):
+            raise RuntimeError("the first samples of a fresh table without by-level runs only")
+        kept: dict[str, list] = {}
+        with self._sessions() as sessions:
+            for feed in feeds:
+                self._sample(sessions, feed, kept)
+        self.reused = self.samples
+        return kept
+
+    def completed(self, eval_feeds: list[dict[str, np.ndarray]],
+                  more_feeds: Callable[[], Iterable[dict[str, np.ndarray]]] | None = None) -> LayersReport:
+        """More samples until the plan says enough: the evaluation feeds not run yet first, then
+        ``more_feeds`` (``Samples.more_evaluation``, held-out feeds); then the report."""
+        feeds = itertools.chain(itertools.islice(eval_feeds, self.samples, None),
+                                more_feeds() if more_feeds is not None else ())
+        if not self.plan.enough(self.samples, self.acc):
+            with self._sessions() as sessions:
+                while True:
+                    feed = next(feeds, None)
+                    if feed is None:
+                        self.plan.stopped = (f"no more held-out samples (all {self.samples} run)" if more_feeds
+                                             is not None else f"every sample given run ({self.samples})")
+                        break
+                    self._sample(sessions, feed, None)
+                    if self.plan.enough(self.samples, self.acc):
+                        break
+        return self.report()
+
+    def report(self) -> LayersReport:
+        samples, acc = self.samples, self.acc
+        by_level: dict[tuple[str, str], dict[str, float | None]] = {}
+        for (name, level, t), a in self.level_acc.items():
+            by_level.setdefault((name, t), {})[level] = a.cell().sqnr_db
+        intervals = _intervals(acc, samples, self.seed)
+        rows = _rows(self.ref, self.float_tensors or [], self.alignments, acc, self.left_out, list(self.quantized),
+                     self.calibration, by_level, intervals)
+        origins = _origins(rows, list(self.quantized))
+        worst = {a: w for a in self.quantized if (w := _worst(rows, a)) is not None}
+        full = [r for r in rows if all(a in r.artifacts for a in self.quantized)]
+        widths = [_width(ci) for ci in intervals.values()]
+        notes = list(self.notes)
+        if samples < self.budget.min_samples and samples > 1:
+            notes.append(f"only {samples} samples: a bootstrap of so few understates the spread, so the intervals "
+                         "may be narrower than the truth (more evaluation samples, or an upload with more held out)")
+        if self.reused:
+            notes.append(f"the first {self.reused} samples' runs were also the accuracy runs at disable_all (the same "
+                         "files, kernels and feeds, with the tensors exposed): run once, for both")
+        return LayersReport(
+            samples=samples,
+            method=("each file run once per evaluation sample at disable_all with the aligned tensors exposed as "
+                    "graph outputs; integer tensors dequantized with the file's own scale and zero point; SQNR = "
+                    "10*log10(sum fp32^2 / sum (fp32 - file)^2) over all samples"),
+            rows=rows, worst={a: w.tensor for a, w in worst.items()}, worst_detail=worst, origins=origins,
+            sampling=LayersSampling(
+                interval=(f"95% percentile bootstrap over the {samples} samples ({BOOTSTRAP_RESAMPLES} resamples of "
+                          f"whole samples with replacement, seed {self.seed}): the SQNR of each resample's sums, the "
+                          "2.5th and 97.5th of them"),
+                target_width_db=TARGET_CI_DB,
+                widest_db=max((round(w, 3) for w in widths if math.isfinite(w)), default=None),
+                over_target=sum(w > TARGET_CI_DB for w in widths), stopped=self.plan.stopped or "no sample ran",
+                reused_samples=self.reused, **_ranking(acc, intervals, widths)),
+            aligned_all_share=round(len(full) / len(rows), 4) if rows and self.quantized else 0.0,
+            truncated=self.truncated, notes=notes, seconds=round(self.seconds, 4),
+        )
 
 
 def _add_sample(key, got, runs, float_tensors, left_out, ref_values, refs, acc, level_acc) -> None:
@@ -224,34 +315,95 @@ class _SamplePlan:
     interval needs (its width falls as 1/sqrt(samples)) and runs up to there, as far as the seconds
     left allow at the pace so far, before it checks again."""
 
-    def __init__(self, budget: LayersBudget, t0: float, seed: int):
-        self.budget, self.t0, self.seed = budget, t0, seed
+    def __init__(self, budget: LayersBudget, elapsed: Callable[[], float], seed: int):
+        self.budget, self.elapsed, self.seed = budget, elapsed, seed
         self.target = max(1, min(budget.min_samples, budget.max_samples))
         self.stopped: str | None = None
-        self._first: float | None = None  # when the first sample started
 
     def enough(self, samples: int, acc: dict) -> bool:
-        b, now = self.budget, time.perf_counter()
-        if self._first is None:
-            self._first = now
+        b, spent = self.budget, self.elapsed()
         if samples >= b.max_samples:
             self.stopped = f"options.layers.max_samples ({b.max_samples}) reached"
-        elif samples and now - self.t0 > b.max_seconds:
+        elif samples and spent > b.max_seconds:
             self.stopped = f"the time budget (options.layers.max_seconds={b.max_seconds:g}) spent"
         elif samples >= self.target:
-            widths = [_width(ci) for ci in _intervals(acc, samples, self.seed).values()]
-            widest = max(widths, default=0.0)
+            intervals = _intervals(acc, samples, self.seed)
+            widest = max((_width(ci) for ci in intervals.values()), default=0.0)
             if widest <= TARGET_CI_DB:
                 self.stopped = f"every interval at most {TARGET_CI_DB:g} dB wide"
                 return True
-            pace = (now - self._first) / samples
-            affordable = samples + int((b.max_seconds - (now - self.t0)) / pace) if pace > 0 else b.max_samples
+            settled = ranking_settled(_points(acc), intervals)
+            if b.stop_when_settled and settled:
+                self.stopped = f"ranking settled: {settled}"
+                return True
+            pace = spent / samples  # the table's own seconds per sample, its set-up included
+            affordable = samples + int((b.max_seconds - spent) / pace) if pace > 0 else b.max_samples
             need = samples * (widest / TARGET_CI_DB) ** 2 if math.isfinite(widest) else b.max_samples
             self.target = min(b.max_samples, affordable, max(samples + max(1, samples // 4), math.ceil(need)))
+            if b.more_allowed is not None and self.target > samples:
+                # As many more as the extras' budget pays for, after the candidates still to come.
+                step = samples + max(1, samples // 4)
+                while step > samples and not b.more_allowed(pace * (step - samples)):
+                    step -= 1
+                if step <= samples:
+                    self.stopped = f"the extras' budget spent ({b.more_option} to run more samples)"
+                    return True
+                self.target = min(self.target, step)
             if self.target <= samples:
                 self.stopped = (f"the time budget (options.layers.max_seconds={b.max_seconds:g}) fits no more "
                                 f"at {pace:.2g} s per sample")
         return self.stopped is not None
+
+
+def _ranking(acc: dict, intervals: dict, widths: list[float]) -> dict:
+    """``LayersSampling.settled`` and ``ranking``: whether the worst few stand apart, said with the widest
+    interval."""
+    if not intervals:
+        return {"settled": None, "ranking": "not judged: no intervals (fewer than 2 samples)"}
+    how = ranking_settled(_points(acc), intervals)
+    widest = max(widths)
+    wide = f"widest interval {widest:.1f} dB" if math.isfinite(widest) else "an interval without an upper bound"
+    if how is not None:
+        return {"settled": True, "ranking": f"ranking settled ({how}); {wide}"}
+    return {"settled": False, "ranking": f"ranking not settled: in some file no group of its 1 to {RANKING_FEW} worst "
+                                         f"tensors stands apart from the rest by its intervals; {wide}"}
+
+
+def _points(acc: dict) -> dict[tuple[str, str], float]:
+    """(artifact, tensor) -> its SQNR over the samples so far (finite cells only)."""
+    out = {}
+    for k, a in acc.items():
+        db = a.cell().sqnr_db
+        if db is not None and math.isfinite(db):
+            out[k] = db
+    return out
+
+
+def ranking_settled(points: dict[tuple[str, str], float], intervals: dict[tuple[str, str], tuple[float, float]],
+                    few: int = RANKING_FEW) -> str | None:
+    """The table's answer is which tensors lose the most. It is settled when, in every file, the worst k
+    tensors (k = 1 to ``few``, by SQNR) are separated from the rest by their 95% intervals: the highest upper
+    end among those k lies below the lowest lower end among the others. Returns how, or None when a file's
+    ranking is not settled (or no file has intervals to judge by)."""
+    by_artifact: dict[str, list[tuple[float, float, float]]] = {}
+    for key, (lo, hi) in intervals.items():
+        if key in points:
+            by_artifact.setdefault(key[0], []).append((points[key], lo, hi))
+    if not by_artifact:
+        return None
+    apart = {}
+    for artifact, cells in by_artifact.items():
+        cells.sort()
+        if len(cells) <= 1:
+            apart[artifact] = len(cells)
+            continue
+        for k in range(1, min(few, len(cells) - 1) + 1):
+            if max(c[2] for c in cells[:k]) < min(c[1] for c in cells[k:]):
+                apart[artifact] = k
+                break
+        else:
+            return None
+    return "; ".join(f"{a}: the worst {k} apart from the rest" for a, k in sorted(apart.items()))
 
 
 def _intervals(acc: dict, samples: int, seed: int) -> dict[tuple[str, str], tuple[float, float]]:

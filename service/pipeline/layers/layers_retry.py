@@ -9,7 +9,7 @@ cannot be excluded in PT2E and is listed as skipped. On an ONNX upload the conve
 carry the ONNX node they came from, and those lose their XNNPACK annotation instead. A node ORT's
 pre-processing renamed is found by the output it writes.
 
-``advice_from_retry`` turns the result into the plain dicts the ``advice`` list (verdict/advice)
+``advice_from_retry`` turns the result into the plain dicts the ``advice`` list (advice/advice)
 consumes; the shape is pinned in docs/CONTRACTS.md.
 """
 

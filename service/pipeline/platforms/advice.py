@@ -1,6 +1,6 @@
 """Advice for an emulated platform: the candidates (the quantized artifacts) judged on the graphs the
 platform's ORT saved and the accuracy measured there, never on speed, and the advice says so. The
-measured re-runs of ``verdict/advice.py`` (changes to a file, timed) run on this machine only."""
+measured re-runs of ``advice/advice.py`` (changes to a file, timed) run on this machine only."""
 
 from __future__ import annotations
 

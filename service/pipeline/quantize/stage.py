@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from service.pipeline.context import StageContext
-from service.pipeline.environment import cores_idle
 from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inputs.stored_nonfinite import nonfinite_weights, selected_by_where
@@ -42,7 +41,7 @@ class Quantized:
 def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, ctx: StageContext) -> Quantized:
     """Each requested path, each failing alone.
 
-    The PT2E path runs here and the ORT paths on a second thread when two cores are idle
+    The PT2E path runs here and the ORT paths on a second thread when the job has two cores
     (``request.parallel_paths`` None), or as it says (quantize/side_by_side.py).
     """
     request = ctx.request
@@ -100,8 +99,8 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
                                calibration_cache=scratch / "ort_calibration_ranges.json")
             finished(name, outcome, t0)
 
-    idle = cores_idle(request.concurrent_jobs)
-    both = already is None and "pt2e_qdq" in requested and len(requested) > 1 and request.two_threads(idle)
+    idle = ctx.two_threads()  # two cores of the machine's ledger are this job's (pipeline/cores.py)
+    both = already is None and "pt2e_qdq" in requested and len(requested) > 1 and idle
     # torch takes every core unless told otherwise; with another job or load on them, its pool's threads
     # wait for each other (a CenterNet's PT2E path alone: 100 s on a loaded machine against 43 s on one
     # thread). Side by side each path has one core anyway (side_by_side).

@@ -21,6 +21,7 @@ decisions table and the lints read these results in the decide stage (``verdict.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -63,7 +64,7 @@ from service.pipeline.runtime.numerics import (
     compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
 )
 from service.pipeline.ort.sessions import session_for
-from service.pipeline.runtime.parallel_runs import runs_on_cores
+from service.pipeline.runtime.parallel_runs import Cores, runs_on_cores
 from service.pipeline.sections import ACCURACY, AGREEMENT, LATENCY, LEVEL_GRAPHS
 from service.pipeline.vocabulary import (
     COMPUTE_OPS,
@@ -78,6 +79,8 @@ from service.pipeline.vocabulary import (
 )
 from service.schemas.levels import AgreementRow, OptimizedLevel
 from service.schemas.options import ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions, measures_accuracy, timed_levels
+
+log = logging.getLogger(__name__)
 
 __all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph", "level_structure"]
 
@@ -175,8 +178,9 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                    out_dir: Path, options: ComparisonOptions,
                    progress: Callable[[str, int, int], None] | None = None,
                    loaded: dict[str, GraphIndex] | None = None, concurrent_jobs: LoadProbe | None = None,
-                   keep_level_graphs: bool = True, cores: int = 1,
-                   data_dependent: dict[int, str] | None = None, on_section: Section | None = None) -> LevelsResult:
+                   keep_level_graphs: bool = True, cores: Cores = 1,
+                   data_dependent: dict[int, str] | None = None, on_section: Section | None = None,
+                   disable_all_runs: SharedRuns | None = None) -> LevelsResult:
     """Every artifact at every level of ``options.levels``: graph, diff; numerics (unless depth is
     "structure"); latency at ``options.timed_levels``.
 
@@ -191,6 +195,9 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     ``Fp32.data_dependent_outputs``): compared by shape, never element-wise, nor across artifacts.
     ``on_section(name, result so far)``: called as each section is done (the report as it comes);
     the result it gets holds nothing a later section changes (no timings, no ``evaluate_seconds``).
+    ``disable_all_runs()``: every file's outputs on ``eval_feeds`` at disable_all, run by someone who runs
+    those very computations anyway (the per-tensor table's first samples, issue 47): called once, before the
+    accuracy runs, when no file draws random numbers; ``{}`` or an exception: each file runs its own.
     """
     loaded = loaded if loaded is not None else {}
     out_dir = Path(out_dir)
@@ -241,6 +248,7 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     if measures_accuracy(options):
         todo = sum(1 for g in by_name.values() for ol in g.per_level.values() if not ol.error)
         done = 0
+        shared = _shared_disable_all(by_name, levels, disable_all_runs, timings)
         for name in names:
             t1 = time.perf_counter()
             g = by_name[name]
@@ -256,6 +264,8 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
                         if ol.same_graph_as not in g.outputs:
                             raise _SameGraphFailed(source.error)
                         outputs = g.outputs[ol.same_graph_as]
+                    elif level == "disable_all" and name in shared:
+                        g.output_names, outputs = shared[name]
                     else:
                         outputs = _accuracy_outputs(g, level, eval_feeds, cores)
                     g.outputs[level] = outputs
@@ -296,13 +306,37 @@ def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str
     return result(agreement, final=True, reference=reference)
 
 
+# () -> file -> (output names, each output's values over the eval feeds, as ``concat_runs`` gives them)
+SharedRuns = Callable[[], dict[str, tuple[list[str], list[np.ndarray]]]]
+
+
+def _shared_disable_all(by_name: dict, levels: list[str], runs: SharedRuns | None,
+                        timings: dict[str, float]) -> dict[str, tuple[list[str], list[np.ndarray]]]:
+    """The outputs at disable_all that ``runs`` computes (their time counts as evaluate), or {}: none asked,
+    disable_all not among the levels, a file that draws random numbers (its draws follow the session's run
+    order, which another session need not share), or the runs failing (each file then runs its own)."""
+    if runs is None or "disable_all" not in levels or any(g.random_ops for g in by_name.values()):
+        return {}
+    t0 = time.perf_counter()
+    try:
+        shared = runs()
+    except Exception:  # noqa: BLE001 - the accuracy runs are made the usual way instead
+        log.warning("the shared runs at disable_all failed; each file runs its own", exc_info=True)
+        shared = {}
+    seconds = time.perf_counter() - t0
+    timings["evaluate"] += seconds
+    for name in shared:  # the shared runs' time, split evenly over the files they served
+        by_name[name].seconds["disable_all"] = seconds / len(shared)
+    return shared
+
+
 class _SameGraphFailed(Exception):
     def __init__(self, error: str | None):
         super().__init__(error)
         self.error = error
 
 
-def _accuracy_outputs(g: _Graphs, level: str, feeds: list[dict[str, np.ndarray]], cores: int) -> list[np.ndarray]:
+def _accuracy_outputs(g: _Graphs, level: str, feeds: list[dict[str, np.ndarray]], cores: Cores) -> list[np.ndarray]:
     """Every eval feed through ``g`` at ``level``, untimed, on ``cores`` threads (one intra-op thread each)."""
     session = session_for(g.path, level, intra_op_threads=1)
     g.output_names = [o.name for o in session.get_outputs()]

@@ -18,33 +18,34 @@ threads' order.
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence, TypeVar
-
-from service.pipeline.environment import usable_cores
+from typing import Callable, Sequence, TypeVar, Union
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-__all__ = ["job_cores_default", "runs_on_cores", "ACCURACY_HOW"]
+__all__ = ["Cores", "cores_now", "runs_on_cores", "ACCURACY_HOW"]
+
+# A figure, or what gives the job's share at this moment (``pipeline/cores.py``: ``CoreShare.now``).
+Cores = Union[int, Callable[[], int]]
 
 ACCURACY_HOW = ("accuracy runs untimed on {cores} core(s): each session with one intra-op thread, {cores} of its "
                 "evaluation feeds run at once (outputs bit for bit a lone one-thread run's); latency timed alone "
                 "afterwards")
 
 
-def job_cores_default(workers: int = 1) -> int:
-    """The machine's usable cores divided by the jobs that run at once (at least one)."""
-    return max(1, usable_cores() // max(1, workers))
+def cores_now(cores: Cores) -> int:
+    """The cores to use for the batch about to start (at least one)."""
+    return max(1, int(cores() if callable(cores) else cores))
 
 
-def runs_on_cores(run: Callable[[T], R], items: Sequence[T], cores: int, *, sequential: bool = False) -> list[R]:
+def runs_on_cores(run: Callable[[T], R], items: Sequence[T], cores: Cores, *, sequential: bool = False) -> list[R]:
     """``[run(item) for item in items]``, computed on ``cores`` threads at once (results in item order).
 
-    ``run`` runs a session with one intra-op thread: one session on each feed, or (the per-tensor table)
+    ``cores`` is read once, as the batch starts. ``run`` runs a session with one intra-op thread: one session on each feed, or (the per-tensor table)
     each file's session on one feed. ``sequential``: one item after the other (a graph with random ops).
     The first exception raised by a run is raised here."""
     items = list(items)
-    workers = 1 if sequential else max(1, min(int(cores), len(items)))
+    workers = 1 if sequential or len(items) < 2 else min(cores_now(cores), len(items))
     if workers == 1:
         return [run(item) for item in items]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="quantcompare-accuracy") as pool:

@@ -7,20 +7,23 @@ from service.pipeline.context import StageContext
 from service.pipeline.fp32.stage import Fp32
 from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inspect.stage import Inspected
-from service.pipeline.runtime.levels import LevelsResult, Section, analyze_levels
+from service.pipeline.runtime.levels import LevelsResult, Section, SharedRuns, analyze_levels
 from service.schemas.options import ComparisonOptions, layers_by_level
 
 
 def levels_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, inspected: Inspected,
-                 ctx: StageContext, *, on_section: Section | None = None) -> LevelsResult:
+                 ctx: StageContext, *, on_section: Section | None = None,
+                 disable_all_runs: SharedRuns | None = None) -> LevelsResult:
     """``inspected.loaded`` is handed over: each parsed graph is dropped once its levels ran, so a
     real-size model is not held in memory twice. Its own timings split optimize, evaluate (the untimed
     accuracy runs, on ``ctx.cores``) and latency. ``on_section``: the level graphs, each artifact's
-    accuracy, the agreement and the latency as each is done (pipeline/sections.py)."""
+    accuracy, the agreement and the latency as each is done (pipeline/sections.py). ``disable_all_runs``:
+    the per-tensor table's first samples, whose runs are the accuracy runs at disable_all (levels.py)."""
     request = ctx.request
     return analyze_levels(artifact_paths=inspected.paths, eval_feeds=prepared.samples.evaluation,
                           out_dir=ctx.folders.artifacts, options=options, progress=ctx.notify,
                           loaded=inspected.loaded, concurrent_jobs=request.concurrent_jobs, cores=ctx.cores,
                           # the per-tensor table by level reads the level graphs from the artifacts folder
                           keep_level_graphs=request.keep_level_graphs or layers_by_level(options),
-                          data_dependent=fp32.data_dependent_outputs(), on_section=on_section)
+                          data_dependent=fp32.data_dependent_outputs(), on_section=on_section,
+                          disable_all_runs=disable_all_runs)

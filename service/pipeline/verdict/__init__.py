@@ -1,1 +1,1 @@
-"""What the report concludes: decisions, lints, gates, advice, platform notes."""
+"""What the report concludes: decisions, lints, gates, platform notes."""

@@ -18,7 +18,7 @@ from service.pipeline.inspect.stage import Inspected
 from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.runtime.output_kinds import artifact_accuracy
-from service.pipeline.verdict.advice_stage import Advised
+from service.pipeline.advice.stage import Advised
 from service.pipeline.verdict.decisions import decisions_table
 from service.pipeline.verdict.gates import verdict_from_artifacts
 from service.pipeline.verdict.lint_catalog import checked_lints

@@ -8,7 +8,6 @@ import pytest
 
 from service.pipeline.compare import ComparisonRequest, run_comparison
 from service.schemas.options import ComparisonOptions
-from service.pipeline.environment import cores_idle
 from service.pipeline.quantize.side_by_side import side_by_side
 
 
@@ -23,14 +22,16 @@ def test_paths_side_by_side_write_the_same_artifacts_as_in_sequence(tmp_path):
     same numbers; only the timing phase, alone in both, gives figures that move from run to run."""
     options = ComparisonOptions(calibration_samples=4, eval_samples=2, latency={"enabled": False},
                                 levels=["disable_all", "all"], layers={"enabled": True},
-                                # seconds, not the default share of a tiny job, which measures no candidate
-                                advice={"enabled": True, "budget_seconds": 60})
+                                # seconds, not the default share of a tiny job, which measures one candidate
+                                advice={"enabled": True}, extras={"seconds": 60})
     reports = {}
     for parallel in (False, True):
         out = tmp_path / str(parallel)
         seen = []
         reports[parallel] = run_comparison(
-            ComparisonRequest(options=options, example="tiny_conv_net", parallel_paths=parallel), out,
+            # op_zoo_net: six candidates, so some are made beside the table (tiny_conv_net has one, the best,
+            # which is made and timed before the table)
+            ComparisonRequest(options=options, example="op_zoo_net", parallel_paths=parallel), out,
             progress=lambda stage, done, total: seen.append((stage, done, total)))
         assert [x for x in seen if x[0] == "quantize"][-1] == ("quantize", 3, 3)
     seq, par = reports[False], reports[True]
@@ -46,8 +47,10 @@ def test_paths_side_by_side_write_the_same_artifacts_as_in_sequence(tmp_path):
                       for e in report.advice + report.advice_refuted if e.measured)
 
     assert made(par) == made(seq) and made(par)
-    assert all("computed beside the per-tensor table" in e.measured.how for e in par.advice + par.advice_refuted
-               if e.measured)
+    # every candidate but the best one, which is made and timed before the table (issue 47)
+    beside = ["computed beside the per-tensor table" in e.measured.how for e in par.advice + par.advice_refuted
+              if e.measured]
+    assert len(beside) >= 2 and sum(beside) == len(beside) - 1
     assert not any("beside" in e.measured.how for e in seq.advice + seq.advice_refuted if e.measured)
     assert par.timings["layers"] > 0 and par.timings["advice"] > 0
 
@@ -60,7 +63,6 @@ def test_side_by_side_runs_the_second_on_another_thread_only_when_asked():
     assert a == main and b != main
     a, b = side_by_side(lambda: threading.get_ident(), lambda: threading.get_ident(), parallel=False)
     assert a == b == main
-    assert cores_idle(lambda: 2) is False  # another job running: no second core for this one
 
 
 @pytest.mark.heavy
@@ -72,8 +74,8 @@ def test_a_model_past_the_size_cap_makes_its_advice_after_the_table(tmp_path, mo
     monkeypatch.setattr(compare, "BESIDE_LAYERS_MAX_MODEL_BYTES", 0)
     options = ComparisonOptions(calibration_samples=4, eval_samples=2, latency={"enabled": False},
                                 levels=["disable_all", "all"], layers={"enabled": True},
-                                # seconds, not the default share of a tiny job, which measures no candidate
-                                advice={"enabled": True, "budget_seconds": 60})
+                                # seconds, not the default share of a tiny job, which measures one candidate
+                                advice={"enabled": True}, extras={"seconds": 60})
     report = run_comparison(ComparisonRequest(options=options, example="tiny_conv_net", parallel_paths=True), tmp_path)
     measured = [e for e in report.advice + report.advice_refuted if e.measured]
     assert measured and not any("beside" in e.measured.how for e in measured)

@@ -79,7 +79,7 @@ def test_detections_after_nms_are_compared_by_shape_and_the_scores_element_wise(
     assert all(a.output != "detections" for a in report.agreement)
     # Advice's re-runs take their SQNR over the same outputs as the levels (its "before" figure).
     from service.pipeline.runtime.numerics import worst_elementwise_sqnr
-    from service.pipeline.verdict.advice import _data_dependent_positions
+    from service.pipeline.advice.advice import _data_dependent_positions
     skip = _data_dependent_positions(report.artifacts["fp32"].optimized)
     assert skip == {0}
     ref_all = [np.zeros((ref_rows, 5), np.float32), ref]

@@ -107,7 +107,7 @@ def _counted(saved: Path) -> float | None:
 def test_int8_coverage_is_the_count_in_orts_saved_graph_in_levels_and_advice(tmp_path, build, at_all):
     from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.runtime.levels import analyze_levels
-    from service.pipeline.verdict.advice import AdviceContext, Candidate, advice_plan
+    from service.pipeline.advice.advice import AdviceContext, Candidate, advice_plan
 
     fp32, exclude = build(tmp_path)
     qdq = _quantized(fp32, exclude, tmp_path / f"{fp32.stem}.qdq.onnx")

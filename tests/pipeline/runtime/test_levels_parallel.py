@@ -21,12 +21,12 @@ def _feeds(report, n=4):
     return [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(n)]
 
 
-def _levels(workdir, report, tmp_path, *, cores):
+def _levels(workdir, report, tmp_path, *, cores, shared=None, name=None):
     options = ComparisonOptions(levels=["disable_all", "basic", "all"], latency={"enabled": False})
     art = workdir / "artifacts"
     paths = {a: art / f"{a}.onnx" for a in ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator")}
-    return analyze_levels(artifact_paths=paths, eval_feeds=_feeds(report), out_dir=tmp_path / f"c{cores}",
-                          options=options, cores=cores, keep_level_graphs=False)
+    return analyze_levels(artifact_paths=paths, eval_feeds=_feeds(report), out_dir=tmp_path / (name or f"c{cores}"),
+                          options=options, cores=cores, keep_level_graphs=False, disable_all_runs=shared)
 
 
 def test_accuracy_figures_are_identical_on_one_core_and_on_two(compared, tmp_path):
@@ -69,3 +69,35 @@ def test_the_per_tensor_table_is_identical_on_one_core_and_on_two(compared):
     tables = [layers_from_files(fp32_path=art / "fp32.onnx", artifact_paths=quantized, eval_feeds=_feeds(report, 2),
                                 cores=cores).model_dump(exclude={"seconds"}) for cores in (1, 2)]
     assert tables[0]["rows"] and tables[0] == tables[1]
+
+
+def test_the_table_s_first_samples_are_the_accuracy_runs_at_disable_all(compared, tmp_path):
+    """Exact reuse (issue 47): run once, the per-tensor table's first samples give each file's accuracy at
+    disable_all bit for bit, and the table goes on from there with the same figures as a table of its own."""
+    from service.pipeline.layers.layers import TensorTable, layers_from_files
+    from service.pipeline.runtime.numerics import concat_runs
+
+    report, workdir = compared("op_zoo_net")
+    art = workdir / "artifacts"
+    quantized = {a: art / f"{a}.onnx" for a in ("pt2e_qdq", "ort_qdq", "ort_qoperator")}
+    feeds = _feeds(report)
+    table = TensorTable(fp32_path=art / "fp32.onnx", artifact_paths=quantized)
+
+    def shared():
+        kept = table.first_outputs(feeds)
+        return {n: (table.outputs[n], concat_runs([[d[o] for o in table.outputs[n]] for d in per]))
+                for n, per in kept.items()}
+
+    alone = _levels(workdir, report, tmp_path, cores=1)
+    reused = _levels(workdir, report, tmp_path, cores=1, shared=shared, name="reused")
+    assert table.reused == len(feeds)
+    for name, per_level in alone.optimized.items():
+        for level, ol in per_level.items():
+            assert ol.numerics is not None
+            assert reused.optimized[name][level].model_dump(exclude=VOLATILE) == ol.model_dump(exclude=VOLATILE)
+    for a, b in zip(alone.reference_outputs, reused.reference_outputs):
+        np.testing.assert_array_equal(a, b)
+    own = layers_from_files(fp32_path=art / "fp32.onnx", artifact_paths=quantized, eval_feeds=feeds)
+    went_on = table.completed(feeds)
+    assert went_on.rows == own.rows and went_on.samples == own.samples
+    assert went_on.sampling.reused_samples == len(feeds) and any("run once, for both" in n for n in went_on.notes)

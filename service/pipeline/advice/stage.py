@@ -1,16 +1,17 @@
 """The advice stage: the changes the blockers point to, re-run for real and measured.
 
-Two steps. ``advice_candidates`` plans them from the levels stage's blockers, running nothing; its
-``work`` (each candidate's re-quantized file, SQNR and int8 coverage: nothing timed) may run beside the
-per-tensor table on a second core. ``advice_stage`` then makes what is left and times each candidate
-alone, while the scratch folder (the pre-processed input, the calibration ranges) still exists.
+Three steps, in the extras' order (pipeline/extras_budget.py). ``advice_candidates`` plans them from the
+levels stage's blockers, running nothing; ``best_candidate_measured`` makes and times the first at once;
+the plan's ``work`` (each further candidate's re-quantized file, SQNR and int8 coverage: nothing timed)
+may then run beside the per-tensor table on a second core. ``advice_stage`` makes what is left and times
+each candidate alone, while the scratch folder (the pre-processed input, the calibration ranges) still
+exists.
 A failure here never fails the comparison: advice is an extra.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
 from service.pipeline.context import StageContext
@@ -18,7 +19,8 @@ from service.pipeline.inputs.stage import Prepared
 from service.pipeline.inspect.stage import Inspected
 from service.pipeline.quantize.stage import Quantized
 from service.pipeline.runtime.levels import LevelsResult
-from service.pipeline.verdict.advice import AdvicePlan, advice_plan_for_job, timed_advice
+from service.pipeline.extras_budget import ExtrasBudget
+from service.pipeline.advice.advice import AdviceContext, AdvicePlan, advice_plan_for_job, time_ready, timed_advice
 from service.schemas.advice import AdviceEntry
 from service.schemas.options import ComparisonOptions, measures_accuracy, resolved_ort_settings
 
@@ -31,23 +33,38 @@ class Advised:
     refuted: list[AdviceEntry] = field(default_factory=list)
     not_run: list[AdviceEntry] = field(default_factory=list)  # left out by the budget, each with the reason
     made_seconds: float = 0.0  # making the candidates (``AdvicePlan.work``), on whichever thread ran it
-    timed_seconds: float = 0.0  # timing them, alone
+    timed_seconds: float = 0.0  # timing them, alone (the first candidate's timing included)
 
 
 def advice_candidates(options: ComparisonOptions, prepared: Prepared, quantized: Quantized, inspected: Inspected,
-                      levels: LevelsResult, ctx: StageContext, *, job_seconds: float = 0.0) -> AdvicePlan | None:
+                      levels: LevelsResult, ctx: StageContext, *, budget: ExtrasBudget) -> AdvicePlan | None:
     """The plan of what advice will re-run (None: advice is off, depth "structure", or nothing to measure).
-    Runs nothing. ``job_seconds``: the job's time before advice starts (the default budget is a share of it)."""
+    Runs nothing. ``budget``: the extras' budget it shares with the per-tensor table."""
     if not options.advice.enabled or not measures_accuracy(options):
         return None
     ctx.notify("advice", 0, 1)
-    return advice_plan_for_job(
-        levels.optimized, inspected.paths, options, ort_input=quantized.ort_input,
-        ort_settings=resolved_ort_settings(options), samples=prepared.samples,
+    lat = options.latency
+    return advice_plan_for_job(levels.optimized, AdviceContext(
+        artifact_paths=dict(inspected.paths), ort_input=quantized.ort_input, ort_settings=resolved_ort_settings(options),
+        calibration=list(prepared.samples.calibration), evaluation=list(prepared.samples.evaluation),
         input_names=[s.name for s in prepared.source.specs],
-        calibration_cache=ctx.folders.scratch / "ort_calibration_ranges.json",
-        quantize_seconds={n: s for n, (_, s) in quantized.outcomes.items()}, reference=levels.reference_outputs,
-        job_seconds=job_seconds, cores=ctx.cores)
+        calibration_cache=ctx.folders.scratch / "ort_calibration_ranges.json", level=options.advice.level,
+        runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads, budget=budget,
+        budget_how=budget.how, cores=ctx.cores, quantize_seconds={n: s for n, (_, s) in quantized.outcomes.items()},
+        reference=levels.reference_outputs))
+
+
+def best_candidate_measured(plan: AdvicePlan | None) -> None:
+    """The extras' first step: advice's candidate with the highest expected gain, made and timed now,
+    whatever the budget (a job with a candidate measures at least one: one that fails, or that ORT rewrites
+    into the very graph it had, is settled and the next one is made)."""
+    if plan is None:
+        return
+    try:
+        plan.work(first_only=True)
+        time_ready(plan)
+    except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
+        log.warning("advice's first candidate failed", exc_info=True)
 
 
 def made_candidates(plan: AdvicePlan | None) -> None:
@@ -69,7 +86,6 @@ def advice_stage(options: ComparisonOptions, plan: AdvicePlan | None, ctx: Stage
     made_candidates(plan)
     plan.beside = made_beside
     ctx.notify("advice", 0, 1)
-    t0 = time.perf_counter()
     not_run = plan.not_run
     try:
         proposed, refuted = timed_advice(plan)
@@ -77,4 +93,4 @@ def advice_stage(options: ComparisonOptions, plan: AdvicePlan | None, ctx: Stage
         log.warning("advice failed; the report has none", exc_info=True)
         proposed, refuted = [], []
     return Advised(proposed=proposed, refuted=refuted, not_run=not_run, made_seconds=plan.seconds,
-                   timed_seconds=time.perf_counter() - t0)
+                   timed_seconds=plan.timed_seconds)

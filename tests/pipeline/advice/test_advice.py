@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from service.schemas.options import ComparisonOptions, resolved_ort_settings
-from service.pipeline.verdict.advice import (AdviceContext, Candidate, advice_plan, candidates_from_blockers,
+from service.pipeline.advice.advice import (AdviceContext, Candidate, advice_plan, candidates_from_blockers,
                                              measured_advice, timed_advice)
 from service.pipeline.runtime.level_graphs import level_graph_digest
 from service.schemas.advice import AdviceFigures
@@ -25,7 +25,7 @@ def _ctx(workdir, report, **kw) -> AdviceContext:
         runs=5, warmup=1, **kw)
 
 
-def test_a_zero_budget_reruns_nothing_and_says_so(compared):
+def test_a_zero_budget_reruns_the_best_candidate_only_and_says_so(compared):
     report, workdir = compared("op_zoo_net")
     unfused = {a: report.artifacts[a].optimized["all"].unfused for a in ("pt2e_qdq", "ort_qdq")}
     cands = candidates_from_blockers(unfused, {}, ort_settings=resolved_ort_settings(ComparisonOptions()),
@@ -35,10 +35,12 @@ def test_a_zero_budget_reruns_nothing_and_says_so(compared):
     plan.work()
     not_run = plan.not_run
     proposed, refuted = timed_advice(plan)
-    assert not proposed and not refuted
-    # every candidate the budget left out is listed, with the reason (issue 39): none is dropped
-    assert [e.change for e in not_run] == [c.change for c in cands] and len(cands) > 1
-    assert all(e.measured is None and "not re-run" in e.reason and "budget_share" in e.reason for e in not_run)
+    # the first candidate is measured whatever the budget (issue 47) ...
+    assert [e.change for e in proposed + refuted if e.measured is not None] == [cands[0].change]
+    # ... and every other one the budget left out is listed, with the reason (issue 39): none is dropped
+    assert [e.change for e in not_run] == [c.change for c in cands[1:]] and len(cands) > 1
+    assert all(e.measured is None and "not re-run" in e.reason and "options.extras.seconds" in e.reason
+               for e in not_run)
 
 
 def test_an_extra_candidate_is_measured_like_the_others(compared):
@@ -128,7 +130,7 @@ def test_the_before_figures_are_the_report_s_own(compared):
 def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_before():
     import time as _time
 
-    from service.pipeline.verdict.advice import GIVE_UP_PAIRS, GIVE_UP_RATIO, _interleaved_ms
+    from service.pipeline.advice.advice import GIVE_UP_PAIRS, GIVE_UP_RATIO, _interleaved_ms
 
     class Sleeps:  # the timing loop's own logic; what a session computes does not matter here
         def __init__(self, seconds):
@@ -156,7 +158,7 @@ def test_timing_a_candidate_stops_once_every_run_is_far_slower_than_every_run_be
 def test_timing_a_candidate_stops_once_more_pairs_cannot_change_its_verdict():
     import time as _time
 
-    from service.pipeline.verdict.advice import (
+    from service.pipeline.advice.advice import (
         MIN_PAIRS,
         MIN_SPEEDUP,
         AdviceFigures,
@@ -200,7 +202,7 @@ def test_two_threads_make_each_candidate_once_with_the_numbers_one_thread_makes(
     table): every candidate is made exactly once, in candidate order, with the same SQNR and coverage."""
     import threading
 
-    from service.pipeline.verdict.advice import advice_plan
+    from service.pipeline.advice.advice import advice_plan
 
     report, workdir = compared("op_zoo_net")
     unfused = {a: report.artifacts[a].optimized["all"].unfused for a in ("pt2e_qdq", "ort_qdq")}
@@ -299,7 +301,7 @@ def test_no_measured_win_is_refuted_and_each_refutation_states_what_was_measured
     (dict(latency_ms=12.0, latency_min_ms=11.0, sqnr_db=27.0), False, ["1.20x by the median", "SQNR 27.0 dB"]),
 ], ids=["faster at coverage 1.0: adopted", "slower: refuted by time", "lossy: refuted by SQNR", "both, both said"])
 def test_the_adopt_rule_reads_speed_and_accuracy_only(after, adopted, says):
-    from service.pipeline.verdict.advice import _supported, _why_not
+    from service.pipeline.advice.advice import _supported, _why_not
 
     c = Candidate("ort_qoperator", {"ort": {"activation_type": "uint8"}}, "r", blocked=("node_reshape",))
     before = AdviceFigures(int8_coverage=1.0, latency_ms=10.0, latency_min_ms=9.0, sqnr_db=30.0, level="all")

@@ -1,9 +1,9 @@
 """Advice that is measured: what to change so more of the model runs on int8 kernels, re-run for real.
 
 Candidates come from the blockers (``inspect/blockers.py``) and from the int8 kernels' activation
-dtype. Each candidate is re-run within the advice budget (``options.advice.budget_share`` of the job's time
-before advice starts, 20% by default, or ``options.advice.budget_seconds``), in order of expected gain
-(``by_expected_gain``); those that do not fit are listed with the reason (``AdvicePlan.not_run``,
+dtype. Candidates are re-run within the extras' budget, which advice shares with the per-tensor table
+(pipeline/extras_budget.py), in order of expected gain (``by_expected_gain``): the first is always
+measured, those that do not fit are listed with the reason (``AdvicePlan.not_run``,
 ``Report.advice_not_run``). The ORT path is quantized
 again with the changed settings (the calibration ranges are reused from the job's cache: they are
 float ranges, the same for int8 and uint8), a session is created at ``options.advice.level``, the
@@ -33,6 +33,7 @@ adopted when SQNR improves by at least ``MIN_SQNR_GAIN_DB`` at no more than ``MA
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 import logging
 import shutil
@@ -47,19 +48,20 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from service.pipeline.environment import cpu_info
+from service.pipeline.extras_budget import REACH_FURTHER, ExtrasBudget
 from service.pipeline.inspect.blockers import unfused_nodes
 from service.pipeline.ort.targets import host_platform
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
-from service.pipeline.runtime.parallel_runs import runs_on_cores
+from service.pipeline.runtime.parallel_runs import Cores, runs_on_cores
 from service.pipeline.ort.sessions import session_for, session_options_for, session_with_options
 from service.pipeline.vocabulary import graph_from_path, int8_coverage
 from service.schemas.advice import AdviceEntry, AdviceFigures, AdviceMeasured, UnfusedNode
 
 __all__ = ["Candidate", "AdviceContext", "AdvicePlan", "candidates_from_blockers", "measured_advice", "advice_plan",
-           "timed_advice", "advice_plan_for_job", "advice_budget", "by_expected_gain"]
+           "timed_advice", "time_ready", "advice_plan_for_job", "by_expected_gain", "level_figures"]
 
 log = logging.getLogger(__name__)
 DTYPE_BLOCKERS = {"io_dtype_mismatch", "int8_activation_on_x86"}
@@ -100,9 +102,12 @@ class AdviceContext:
     runs: int = 10
     warmup: int = 2
     threads: int = 1
+    # The extras' budget, shared with the per-tensor table (pipeline/extras_budget.py); None: a budget of
+    # its own, ``budget_seconds`` from the first ``work`` call (a plan made outside a job).
+    budget: ExtrasBudget | None = None
     budget_seconds: float = 60.0
-    budget_how: str = "options.advice.budget_seconds"  # how the budget was set, said when a candidate does not fit
-    cores: int = 1  # the job's cores: the SQNR runs (untimed) go on all of them (runtime/parallel_runs.py)
+    budget_how: str = "options.extras.seconds"  # how the budget was set, said when a candidate does not fit
+    cores: Cores = 1  # the job's cores: the SQNR runs (untimed) go on all of them (runtime/parallel_runs.py)
     quantize_seconds: dict[str, float] | None = None  # per artifact, for the budget estimate
     # From the levels stage, so a re-run does not measure again what the job already has: the
     # fp32 outputs every SQNR in the report is taken against, and each artifact's coverage and
@@ -416,21 +421,26 @@ class AdvicePlan:
     ``timed_advice`` then times each candidate alone.
 
     The budget counts, for each candidate made, what making it took plus what timing it will take at most
-    (``_timing_seconds``); a candidate that would not fit is proposed unmeasured only when it is a
-    blockers-backed speed change (``uint8``), and never when it is one of the candidates measurement
-    refutes on x86."""
+    (``_timing_seconds``); a candidate that would not fit is listed unmeasured (``not_run``) with the option
+    that reaches it. The first candidate (the highest expected gain) is made whatever the budget: a job
+    with advice on and a candidate measures at least one."""
 
     def __init__(self, candidates: Iterable[Candidate], ctx: AdviceContext):
         self.ctx = ctx
         self.beside: str | None = None  # the work phase one ran beside, said in each figure's ``how``
         self.seconds = 0.0  # the time ``work`` ran, on whichever threads (its share of the budget)
+        self.timed_seconds = 0.0  # the time ``time_ready`` ran (timing is alone: one thread)
         self.tmp = Path(tempfile.mkdtemp(prefix="qc-advice-"))
         self._todo = list(enumerate(candidates))
         self._made: dict[int, _Ready | AdviceEntry] = {}  # candidate index -> made, or its entry without figures
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
-        self._t_start: float | None = None  # the first ``work`` call: the budget is the plan's own time
-        self._timing_owed = 0.0  # seconds the candidates made so far will take to time
+        self.budget = ctx.budget or ExtrasBudget(ctx.budget_seconds, ctx.budget_how)
+        # Whether a candidate was made ready to time: until one is, the next is made whatever the budget (a
+        # candidate that failed, or that ORT rewrites into the very graph it had, measures nothing).
+        self._one_ready = False
+        self._owed: dict[int, float] = {}  # candidate made, not timed yet -> the seconds its timing will take
+        self._timed: dict[int, AdviceEntry] = {}  # candidate timed -> its entry (adopted or refuted)
         self._slowest: dict[bool, float] = {}  # re-quantizes or not -> longest candidate so far (made + timed), s
         self._before: dict[str, tuple[AdviceFigures, float]] = {}  # artifact -> figures, ms per run
         fp32 = ctx.artifact_paths["fp32"]
@@ -440,27 +450,45 @@ class AdvicePlan:
             self._reference = concat_runs(runs_on_cores(lambda f: ref_session.run(None, f), ctx.evaluation, ctx.cores))
             del ref_session
 
+    def _estimate(self, c: Candidate) -> float:
+        """What making and timing ``c`` will take, in seconds."""
+        ctx = self.ctx
+        known_ms = (ctx.latency_ms or {}).get(c.artifact, 0.0)
+        est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
+        est += len(ctx.evaluation) * known_ms / 1000.0 + _timing_seconds(ctx, known_ms, known_ms)
+        # A candidate already made is the better estimate (no latency figure without the latency loop,
+        # and a busy machine runs slower than the levels stage did): DNSMOS took 74-99 s of a 60 s budget.
+        return max(est, self._slowest.get("ort" in c.change, 0.0))
+
+    def reserve_seconds(self) -> float:
+        """What the candidates still to come will take (made and timed) within the budget: the per-tensor
+        table's further samples leave it to them (pipeline/extras_budget.py)."""
+        with self._lock:
+            todo = [c for _, c in self._todo if self._runnable(c)]
+            need = sum(self._owed.values()) + sum(self._estimate(c) for c in todo)
+        return min(need, max(0.0, self.budget.left()))
+
+    def _runnable(self, c: Candidate) -> bool:
+        ctx = self.ctx
+        return ctx.artifact_paths.get(c.artifact) is not None and not ("ort" in c.change and ctx.ort_input is None)
+
     def _next(self) -> tuple[int, Candidate] | None:
         """The next candidate that fits the budget; those that do not are settled here."""
         ctx = self.ctx
         while self._todo:
             i, c = self._todo.pop(0)
-            if ctx.artifact_paths.get(c.artifact) is None or ("ort" in c.change and ctx.ort_input is None):
+            if not self._runnable(c):
                 continue
-            known_ms = (ctx.latency_ms or {}).get(c.artifact, 0.0)
-            est = (ctx.quantize_seconds or {}).get(c.artifact, 5.0) if "ort" in c.change else 0.0
-            est += len(ctx.evaluation) * known_ms / 1000.0 + _timing_seconds(ctx, known_ms, known_ms)
-            # A candidate already made is the better estimate (no latency figure without the latency loop,
-            # and a busy machine runs slower than the levels stage did): DNSMOS took 74-99 s of a 60 s budget.
-            est = max(est, self._slowest.get("ort" in c.change, 0.0))
-            remaining = ctx.budget_seconds - (time.perf_counter() - (self._t_start or 0.0)) - self._timing_owed
-            if remaining > est + 1.0:
+            est = self._estimate(c)
+            remaining = self.budget.left() - sum(self._owed.values())
+            if not self._one_ready or remaining > est + 1.0:
                 return i, c
+            how = ctx.budget_how if ctx.budget is None else self.budget.how
             self._made[i] = AdviceEntry(
                 artifact=c.artifact, change=c.change, blocked_nodes=c.blocked_nodes,
-                reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the advice budget left, not enough "
-                f"for a re-run and its timing; the budget was {ctx.budget_seconds:.0f} s = {ctx.budget_how}: raise "
-                "options.advice.budget_share or set options.advice.budget_seconds to measure it)")
+                reason=c.reason + f" (not re-run: {max(0.0, remaining):.0f} s of the extras' budget left, not "
+                f"enough for a re-run and its timing (~{est:.0f} s); the budget was "
+                f"{self.budget.seconds or 0:.0f} s = {how}: {REACH_FURTHER} to measure it)")
         return None
 
     def _before_figures(self, artifact: str) -> tuple[AdviceFigures, float]:
@@ -522,13 +550,13 @@ class AdvicePlan:
         return (_Ready(candidate=c, target=target, before=before, after=after, fused=fused,
                        seconds=time.perf_counter() - t0), _timing_seconds(ctx, before_ms, after_ms))
 
-    def work(self) -> None:
-        """Make candidates until none is left; safe to call from two threads at once."""
+    def work(self, first_only: bool = False) -> None:
+        """Make candidates until none is left (``first_only``: until one is ready to time); safe to call from
+        two threads at once."""
         t0 = time.perf_counter()
-        with self._lock:
-            self._t_start = self._t_start or t0
+        self.budget.start()
         try:
-            while True:
+            while not (first_only and self._one_ready):
                 with self._lock:
                     picked = self._next()
                 if picked is None:
@@ -546,7 +574,8 @@ class AdvicePlan:
                     self._made[i] = ready
                     if isinstance(ready, AdviceEntry):  # settled without runs: nothing to time
                         continue
-                    self._timing_owed += owed
+                    self._owed[i] = owed
+                    self._one_ready = True
                     key = "ort" in c.change
                     self._slowest[key] = max(self._slowest.get(key, 0.0), ready.seconds + owed)
         finally:
@@ -554,8 +583,17 @@ class AdvicePlan:
                 self.seconds += time.perf_counter() - t0
 
     @property
+    def timed(self) -> list[AdviceEntry]:
+        """The candidates timed so far, in candidate order (the first is the best candidate)."""
+        return [e for _, e in sorted(self._timed.items())]
+
+    @property
     def ready(self) -> list[_Ready]:
-        return [m for _, m in sorted(self._made.items()) if isinstance(m, _Ready)]
+        """The candidates made and not timed yet, in candidate order."""
+        return [m for _, m in self._untimed()]
+
+    def _untimed(self) -> list[tuple[int, _Ready]]:
+        return [(i, m) for i, m in sorted(self._made.items()) if isinstance(m, _Ready) and i not in self._timed]
 
     def unmeasured(self) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
         """(not re-run for the budget, refuted because their re-run failed), in candidate order."""
@@ -577,60 +615,75 @@ def advice_plan(candidates: Iterable[Candidate], ctx: AdviceContext) -> AdvicePl
 
 
 def timed_advice(plan: AdvicePlan | None) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
-    """Phase two: each prepared candidate timed alternately with the artifact as is, alone on the machine
-    (nothing else of the job runs meanwhile); then (proposed, refuted)."""
+    """Phase two: each candidate made and not timed yet, timed alternately with the artifact as is, alone
+    on the machine (nothing else of the job runs meanwhile); then (proposed, refuted) over every candidate
+    of the plan. The plan's files are removed: nothing is timed after this."""
     if plan is None:
         return [], []
-    ctx = plan.ctx
-    proposed, refuted = [], plan.unmeasured()[1]  # the candidates not re-run are plan.not_run
-    how = (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
-           f"(worst output vs the report's fp32 reference; 'before' is the levels "
-           f"stage's figure for the artifact as is){f', computed beside {plan.beside}' if plan.beside else ''}; "
-           f"int8 coverage and the blocked nodes that fused counted in the graph ORT saved at {ctx.level}; "
-           f"latency = median and fastest of {MIN_PAIRS} to {ctx.runs} runs of each session, a new session of "
-           f"the artifact as is (before) and of the change (after) per candidate, timed alone and alternately "
-           f"after the same warm-up ({ctx.warmup} runs each, {SHORT_RUN_WARMUP} more each when a run takes under "
-           f"{SHORT_RUN_MS:g} ms), {ctx.threads} intra-op thread(s), until the 95% interval of the per-pair "
-           f"after/before ratio is clear of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x "
-           f"for accuracy; {MIN_PAIRS} pairs when SQNR decides alone)")
     try:
-        for r in plan.ready:
-            c = r.candidate
-            t0 = time.perf_counter()
-            try:
-                # A new 'before' session per candidate: one kept from the previous candidate has run dozens of
-                # times, which a fresh 'after' session has not (a 0.05 ms graph reads 20-40% slower cold).
-                before_session = _session(ctx.artifact_paths[c.artifact], ctx, {}, None)[0]
-                session = _session(r.target, ctx, dict(c.change.get("session", {})), None)[0]
-                ms_before, ms_after, pairs = _interleaved_ms(before_session, session, ctx.evaluation[0],
-                                                             runs=ctx.runs, warmup=ctx.warmup,
-                                                             settled=_latency_settled(c, r.before, r.after))
-                del session, before_session
-            except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
-                refuted.append(AdviceEntry(artifact=c.artifact, change=c.change, adopted=False,
-                                           blocked_nodes=c.blocked_nodes,
-                                           reason=f"{c.reason}; re-run failed: {type(e).__name__}: {str(e)[:200]}"))
-                continue
-            b = r.before.model_copy(update={"latency_ms": ms_before[0], "latency_min_ms": ms_before[1]})
-            after = r.after.model_copy(update={"latency_ms": ms_after[0], "latency_min_ms": ms_after[1]})
-            stopped = f"; {pairs} alternated pairs timed"
-            if pairs < MIN_PAIRS:
-                stopped += (f": timing stopped there, every run was over {GIVE_UP_RATIO:g}x slower than every run "
-                            "of the artifact as is")
-            measured = AdviceMeasured(before=b, after=after, how=how + stopped,
-                                      seconds=round(r.seconds + time.perf_counter() - t0, 3))
-            ok = _supported(c, b, after)
-            fused = _fused_text(c, r.fused, ctx.level)
-            reason = c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}"
-            entry = AdviceEntry(artifact=c.artifact, change=c.change, measured=measured,
-                                reason=reason + (f" ({fused})" if fused else ""), adopted=ok,
-                                blocked_nodes=c.blocked_nodes, blocked_fused=r.fused)
-            (proposed if ok else refuted).append(entry)
-        proposed, superseded = _best_per_artifact(proposed)
-        refuted += superseded
+        time_ready(plan)
+        timed = plan.timed
+        proposed, superseded = _best_per_artifact([e for e in timed if e.adopted])
+        return proposed, plan.unmeasured()[1] + [e for e in timed if not e.adopted] + superseded
     finally:
         shutil.rmtree(plan.tmp, ignore_errors=True)
-    return proposed, refuted
+
+
+def time_ready(plan: AdvicePlan) -> None:
+    """Time the candidates made so far and not timed yet (``timed_advice`` then judges them all): the
+    spine times advice's best candidate as soon as it is made, before the per-tensor table."""
+    t0 = time.perf_counter()
+    for i, r in plan._untimed():
+        plan._timed[i] = _timed_entry(plan, r)
+        with plan._lock:
+            plan._owed.pop(i, None)
+    plan.timed_seconds += time.perf_counter() - t0
+
+
+def _timed_entry(plan: AdvicePlan, r: _Ready) -> AdviceEntry:
+    """One candidate timed against the artifact as is; the entry says whether it is adopted, and why not."""
+    ctx, c = plan.ctx, r.candidate
+    t0 = time.perf_counter()
+    try:
+        # A new 'before' session per candidate: one kept from the previous candidate has run dozens of
+        # times, which a fresh 'after' session has not (a 0.05 ms graph reads 20-40% slower cold).
+        before_session = _session(ctx.artifact_paths[c.artifact], ctx, {}, None)[0]
+        session = _session(r.target, ctx, dict(c.change.get("session", {})), None)[0]
+        ms_before, ms_after, pairs = _interleaved_ms(before_session, session, ctx.evaluation[0],
+                                                     runs=ctx.runs, warmup=ctx.warmup,
+                                                     settled=_latency_settled(c, r.before, r.after))
+        del session, before_session
+    except Exception as e:  # noqa: BLE001 - a candidate that fails to run is refuted, with the reason
+        return AdviceEntry(artifact=c.artifact, change=c.change, adopted=False, blocked_nodes=c.blocked_nodes,
+                           reason=f"{c.reason}; re-run failed: {type(e).__name__}: {str(e)[:200]}")
+    b = r.before.model_copy(update={"latency_ms": ms_before[0], "latency_min_ms": ms_before[1]})
+    after = r.after.model_copy(update={"latency_ms": ms_after[0], "latency_min_ms": ms_after[1]})
+    stopped = f"; {pairs} alternated pairs timed"
+    if pairs < MIN_PAIRS:
+        stopped += (f": timing stopped there, every run was over {GIVE_UP_RATIO:g}x slower than every run "
+                    "of the artifact as is")
+    measured = AdviceMeasured(before=b, after=after, how=_timed_how(plan) + stopped,
+                              seconds=round(r.seconds + time.perf_counter() - t0, 3))
+    ok = _supported(c, b, after)
+    fused = _fused_text(c, r.fused, ctx.level)
+    reason = c.reason if ok else f"{c.reason}; refuted: {_why_not(c, b, after)}"
+    return AdviceEntry(artifact=c.artifact, change=c.change, measured=measured,
+                       reason=reason + (f" ({fused})" if fused else ""), adopted=ok,
+                       blocked_nodes=c.blocked_nodes, blocked_fused=r.fused)
+
+
+def _timed_how(plan: AdvicePlan) -> str:
+    ctx = plan.ctx
+    return (f"re-run in this job at level {ctx.level}: {len(ctx.evaluation)} evaluation samples for SQNR "
+            f"(worst output vs the report's fp32 reference; 'before' is the levels "
+            f"stage's figure for the artifact as is){f', computed beside {plan.beside}' if plan.beside else ''}; "
+            f"int8 coverage and the blocked nodes that fused counted in the graph ORT saved at {ctx.level}; "
+            f"latency = median and fastest of {MIN_PAIRS} to {ctx.runs} runs of each session, a new session of "
+            f"the artifact as is (before) and of the change (after) per candidate, timed alone and alternately "
+            f"after the same warm-up ({ctx.warmup} runs each, {SHORT_RUN_WARMUP} more each when a run takes under "
+            f"{SHORT_RUN_MS:g} ms), {ctx.threads} intra-op thread(s), until the 95% interval of the per-pair "
+            f"after/before ratio is clear of the verdict's threshold ({MIN_SPEEDUP:g}x for speed, {MAX_SLOWDOWN:g}x "
+            f"for accuracy; {MIN_PAIRS} pairs when SQNR decides alone)")
 
 
 def measured_advice(candidates: Iterable[Candidate], ctx: AdviceContext) -> tuple[list[AdviceEntry], list[AdviceEntry]]:
@@ -658,54 +711,54 @@ def by_expected_gain(candidates: list[Candidate], latency_ms: dict[str, float]) 
     return sorted(candidates, key=lambda c: (_group(c), -latency_ms.get(c.artifact, 0.0), -c.blocked_nodes))
 
 
-def advice_budget(options, job_seconds: float) -> tuple[float, str]:
-    """The seconds advice may take, and how they were set: ``options.advice.budget_seconds`` when given,
-    else ``budget_share`` of the job's seconds before advice starts."""
-    if options.advice.budget_seconds is not None:
-        return float(options.advice.budget_seconds), "options.advice.budget_seconds"
-    share = options.advice.budget_share
-    return share * job_seconds, f"options.advice.budget_share {share:g} x the job's {job_seconds:.0f} s before advice"
+@dataclass(frozen=True)
+class LevelFigures:
+    """What advice reads of the levels stage at its level, per quantized artifact."""
+
+    unfused: dict[str, list[UnfusedNode]]
+    kernels: dict[str, dict[str, int]]  # the int8 kernels' activation dtypes
+    before: dict[str, AdviceFigures]
+    latency_ms: dict[str, float]
+    digests: dict[str, str]  # the digest of the graph ORT wrote (``level_graph_digest``)
 
 
-def advice_plan_for_job(optimized: dict, paths: dict[str, Path], options, *, ort_input: Path | None,
-                        ort_settings: dict[str, Any], samples, input_names: list[str], calibration_cache: Path | None,
-                        quantize_seconds: dict[str, float], reference: list[np.ndarray] | None = None,
-                        job_seconds: float = 0.0, cores: int = 1) -> AdvicePlan | None:
-    """The spine's first call: the plan of the candidates from the levels stage's blockers at
-    ``options.advice.level``, in order of expected gain, to be made within the budget (``advice_budget``:
-    ``job_seconds`` is the job's time before advice starts) by ``AdvicePlan.work``
-    (on one thread or two) and timed by ``timed_advice``. None when there is nothing to measure, or when
-    planning failed (logged)."""
-    cpu = cpu_info()
-    int8_allowed = _int8_allowed()
-    vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
-    level = options.advice.level
-    unfused, kernels, before, latency_ms, digests = {}, {}, {}, {}, {}
+def level_figures(optimized: dict, level: str, *, with_before: bool) -> LevelFigures:
+    """``optimized``: artifact -> level -> the levels stage's row. ``with_before``: the accuracy figures are
+    against the report's reference (the levels stage's fp32 outputs), so a re-run need not measure them."""
+    figures = LevelFigures({}, {}, {}, {}, {})
     for art, per_level in optimized.items():
         ol = per_level.get(level)
         if art == "fp32" or ol is None or ol.error:
             continue
-        unfused[art] = list(ol.unfused)
-        kernels[art] = dict(ol.kernel_activation_dtypes)
-        if ol.numerics is not None and reference is not None:
-            before[art] = AdviceFigures(int8_coverage=ol.int8_coverage, sqnr_db=ol.numerics.worst_sqnr_db, level=level)
+        figures.unfused[art] = list(ol.unfused)
+        figures.kernels[art] = dict(ol.kernel_activation_dtypes)
+        if ol.numerics is not None and with_before:
+            figures.before[art] = AdviceFigures(int8_coverage=ol.int8_coverage, sqnr_db=ol.numerics.worst_sqnr_db,
+                                                level=level)
         if ol.latency is not None:
-            latency_ms[art] = ol.latency.median_ms
+            figures.latency_ms[art] = ol.latency.median_ms
         if ol.graph_sha256:
-            digests[art] = level_graph_digest(ol.graph_sha256, ol.weights_sha256)
-    candidates = by_expected_gain(candidates_from_blockers(unfused, kernels, ort_settings=ort_settings,
-                                                           int8_allowed=int8_allowed, vnni=vnni), latency_ms)
+            figures.digests[art] = level_graph_digest(ol.graph_sha256, ol.weights_sha256)
+    return figures
+
+
+def advice_plan_for_job(optimized: dict, ctx: AdviceContext) -> AdvicePlan | None:
+    """The spine's first call: the plan of the candidates from the levels stage's blockers at ``ctx.level``
+    (``optimized``: artifact -> level -> row), in order of expected gain, to be made within the extras'
+    budget (``ctx.budget``) by ``AdvicePlan.work`` (on one thread or two) and timed by ``timed_advice``.
+    ``ctx`` comes without the levels stage's figures; they are read here. None when there is nothing to
+    measure, or when planning failed (logged)."""
+    cpu = cpu_info()
+    vnni = bool(cpu.isa.get("avx512_vnni") or cpu.isa.get("avx_vnni") or cpu.isa.get("amx_int8"))
+    figures = level_figures(optimized, ctx.level, with_before=ctx.reference is not None)
+    candidates = by_expected_gain(candidates_from_blockers(figures.unfused, figures.kernels,
+                                                           ort_settings=ctx.ort_settings,
+                                                           int8_allowed=_int8_allowed(), vnni=vnni),
+                                  figures.latency_ms)
     if not candidates:
         return None
-    budget, budget_how = advice_budget(options, job_seconds)
-    lat = options.latency
-    ctx = AdviceContext(artifact_paths=dict(paths), ort_input=ort_input, ort_settings=ort_settings,
-                        calibration=list(samples.calibration), evaluation=list(samples.evaluation),
-                        input_names=input_names, calibration_cache=calibration_cache, level=level,
-                        runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads,
-                        budget_seconds=budget, budget_how=budget_how, cores=cores, quantize_seconds=quantize_seconds,
-                        reference=reference, before=before, latency_ms=latency_ms, before_digest=digests,
-                        data_dependent=_data_dependent_positions(optimized.get("fp32") or {}))
+    ctx = dataclasses.replace(ctx, before=figures.before, latency_ms=figures.latency_ms, before_digest=figures.digests,
+                              data_dependent=_data_dependent_positions(optimized.get("fp32") or {}))
     try:
         return advice_plan(candidates, ctx)
     except Exception:  # noqa: BLE001 - advice is an extra; a failure here must not fail the comparison
