@@ -6,6 +6,8 @@ tests/celery/test_celery_cancel.py; a real toolchain job is cancelled in test_a_
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -162,3 +164,27 @@ def test_cancelling_frees_the_disk_budget_and_the_next_job_runs(tmp_path):
             assert done["status"] == "succeeded", done.get("error")
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "a cancelled CI run's SIGTERM"])
+def test_the_cli_cancels_its_job_when_interrupted(server, tmp_path, sig):
+    model = tmp_path / "net.onnx"
+    model.write_text(f"sleep 120 quantize {nonce()}")
+    known = set((server.data_dir / "jobs").iterdir())
+    cli = subprocess.Popen([str(Path(sys.executable).parent / "quantcompare-client"), "check", str(model), "--server",
+                            server.base_url, "--token", TOKEN, "--quiet", "--out", str(tmp_path / "report.json")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (new := set((server.data_dir / "jobs").iterdir()) - known):
+        assert time.monotonic() < deadline and cli.poll() is None, cli.stderr.read() if cli.poll() is not None else ""
+        time.sleep(0.05)
+    (folder,) = new
+    with server.client(headers=AUTH) as c:
+        in_stage(c, folder.name, "quantize")
+        pid = job_pid(server.data_dir, folder.name)
+        cli.send_signal(sig)
+        _, err = cli.communicate(timeout=30)
+        assert cli.returncode == 130, err
+        assert f"job {folder.name} cancelled" in err
+        assert_problem(c.get(f"/v1/comparisons/{folder.name}"), 404, "not_found")
+    assert gone(pid)
