@@ -26,6 +26,10 @@ DOWN_S = {"database": 3.0, "broker": 3.0, "store": 20.0}
 # What a job may fail with when this dependency fails under it (anything else is a bug).
 FAILED_WITH = {"database": {"store_unavailable"}, "broker": set(), "store": {"storage_unavailable"}}
 
+# ~95 s for the three (the S3 outage is 20 s, and SeaweedFS takes ~15 s more to come back): `make test`
+# runs them once; `-m "not heavy"` leaves them out.
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory, postgres, s3):  # noqa: F811
