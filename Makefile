@@ -61,7 +61,7 @@ image: image-deps
 # Builds the image from nothing and runs it: /healthz, the built-in example over HTTP, an artifact
 # whose sha256 the report states (tests/docker/test_image.py). ~3.5 min cold; not part of `make test`.
 image-test: $(STAMP) system-deps image-deps
-	QUANTCOMPARE_IMAGE_TEST=1 $(BIN)/pytest -q -p no:cacheprovider tests/docker/test_image.py
+	QUANTCOMPARE_IMAGE_TEST=1 $(BIN)/pytest -q -s -p no:cacheprovider tests/docker/test_image.py
 
 serve: $(STAMP) $(ARM64)
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)

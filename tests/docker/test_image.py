@@ -91,7 +91,8 @@ def test_the_image_keeps_its_healthcheck_runs_as_non_root_and_leaves_the_venv_ou
     assert listing.strip().splitlines()[-1] == "2.13.0+cpu"
 
 
-def test_the_container_answers_and_runs_the_example_and_serves_its_files(container):
+def test_the_container_answers_and_runs_the_example_and_serves_its_files(image, container):
+    print(f"\nbuild {image['build_s']:.0f} s; /healthz answered {container['healthz_s']:.1f} s after the start")
     with httpx.Client(base_url=container["base"], timeout=400) as c:
         assert c.get("/readyz").json()["status"] == "ready"
         r = c.post("/v1/comparisons", params={"wait": 300}, json={"example": "conv_relu", "options": FAST})
