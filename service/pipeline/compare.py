@@ -47,7 +47,7 @@ from service.pipeline.runtime.parallel_runs import ACCURACY_HOW
 from service.pipeline.runtime.stage import levels_stage
 from service.pipeline.sections import ADVICE, FILES, LAYERS, LEVEL_GRAPHS, OnSection, Sections
 from service.pipeline.advice.advice import AdvicePlan
-from service.pipeline.extras_budget import extras_budget
+from service.pipeline.extras_budget import extras_budget, may_share_table_runs
 from service.pipeline.advice.stage import (
     Advised, advice_candidates, advice_stage, best_candidate_measured, made_candidates,
 )
@@ -142,7 +142,7 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
                      options=options, model=_model_info(prepared, fp32), samples=prepared.samples.info,
                      artifacts=inspected.artifacts, not_measured=not_measured(options))
     # The per-tensor table's first samples are the accuracy runs at disable_all: run once, for both.
-    table = table_for_job(options, prepared, fp32, inspected, ctx)
+    table = table_for_job(options, prepared, fp32, inspected, ctx) if may_share_table_runs(options) else None
     levels = levels_stage(options, prepared, fp32, inspected, ctx, on_section=lambda name, so_far: sections.publish(
         name, **(levels_so_far(options, prepared, inspected, so_far, decisions=name == LEVEL_GRAPHS)
                  if sections.listening else {})),  # no reader (the CLI): the final report holds them all
@@ -153,7 +153,9 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
         with clock.stage("platforms"):
             platforms = platforms_stage(options, prepared, fp32, inspected, levels, ctx)
     # The extras (advice, the per-tensor table) share one budget, spent in order (extras_budget.py).
-    extras = extras_budget(options, essentials_seconds=time.perf_counter() - started)
+    shared_table = table.seconds if table is not None and table.reused else 0.0
+    extras = extras_budget(options, essentials_seconds=time.perf_counter() - started - shared_table)
+    extras.charge(shared_table)
     extras.start()
     plan = advice_candidates(options, prepared, quantized, inspected, levels, ctx, budget=extras)
     best_candidate_measured(plan)

@@ -15,6 +15,11 @@ first, whatever they cost. The extras then get ``options.extras.share`` of the e
 Depth "full" has no budget: every candidate, and the table until its intervals are narrow or its own cap
 (``options.layers.max_seconds``). The budget is wall-clock time from the moment the extras start, so work
 that runs side by side on two cores counts once.
+
+The table's minimum samples are the one part run earlier: their runs at disable_all are the accuracy runs
+at disable_all (layers.TensorTable), so they run once, inside the levels stage, whenever the budget is
+not set to zero. Their time is the table's, not the essentials': it is taken out of the essentials'
+seconds the share is of, and charged to the budget (``charge``) before the extras start.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import threading
 import time
 from typing import Callable
 
-__all__ = ["ExtrasBudget", "extras_budget", "REACH_FURTHER"]
+__all__ = ["ExtrasBudget", "extras_budget", "may_share_table_runs", "REACH_FURTHER"]
 
 # What a user sets to reach what the budget left out (said wherever something was left out).
 REACH_FURTHER = "set options.extras.seconds (a budget in seconds for advice and the per-tensor table), or depth 'full'"
@@ -37,6 +42,7 @@ class ExtrasBudget:
         self.seconds = None if seconds is None else max(0.0, float(seconds))
         self.how = how
         self._t0: float | None = None
+        self._charged = 0.0  # extras' work done before the extras started (the table's shared samples)
         self._lock = threading.Lock()
         self._reserve: Callable[[], float] = lambda: 0.0
 
@@ -50,8 +56,13 @@ class ExtrasBudget:
             if self._t0 is None:
                 self._t0 = time.perf_counter()
 
+    def charge(self, seconds: float) -> None:
+        """Extras' work already done before the extras start (the table's minimum samples, run with the
+        accuracy runs): it counts as spent."""
+        self._charged += max(0.0, seconds)
+
     def spent(self) -> float:
-        return 0.0 if self._t0 is None else time.perf_counter() - self._t0
+        return self._charged + (0.0 if self._t0 is None else time.perf_counter() - self._t0)
 
     def left(self) -> float:
         return math.inf if self.seconds is None else self.seconds - self.spent()
@@ -70,8 +81,16 @@ class ExtrasBudget:
         return self.seconds is None or self.left() - self._reserve() >= seconds
 
 
+def may_share_table_runs(options) -> bool:
+    """Whether the table's minimum samples may run with the accuracy runs, before the budget is known:
+    not when the budget is set to nothing (then the best candidate alone is measured, and no table)."""
+    extras = options.extras
+    return options.depth == "full" or (extras.seconds if extras.seconds is not None else extras.share) > 0
+
+
 def extras_budget(options, essentials_seconds: float) -> ExtrasBudget:
-    """The extras' budget for a job whose essentials took ``essentials_seconds``."""
+    """The extras' budget for a job whose essentials took ``essentials_seconds`` (the table's shared samples
+    left out: they are charged to the budget)."""
     if options.depth == "full":
         return ExtrasBudget(None, "depth 'full': no budget, every candidate and the table to its interval target "
                                   "or options.layers.max_seconds")

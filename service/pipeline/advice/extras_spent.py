@@ -58,5 +58,8 @@ def _table_minimum(options, layers: LayersReport | None) -> ExtrasStep:
         return ExtrasStep(step=step, reached=False, detail="no quantized file to compare")
     if layers.samples == 0:
         return ExtrasStep(step=step, reached=False, detail="; ".join(layers.notes) or "not run")
+    shared = layers.sampling.reused_samples if layers.sampling is not None else 0
     return ExtrasStep(step=step, reached=layers.samples >= min(options.layers.min_samples, options.layers.max_samples),
-                      detail=f"{layers.samples} samples in {layers.seconds:.1f} s")
+                      detail=f"{layers.samples} samples in {layers.seconds:.1f} s" + (
+                          f"; the first {shared} shared with the accuracy runs at disable_all (run once, their time "
+                          "charged to this budget)" if shared else ""))

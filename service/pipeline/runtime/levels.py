@@ -312,7 +312,7 @@ SharedRuns = Callable[[], dict[str, tuple[list[str], list[np.ndarray]]]]
 
 def _shared_disable_all(by_name: dict, levels: list[str], runs: SharedRuns | None,
                         timings: dict[str, float]) -> dict[str, tuple[list[str], list[np.ndarray]]]:
-    """The outputs at disable_all that ``runs`` computes (their time counts as evaluate), or {}: none asked,
+    """The outputs at disable_all that ``runs`` computes (their time counts as the table's), or {}: none asked,
     disable_all not among the levels, a file that draws random numbers (its draws follow the session's run
     order, which another session need not share), or the runs failing (each file then runs its own)."""
     if runs is None or "disable_all" not in levels or any(g.random_ops for g in by_name.values()):
@@ -323,10 +323,9 @@ def _shared_disable_all(by_name: dict, levels: list[str], runs: SharedRuns | Non
     except Exception:  # noqa: BLE001 - the accuracy runs are made the usual way instead
         log.warning("the shared runs at disable_all failed; each file runs its own", exc_info=True)
         shared = {}
-    seconds = time.perf_counter() - t0
-    timings["evaluate"] += seconds
-    for name in shared:  # the shared runs' time, split evenly over the files they served
-        by_name[name].seconds["disable_all"] = seconds / len(shared)
+    # The table's time (``timings.layers``), not accuracy's: without the table, the accuracy runs at
+    # disable_all would have cost only their own part of it; a file's evaluate_seconds there is ~0.
+    timings["layers"] = timings.get("layers", 0.0) + time.perf_counter() - t0
     return shared
 
 

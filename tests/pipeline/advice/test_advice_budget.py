@@ -31,11 +31,20 @@ def test_a_job_with_a_candidate_measures_the_best_one_even_on_no_budget(compared
     steps = {s.step: s for s in report.extras.steps}
     assert report.extras.budget_seconds == 0.0 and steps["advice's best candidate"].reached
     assert measured[0].artifact in steps["advice's best candidate"].detail
-    # The table's first samples were the accuracy runs at disable_all (run once, for both): it has them at
-    # no cost, and no sample more once the budget is spent
+    table = steps[f"per-tensor table at {report.options.layers.min_samples} samples"]
+    assert not table.reached and REACH_FURTHER in table.detail
+    assert report.layers is not None and report.layers.samples == 0 and not report.layers.rows
+    assert not steps["further candidates"].reached
+
+
+def test_the_table_s_shared_samples_are_charged_to_the_extras_budget(compared):
+    """The table's minimum samples run with the accuracy runs at disable_all (run once, for both): their time
+    is the table's, charged to the extras' budget, so a small budget goes to the best candidate, not to more."""
+    report, _ = compared("op_zoo_net", extras={"seconds": 0.001})
     layers = report.layers
     assert layers.samples == layers.sampling.reused_samples == report.options.eval_samples and layers.rows
+    steps = {s.step: s for s in report.extras.steps}
     assert steps[f"per-tensor table at {report.options.layers.min_samples} samples"].reached
-    stopped = layers.sampling.stopped
-    assert "extras' budget spent" in stopped or stopped.startswith(("ranking settled", "every interval"))
-    assert not steps["further candidates"].reached
+    assert "shared with the accuracy runs" in steps[f"per-tensor table at {report.options.layers.min_samples} samples"].detail
+    assert report.extras.spent_seconds >= layers.seconds > 0  # charged
+    assert sum(e.measured is not None for e in report.advice + report.advice_refuted) == 1
