@@ -17,7 +17,7 @@ ORT_RELEASES ?= 1.22.1
 TARGET_DIRS  := $(if $(filter 1,$(QNN)),qnn) $(if $(filter 1,$(OPENVINO)),openvino) $(addprefix ort-,$(ORT_RELEASES))
 TARGETS      := $(foreach d,$(TARGET_DIRS),$(VENV)/targets/$(d)/ready)
 
-.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets tools
+.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets tools image-deps image image-test
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -89,6 +89,28 @@ system-deps:
 graph-deps:
 	@command -v dot >/dev/null || { echo "installing: graphviz"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null; }
+
+# The container image, built and run with Debian's podman (no registry, no docker daemon): podman + runc
+# (Debian's crun refuses hybrid cgroups), mmdebstrap for the base, uidmap for its user namespaces.
+image-deps:
+	@missing=""; \
+	for p in podman runc mmdebstrap; do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	command -v newuidmap >/dev/null || missing="$$missing uidmap"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# IMAGE_BASE: a local Debian base (docker/build-image.sh makes one with mmdebstrap when it is missing).
+# TORCH_SOURCE: pip arguments that find torch==2.13.0+cpu; the default is PyTorch's CPU index, and a
+# directory of wheels (PIP_FIND_LINKS, e.g. /opt/wheels) is mounted into the build and used instead.
+image: image-deps
+	docker/build-image.sh
+
+# Builds the image from nothing and runs it: /healthz, the built-in example over HTTP, an artifact
+# whose sha256 the report states (tests/docker/test_image.py). ~3.5 min cold; not part of `make test`.
+image-test: $(STAMP) system-deps image-deps
+	QUANTCOMPARE_IMAGE_TEST=1 $(BIN)/pytest -q -s -p no:cacheprovider tests/docker/test_image.py
 
 serve: $(STAMP) $(ARM64) $(TARGETS) graph-deps
 	$(BIN)/quantcompare serve --host $(HOST) --port $(PORT)

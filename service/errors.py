@@ -26,6 +26,7 @@ so the chain stays in the log while the user sees only our words.
     ├── NotFound            not_found            404
     ├── Busy                busy                 429/503 (+ Retry-After)
     │   ├── DataDirFull     data_dir_full        503 (+ Retry-After): no room under QUANTCOMPARE_MAX_DATA_GB
+    │   ├── NotReady        not_ready            503 (+ Retry-After): /readyz, a dependency (database, broker, store) is down
     │   └── StorageUnavailable storage_unavailable 503 (+ Retry-After): the bucket (QUANTCOMPARE_STORAGE_URL)
     │                                                did not answer or refused; also a job's error when its files could not be moved
     ├── LevelGraphChanged   level_graph_mismatch 409  a level graph made again for a download differs
@@ -46,6 +47,8 @@ so the chain stays in the log while the user sees only our words.
         ├── JobTimeout          job_timeout          ran past QUANTCOMPARE_JOB_TIMEOUT_S
         ├── WorkerMemoryLimit   worker_memory_limit  past QUANTCOMPARE_WORKER_MEMORY_MB
         ├── Interrupted         interrupted          the service or its worker went away, twice
+        ├── JobCancelled        cancelled            DELETE /v1/comparisons/{id} stopped it (its row and files
+                                                     go with it: only a worker's log sees this one)
         ├── JobFolderMissing    job_folder_missing   the job's files were removed before it ran
         ├── DiskFull            disk_full            no space left where it writes (ENOSPC, EDQUOT)
         └── InternalError       internal_error       a bug; the traceback is in the log only
@@ -171,6 +174,12 @@ class DataDirFull(Busy):
     code, status, title = "data_dir_full", 503, "No room for this job in the data directory"
 
 
+class NotReady(Busy):
+    """/readyz: a dependency of this API (the job database, the broker, the file store) does not answer."""
+
+    code, status, title = "not_ready", 503, "A dependency of the service is down"
+
+
 class StorageUnavailable(Busy):
     """The S3-compatible bucket (QUANTCOMPARE_STORAGE_URL) did not answer or refused a request: a
     submission gets 503 + Retry-After; a job whose inputs or results could not be moved fails with it."""
@@ -291,6 +300,10 @@ class WorkerMemoryLimit(JobFailed):
 
 class Interrupted(JobFailed):
     code, status, title = "interrupted", 500, "The job was interrupted"
+
+
+class JobCancelled(JobFailed):
+    code, status, title = "cancelled", 409, "The job was cancelled"
 
 
 class JobFolderMissing(JobFailed):

@@ -17,7 +17,7 @@ from service.api.errors import install_error_handlers
 from service.api.routes import artifacts, comparisons, docs, meta, ops, report_page
 from service.config import Settings, get_settings
 from service.jobs.factory import make_executor
-from service.jobs.storage.level_downloads import RegenerationGate
+from service.jobs.storage.level_downloads import RegenerationGate, SharedRegenerations
 
 log = logging.getLogger("quantcompare.api")
 
@@ -40,6 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            app.state.level_graph_files.clear()
             executor.stop()
 
     # FastAPI's own /openapi.json, /docs and /redoc answer without the token and load Swagger UI from a
@@ -50,6 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.reports = ReportCache()
     app.state.uploads = {"active": 0}
     app.state.level_graphs = RegenerationGate(settings.level_graph_slots, settings.level_graph_queue)
+    app.state.level_graph_files = SharedRegenerations(app.state.level_graphs, settings.tmp_dir)
     install_error_handlers(app)
     guarded = [Depends(require_token)]
     app.include_router(ops.router)

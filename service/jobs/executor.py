@@ -23,7 +23,8 @@ from service.jobs.pool import WorkerPool, prepare_data_dir
 from service.jobs.db import open_database
 from service.jobs.spec import JobSpec
 from service.jobs.storage import open_files
-from service.jobs.storage.disk import eviction_lock, folder_bytes, pinned_jobs, plan_for_new_job, reservation_for
+from service.jobs.storage.disk import (eviction_lock, folder_bytes, pinned_jobs, plan_for_new_job, reservation_for,
+                                       unpin_job)
 from service.jobs.storage.files import JobFiles
 from service.jobs.store import JobRecord, JobStore
 
@@ -47,6 +48,7 @@ class Executor(Protocol):
         ...
     def retry_after(self) -> int: ...
     def get(self, job_id: str) -> JobRecord | None: ...
+    def cancel(self, job_id: str) -> tuple[str, JobRecord | None]: ...
     def cached(self, key: str) -> list[JobRecord]: ...
 
 
@@ -105,7 +107,7 @@ class JobFolders:
             with self._room_lock:  # two submissions must not both take the last room
                 # The join first: an identical job in flight takes no room, so a full data dir must not
                 # refuse it (make_room would answer 503 for a job that is never created).
-                joined = self.store.in_flight(cache_key) if cache_key is not None else None
+                joined = self.store.join_in_flight(cache_key) if cache_key is not None else None
                 if joined is not None:
                     if staged is not None:
                         shutil.rmtree(staged, ignore_errors=True)
@@ -147,6 +149,23 @@ class JobFolders:
         assert rec is not None
         return rec
 
+    # -- cancel ----------------------------------------------------------------------------
+    def cancel(self, job_id: str) -> tuple[str, JobRecord | None]:
+        """DELETE: one submitter withdraws. While other joiners wait the job runs on (``"kept"``);
+        otherwise its row goes first (no worker claims it any more, the one running it stops it:
+        ``WorkerPool._stop_cancelled``), then its files and its download pins (``"deleted"``)."""
+        outcome, rec = self.store.cancel(job_id)
+        if outcome == "deleted":
+            self.files.delete(job_id)
+            unpin_job(self.settings.data_dir, job_id)
+            self.metrics.cancelled.labels(rec.status).inc()
+            self._cancelled(job_id)
+            log.info("job %s cancelled (%s)", job_id, rec.status)
+        return outcome, rec
+
+    def _cancelled(self, job_id: str) -> None:
+        """Tell whoever runs jobs here that one was deleted (a Celery worker finds out from the store)."""
+
     def retry_after(self) -> int:
         """Seconds until a slot is likely free: one mean job time per queue-length/worker."""
         mean = self.store.mean_duration() or 10.0
@@ -187,3 +206,6 @@ class LocalExecutor(JobFolders):
     def _enqueue(self, spec: JobSpec) -> None:
         """The job is in the store as queued: wake the pool."""
         self.pool.wake()
+
+    def _cancelled(self, job_id: str) -> None:
+        self.pool.wake()  # its next tick stops the job's process now, not at the next check

@@ -22,6 +22,8 @@ class JobMetrics:
                                 ["reason"], registry=self.registry)
         self.finished = Counter("quantcompare_jobs_finished", "Jobs finished", ["status", "code"],
                                 registry=self.registry)
+        self.cancelled = Counter("quantcompare_jobs_cancelled", "Jobs deleted by DELETE, by the state they were in",
+                                 ["state"], registry=self.registry)
         self.worker_deaths = Counter("quantcompare_worker_deaths", "Workers that died or were killed",
                                      ["reason"], registry=self.registry)
         self.stage_seconds = Histogram("quantcompare_stage_duration_seconds", "Seconds per pipeline stage",

@@ -38,8 +38,8 @@ from pathlib import Path
 import psutil
 
 from service.config import Settings
-from service.errors import (InternalError, Interrupted, JobFolderMissing, JobTimeout, StorageUnavailable,
-                            WorkerDied, WorkerMemoryLimit, error_from_os)
+from service.errors import (InternalError, Interrupted, JobCancelled, JobFolderMissing, JobTimeout,
+                            StorageUnavailable, StoreUnavailable, WorkerDied, WorkerMemoryLimit, error_from_os)
 from service.jobs.metrics import JobMetrics
 from service.jobs.spec import JobSpec
 from service.jobs.storage import open_files
@@ -54,6 +54,13 @@ log = logging.getLogger("quantcompare.pool")
 STARTUP_TIMEOUT_S = 300.0
 MEMORY_CHECK_EVERY_S = 0.5
 HOUSEKEEPING_EVERY_S = 600.0
+# How often the running jobs' rows are looked up: a row that is gone was cancelled (DELETE), on this API
+# or another machine's, and its process is killed. One indexed query per tick at most this often.
+CANCEL_CHECK_EVERY_S = 0.5
+# A job's outcome is written to the store however long a database restart takes, up to this: the
+# job's work is not thrown away for a store that is back in seconds (past it, its row stays
+# "running" and the deadline rules of recovery apply).
+STORE_RETRY_S = 120.0
 
 
 @dataclass(eq=False)
@@ -104,6 +111,7 @@ class WorkerPool:
         self._spawn_failures = 0
         self._next_spawn_at = 0.0
         self._last_memory_check = 0.0
+        self._last_cancel_check = 0.0
         self._last_housekeeping = time.monotonic()
         self._states_lock = threading.Lock()
         self._states: dict[str, int] = {"starting": 0, "idle": 0, "busy": 0}
@@ -149,6 +157,7 @@ class WorkerPool:
                     self._wait_and_handle(0.25)
                     self._reap()
                     self._enforce_limits()
+                    self._stop_cancelled()
                     self._housekeeping()
                     self._publish_states()
                 except Exception:  # the supervisor must outlive any one bad tick
@@ -278,7 +287,10 @@ class WorkerPool:
                 if w.stage is not None:
                     self.metrics.stage_seconds.labels(w.stage).observe(now - w.stage_started)
                 w.stage, w.stage_started = stage, now
-            self.store.set_progress(w.job.id, stage, msg.get("done", 0), msg.get("total", 0))
+            try:
+                self.store.set_progress(w.job.id, stage, msg.get("done", 0), msg.get("total", 0))
+            except StoreUnavailable:  # progress is advice: the next message says it again
+                log.warning("job %s: progress not stored, the job store did not answer", w.job.id)
             if self.files.stores_elsewhere and w.folder is not None:
                 # A section finished since: the report as it comes goes where the API reads it (a bucket).
                 self.files.store_partial(w.job.id, w.folder)
@@ -324,12 +336,16 @@ class WorkerPool:
         self._finish(rec, seconds, status, error)
 
     def _finish(self, rec: JobRecord, seconds: float | None, status: str, error: dict | None) -> None:
-        if self.store.finish(rec.id, status, error):
-            code = (error or {}).get("code", "") if status == "failed" else ""
-            self.metrics.finished.labels(status, code).inc()
-            if seconds is not None:
-                self.metrics.job_seconds.labels(status).observe(seconds)
-            log.info("job %s %s%s", rec.id, status, f" ({error.get('detail')})" if error else "")
+        if not _retrying_store(lambda: self.store.finish(rec.id, status, error), f"job {rec.id}'s outcome"):
+            if self.store.get(rec.id) is None:
+                # Cancelled while it ran: what it stored since the API deleted its files goes too.
+                self.files.delete(rec.id)
+            return
+        code = (error or {}).get("code", "") if status == "failed" else ""
+        self.metrics.finished.labels(status, code).inc()
+        if seconds is not None:
+            self.metrics.job_seconds.labels(status).observe(seconds)
+        log.info("job %s %s%s", rec.id, status, f" ({error.get('detail')})" if error else "")
 
     def _reap(self) -> None:
         for w in list(self._workers):
@@ -341,7 +357,8 @@ class WorkerPool:
             if w.job is not None:
                 err = w.kill_reason or self._death_problem(w, code)
                 self._check_in(w.job, w.folder, time.monotonic() - w.job_started, "failed", err)
-                self.metrics.worker_deaths.labels(err["code"]).inc()
+                if err["code"] != JobCancelled.code:
+                    self.metrics.worker_deaths.labels(err["code"]).inc()
                 log.warning("worker %s died (exit %s) while running job %s", w.process.pid, code, w.job.id)
             elif w.state == "starting":
                 self._spawn_failures += 1
@@ -406,6 +423,25 @@ class WorkerPool:
                             hint="try a smaller model or fewer samples, or raise QUANTCOMPARE_WORKER_MEMORY_MB",
                             stage=w.stage)))
 
+    def _stop_cancelled(self) -> None:
+        """Kill the process of every running job whose row was deleted (cancelled): its process group
+        goes whole, and ``_reap`` then drops its scratch and, the row being gone, its stored files."""
+        now = time.monotonic()
+        busy = [w for w in self._workers if w.state == "busy" and w.job is not None and w.kill_reason is None]
+        if not busy or now - self._last_cancel_check < CANCEL_CHECK_EVERY_S:
+            return
+        self._last_cancel_check = now
+        try:
+            present = self.store.present([w.job.id for w in busy])
+        except StoreUnavailable:
+            return  # the store is away: nobody could have deleted a row meanwhile that we can see
+        for w in busy:
+            if w.job.id not in present:
+                log.info("job %s was cancelled %s; killing worker %s", w.job.id, _stage_words(w.stage), w.process.pid)
+                self._kill(w, problem_from_error(JobCancelled(
+                    f"the job was cancelled {_stage_words(w.stage)}", hint="submit it again to run it",
+                    stage=w.stage)))
+
     def _kill(self, w: _Worker, reason: dict | None) -> None:
         w.kill_reason = reason
         pid = w.process.pid
@@ -445,6 +481,20 @@ class WorkerPool:
                 w.process.join(1.0)
         self._workers.clear()
         self._publish_states()
+
+
+def _retrying_store(write, what: str):
+    """``write()``, again every few seconds while the job store does not answer, for up to STORE_RETRY_S."""
+    deadline, delay = time.monotonic() + STORE_RETRY_S, 0.5
+    while True:
+        try:
+            return write()
+        except StoreUnavailable as e:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("%s not stored yet (%s); trying again in %.1f s", what, e.message, delay)
+            time.sleep(delay)
+            delay = min(5.0, delay * 2)
 
 
 def _tree_rss_mb(pid: int) -> float:

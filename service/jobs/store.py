@@ -7,7 +7,8 @@ is here, written once for both; each database makes a transaction the only write
 the join and the queue limit hold however many processes and machines share the store.
 
 State machine: ``queued -> running -> succeeded | failed``; ``running -> queued`` only when the
-service stops or restarts under a job (counted in ``attempts``).
+service stops or restarts under a job (counted in ``attempts``). A cancelled job (``cancel``) has no
+state: its row is deleted, and the worker running it notices the row is gone (``present``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,16 @@ def _record(row) -> JobRecord:
     )
 
 
+def _join(c, cache_key: str) -> str | None:
+    """Inside a transaction: the oldest queued or running job with this key, one joiner more."""
+    row = c.execute("SELECT id FROM jobs WHERE cache_key=? AND status IN ('queued', 'running') "
+                    "ORDER BY created_at LIMIT 1", (cache_key,)).fetchone()
+    if row is None:
+        return None
+    c.execute("UPDATE jobs SET joiners=joiners+1 WHERE id=?", (row["id"],))
+    return row["id"]
+
+
 class JobStore:
     """The store's operations over one database (a path: the SQLite file there)."""
 
@@ -92,10 +103,9 @@ class JobStore:
 
         def tx(c):
             if cache_key is not None:
-                row = c.execute("SELECT id FROM jobs WHERE cache_key=? AND status IN ('queued', 'running') "
-                                "ORDER BY created_at LIMIT 1", (cache_key,)).fetchone()
-                if row is not None:
-                    return row["id"]
+                joined = _join(c, cache_key)
+                if joined is not None:
+                    return joined
             if max_queue is not None:
                 (n,) = c.execute("SELECT COUNT(*) FROM jobs WHERE status='queued'").fetchone()
                 if n >= max_queue:
@@ -105,6 +115,32 @@ class JobStore:
                 (spec.id, spec.to_json(), cache_key, time.time()),
             )
             return spec.id
+
+        return self._tx(tx)
+
+    def join_in_flight(self, cache_key: str) -> JobRecord | None:
+        """The queued or running job with this key, now counting one more joiner; None when there is none."""
+
+        def tx(c):
+            job_id = _join(c, cache_key)
+            return _record(c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()) if job_id else None
+
+        return self._tx(tx)
+
+    def cancel(self, job_id: str) -> tuple[str, JobRecord | None]:
+        """One submitter cancels: ``("kept", rec)`` while other joiners still wait on the queued or
+        running job (one joiner fewer), ``("deleted", rec)`` once the row is gone, ``("missing", None)``."""
+
+        def tx(c):
+            row = c.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+            if row is None:
+                return "missing", None
+            rec = _record(row)
+            if not rec.finished and row["joiners"] > 1:
+                c.execute("UPDATE jobs SET joiners=joiners-1 WHERE id=?", (job_id,))
+                return "kept", rec
+            c.execute("DELETE FROM jobs WHERE id=?", (job_id,))
+            return "deleted", rec
 
         return self._tx(tx)
 
@@ -167,6 +203,17 @@ class JobStore:
     def get(self, job_id: str) -> JobRecord | None:
         rows = self.db.query("SELECT * FROM jobs WHERE id=?", (job_id,))
         return _record(rows[0]) if rows else None
+
+    def present(self, ids: list[str]) -> set[str]:
+        """Which of these jobs still have a row (a running job without one was cancelled)."""
+        if not ids:
+            return set()
+        marks = ", ".join("?" * len(ids))
+        return {r[0] for r in self.db.query(f"SELECT id FROM jobs WHERE id IN ({marks})", tuple(ids))}
+
+    def joiners(self, job_id: str) -> int:
+        rows = self.db.query("SELECT joiners FROM jobs WHERE id=?", (job_id,))
+        return rows[0][0] if rows else 0
 
     def in_flight(self, cache_key: str) -> JobRecord | None:
         """The oldest queued or running job with this key (the one ``create_or_join`` would join)."""

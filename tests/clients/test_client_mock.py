@@ -277,3 +277,28 @@ def test_progress_is_silent_when_nobody_watches():
     reporter.update(qc.Job.from_dict(job_json("c0ffee", "running", stage="fp32", done=1, total=4)))
     reporter.close(None)
     assert stream.getvalue() == ""
+
+
+@pytest.mark.parametrize("status, stopped", [(204, True), (202, False)], ids=["the last submitter", "others joined"])
+def test_cancel_sends_delete_and_says_whether_the_job_stopped(status, stopped):
+    seen = []
+
+    def handler(request):
+        seen.append((request.method, request.url.path))
+        return httpx.Response(status, json={"id": "abc", "status": "running"} if status == 202 else None)
+
+    with qc.Client("http://qc.test", transport=httpx.MockTransport(handler)) as client:
+        assert client.cancel("abc") is stopped
+
+    async def cancel_async():
+        async with qc.AsyncClient("http://qc.test", transport=httpx.MockTransport(handler)) as client:
+            return await client.cancel("abc")
+
+    assert asyncio.run(cancel_async()) is stopped
+    assert seen == [("DELETE", "/v1/comparisons/abc")] * 2
+
+
+def test_cancel_of_an_unknown_job_raises_not_found():
+    transport = httpx.MockTransport(lambda r: problem_response(404, "not_found", "no comparison with id 'x'"))
+    with qc.Client("http://qc.test", transport=transport) as client, pytest.raises(qc.NotFound):
+        client.cancel("x")

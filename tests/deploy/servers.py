@@ -83,9 +83,23 @@ class PostgresServer:
         # Durability off: a test cluster that is thrown away need not fsync.
         opts = (f"-h 127.0.0.1 -p {self.port} -k {self.folder} -c fsync=off -c synchronous_commit=off "
                 "-c full_page_writes=off -c max_connections=200")
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "postgres.log"), "-w",
-                  "-t", "60", "-o", opts, "start", timeout=90)
+        self._opts = opts
+        self._pg_ctl_start()
         return self
+
+    def _pg_ctl_start(self) -> None:
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "postgres.log"), "-w",
+                  "-t", "60", "-o", self._opts, "start", timeout=90)
+
+    def restart(self, down_s: float = 0.0, *, while_down=None) -> None:
+        """Stop the server (every connection dropped, as a restart or a failover does), stay down
+        ``down_s`` (``while_down()`` runs meanwhile), and start it again on the same port and data."""
+        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        until = time.monotonic() + down_s
+        if while_down is not None:
+            while_down()
+        time.sleep(max(0.0, until - time.monotonic()))
+        self._pg_ctl_start()
 
     def url(self, database: str = "postgres", *, password: str = PG_PASSWORD) -> str:
         return f"postgresql://qc:{password}@127.0.0.1:{self.port}/{database}"
@@ -129,7 +143,8 @@ class S3Server:
         identities = {"identities": [{"name": "quantcompare", "actions": ["Admin", "Read", "Write", "List", "Tagging"],
                                       "credentials": [{"accessKey": S3_ACCESS_KEY, "secretKey": S3_SECRET_KEY}]}]}
         (self.folder / "s3.json").write_text(json.dumps(identities))
-        ports = {f"-{name}": str(free_port()) for name in (
+        # Kept across restarts: the volumes and the filer's metadata name the ports they were made with.
+        self._ports = ports = getattr(self, "_ports", None) or {f"-{name}": str(free_port()) for name in (
             "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
             "s3.port.grpc")}
         args = [str(WEED), "server", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-dir={self.folder / 'data'}",
@@ -176,6 +191,16 @@ class S3Server:
     def keys(self, bucket: str, prefix: str = "") -> dict[str, int]:
         pages = self.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
         return {o["Key"]: o["Size"] for page in pages for o in page.get("Contents", [])}
+
+    def restart(self, down_s: float, *, while_down=None) -> None:
+        """Unreachable for ``down_s`` (the process gone: connections refused), then back on the same
+        ports with the same data; ``while_down()`` runs meanwhile."""
+        self.stop()
+        until = time.monotonic() + down_s
+        if while_down is not None:
+            while_down()
+        time.sleep(max(0.0, until - time.monotonic()))
+        self.start()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

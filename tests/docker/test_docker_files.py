@@ -47,13 +47,38 @@ def test_the_container_runs_the_documented_start_command_as_non_root_with_a_heal
     users = [rest for word, rest in ins if word == "USER"]
     assert users and users[-1] not in ("root", "0")
     assert any(word == "HEALTHCHECK" and "/healthz" in rest for word, rest in ins)
-    assert ins[0] == ("FROM", "python:3.11-slim")
+    # The base is an ARG: python:3.11-slim by default, a local Debian base for make image.
+    assert ins[0] == ("ARG", "BASE=python:3.11-slim") and ins[1] == ("FROM", "${BASE}")
 
 
-def test_torch_is_the_pinned_cpu_build():
+def test_torch_is_the_pinned_cpu_build_from_a_source_the_build_may_change():
     pin = re.search(r'"torch==([^"]+)"', (REPO / "pyproject.toml").read_text()).group(1)
-    run = " ".join(rest for word, rest in instructions(DOCKERFILE) if word == "RUN")
-    assert f"torch=={pin}" in run and "/whl/cpu" in run
+    ins = instructions(DOCKERFILE)
+    run = " ".join(rest for word, rest in ins if word == "RUN")
+    # The local version pins the CPU build: a source without it fails at once instead of pulling CUDA.
+    assert f'$TORCH_SOURCE "torch=={pin}+cpu"' in run
+    default = next(rest for word, rest in ins if word == "ARG" and rest.startswith("TORCH_SOURCE="))
+    assert "download.pytorch.org/whl/cpu" in default
+
+
+def test_only_what_the_build_needs_is_sent_to_it():
+    ignore = [line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert ignore[0] == "*"  # everything out (the 2.5 GB .venv, var/, tests), then back in:
+    kept = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    copied = set()
+    for word, rest in instructions(DOCKERFILE):
+        if word == "COPY":
+            *sources, _ = shlex.split(rest)
+            copied |= {src.rstrip("/") for src in sources}
+    assert kept == copied
+
+
+def test_make_image_passes_runc_and_ulimits_the_host_allows():
+    conf = (REPO / "docker" / "containers.conf").read_text()
+    assert 'runtime = "runc"' in conf and "nofile=20000:20000" in conf
+    script = (REPO / "docker" / "build-image.sh").read_text()
+    assert "CONTAINERS_CONF" in script and "--format docker" in script
 
 
 def test_compose_has_the_service_and_a_data_volume():

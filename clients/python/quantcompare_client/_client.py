@@ -398,6 +398,12 @@ class Client:
         far while it runs)."""
         return Job.from_dict(self._json(f"/v1/comparisons/{id}"))
 
+    def cancel(self, id: str) -> bool:
+        """``DELETE /v1/comparisons/{id}``: stop a queued or running job (its worker process too) and delete
+        it with its files, or delete a finished one. False when other identical submissions joined the job:
+        it runs on for them, and this caller no longer counts. Raises :class:`NotFound` for an unknown id."""
+        return self._send("DELETE", f"/v1/comparisons/{id}").status_code == 204
+
     def report(self, id: str) -> Report:
         """The report of a finished job (raises :class:`ComparisonFailed` for a failed one)."""
         return self._core.report_from_job(self.get(id))
@@ -556,6 +562,9 @@ class AsyncClient:
 
     async def get(self, id: str) -> Job:
         return Job.from_dict(await self._json(f"/v1/comparisons/{id}"))
+
+    async def cancel(self, id: str) -> bool:
+        return (await self._send("DELETE", f"/v1/comparisons/{id}")).status_code == 204
 
     async def report(self, id: str) -> Report:
         return self._core.report_from_job(await self.get(id))

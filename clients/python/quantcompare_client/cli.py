@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -173,6 +175,34 @@ def _check(args: argparse.Namespace) -> int:
         raise
 
 
+def _compare_or_cancel(qc: Client, args: argparse.Namespace, options: dict) -> Any:
+    """Submit, then wait; interrupted (Ctrl-C, or a cancelled CI run's SIGINT/SIGTERM) after the job
+    exists, the job is cancelled on the server before the interrupt goes on: nothing keeps running
+    for a caller that is gone."""
+    job = qc.compare(args.model, options=options, calibration=args.calibration, wait=False,
+                     artifacts=_brought_from_args(args.artifact))
+    try:
+        return qc.wait(job, progress=False if args.quiet else True, max_wait=args.max_wait)
+    except KeyboardInterrupt:
+        if not job.done:
+            try:
+                stopped = qc.cancel(job.id)
+                print(f"quantcompare-client: job {job.id} " + ("cancelled" if stopped else
+                      "left running: other submissions joined it"), file=sys.stderr)
+            except QuantCompareError as e:
+                print(f"quantcompare-client: could not cancel job {job.id}: {e}", file=sys.stderr)
+        raise
+
+
+def _interrupt_on_sigterm() -> None:
+    """A cancelled CI job gets SIGTERM (GitHub: after SIGINT; GitLab: only it): treat it as Ctrl-C."""
+    def raise_interrupt(signum, frame):  # noqa: ARG001
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, raise_interrupt)
+
+
 def _run_check(args: argparse.Namespace) -> int:
     try:
         gates = [parse_gate(g) for g in args.gate]
@@ -188,9 +218,7 @@ def _run_check(args: argparse.Namespace) -> int:
     baseline = _resolve_baseline(args, options)
 
     with Client(args.server, timeout=args.timeout, token=args.token) as qc:
-        report = qc.compare(args.model, options=options, calibration=args.calibration,
-                            progress=False if args.quiet else True, max_wait=args.max_wait,
-                            artifacts=_brought_from_args(args.artifact))
+        report = _compare_or_cancel(qc, args, options)
         if baseline is None and options.get("baseline"):
             try:  # only for the summary's deltas; the server already resolved the gates
                 baseline = qc.report(str(options["baseline"]))
@@ -250,6 +278,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "server", None):
         print(f"{prog}: error: --server URL is required (or set ${ENV_SERVER})", file=sys.stderr)
         return EXIT_ERROR
+    _interrupt_on_sigterm()
     commands = {"check": _check, "examples": _examples, "versions": _versions, "download": _download}
     try:
         return commands[args.command](args)

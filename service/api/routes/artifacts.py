@@ -8,8 +8,6 @@ bucket it streams through here, or the client is redirected to a presigned URL
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
 from functools import partial
 from typing import Any
 
@@ -95,16 +93,15 @@ async def _download(request: Request, executor, rec, name: str, *, release: list
     filename = download_name(rec.spec.model_name, rec.id, name)
     stored, entry, gone = await run_in_threadpool(_locate, executor, rec.id, name, filename)
     if entry is not None:
-        scratch = executor.settings.tmp_dir / f"download-{uuid.uuid4().hex}"
+        # Every download of this file of this job shares one regeneration and the file it made.
+        make = partial(regenerated_level_graph, executor.files, rec.id, entry,
+                       memory_mb=executor.settings.worker_memory_mb)
+        made, done = await request.app.state.level_graph_files.file((rec.id, name), make)
         try:
-            async with request.app.state.level_graphs.slot():
-                made = await regenerated_level_graph(executor.files, rec.id, entry, scratch,
-                                                     memory_mb=executor.settings.worker_memory_mb)
             filename += ".zip" if made.suffix == ".zip" else ""
-            return DownloadResponse(made, filename=filename,
-                                    release=[*release, partial(shutil.rmtree, scratch, ignore_errors=True)])
+            return DownloadResponse(made, filename=filename, release=[*release, done])
         except BaseException:
-            shutil.rmtree(scratch, ignore_errors=True)
+            done()
             raise
     if stored is None:
         if gone and rec.status == "succeeded":

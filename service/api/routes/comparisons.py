@@ -207,3 +207,22 @@ async def get_comparison(job_id: str, request: Request, settings: SettingsDep, e
     if wait:
         rec = await wait_for(executor, rec, wait, settings.max_wait_s)
     return await run_in_threadpool(partial(respond, request, executor, rec, cached=False, created=False))
+
+
+@router.delete("/{job_id}", status_code=204, response_class=Response, response_model=None,
+               summary="Cancel a queued or running job (its worker process is stopped), or delete a finished one",
+               responses={202: {"model": Job, "description": "other submissions joined this job: it runs on for them"},
+                          204: {"description": "cancelled or deleted: the job, its files and its pins are gone"},
+                          **problem_responses(401, 404, 503)})
+async def cancel_comparison(job_id: str, request: Request, executor: ExecutorDep) -> Any:
+    # Identical submissions in flight share one job: each DELETE withdraws one of them, and the job is
+    # stopped only when the last one does (a CI matrix cancelling one leg leaves the others their result).
+    await run_in_threadpool(job_or_404, executor, job_id)
+    outcome, rec = await run_in_threadpool(executor.cancel, job_id)
+    if outcome == "missing":  # deleted by another request in between: 404 like any unknown id
+        await run_in_threadpool(job_or_404, executor, job_id)
+    if outcome == "kept":
+        kept = await run_in_threadpool(partial(respond, request, executor, rec, cached=False, created=False))
+        kept.status_code = 202
+        return kept
+    return Response(status_code=204)

@@ -102,8 +102,15 @@ class HandoffStore(SharedJobStore):
                 if not self._pending:
                     return None
                 ticket = self._pending.popleft()
-            c = self.claim(ticket.job_id, job_timeout_s=s.job_timeout_s, lost_after_s=s.job_lost_after_s,
-                           max_attempts=s.max_attempts, fail_problem=lost_worker_problem)
+            try:
+                c = self.claim(ticket.job_id, job_timeout_s=s.job_timeout_s, lost_after_s=s.job_lost_after_s,
+                               max_attempts=s.max_attempts, fail_problem=lost_worker_problem)
+            except BaseException:
+                # The store did not answer (a database restart): the ticket waits for the next tick,
+                # first in line, rather than leaving its Celery thread waiting for nothing.
+                with self._plock:
+                    self._pending.appendleft(ticket)
+                raise
             if c.action == "run":
                 with self._plock:
                     self._running[ticket.job_id] = ticket

@@ -39,6 +39,12 @@ MIGRATIONS: list[tuple[int, str, dict[str, list[str]]]] = [
         # store's queries are one text for both.
         "postgresql": [_JOBS.format(rowid="rowid BIGSERIAL NOT NULL,\n    ", real="DOUBLE PRECISION"), *_INDEXES],
     }),
+    # How many submissions wait on a queued or running job (the first, plus each identical one that
+    # joined it): DELETE cancels the job only when the last of them cancels.
+    (2, "jobs.joiners", {
+        "sqlite": ["ALTER TABLE jobs ADD COLUMN joiners INTEGER NOT NULL DEFAULT 1"],
+        "postgresql": ["ALTER TABLE jobs ADD COLUMN IF NOT EXISTS joiners INTEGER NOT NULL DEFAULT 1"],
+    }),
 ]
 
 _REAL = {"sqlite": "REAL", "postgresql": "DOUBLE PRECISION"}

@@ -79,6 +79,12 @@ class BucketFiles:
         check_bucket(self.client, self.location)
         self.scratch.mkdir(parents=True, exist_ok=True)
 
+    def probe(self, timeout_s: float) -> None:
+        """Readiness: the bucket answers a HEAD within ``timeout_s``, one try (StorageUnavailable if not)."""
+        if getattr(self, "_probe_client", None) is None:
+            self._probe_client = make_client(connect_timeout=timeout_s, read_timeout=timeout_s, max_attempts=1)
+        self._call("answer a HEAD of the bucket", self._probe_client.head_bucket, Bucket=self.bucket)
+
     # -- keys and calls ----------------------------------------------------------------------
     def _key(self, job_id: str, rel: str = "") -> str:
         return self.location.key(f"{JOBS_PREFIX}{job_id}/{rel}")

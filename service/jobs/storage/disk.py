@@ -164,6 +164,14 @@ def unpin(marker: Path) -> None:
     marker.unlink(missing_ok=True)
 
 
+def unpin_job(data_dir: Path, job_id: str) -> None:
+    """Drop every pin of a deleted job (a download still sending keeps its open file)."""
+    folder = Path(data_dir) / PINNED_DIR
+    if folder.is_dir():
+        for marker in folder.glob(f"{job_id}.*"):
+            marker.unlink(missing_ok=True)
+
+
 def pinned_jobs(data_dir: Path) -> set[str]:
     """Ids of jobs a live download has pinned (a marker whose process died is removed)."""
     folder = Path(data_dir) / PINNED_DIR

@@ -48,6 +48,8 @@ class JobFiles(Protocol):
     def describe(self) -> str: ...
     def check(self) -> None:
         """At start-up: raise ``config.ConfigurationError`` saying what is wrong, or return."""
+    def probe(self, timeout_s: float) -> None:
+        """Readiness (/readyz): raise when the files cannot be reached now."""
     # -- submission (API) ------------------------------------------------------------------
     def create(self, spec: JobSpec, staged: Path | None) -> None:
         """Store a new job's inputs (``staged``, then removed) and spec, before its row exists."""

@@ -30,6 +30,11 @@ class DiskFiles:
     def check(self) -> None:
         self.jobs_dir.mkdir(parents=True, exist_ok=True)
 
+    def probe(self, timeout_s: float) -> None:  # noqa: ARG002 - a local folder answers at once
+        """Readiness: the jobs folder is there and writable (a shared volume that went away is not)."""
+        if not (self.jobs_dir.is_dir() and os.access(self.jobs_dir, os.W_OK | os.X_OK)):
+            raise OSError(f"{self.jobs_dir} is missing or not writable")
+
     def folder(self, job_id: str) -> Path:
         return self.jobs_dir / job_id
 

@@ -6,7 +6,10 @@ digests the job recorded before anything is served (see runtime/level_graphs.py)
 
 Each such process holds a session as large as the job's: ``RegenerationGate`` lets at most
 ``QUANTCOMPARE_LEVEL_GRAPH_SLOTS`` run at once, queues up to ``QUANTCOMPARE_LEVEL_GRAPH_QUEUE`` more, and
-refuses the rest (429 + Retry-After). The wait is asynchronous (``asyncio`` subprocess): a download
+refuses the rest (429 + Retry-After). Downloads of the same file of the same job share one
+regeneration (``SharedRegenerations``): 44 clients fetching one graph at once wait for one process,
+are all served the same file whole, and take one slot; the file is kept ``MADE_KEPT_S`` after its
+last download, in the data directory's tmp/ (so within QUANTCOMPARE_MAX_DATA_GB). The wait is asynchronous (``asyncio`` subprocess): a download
 holds no thread of the request pool, so other routes keep answering (44 downloads at once held the
 pool's threads for up to 900 s each and started 38 ORT processes).
 """
@@ -17,13 +20,15 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 from service.errors import ArtifactGone, Busy, LevelGraphChanged
 from service.jobs.storage.files import JobFiles
@@ -31,6 +36,9 @@ from service.pipeline.isolation import address_space_limit
 from service.jobs.worker import worker_environment
 
 REGENERATE_TIMEOUT_S = 900.0
+# A level graph made again stays this long after its last download ends: a CI matrix fetching it
+# from several legs a few seconds apart gets one regeneration, and the disk holds it only briefly.
+MADE_KEPT_S = 60.0
 _ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -102,6 +110,87 @@ class RegenerationGate:
             self.running -= 1
             self._free.release()
             self._mean_s = 0.8 * self._mean_s + 0.2 * (time.monotonic() - start)
+
+
+@dataclass(eq=False)
+class _Made:
+    task: asyncio.Task
+    folder: Path
+    users: int = 0  # downloads waiting for the file or sending it
+    expiry: asyncio.TimerHandle | None = None
+
+
+def _made_well(task: asyncio.Task) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
+class SharedRegenerations:
+    """One regeneration per (job, file) at a time, whoever asks: later downloads of the same file wait
+    for the one running (or take the file it made, for ``keep_s`` after its last download). Distinct
+    files still go through ``gate`` (slots, queue, 429). One per API process, used from its event
+    loop only. When every download waiting for a regeneration is gone, it is stopped (its process
+    group killed), as a lone download's was."""
+
+    def __init__(self, gate: RegenerationGate, tmp_dir: Path, *, keep_s: float = MADE_KEPT_S):
+        self.gate, self.tmp_dir, self.keep_s = gate, Path(tmp_dir), keep_s
+        self._made: dict[tuple[str, str], _Made] = {}
+        self.started = 0  # regenerations begun (tests and diagnostics)
+
+    async def file(self, key: tuple[str, str], make: Callable[[Path], Awaitable[Path]]) -> tuple[Path, Callable[[], None]]:
+        """The made file and the release to call once it is sent (or the download failed)."""
+        entry = self._made.get(key)
+        if entry is None or (entry.task.done() and not _made_well(entry.task)) or (
+                _made_well(entry.task) and not entry.task.result().is_file()):
+            entry = self._start(key, make)
+        entry.users += 1
+        if entry.expiry is not None:
+            entry.expiry.cancel()
+            entry.expiry = None
+        release = partial(self._release, key, entry)
+        try:
+            path = await asyncio.shield(entry.task)
+        except BaseException:
+            release()
+            raise
+        return path, release
+
+    def _start(self, key: tuple[str, str], make: Callable[[Path], Awaitable[Path]]) -> _Made:
+        folder = self.tmp_dir / f"download-{uuid.uuid4().hex}"
+
+        async def run() -> Path:
+            async with self.gate.slot():
+                return await make(folder)
+
+        self.started += 1
+        entry = _Made(asyncio.ensure_future(run()), folder)
+        entry.task.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no "never retrieved"
+        self._made[key] = entry
+        return entry
+
+    def _release(self, key: tuple[str, str], entry: _Made) -> None:
+        entry.users -= 1
+        if entry.users > 0:
+            return
+        if not entry.task.done():
+            entry.task.cancel()  # nobody waits any more: regenerated_level_graph kills its process
+            self._drop(key, entry)
+        elif not _made_well(entry.task):
+            self._drop(key, entry)
+        else:
+            entry.expiry = asyncio.get_running_loop().call_later(self.keep_s, self._drop, key, entry)
+
+    def _drop(self, key: tuple[str, str], entry: _Made) -> None:
+        if self._made.get(key) is entry:
+            del self._made[key]
+        if entry.users <= 0:
+            shutil.rmtree(entry.folder, ignore_errors=True)
+
+    def clear(self) -> None:
+        for key, entry in list(self._made.items()):
+            if not entry.task.done():
+                entry.task.cancel()
+            entry.users = 0
+            self._drop(key, entry)
 
 
 def _gone(entry: LevelGraphEntry) -> ArtifactGone:

@@ -41,14 +41,15 @@ def location_of(url: str) -> BucketLocation:
     return BucketLocation(bucket=parts.netloc, prefix=prefix + "/" if prefix else "")
 
 
-def make_client():
+def make_client(*, connect_timeout: float = CONNECT_TIMEOUT_S, read_timeout: float = READ_TIMEOUT_S,
+                max_attempts: int = 3):
     import boto3
     from botocore.config import Config
 
     custom_endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    config = Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S, signature_version="s3v4",
-                    retries={"mode": "standard", "max_attempts": 3},
+    config = Config(connect_timeout=connect_timeout, read_timeout=read_timeout, signature_version="s3v4",
+                    retries={"mode": "standard", "max_attempts": max_attempts},
                     s3={"addressing_style": "path" if custom_endpoint else "auto"})
     return boto3.session.Session().client("s3", region_name=region, config=config)
 
