@@ -30,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from service.render.graph_svg import svg_from_dot  # noqa: E402
+from service.render.graphs.svg import svg_from_dot  # noqa: E402
 from service.render.page import render_job_page  # noqa: E402
 from tests.e2e.test_report_page_browser import FLAGS, chromium  # noqa: E402
 

@@ -22,8 +22,8 @@ from service.pipeline.files import split_name
 from service.pipeline.verdict.made_up_data import made_up_data_banner
 from service.pipeline.verdict.headline import headline_from_report
 from service.render import svg
-from service.render.graph_svg import DotUnavailable, graph_svg
-from service.render.graph_view import KINDS, graph_view
+from service.render.graphs.svg import DotUnavailable, graph_svg
+from service.render.graphs.view import KINDS, graph_view
 from service.render.layers_svg import sqnr_by_depth, worst_rows
 from service.render.units import accuracy_word, human_size
 from service.render.why_float import advice_rows, blocker_groups

@@ -1,4 +1,4 @@
-"""The level graph as boxes to draw (render/graph_view.py) and as Graphviz SVG (render/graph_svg.py): every node
+"""The level graph as boxes to draw (render/graphs/view.py) and as Graphviz SVG (render/graphs/svg.py): every node
 is in exactly one box, kinds come from the node and its unfused row, long chains fold only on big graphs."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from service.render.graph_view import COLLAPSE_OVER, graph_view
+from service.render.graphs.view import COLLAPSE_OVER, graph_view
 
 
 def node(name, op, inputs, outputs, domain=""):
@@ -60,7 +60,7 @@ def test_a_box_carries_the_per_tensor_sqnr_of_its_output_with_its_interval():
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz is installed by make system-deps")
 def test_the_svg_has_one_linked_box_per_box_and_no_script():
-    from service.render.graph_svg import graph_svg
+    from service.render.graphs.svg import graph_svg
 
     v = graph_view(chain_level(3), artifact="ort_qdq", level_name="all")
     svg = graph_svg(v)

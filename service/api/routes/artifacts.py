@@ -24,7 +24,7 @@ from service.jobs.storage.disk import pin, unpin
 from service.jobs.storage.files import Download
 from service.jobs.storage.level_downloads import LevelGraphEntry, level_graph_entries, regenerated_level_graph
 from service.pipeline.files import split_name
-from service.render.node_data import NODE_DATA_SUFFIX, node_data_from_report
+from service.render.graphs.node_data import NODE_DATA_SUFFIX, node_data_from_report
 from service.schemas.api import ArtifactEntry, ArtifactList
 
 router = APIRouter(prefix="/v1/comparisons", tags=["artifacts"])
@@ -62,7 +62,7 @@ async def download_artifact(job_id: str, name: str, request: Request, executor: 
 
 
 def _node_data(request: Request, executor, rec, name: str) -> Response:
-    """``<artifact>.<level>.node_data.json``: Model Explorer's node data for that level graph (render/node_data.py)."""
+    """``<artifact>.<level>.node_data.json``: Model Explorer's node data for that level graph (render/graphs/node_data.py)."""
     artifact, level = split_name(name[: -len(NODE_DATA_SUFFIX)] + ".onnx")
     report = request.app.state.reports.load(executor.files, rec.id) if rec.status == "succeeded" else None
     if report is None:

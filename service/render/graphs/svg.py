@@ -12,7 +12,7 @@ import re
 import shutil
 import subprocess
 
-from service.render.graph_view import KINDS, GraphView
+from service.render.graphs.view import KINDS, GraphView
 
 __all__ = ["dot_from_view", "svg_from_dot", "graph_svg", "DotUnavailable"]
 

@@ -10,7 +10,7 @@ level graph (``<artifact>.<level>.onnx``) in Model Explorer, then this file.
 
 from __future__ import annotations
 
-from service.render.graph_view import KINDS, node_kind, tensor_sqnr_index
+from service.render.graphs.view import KINDS, node_kind, tensor_sqnr_index
 
 __all__ = ["node_data_from_report", "NODE_DATA_SUFFIX"]
 
