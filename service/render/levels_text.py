@@ -105,7 +105,7 @@ def levels_summary_lines(report) -> list[str]:
             table = [["decision", *fold]] + [[d, *cells[start:start + len(fold)]] for d, cells in rows]
             lines += [""] + aligned_rows(table, min_widths=[_LABEL - 2] + [_DCOL - 2] * len(fold))
         if same:
-            lines.append(("the same for every artifact: " + "; ".join(same))[:200])
+            lines.append(("the same for every artifact: " + "; ".join(same))[:160])
     for lint in report.lints[:4]:
         where = f" {lint.artifact}" if lint.artifact else ""
         lines.append(f"lint {lint.severity}{where} {lint.code}: {lint.hint or lint.message}"[:160])

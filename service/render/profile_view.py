@@ -66,18 +66,20 @@ def profile_bars_svg(report: Any, *, width: int = 640) -> str:
 
 
 def profile_lines(report: Any, *, top: int = 5) -> list[str]:
-    """The CLI's block: per artifact, its profiled total, the sentence where it loses, its ``top`` nodes."""
+    """The CLI's block, one line per quantized artifact: its profiled total, where it loses to fp32 (the
+    first of its ``top`` nodes, ``where_it_loses``), then the rest of them as op type [kernel] and share."""
     level, profiles = profiled_level(report)
     if not profiles:
         return []
-    lines = ["", f"where the time goes at {level} (one run under ORT's profiler, outside the timed runs):"]
+    lines = ["", f"where the time goes at {level} (one run under ORT's profiler, outside the timed runs; "
+                 f"the top {top} nodes, names in report.json 'profile'):"]
     for name, p in profiles.items():
-        over = p.get("overhead")
-        lines.append(f"  {name:<14}{p['total_ms']:.3g} ms profiled"
-                     + (f" (profiler +{over:.0%} vs the timed median)" if over is not None else ""))
-        if p.get("where_it_loses"):
-            lines.append(f"  {'':<14}{p['where_it_loses']}")
-        for n in (p.get("top_nodes") or [])[:top]:
-            kernel = f" [{n['kernel']}]" if n.get("kernel") else ""
-            lines.append(f"  {'':<14}{n['share']:>5.0%} {n['ms']:.3g} ms  {n['node']} ({n['op_type']}){kernel}")
+        if name == "fp32":  # the baseline each sentence compares with: on the page, not in one screen
+            continue
+        nodes = [f"{n['op_type']}{f'[{k}]' if (k := n.get('kernel')) else ''} {n['share']:.0%}"
+                 for n in (p.get("top_nodes") or [])[:top]]
+        said = (p.get("where_it_loses") or "").removeprefix(f"{name} at {level}: ")
+        # the sentence names the first node's op and kernel: the others follow it
+        text = (said + (f"; then {', '.join(nodes[1:])}" if nodes[1:] else "")) if said else ", ".join(nodes)
+        lines.append(f"  {name:<14}{p['total_ms']:.3g} ms: {text}"[:160])
     return lines

@@ -112,13 +112,17 @@ def summary_table(report: Report) -> str:
     lines += profile_lines(report)
     lines += why_float_lines(report)
     if report.platform:
-        lines += ["", f"this machine ({report.environment.cpu.arch}) vs the chapter (arm64):"]
-        # The first clause of each note; the report and the page carry the whole text and evidence.
-        lines += [f"  {p.topic}: {p.here.split(';')[0].split(': ', 1)[-1].strip()}" for p in report.platform]
+        # The topics on one line; the report (report.json 'platform') and the page carry each note's text
+        # and evidence.
+        lines += ["", f"this machine ({report.environment.cpu.arch}) differs from the chapter (arm64) in: "
+                      + "; ".join(p.topic for p in report.platform) + " (report.json 'platform')"]
     lines += platforms_lines(report)
     if report.layers is not None and report.layers.rows:
         layers = report.layers
-        lines += ["", f"per-tensor error ({len(layers.rows)} tensors at disable_all, {layers.samples} samples, "
+        sampling = layers.sampling
+        stopped = "" if sampling is None else f": {sampling.stopped}" + (
+            "" if sampling.widest_db is None else f", widest interval {sampling.widest_db:.1f} dB")
+        lines += ["", f"per-tensor error ({len(layers.rows)} tensors at disable_all, {layers.samples} samples{stopped}; "
                       f"95% intervals; report.json 'layers'):"]
         for art, tensor in layers.worst.items():
             row = next(r for r in layers.rows if r.tensor == tensor)
@@ -128,10 +132,6 @@ def summary_table(report: Report) -> str:
                          + (worst.summary if worst else f"{row.artifacts[art].sqnr_db:.1f} dB"))
             if top:
                 lines.append(f"  {'':<14}{top.summary}")
-        if layers.sampling is not None:
-            widest = layers.sampling.widest_db
-            lines.append(f"  samples: {layers.samples} ({layers.sampling.stopped}"
-                         + ("" if widest is None else f"; widest interval {widest:.1f} dB") + ")")
     retry = report.layers.retry if report.layers is not None else None
     if retry is not None and (retry.artifacts or retry.skipped):
         lines += ["", f"exclude and retry (the {retry.k} worst origin node(s) left in float; report.json 'layers.retry'):"]
@@ -155,15 +155,16 @@ def summary_table(report: Report) -> str:
     if report.partial:
         lines += ["", f"(partial: {', '.join(report.sections_done)} done; the rest follows)"]
         return "\n".join(lines)
+    lines.append("")
     if report.job_cores is not None:
-        lines += ["", f"accuracy on {report.job_cores.cores} core(s) ({report.job_cores.source})"]
+        lines.append(f"accuracy on {report.job_cores.cores} core(s) ({report.job_cores.source})")
     extras = report.extras
     if extras is not None:
         budget = "no budget" if extras.budget_seconds is None else f"{extras.budget_seconds:.1f} s"
         # One line: what the budget reached, and for what it did not, the option that reaches it.
         lines.append(f"extras ({budget}: {extras.how}; {extras.spent_seconds:.1f} s spent): " + "; ".join(
             s.step + ("" if s.reached else f" not reached ({s.detail})") for s in extras.steps))
-    lines += ["", "timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items())]
+    lines.append("timings: " + ", ".join(f"{k} {v:.2f}s" for k, v in report.timings.items()))
     cost = report.cost
     if cost is not None and cost.inference_times:
         lines.append(f"cost: {cost.job_seconds:.1f} s = {cost.inference_times:.0f} fp32 inferences of "

@@ -20,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
 from live_server import LiveServer  # noqa: E402
 from test_http_api import assert_problem, upload  # noqa: E402
 
-from service.pipeline.compare import STAGES  # noqa: E402
+from service.pipeline.stages import STEPS  # noqa: E402
+
+STAGES = tuple(s.name for s in STEPS)
 
 TOKEN = "cancel-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

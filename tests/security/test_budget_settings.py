@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 from hostile_inputs import ser
 from safety_models import conv_onnx, tiny_onnx
@@ -14,6 +12,7 @@ from service.config import Settings
 from service.errors import BudgetExceeded
 from service.jobs.spec import JobSpec
 from service.pipeline.compare import ComparisonRequest, run_comparison
+from service.pipeline.context import RunLimits
 from service.schemas.options import ComparisonOptions
 from service.pipeline.inputs.safety import Budgets
 
@@ -30,8 +29,8 @@ def test_budget_settings_come_from_quantcompare_budget_variables():
 
 def test_the_job_spec_carries_the_budgets_to_the_worker():
     b = Budgets(max_nodes=7)
-    spec = JobSpec.from_json(JobSpec(id="a" * 32, budgets=dataclasses.asdict(b)).to_json())
-    assert Budgets(**spec.budgets) == b
+    spec = JobSpec.from_json(JobSpec(id="a" * 32, limits=RunLimits(budgets=b).to_json()).to_json())
+    assert RunLimits.from_json(spec.limits, Budgets).budgets == b
 
 
 def test_the_api_checks_uploads_against_the_configured_budgets(tmp_path):
@@ -49,7 +48,7 @@ def test_the_shapes_samples_are_made_with_are_checked_before_any_array_exists(tm
     path = tmp_path / "model.onnx"
     path.write_bytes(ser(m))
     request = ComparisonRequest(options=ComparisonOptions(input_shapes={"x": [1000, 4]}), model_path=path,
-                                budgets=Budgets(max_input_elements=1000))
+                                limits=RunLimits(budgets=Budgets(max_input_elements=1000)))
     with pytest.raises(BudgetExceeded) as e:
         run_comparison(request, tmp_path / "work")
     assert e.value.details["budget"] == "max_input_elements"
@@ -66,7 +65,7 @@ def test_many_samples_of_a_large_input_are_refused_before_any_is_made(tmp_path):
                                 input_shapes={"x": [64, 3, 16, 16]})
     with pytest.raises(BudgetExceeded) as e:
         run_comparison(ComparisonRequest(example="conv_relu", options=options,
-                                         budgets=Budgets(max_sample_bytes=512 << 20)), tmp_path)
+                                         limits=RunLimits(budgets=Budgets(max_sample_bytes=512 << 20))), tmp_path)
     assert e.value.details["budget"] == "max_sample_bytes"
     assert "8192 samples" in e.value.message
     # the hint says what the user can change: the hint was 'Use a smaller model' for a tiny conv

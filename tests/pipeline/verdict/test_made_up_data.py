@@ -73,7 +73,7 @@ def test_banner_on_the_cli_summary_and_the_page_only_for_generated_data(generate
 
     gen, up = generated_and_uploaded["generated"], generated_and_uploaded["uploaded"]
     assert "MADE-UP DATA" in summary_table(gen) and "MADE-UP DATA" not in summary_table(up)
-    assert "banner-made-up" in page(gen) and "banner-made-up" not in page(up)
+    assert 'class="banner-made-up"' in page(gen) and 'class="banner-made-up"' not in page(up)
 
 
 @pytest.mark.parametrize("text", ["ort_qdq.calibration_data_uploaded", "all.calibration_data_uploaded"])

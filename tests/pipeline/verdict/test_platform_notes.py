@@ -29,4 +29,4 @@ def test_the_summary_and_the_page_data_carry_the_notes(compared):
 
     report, _ = compared("conv_relu")
     text = summary_table(report)
-    assert "vs the chapter (arm64)" in text and "activation dtype" in text
+    assert "differs from the chapter (arm64)" in text and "activation dtype" in text

@@ -43,6 +43,11 @@ def _trace(trace_dir):
             "qnn_ops": dict(ops)}
 
 
+# ORT's constant-folding cap, as every session of the service has it (ort/sessions.py; this script runs in the
+# target's process and cannot import service: a test checks the two agree).
+CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
+
+
 def _one(ort, qnn, np, art, req, feeds, device):
     out = Path(req["out_dir"]) / art["name"]
     trace_dir = out / "trace"
@@ -51,6 +56,8 @@ def _one(ort, qnn, np, art, req, feeds, device):
     so.intra_op_num_threads = 1
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
+    so.add_session_config_entry("optimization.constant_folding_max_output_size_in_bytes",
+                                str(CONSTANT_FOLDING_MAX_BYTES))
     for dim, value in (art.get("free_dims") or {}).items():
         so.add_free_dimension_override_by_name(dim, int(value))
     ctx = Path(req["context_dir"]) / f"{art['name']}.{req['slug']}_ctx.onnx"
