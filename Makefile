@@ -17,7 +17,7 @@ ORT_RELEASES ?= 1.22.1
 TARGET_DIRS  := $(if $(filter 1,$(QNN)),qnn) $(if $(filter 1,$(OPENVINO)),openvino) $(addprefix ort-,$(ORT_RELEASES))
 TARGETS      := $(foreach d,$(TARGET_DIRS),$(VENV)/targets/$(d)/ready)
 
-.PHONY: venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets tools image-deps image image-test
+.PHONY: docs-pictures venv serve test test-fast bench mutants docs clean system-deps graph-deps arm64 targets tools image-deps image image-test
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -131,6 +131,11 @@ bench: $(STAMP)
 # Not part of `make test`: breaks the product on purpose (bench/mutants.py) and shows the suite fails.
 mutants: $(STAMP)
 	$(BIN)/python bench/mutants.py
+
+# docs/report.png and docs/report_graph.png, taken in real Chromium by the headline test (make test writes
+# them to a temporary folder only, so the tree stays as it was).
+docs-pictures: $(STAMP) system-deps graph-deps
+	QUANTCOMPARE_DOCS_PICTURES=1 $(BIN)/pytest -q -p no:cacheprovider tests/e2e/test_report_headline.py
 
 # The manual (docs/) as a site in var/site; the suite runs the same strict build (tests/test_docs_site.py).
 docs: $(STAMP)

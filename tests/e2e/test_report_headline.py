@@ -1,6 +1,7 @@
 """The report's first screen and its graphs in real Chromium (headless, the flags of test_report_page_browser):
 at 1280x800 the first screen holds every headline card and the "which file" sentence, nothing is cut off, and
-each drawn graph accounts for every node of the level graph it draws. The pictures in docs/ come from here:
+each drawn graph accounts for every node of the level graph it draws. The pictures in docs/ come from here
+(`make docs-pictures`):
 docs/report.png (conv_relu's first screen) and docs/report_graph.png (yolo_style's graphs, 300+ nodes each).
 
 Layout is measured on the page exactly as served, saved beside a measuring script (the served page runs no
@@ -9,6 +10,7 @@ script under its CSP): Chromium runs it on load and writes the rectangles into t
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -18,6 +20,14 @@ import pytest
 from tests.e2e.test_report_page_browser import run_chromium
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
+# The pictures go into docs/ only when asked (`make docs-pictures`): `make test` leaves the tree as it was.
+WRITE_DOCS = os.environ.get("QUANTCOMPARE_DOCS_PICTURES") == "1"
+
+
+def picture(name: str, tmp_path: Path) -> Path:
+    return DOCS / name if WRITE_DOCS else tmp_path / name
+
+
 W, H = 1280, 800
 MEASURE = """<script>
 addEventListener('load', () => {
@@ -104,7 +114,7 @@ def test_first_screen_holds_the_answer_and_every_card(real_server, conv_relu_job
     m = measured(url, tmp_path)
     check_first_screen(m, cards=3)
     check_graphs(m, conv_relu_job["report"], conv_relu_job["report"]["headline"]["level"])
-    shot = DOCS / "report.png"
+    shot = picture("report.png", tmp_path)
     run_chromium(tmp_path, f"--window-size={W},{H}", f"--screenshot={shot}", url)
     assert shot.is_file() and shot.stat().st_size > 20_000
     assert png_size(shot) == (W, H)
@@ -126,7 +136,7 @@ def test_a_300_node_graph_is_drawn_whole(real_server, yolo_job, tmp_path):
     Image = pytest.importorskip("PIL.Image")
     with Image.open(full) as im:
         assert im.size == (W, bottom)
-        im.crop((0, max(top, 0), W, bottom)).save(DOCS / "report_graph.png", optimize=True)
+        im.crop((0, max(top, 0), W, bottom)).save(picture("report_graph.png", tmp_path), optimize=True)
 
 
 def test_node_data_loads_as_model_explorer_graph_node_data(real_server, yolo_job):
