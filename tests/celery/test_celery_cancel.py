@@ -9,20 +9,10 @@ import uuid
 
 import psutil
 import pytest
+
+from tests.processes import gone
 from cluster import API_SETTINGS, Cluster
 from test_http_api import assert_problem, upload
-
-
-def gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.processes import gone
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
 from live_server import LiveServer  # noqa: E402
 from test_http_api import assert_problem, upload  # noqa: E402
@@ -26,18 +28,6 @@ STAGES = tuple(s.name for s in STEPS)
 
 TOKEN = "cancel-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def gone(pid: int, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def in_stage(c, job_id: str, stage: str, timeout: float = 30.0) -> dict:
