@@ -4,10 +4,8 @@ Real Redis and workers; jobs are tests/jobs/fault_jobs commands waiting in a nam
 
 from __future__ import annotations
 
-import time
 import uuid
 
-import psutil
 import pytest
 
 from tests.processes import gone
