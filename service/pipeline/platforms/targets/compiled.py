@@ -21,7 +21,8 @@ import onnx
 from service.errors import PlatformUnavailable
 from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.ort.targets import Platform
-from service.pipeline.platforms.emulated_levels import _outputs, _reference, samples_npz, unavailable_report
+from service.pipeline.platforms.emulated_levels import _outputs, _reference, unavailable_report
+from service.pipeline.platforms.runner_io import samples_npz
 from service.pipeline.platforms.targets.native_run import target_run
 from service.pipeline.platforms.targets.hints import NO_CHIP, openvino_hint, qnn_fallback, qnn_hint
 from service.pipeline.runtime.numerics import level_numerics
