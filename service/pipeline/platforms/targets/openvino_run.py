@@ -31,7 +31,7 @@ def _layers(compiled):
 
 
 def _one(ov, np, core, art, req, feeds):
-    from runner_io import failure, outputs_npz, timed  # main() put its folder on the path
+    from runner_io import failure, outputs_npz, timed  # on the path the script's start gave
 
     entry = {}
     t0 = time.perf_counter()
@@ -62,7 +62,6 @@ def _one(ov, np, core, art, req, feeds):
 
 
 def main(request_path):
-    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
     from runner_io import answered, each_artifact, read_request
 
     import numpy as np
@@ -78,4 +77,5 @@ def main(request_path):
 
 
 if __name__ == "__main__":
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
     sys.exit(main(sys.argv[1]))

@@ -49,7 +49,7 @@ CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
 
 
 def _one(ort, qnn, art, req, feeds, device):
-    from runner_io import failure, outputs_npz  # main() put its folder on the path
+    from runner_io import failure, outputs_npz  # on the path the script's start gave
 
     out = Path(req["out_dir"]) / art["name"]
     trace_dir = out / "trace"
@@ -90,7 +90,6 @@ def _one(ort, qnn, art, req, feeds, device):
 
 
 def main(request_path):
-    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
     from runner_io import answered, each_artifact, read_request
 
     import onnxruntime as ort
@@ -115,4 +114,5 @@ def main(request_path):
 
 
 if __name__ == "__main__":
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
     sys.exit(main(sys.argv[1]))
