@@ -6,13 +6,9 @@ from __future__ import annotations
 import math
 from html import escape
 
-from service.render.svg import color
+from service.render.svg import color, legend
 
 CLEAN_DB = 100.0  # an exact tensor (infinite SQNR) is drawn at the top of the axis, not at infinity
-
-
-def _color(name: str, i: int) -> str:
-    return color(name, i)
 
 
 def sqnr_by_depth(layers: dict | None, *, width: int = 680, height: int = 270) -> str:
@@ -62,7 +58,7 @@ def sqnr_by_depth(layers: dict | None, *, width: int = 680, height: int = 270) -
     for d in (d_lo, (d_lo + d_hi) // 2, d_hi):
         out.append(f'<text x="{x(d):.1f}" y="{top + ph + 14}" text-anchor="middle" class="tick">{d}</text>')
     for i, (a, pts) in enumerate(series.items()):
-        col = _color(a, i)
+        col = color(a, i)
         ordered = sorted(pts.items())
         path = " ".join(f"{x(d):.1f},{y(v):.1f}" for d, (v, _) in ordered)
         out.append(f'<polyline points="{path}" fill="none" stroke="{col}" stroke-width="1.8"/>')
@@ -70,11 +66,7 @@ def sqnr_by_depth(layers: dict | None, *, width: int = 680, height: int = 270) -
             label = "exact" if v >= CLEAN_DB else f"{v:.1f} dB"
             out.append(f'<circle cx="{x(d):.1f}" cy="{y(v):.1f}" r="2.6" fill="{col}">'
                        f'<title>{escape(a)}: {escape(tensor)} (depth {d}): {label}</title></circle>')
-    lx = left
-    for i, a in enumerate(series):
-        out.append(f'<rect x="{lx}" y="{height - 18}" width="11" height="11" fill="{_color(a, i)}"/>')
-        out.append(f'<text x="{lx + 15}" y="{height - 8}" class="leg">{escape(a)}</text>')
-        lx += 24 + 7.2 * len(a)
+    out.append(legend(series, left=left, baseline=height - 8))
     out.append("</svg>")
     return "".join(out)
 

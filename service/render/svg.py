@@ -83,12 +83,18 @@ def bar_chart(categories: list[str], series: dict[str, list[float | None]], *, t
                        f'fill="{color(name, si)}"><title>{escape(name)} @ {escape(cat)}: {_fmt(v)} {escape(unit)}</title></rect>')
         out.append(f'<text x="{left + ci * group_w + group_w / 2:.1f}" y="{top + plot_h + 16}" text-anchor="middle" '
                    f'class="cat">{escape(cat)}</text>')
-    lx = left
-    for si, name in enumerate(names):
-        out.append(f'<rect x="{lx}" y="{height - 20}" width="11" height="11" fill="{color(name, si)}"/>')
-        out.append(f'<text x="{lx + 15}" y="{height - 10}" class="leg">{escape(name)}</text>')
-        lx += 24 + 7.2 * len(name)
+    out.append(legend(names, left=left, baseline=height - 10))
     out.append("</svg>")
+    return "".join(out)
+
+
+def legend(names, *, left: float, baseline: float) -> str:
+    """One swatch and name per series, left to right, in the series' colours."""
+    out, lx = [], left
+    for i, name in enumerate(names):
+        out.append(f'<rect x="{lx}" y="{baseline - 10}" width="11" height="11" fill="{color(name, i)}"/>')
+        out.append(f'<text x="{lx + 15}" y="{baseline}" class="leg">{escape(name)}</text>')
+        lx += 24 + 7.2 * len(name)
     return "".join(out)
 
 
