@@ -244,6 +244,7 @@ class _Levels:
     reference: RunOutputs | None = None
 
     def result(self, *, final: bool = False) -> LevelsResult:
+        """The stage's result so far; ``final`` adds what later sections change (timings, evaluate_seconds)."""
         optimized = {n: self.by_name[n].per_level for n in self.names}
         if final:  # the wall seconds, which the partial results leave out: latency adds to them
             seconds = {n: g.seconds for n, g in self.by_name.items()}
@@ -255,6 +256,7 @@ class _Levels:
                             reference_outputs=self.reference.values if self.reference is not None else None)
 
     def finished(self, section: str, on_section: Section | None) -> None:
+        """Hands ``on_section`` the result as it stands once ``section`` is done."""
         if on_section:
             on_section(section, self.result())
 
