@@ -23,6 +23,7 @@ from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.platforms.targets.native_run import target_run
+from service.pipeline.platforms.runner_io import samples_npz
 from service.pipeline.platforms.runtime import EMULATED_SCRIPT, emulated_run
 from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
@@ -33,19 +34,11 @@ from service.schemas.levels import LatencyStats, OptimizedLevel
 from service.schemas.options import LEVEL_VALUES, measures_accuracy, timed_levels
 from service.schemas.platforms import PlatformAccuracy, PlatformError, PlatformReport, PlatformRules
 
-__all__ = ["artifact_names", "platform_levels", "samples_npz", "unavailable_report"]
+__all__ = ["artifact_names", "platform_levels", "unavailable_report"]
 
 # Session creation is 0.01-0.2 s per level under emulation for models up to ~11 MB, ORT's import ~10 s:
 # the process may run this long past the accuracy budget before it counts as hung.
 START_AND_GRAPHS_ALLOWANCE_S = 600.0
-
-
-def samples_npz(feeds: list[dict[str, np.ndarray]], path: Path) -> Path:
-    """The eval feeds as the emulated script reads them (``emulated_ort.py``)."""
-    names = list(feeds[0]) if feeds else []
-    arrays = {f"{i}/{n}": np.asarray(f[n]) for i, f in enumerate(feeds) for n in names}
-    np.savez(path, __count__=np.int64(len(feeds)), __names__=np.array(names), **arrays)
-    return path
 
 
 # An ORT release (ort:<version>) runs natively: its level graphs are timed with a fixed count of runs.

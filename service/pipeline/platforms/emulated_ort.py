@@ -78,16 +78,12 @@ def _latency(session, feed, runs: int) -> dict:
 def main(request_path: str) -> int:
     import numpy as np
     import onnxruntime as ort
+    from runner_io import answered, read_samples  # beside this file: a script's folder is on its path
 
     req = json.loads(Path(request_path).read_text())
     ort.set_seed(int(req.get("seed", 0)))
     threads = int(req.get("threads", 1))
-    feeds = []
-    if req.get("samples"):
-        with np.load(req["samples"], allow_pickle=False) as z:
-            count = int(z["__count__"])
-            names = [str(n) for n in z["__names__"]]
-            feeds = [{n: z[f"{i}/{n}"] for n in names} for i in range(count)]
+    feeds = read_samples(req)
     answer: dict = {"ort_version": ort.__version__, "artifacts": {}}
     out = Path(req["out_dir"])
     runnable = []  # (artifact, level, session): one per distinct graph of an artifact that runs samples
@@ -160,8 +156,7 @@ def main(request_path: str) -> int:
         path = out / name / level / "outputs.npz"
         np.savez(path, **{f"{i}/{k}": np.asarray(y) for i, run in enumerate(runs) for k, y in enumerate(run)})
         answer["artifacts"][name][level]["outputs_file"] = str(path)
-    Path(req["answer"]).write_text(json.dumps(answer))
-    return 0
+    return answered(req, answer)
 
 
 if __name__ == "__main__":

@@ -21,9 +21,8 @@ import onnx
 from service.errors import PlatformUnavailable
 from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.ort.targets import Platform
-from service.pipeline.platforms.emulated_levels import (
-    _outputs, _reference, artifact_names, samples_npz, unavailable_report,
-)
+from service.pipeline.platforms.emulated_levels import _outputs, _reference, artifact_names, unavailable_report
+from service.pipeline.platforms.runner_io import samples_npz
 from service.pipeline.platforms.targets.native_run import target_run
 from service.pipeline.platforms.targets.hints import NO_CHIP, openvino_hint, qnn_fallback, qnn_hint
 from service.pipeline.runtime.levels import LevelsInput

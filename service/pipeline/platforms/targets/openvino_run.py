@@ -75,6 +75,9 @@ def _one(ov, np, core, art, req, feeds):
 
 
 def main(request_path):
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
+    from runner_io import answered, read_samples
+
     import numpy as np
     import openvino as ov
 
@@ -83,17 +86,11 @@ def main(request_path):
     answer = {"openvino_version": ov.__version__, "artifacts": {}}
     if "CPU" not in core.available_devices:
         answer["unavailable"] = f"OpenVINO offers no CPU device here (devices: {core.available_devices})"
-        Path(req["answer"]).write_text(json.dumps(answer))
-        return 0
-    feeds = []
-    if req.get("samples"):
-        with np.load(req["samples"], allow_pickle=False) as z:
-            names = [str(n) for n in z["__names__"]]
-            feeds = [{n: z[f"{i}/{n}"] for n in names} for i in range(int(z["__count__"]))]
+        return answered(req, answer)
+    feeds = read_samples(req)
     for art in req["artifacts"]:
         answer["artifacts"][art["name"]] = _one(ov, np, core, art, req, feeds)
-    Path(req["answer"]).write_text(json.dumps(answer))
-    return 0
+    return answered(req, answer)
 
 
 if __name__ == "__main__":

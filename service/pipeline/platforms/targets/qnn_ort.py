@@ -89,6 +89,9 @@ def _one(ort, qnn, np, art, req, feeds, device):
 
 
 def main(request_path):
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
+    from runner_io import answered, read_samples
+
     import numpy as np
     import onnxruntime as ort
     import onnxruntime_qnn as qnn
@@ -102,23 +105,16 @@ def main(request_path):
         pass
     if req.get("backend", "htp") == "htp" and not os.path.exists(qnn.get_qnn_htp_path()):
         answer["unavailable"] = f"QNN's HTP backend library is missing ({qnn.get_qnn_htp_path()})"
-        Path(req["answer"]).write_text(json.dumps(answer))
-        return 0
+        return answered(req, answer)
     ort.register_execution_provider_library("QNNExecutionProvider", qnn.get_library_path())
     device = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"][:1]
     if not device:
         answer["unavailable"] = "the QNN EP registered but offers no device on this machine"
-        Path(req["answer"]).write_text(json.dumps(answer))
-        return 0
-    feeds = []
-    if req.get("samples"):
-        with np.load(req["samples"], allow_pickle=False) as z:
-            names = [str(n) for n in z["__names__"]]
-            feeds = [{n: z[f"{i}/{n}"] for n in names} for i in range(int(z["__count__"]))]
+        return answered(req, answer)
+    feeds = read_samples(req)
     for art in req["artifacts"]:
         answer["artifacts"][art["name"]] = _one(ort, qnn, np, art, req, feeds, device)
-    Path(req["answer"]).write_text(json.dumps(answer))
-    return 0
+    return answered(req, answer)
 
 
 if __name__ == "__main__":
