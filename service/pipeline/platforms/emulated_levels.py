@@ -23,10 +23,11 @@ from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.platforms.targets.native_run import target_run
-from service.pipeline.platforms.runner_io import samples_npz
+from service.pipeline.platforms.runner_io import read_outputs, samples_npz
 from service.pipeline.platforms.runtime import EMULATED_SCRIPT, emulated_run
 from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
+from service.pipeline.runtime.latency import latency_from_times
 from service.pipeline.runtime.levels import LevelsInput, LevelsResult, level_structure
 from service.pipeline.runtime.numerics import RunOutputs, concat_runs, level_numerics
 from service.pipeline.vocabulary import float_tail_nodes, graph_from_path, int8_coverage
@@ -61,10 +62,9 @@ def _latency_stats(entry: dict) -> LatencyStats | None:
     lat = entry.get("latency")
     if not lat:
         return None
-    return LatencyStats(median_ms=lat["median_ms"], p90_ms=lat["p90_ms"], p10_ms=lat["p10_ms"], runs=lat["runs"],
-                        warmup=lat["warmup"], intra_op_threads=1, timed_with=lat.get("timed_with"),
-                        protocol=f"{lat['runs']} runs of the first eval sample after one warm-up, one thread, in the "
-                                 "release's own process")
+    return latency_from_times(lat["times_ms"], warmup=lat["warmup"], intra_op_threads=1, timed_with=lat.get("timed_with"),
+                              protocol=f"{lat['runs']} runs of the first eval sample after one warm-up, one thread, in the "
+                                       "release's own process")
 
 
 def _how(platform: Platform, version: str | None, budget: float) -> str:
@@ -90,15 +90,6 @@ def _reference(fp32_path: Path, level: str, feeds: list[dict[str, np.ndarray]]) 
     session = session_for(fp32_path, level)
     names = [o.name for o in session.get_outputs()]
     return RunOutputs(names=names, values=concat_runs([session.run(None, f) for f in feeds]))
-
-
-def _outputs(path: str, count: int) -> list[np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        runs: dict[int, dict[int, np.ndarray]] = {}
-        for key in z.files:
-            i, k = (int(x) for x in key.split("/"))
-            runs.setdefault(i, {})[k] = z[key]
-    return concat_runs([[runs[i][k] for k in sorted(runs[i])] for i in range(count)])
 
 
 def _levels_request(platform: Platform, inputs: LevelsInput, levels: list[str], work: Path,
@@ -192,7 +183,7 @@ def platform_levels(platform: Platform, inputs: LevelsInput, host: LevelsResult,
             numerics = None
             error = entry.get("error")
             outputs = outputs_at.get(same_as) if same_as else (
-                _outputs(entry["outputs_file"], n) if entry.get("outputs_file") else None)
+                concat_runs(read_outputs(entry["outputs_file"], n)) if entry.get("outputs_file") else None)
             if outputs is not None and reference is not None:
                 outputs_at[level] = outputs
                 try:

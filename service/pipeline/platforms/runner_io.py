@@ -6,6 +6,7 @@ emulated interpreter, ``targets/openvino_run.py`` and ``targets/qnn_ort.py`` in 
 import this file by path, beside no ``service`` package."""
 
 import json
+import time
 from pathlib import Path
 
 
@@ -28,6 +29,55 @@ def read_samples(request: dict) -> list[dict]:
     with np.load(request["samples"], allow_pickle=False) as z:
         names = [str(n) for n in z["__names__"]]
         return [{n: z[f"{i}/{n}"] for n in names} for i in range(int(z["__count__"]))]
+
+
+def read_request(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def outputs_npz(runs: list[list], path: Path) -> str:
+    """Write a file's outputs (one list of arrays per sample, in the session's output order) for the host."""
+    import numpy as np
+
+    np.savez(path, **{f"{i}/{k}": np.asarray(y) for i, run in enumerate(runs) for k, y in enumerate(run)})
+    return str(path)
+
+
+def read_outputs(path: str, count: int) -> list[list]:
+    """The first ``count`` samples' outputs ``outputs_npz`` wrote, one list of arrays per sample."""
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as z:
+        runs: dict[int, dict[int, np.ndarray]] = {}
+        for key in z.files:
+            i, k = (int(x) for x in key.split("/"))
+            runs.setdefault(i, {})[k] = z[key]
+    return [[runs[i][k] for k in sorted(runs[i])] for i in range(count)]
+
+
+def timed(call, runs: int) -> dict:
+    """One untimed run (first-run allocations are not the model's latency), then ``runs`` timed ones: their
+    wall times as they came, for the host to summarise (runtime/latency.py ``latency_from_times``)."""
+    call()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        call()
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return {"times_ms": times, "runs": runs, "warmup": 1}
+
+
+def failure(e: Exception, what: str = "") -> str:
+    """An exception as the answer's ``error`` text: what failed, its type and message, bounded."""
+    return f"{what}{type(e).__name__}: {e}"[:3000]
+
+
+def each_artifact(request: dict, answer: dict, one) -> int:
+    """``one(artifact, feeds)`` for each artifact of the request, on its samples, into ``answer``; then answer."""
+    feeds = read_samples(request)
+    for artifact in request["artifacts"]:
+        answer["artifacts"][artifact["name"]] = one(artifact, feeds)
+    return answered(request, answer)
 
 
 def answered(request: dict, answer: dict) -> int:

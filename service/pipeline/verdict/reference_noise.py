@@ -25,6 +25,14 @@ SATURATED_SHARE = 0.99  # or one value at this share of the elements
 UNSTABLE_DB = 40.0
 
 
+def _float_outputs(fp32_levels: dict[str, OptimizedLevel], reference: list[np.ndarray] | None):
+    """(name, values) of each float fp32 output on the evaluation samples, in the model's output order."""
+    names = next(([o.reference for o in ol.numerics.outputs] for ol in fp32_levels.values() if ol.numerics), [])
+    for k, ref in enumerate(reference or []):
+        if ref.dtype.kind == "f":
+            yield (names[k] if k < len(names) else f"#{k}"), ref
+
+
 def unstable_reference_lints(fp32_levels: dict[str, OptimizedLevel],
                              reference: list[np.ndarray] | None) -> list[Lint]:
     """One lint per fp32 output that some level of fp32 moves by less than ``UNSTABLE_DB`` of SQNR."""
@@ -67,13 +75,11 @@ def nonfinite_reference_lints(fp32_levels: dict[str, OptimizedLevel],
     """One lint per fp32 output that holds inf or NaN on the evaluation samples: a quantized file that
     matches them there agrees, so its SQNR covers only the finite rest, and generated samples may lie
     outside the model's domain (a Log of a negative value)."""
-    names = next(([o.reference for o in ol.numerics.outputs] for ol in fp32_levels.values() if ol.numerics), [])
     out = []
-    for k, ref in enumerate(reference or []):
-        if ref.dtype.kind != "f" or np.isfinite(ref).all():
+    for name, ref in _float_outputs(fp32_levels, reference):
+        if np.isfinite(ref).all():
             continue
         bad = int(ref.size - np.count_nonzero(np.isfinite(ref)))
-        name = names[k] if k < len(names) else f"#{k}"
         out.append(Lint(
             code=NONFINITE_CODE, severity="warning", artifact="fp32",
             message=(f"the fp32 model's output '{name}' holds {bad} inf or NaN values of {ref.size} on the evaluation "
@@ -90,17 +96,15 @@ def saturated_reference_lints(fp32_levels: dict[str, OptimizedLevel],
     """One lint per float fp32 output that holds at most ``SATURATED_VALUES`` distinct values on the
     evaluation samples (a captcha reader's five softmax heads, exactly one-hot on normal(0, 1) images:
     fp32 341 dB against itself, PT2E 234-868 dB, ORT 48 dB, figures of nothing)."""
-    names = next(([o.reference for o in ol.numerics.outputs] for ol in fp32_levels.values() if ol.numerics), [])
     out = []
-    for k, ref in enumerate(reference or []):
-        if ref.dtype.kind != "f" or ref.size <= 2 * SATURATED_VALUES or not np.isfinite(ref).all():
+    for name, ref in _float_outputs(fp32_levels, reference):
+        if ref.size <= 2 * SATURATED_VALUES or not np.isfinite(ref).all():
             continue
         scale = float(np.abs(ref).max())
         # equal to a millionth of the largest value: a softmax's 0.0 and 5.8e-28 are one value
         values, counts = (np.unique(np.round(ref.astype(np.float64) / scale, 6), return_counts=True) if scale
                           else (np.zeros(1), np.array([ref.size])))
         values = values * scale
-        name = names[k] if k < len(names) else f"#{k}"
         if values.size <= SATURATED_VALUES:
             shown = ", ".join(f"{float(v):.3g}" for v in values)
             what = (f"holds only {values.size} distinct value(s) ({shown}) in its {ref.size} elements on the "

@@ -48,7 +48,9 @@ def _trace(trace_dir):
 CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
 
 
-def _one(ort, qnn, np, art, req, feeds, device):
+def _one(ort, qnn, art, req, feeds, device):
+    from runner_io import failure, outputs_npz  # on the path the script's start gave
+
     out = Path(req["out_dir"]) / art["name"]
     trace_dir = out / "trace"
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +74,7 @@ def _one(ort, qnn, np, art, req, feeds, device):
     try:
         session = ort.InferenceSession(art["path"], so)
     except Exception as e:  # noqa: BLE001 - QNN refusing the file is the finding
-        entry["error"] = f"{type(e).__name__}: {e}"[:3000]
+        entry["error"] = failure(e)
         session = None
     entry["session_seconds"] = round(time.perf_counter() - t0, 4)
     entry["trace"] = _trace(trace_dir)
@@ -80,23 +82,20 @@ def _one(ort, qnn, np, art, req, feeds, device):
     if session is not None and feeds:
         try:
             runs = [session.run(None, f) for f in feeds]
-            path = out / "outputs.npz"
-            np.savez(path, **{f"{i}/{k}": np.asarray(y) for i, run in enumerate(runs) for k, y in enumerate(run)})
-            entry["outputs_file"], entry["outputs"] = str(path), [o.name for o in session.get_outputs()]
+            entry["outputs_file"] = outputs_npz(runs, out / "outputs.npz")
+            entry["outputs"] = [o.name for o in session.get_outputs()]
         except Exception as e:  # noqa: BLE001
-            entry["error"] = f"run failed: {type(e).__name__}: {e}"[:3000]
+            entry["error"] = failure(e, "run failed: ")
     return entry
 
 
 def main(request_path):
-    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
-    from runner_io import answered, read_samples
+    from runner_io import answered, each_artifact, read_request
 
-    import numpy as np
     import onnxruntime as ort
     import onnxruntime_qnn as qnn
 
-    req = json.loads(Path(request_path).read_text())
+    req = read_request(request_path)
     answer = {"ort_version": ort.__version__, "qnn_ep_version": getattr(qnn, "__version__", None), "artifacts": {}}
     try:
         from onnxruntime_qnn import build_and_package_info as info
@@ -111,11 +110,9 @@ def main(request_path):
     if not device:
         answer["unavailable"] = "the QNN EP registered but offers no device on this machine"
         return answered(req, answer)
-    feeds = read_samples(req)
-    for art in req["artifacts"]:
-        answer["artifacts"][art["name"]] = _one(ort, qnn, np, art, req, feeds, device)
-    return answered(req, answer)
+    return each_artifact(req, answer, lambda art, feeds: _one(ort, qnn, art, req, feeds, device))
 
 
 if __name__ == "__main__":
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
     sys.exit(main(sys.argv[1]))
