@@ -418,10 +418,6 @@ MAX_PARAMETERS, MAX_LINES = 8, 100
 ISSUE_47 = "issue 47: the lead is changing layers/ and advice; split after it lands"
 CONVERTER_TABLE = "one ONNX attribute per parameter of a converter's table, as the ONNX schema spells them"
 PARAMETERS_ALLOWED = {
-    ("service/pipeline/runtime/levels.py", "_level_graphs"): "takes what analyze_levels' phases hand over; next step",
-    ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases over typed inputs; next step",
-    ("service/pipeline/runtime/numerics.py", "level_numerics"): "the evaluate phase's one call; with analyze_levels",
-    ("service/pipeline/platforms/emulated_levels.py", "platform_levels"): "analyze_levels for a platform; with it",
     ("service/pipeline/verdict/decide.py", "decide_stage"): "a stage reads every earlier result: to take one Earlier",
     ("service/pipeline/quantize/pt2e.py", "qdq_from_pt2e"): "the PT2E path's options; to take a frozen input",
     ("service/pipeline/quantize/pt2e.py", "_quantized_program"): "the same",
@@ -432,7 +428,6 @@ PARAMETERS_ALLOWED = {
     ("onnx_torch/ops/rnn.py", "_lstm_cell"): "the ONNX LSTM cell's weights and state",
 }
 LINES_ALLOWED = {
-    ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases",
     ("service/pipeline/inspect/inventory.py", "inventory_from_onnx"): "with _classify_ops",
     ("service/pipeline/inspect/blockers.py", "_selector_blocker"): "one blocker per selector kind; not yet",
     ("service/pipeline/inspect/graph_diff.py", "_classify"): "one classifier per rewrite family; not yet",

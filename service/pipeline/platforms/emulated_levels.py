@@ -28,14 +28,14 @@ from service.pipeline.platforms.runtime import EMULATED_SCRIPT, emulated_run
 from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
 from service.pipeline.runtime.latency import latency_from_times
-from service.pipeline.runtime.levels import FileFacts, level_structure
-from service.pipeline.runtime.numerics import concat_runs, level_numerics
+from service.pipeline.runtime.levels import LevelsInput, LevelsResult, level_structure
+from service.pipeline.runtime.numerics import RunOutputs, concat_runs, level_numerics
 from service.pipeline.vocabulary import float_tail_nodes, graph_from_path, int8_coverage
 from service.schemas.levels import LatencyStats, OptimizedLevel
-from service.schemas.options import LEVEL_VALUES, ComparisonOptions, measures_accuracy, timed_levels
+from service.schemas.options import LEVEL_VALUES, measures_accuracy, timed_levels
 from service.schemas.platforms import PlatformAccuracy, PlatformError, PlatformReport, PlatformRules
 
-__all__ = ["platform_levels", "unavailable_report"]
+__all__ = ["artifact_names", "platform_levels", "unavailable_report"]
 
 # Session creation is 0.01-0.2 s per level under emulation for models up to ~11 MB, ORT's import ~10 s:
 # the process may run this long past the accuracy budget before it counts as hung.
@@ -85,39 +85,65 @@ def unavailable_report(platform: Platform, error: PlatformUnavailable) -> Platfo
                           error=PlatformError(code=error.code, message=error.message, hint=error.hint))
 
 
-def _reference(fp32_path: Path, level: str, feeds: list[dict[str, np.ndarray]]) -> tuple[list[np.ndarray], list[str]]:
+def _reference(fp32_path: Path, level: str, feeds: list[dict[str, np.ndarray]]) -> RunOutputs:
     """fp32 on this machine at ``level`` on ``feeds``: what the report's SQNRs are against."""
     session = session_for(fp32_path, level)
     names = [o.name for o in session.get_outputs()]
-    return concat_runs([session.run(None, f) for f in feeds]), names
+    return RunOutputs(names=names, values=concat_runs([session.run(None, f) for f in feeds]))
 
 
-def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
-                    out_dir: Path, options: ComparisonOptions, levels: list[str], files: dict[str, FileFacts],
-                    data_dependent: dict[int, str] | None = None, root: Path | None = None) -> PlatformReport:
-    """Every artifact of ``artifact_paths`` at ``levels`` on ``platform`` (emulated); ``files``: the
-    file facts this machine's levels stage took (``LevelsResult.files``). A runtime that is missing or
-    fails gives a report with status ``unavailable`` and the stable code, never an exception. Its level
-    graphs are always stored: a download cannot make an emulated graph again (runtime/level_graphs.py
-    regenerates with this machine's ORT). Accuracy runs only at a depth that measures it."""
+def _levels_request(platform: Platform, inputs: LevelsInput, levels: list[str], work: Path,
+                    run_accuracy: bool) -> dict:
+    """What the platform's process is asked (``emulated_ort.py``): every file's level graphs, and its runs on the
+    samples when accuracy is measured; fp32 runs only in an ORT release, which runs natively."""
+    names = artifact_names(inputs.artifact_paths)
+    return {
+        "artifacts": [{"name": n, "path": str(Path(inputs.artifact_paths[n]).resolve()),
+                       "run": run_accuracy and (n != "fp32" or platform.kind == "ort")} for n in names],
+        "levels": [[lv, LEVEL_VALUES[lv]] for lv in levels], "out_dir": str(work.resolve()),
+        "samples": str(samples_npz(inputs.eval_feeds, work / "samples.npz").resolve()) if run_accuracy else None,
+        "budget_seconds": inputs.options.platform_accuracy.budget_seconds, "threads": 1,
+        "latency_runs": RELEASE_LATENCY_RUNS,
+        "latency_levels": timed_levels(inputs.options) if platform.kind == "ort" and run_accuracy else [],
+    }
+
+
+def artifact_names(artifact_paths: dict[str, Path]) -> list[str]:
+    """fp32 first, then the others by name: the order a platform's report lists them in."""
+    return [n for n in ("fp32", *sorted(set(artifact_paths) - {"fp32"})) if n in artifact_paths]
+
+
+def _platform_accuracy(platform: Platform, answer: dict, samples_run: int, inputs: LevelsInput,
+                       level: str) -> PlatformAccuracy:
+    """How many samples ran within the budget, and against what (fp32 on this machine at ``level``)."""
+    total, budget = len(inputs.eval_feeds), inputs.options.platform_accuracy.budget_seconds
+    return PlatformAccuracy(
+        samples_run=samples_run, samples_total=total, budget_seconds=budget,
+        seconds=float(answer.get("run_seconds") or 0.0),
+        reference=f"fp32 on this machine at {level}, on the same {samples_run} sample(s)",
+        how=_how(platform, answer.get("ort_version"), budget)
+        + ("" if samples_run == total else f" ({samples_run} of {total})"))
+
+
+def platform_levels(platform: Platform, inputs: LevelsInput, host: LevelsResult, out_dir: Path, *,
+                    root: Path | None = None) -> PlatformReport:
+    """Every artifact of ``inputs.artifact_paths`` at the levels this machine's levels stage ran
+    (``host.levels``) on ``platform`` (emulated), its blockers read with the file facts that stage took
+    (``host.files``). A runtime that is missing or fails gives a report with status ``unavailable`` and the
+    stable code, never an exception. Its level graphs are always stored: a download cannot make an emulated
+    graph again (runtime/level_graphs.py regenerates with this machine's ORT). Accuracy runs only at a depth
+    that measures it."""
     t0 = time.perf_counter()
     out_dir = Path(out_dir)
     work = out_dir / f"_platform_{platform.name.replace(':', '_')}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    acc = options.platform_accuracy
-    run_accuracy = acc.enabled and measures_accuracy(options) and bool(eval_feeds)
-    names = [n for n in ("fp32", *sorted(set(artifact_paths) - {"fp32"})) if n in artifact_paths]
+    artifact_paths, eval_feeds, levels = inputs.artifact_paths, inputs.eval_feeds, host.levels
+    acc = inputs.options.platform_accuracy
+    run_accuracy = acc.enabled and measures_accuracy(inputs.options) and bool(eval_feeds)
     try:
-        request = {
-            "artifacts": [{"name": n, "path": str(Path(artifact_paths[n]).resolve()),
-                           "run": run_accuracy and (n != "fp32" or platform.kind == "ort")} for n in names],
-            "levels": [[lv, LEVEL_VALUES[lv]] for lv in levels], "out_dir": str(work.resolve()),
-            "samples": str(samples_npz(eval_feeds, work / "samples.npz").resolve()) if run_accuracy else None,
-            "budget_seconds": acc.budget_seconds, "threads": 1, "latency_runs": RELEASE_LATENCY_RUNS,
-            "latency_levels": timed_levels(options) if platform.kind == "ort" and run_accuracy else [],
-        }
-        answer = _levels_answer(platform, request, acc.budget_seconds + START_AND_GRAPHS_ALLOWANCE_S, root)
+        answer = _levels_answer(platform, _levels_request(platform, inputs, levels, work, run_accuracy),
+                                acc.budget_seconds + START_AND_GRAPHS_ALLOWANCE_S, root)
     except PlatformUnavailable as e:
         shutil.rmtree(work, ignore_errors=True)
         return unavailable_report(platform, e)
@@ -126,13 +152,13 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
     t1 = time.perf_counter()
     n = int(answer.get("samples_run") or 0)
     slug = platform.name.replace(":", "_")
-    reference = ref_names = None
+    reference = None
     if n and "fp32" in artifact_paths:
-        reference, ref_names = _reference(Path(artifact_paths["fp32"]), levels[0], eval_feeds[:n])
+        reference = _reference(Path(artifact_paths["fp32"]), levels[0], eval_feeds[:n])
     fp32_compute = int8_coverage(graph_from_path(Path(artifact_paths["fp32"]), lazy=True)).float_count \
         if "fp32" in artifact_paths else 0
     optimized: dict[str, dict[str, OptimizedLevel]] = {}
-    for name in names:
+    for name in artifact_names(artifact_paths):
         file_graph = graph_from_path(Path(artifact_paths[name]), lazy=True)
         steps = output_steps(file_graph)
         float_tail = float_tail_nodes(file_graph) if name == "pt2e_qdq" else {}
@@ -148,9 +174,9 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
                 continue
             lg = fingerprint(Path(entry["folder"]))
             graph = graph_from_path(lg.graph, lazy=True)
-            structure = level_structure(graph, name=name, level=level, facts=files[name], fp32_compute=fp32_compute,
-                                        int8_allowed=platform.int8_allowed, extended_rows=extended_rows,
-                                        float_tail=float_tail)
+            structure = level_structure(graph, name=name, level=level, facts=host.files[name],
+                                        fp32_compute=fp32_compute, int8_allowed=platform.int8_allowed,
+                                        extended_rows=extended_rows, float_tail=float_tail)
             rows = structure.pop("extended_rows")
             extended_rows = rows if level == "extended" else extended_rows
             same_as = entry.get("same_graph_as")
@@ -161,8 +187,9 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
             if outputs is not None and reference is not None:
                 outputs_at[level] = outputs
                 try:
-                    numerics = level_numerics(reference, ref_names, outputs, entry["outputs"], steps=steps,
-                                              previous=prev_outputs, samples=n, data_dependent=data_dependent or {})
+                    numerics = level_numerics(reference, RunOutputs(names=entry["outputs"], values=outputs),
+                                              steps=steps, previous=prev_outputs, samples=n,
+                                              data_dependent=inputs.data_dependent)
                 except ValueError as e:
                     error = scrub(f"numerics failed: {e}")[:2000]
                 prev_outputs = outputs
@@ -178,14 +205,7 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
             prev_graph, prev_level = graph, level
         optimized[name] = per_level
     shutil.rmtree(work, ignore_errors=True)
-    accuracy = None
-    if run_accuracy:
-        accuracy = PlatformAccuracy(
-            samples_run=n, samples_total=len(eval_feeds), budget_seconds=acc.budget_seconds,
-            seconds=float(answer.get("run_seconds") or 0.0),
-            reference=f"fp32 on this machine at {levels[0]}, on the same {n} sample(s)",
-            how=_how(platform, answer.get("ort_version"), acc.budget_seconds)
-            + ("" if n == len(eval_feeds) else f" ({n} of {len(eval_feeds)})"))
     return PlatformReport(**_report_base(platform), status="ok", onnxruntime=answer.get("ort_version"),
-                          optimized=optimized, accuracy=accuracy,
+                          optimized=optimized,
+                          accuracy=_platform_accuracy(platform, answer, n, inputs, levels[0]) if run_accuracy else None,
                           timings={"emulated": round(t_emulated, 3), "read": round(time.perf_counter() - t1, 3)})

@@ -6,6 +6,7 @@ itself, what it took and left, its accuracy and (natively) its latency per artif
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from importlib.metadata import version
 
 from service.errors import PlatformUnavailable
@@ -21,6 +22,7 @@ from service.pipeline.platforms.emulated_levels import platform_levels, unavaila
 from service.pipeline.platforms.side_by_side import side_by_side_rows
 from service.pipeline.ort.targets import host_platform, platform_from_name
 from service.pipeline.runtime.levels import LevelsResult
+from service.pipeline.runtime.stage import levels_input
 from service.pipeline.verdict.decide import batchnorm_count
 from service.pipeline.verdict.decisions import decisions_table
 from service.schemas.options import ComparisonOptions
@@ -43,20 +45,19 @@ def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, 
     report with status ``unavailable``: the job's other platforms and this machine's results stand."""
     host = host_platform()
     out: dict[str, PlatformReport] = {}
-    eval_feeds, out_dir = prepared.samples.evaluation, ctx.folders.artifacts
-    data_dependent, inventories = fp32.data_dependent_outputs(), inspected.inventories
+    out_dir, inventories = ctx.folders.artifacts, inspected.inventories
+    # What this machine's levels compared, less any file they did not reach.
+    compared = levels_input(options, prepared, fp32, inspected)
+    compared = replace(compared, artifact_paths={n: p for n, p in compared.artifact_paths.items()
+                                                 if n in levels.optimized})
     for name in emulated_platforms(options):
         platform = platform_from_name(name)
-        paths = {n: p for n, p in inspected.paths.items() if n in levels.optimized}
         try:
             if platform.kind in ("qnn", "openvino"):
-                report = compiled_target_report(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
-                                                options=options, data_dependent=data_dependent)
+                report = compiled_target_report(platform, compared, out_dir)
                 out[name] = report.model_copy(update={"side_by_side": target_rows(levels.optimized, report)})
                 continue
-            report = platform_levels(platform, artifact_paths=paths, eval_feeds=eval_feeds, out_dir=out_dir,
-                                     options=options, levels=levels.levels, files=levels.files,
-                                     data_dependent=data_dependent)
+            report = platform_levels(platform, compared, levels, out_dir)
         except Exception as e:  # noqa: BLE001 - one platform's failure must not fail the comparison
             log.warning("platform %s failed", name, exc_info=True)
             report = unavailable_report(platform, PlatformUnavailable(

@@ -1,18 +1,20 @@
 """The levels stage: what ONNX Runtime makes of each file at each GraphOptimizationLevel.
 
-Three phases, each a section of the report as it comes (``on_section``):
+``analyze_levels`` runs three phases over a ``LevelsInput`` (what is compared, from the earlier stages'
+results) and a ``LevelsRun`` (how this job runs it), each a section of the report as it comes
+(``on_section``):
 
-1. **Level graphs** (every depth). For every artifact (``fp32`` first) and every requested level, one
-   CPU EP session is created with ``optimized_model_filepath``; ORT writes the graph it will run while
-   the session is created. The saved graph is summarized (op histogram, int8 kernels, biases, layout,
-   blockers) and diffed against the previous level (``disable_all`` against the file as written: ORT's
-   "necessary" steps such as EnsureUniqueDQForNodeUnit already run there). No sample runs.
-2. **Accuracy** (depth standard and full), artifact by artifact: each distinct level graph's session
-   runs the evaluation samples untimed on the job's cores (``parallel_runs.runs_on_cores``), and its
-   outputs are compared with fp32 at its first level (the reference of every SQNR in the report).
+1. **Level graphs** (``_graphs_phase``, every depth). For every artifact (``fp32`` first) and every
+   requested level, one CPU EP session is created with ``optimized_model_filepath``; ORT writes the graph
+   it will run while the session is created. The saved graph is summarized (op histogram, int8 kernels,
+   biases, layout, blockers) and diffed against the previous level (``disable_all`` against the file as
+   written: ORT's "necessary" steps such as EnsureUniqueDQForNodeUnit already run there). No sample runs.
+2. **Accuracy** (``_accuracy_phase``, depth standard and full), artifact by artifact: each distinct level
+   graph's session runs the evaluation samples untimed on the job's cores (``parallel_runs.runs_on_cores``),
+   and its outputs are compared with fp32 at its first level (the reference of every SQNR in the report).
    Then the cross-artifact agreement.
-3. **Latency** at the levels ``options.timed_levels`` names, each distinct graph timed alone on a
-   session of its own (``latency.latency_alone``), after every accuracy run.
+3. **Latency** (``_latency_phase``) at the levels ``options.timed_levels`` names, each distinct graph timed
+   alone on a session of its own (``latency.latency_alone``), after every accuracy run.
 
 A level whose graph ORT wrote identically to an earlier level of the same artifact (equal digests) is
 neither run nor timed again: its outputs and latency are that level's (``same_graph_as``). The
@@ -26,7 +28,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -46,6 +48,7 @@ from service.pipeline.inspect.graph_summary import (
     scales_at_floor,
     weight_quant_params,
 )
+from service.pipeline.context import Progress
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.targets import host_platform
 from service.pipeline.runtime.profile import profile_of, where_it_loses
@@ -62,7 +65,7 @@ from service.pipeline.runtime.level_graphs import (
 )
 from service.pipeline.runtime.output_kinds import outputs_after_random_draws
 from service.pipeline.runtime.numerics import (
-    compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
+    RunOutputs, compared_exactly, concat_runs, cosine, level_numerics, max_abs_error, mismatch_share, sqnr_db,
 )
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.runtime.parallel_runs import Cores, runs_on_cores
@@ -78,12 +81,13 @@ from service.pipeline.vocabulary import (
     int8_coverage,
     op_key,
 )
-from service.schemas.levels import AgreementRow, OpProfile, OptimizedLevel
+from service.schemas.levels import AgreementRow, LevelNumerics, OpProfile, OptimizedLevel
 from service.schemas.options import BUILTIN_ARTIFACTS, LEVEL_VALUES, LEVELS, ComparisonOptions, measures_accuracy, timed_levels
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FileFacts", "LevelsResult", "analyze_levels", "file_facts_from_graph", "level_structure"]
+__all__ = ["FileFacts", "LevelsInput", "LevelsResult", "LevelsRun", "analyze_levels", "file_facts_from_graph",
+           "level_structure"]
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,42 @@ class LevelsResult:
 # the level graphs, then accuracy per artifact ("accuracy:<artifact>"; "agreement" once every artifact's is
 # done), latency.
 Section = Callable[[str, LevelsResult], None]
+# () -> file -> (output names, each output's values over the eval feeds, as ``concat_runs`` gives them)
+SharedRuns = Callable[[], dict[str, tuple[list[str], list[np.ndarray]]]]
+
+
+@dataclass(frozen=True)
+class LevelsInput:
+    """What the levels compare, built from the earlier stages' results (``runtime/stage.levels_input``): the
+    files that go on (``Inspected.paths``: fp32, then every quantized artifact with status ok), the evaluation
+    samples, the options, and the output positions whose shape follows the values computed
+    (``Fp32.data_dependent_outputs``): compared by shape, never element-wise, nor across artifacts. An emulated
+    platform's levels (platforms/emulated_levels.py) read the same."""
+
+    artifact_paths: dict[str, Path]
+    eval_feeds: list[dict[str, np.ndarray]]
+    options: ComparisonOptions
+    data_dependent: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LevelsRun:
+    """How this machine's levels run within the job (from its ``StageContext`` and request, runtime/stage.py)."""
+
+    out_dir: Path  # <artifact>.<level>.onnx, when keep_level_graphs
+    # False: only the graphs' digests are kept (a download makes them again, see ``runtime/level_graphs.py``).
+    keep_level_graphs: bool = True
+    # The job's cores, on which the accuracy runs go (``parallel_runs``); the figures are the same whatever it is.
+    cores: Cores = 1
+    concurrent_jobs: LoadProbe | None = None  # how many jobs the service runs right now (recorded with each latency)
+    progress: Progress | None = None
+    # Called as each section is done (the report as it comes), with a result that holds nothing a later section
+    # changes (no timings, no ``evaluate_seconds``).
+    on_section: Section | None = None
+    # Every file's outputs on the eval feeds at disable_all, run by someone who runs those very computations
+    # anyway (the per-tensor table's first samples, issue 47): called once, before the accuracy runs, when no
+    # file draws random numbers; ``{}`` or an exception: each file runs its own.
+    disable_all_runs: SharedRuns | None = None
 
 
 def _ordered(names) -> list[str]:
@@ -175,140 +215,156 @@ def _not_measured(options: ComparisonOptions, level: str, timed: list[str]) -> d
     return out
 
 
-def analyze_levels(*, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
-                   out_dir: Path, options: ComparisonOptions,
-                   progress: Callable[[str, int, int], None] | None = None,
-                   loaded: dict[str, GraphIndex] | None = None, concurrent_jobs: LoadProbe | None = None,
-                   keep_level_graphs: bool = True, cores: Cores = 1,
-                   data_dependent: dict[int, str] | None = None, on_section: Section | None = None,
-                   disable_all_runs: SharedRuns | None = None) -> LevelsResult:
-    """Every artifact at every level of ``options.levels``: graph, diff; numerics (unless depth is
-    "structure"); latency at ``options.timed_levels``.
+@dataclass(frozen=True)
+class _GraphsPlan:
+    """What phase 1 does alike to every artifact."""
 
-    Writes ``out_dir/<artifact>.<level>.onnx`` when ``keep_level_graphs``; otherwise only the
-    graphs' digests are kept (a download makes them again, see ``runtime/level_graphs.py``).
+    levels: list[str]  # the levels run, in ORT's order
+    options: ComparisonOptions
+    timed: list[str]  # the levels latency times (``timed_levels``)
+    out_dir: Path
+    graphs_dir: Path  # where ORT writes each level graph; removed once phase 1 is done
+    keep_level_graphs: bool
+    int8_allowed: bool  # ORT's QDQIsInt8Allowed() on this machine (ort/targets.py)
+    fp32_compute: int = 0  # the fp32 file's compute ops: set once it is read (it comes first)
+
+
+@dataclass
+class _Levels:
+    """The stage as it goes: phase 1 makes it, the accuracy and latency phases fill its levels in."""
+
+    names: list[str]  # the artifacts, fp32 first
+    levels: list[str]
+    timed: list[str]
+    by_name: dict[str, _Graphs]
+    drawn: dict[int, str]  # output position -> the unseeded random op it depends on (fp32's file): not measured
+    timings: dict[str, float]
+    agreement: list[AgreementRow] = field(default_factory=list)
+    # fp32 at its first level run, every eval sample concatenated: the reference of every SQNR (phase 2 sets it)
+    reference: RunOutputs | None = None
+
+    def result(self, *, final: bool = False) -> LevelsResult:
+        """The stage's result so far; ``final`` adds what later sections change (timings, evaluate_seconds)."""
+        optimized = {n: self.by_name[n].per_level for n in self.names}
+        if final:  # the wall seconds, which the partial results leave out: latency adds to them
+            seconds = {n: g.seconds for n, g in self.by_name.items()}
+            optimized = {n: {lv: ol.model_copy(update={"evaluate_seconds": round(seconds[n].get(lv, 0.0), 4)})
+                             for lv, ol in per.items()} for n, per in optimized.items()}
+        return LevelsResult(optimized=optimized, agreement=list(self.agreement),
+                            timings={k: round(v, 4) for k, v in self.timings.items()} if final else {},
+                            files={n: g.facts for n, g in self.by_name.items()}, levels=self.levels,
+                            reference_outputs=self.reference.values if self.reference is not None else None)
+
+    def finished(self, section: str, on_section: Section | None) -> None:
+        """Hands ``on_section`` the result as it stands once ``section`` is done."""
+        if on_section:
+            on_section(section, self.result())
+
+
+def analyze_levels(inputs: LevelsInput, run: LevelsRun, *, loaded: dict[str, GraphIndex] | None = None) -> LevelsResult:
+    """Every artifact at every level of ``options.levels``, in the three phases the module names: the level
+    graphs, accuracy (unless depth is "structure"), latency at ``options.timed_levels``.
+
     A session that fails at one level is recorded in that level's ``error`` and the other levels go on.
-    ``loaded``: the graph index of a file as written, when the caller already has it (it is not loaded
-    again; taken out as it is used). ``concurrent_jobs``: how many jobs the service runs right now
-    (recorded with each latency). ``cores``: the job's cores, on which the accuracy runs go
-    (``parallel_runs``); the figures are the same whatever it is.
-    ``data_dependent``: output positions whose shape follows the values computed (fp32's
-    ``Fp32.data_dependent_outputs``): compared by shape, never element-wise, nor across artifacts.
-    ``on_section(name, result so far)``: called as each section is done (the report as it comes);
-    the result it gets holds nothing a later section changes (no timings, no ``evaluate_seconds``).
-    ``disable_all_runs()``: every file's outputs on ``eval_feeds`` at disable_all, run by someone who runs
-    those very computations anyway (the per-tensor table's first samples, issue 47): called once, before the
-    accuracy runs, when no file draws random numbers; ``{}`` or an exception: each file runs its own.
+    ``loaded``: the graph index of a file as written, when the caller already has it (it is not loaded again;
+    taken out as it is used, so a real-size model is not held twice).
     """
-    loaded = loaded if loaded is not None else {}
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    levels = [lv for lv in LEVELS if lv in options.levels]
-    names = _ordered(artifact_paths)
-    timed = timed_levels(options)
-    graphs_dir = out_dir / "_level_graphs"
-    timings = {"optimize": 0.0, "evaluate": 0.0, "latency": 0.0}
-    notify = progress or (lambda stage, done, total: None)
-    # ORT's QDQIsInt8Allowed() on this machine (ort/targets.py)
-    int8_allowed = host_platform().int8_allowed
+    notify = run.progress or (lambda stage, done, total: None)
+    state = _graphs_phase(inputs, run, loaded if loaded is not None else {}, notify)
+    state.finished(LEVEL_GRAPHS, run.on_section)
+    if measures_accuracy(inputs.options):
+        _accuracy_phase(state, inputs, run, notify)
+    if state.timed and inputs.eval_feeds:
+        _latency_phase(state, inputs, run, notify)
+    return state.result(final=True)
 
+
+def _graphs_phase(inputs: LevelsInput, run: LevelsRun, loaded: dict[str, GraphIndex], notify: Progress) -> _Levels:
+    """Phase 1: every artifact's level graphs, made, summarized and diffed level to level; no sample runs."""
+    out_dir = Path(run.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    options = inputs.options
+    levels = [lv for lv in LEVELS if lv in options.levels]
+    names = _ordered(inputs.artifact_paths)
+    plan = _GraphsPlan(levels=levels, options=options, timed=timed_levels(options), out_dir=out_dir,
+                       graphs_dir=out_dir / "_level_graphs", keep_level_graphs=run.keep_level_graphs,
+                       int8_allowed=host_platform().int8_allowed)
     t0 = time.perf_counter()
     by_name: dict[str, _Graphs] = {}
-    fp32_compute = 0
-    drawn: dict[int, str] = {}  # output position -> the unseeded random op it depends on (fp32's file): not measured
+    drawn: dict[int, str] = {}
     for i, name in enumerate(names):
         # Lazily: a file's external weights stay on disk until a summary reads one tensor.
-        path = Path(artifact_paths[name])
+        path = Path(inputs.artifact_paths[name])
         file_graph = loaded.pop(name, None) or graph_from_path(path, lazy=True)
         if name == "fp32":
-            fp32_compute = int8_coverage(file_graph).float_count
+            plan = replace(plan, fp32_compute=int8_coverage(file_graph).float_count)
             drawn = outputs_after_random_draws(file_graph.model)
-        by_name[name] = _level_graphs(name, path, file_graph, levels, options, out_dir=out_dir, graphs_dir=graphs_dir,
-                                      fp32_compute=fp32_compute, int8_allowed=int8_allowed, timed=timed,
-                                      keep_level_graphs=keep_level_graphs,
-                                      step=lambda k, n=i: notify("optimize", n * len(levels) + k, len(names) * len(levels)))
-    shutil.rmtree(graphs_dir, ignore_errors=True)
-    timings["optimize"] = time.perf_counter() - t0
-    files = {n: g.facts for n, g in by_name.items()}
+        by_name[name] = _level_graphs(name, path, file_graph, plan, step=lambda k, n=i: notify(
+            "optimize", n * len(levels) + k, len(names) * len(levels)))
+    shutil.rmtree(plan.graphs_dir, ignore_errors=True)
+    return _Levels(names=names, levels=levels, timed=plan.timed, by_name=by_name, drawn=drawn,
+                   timings={"optimize": time.perf_counter() - t0, "evaluate": 0.0, "latency": 0.0})
 
-    def result(agreement=(), final=False, reference=None) -> LevelsResult:
-        optimized = {n: by_name[n].per_level for n in names}
-        if final:  # the wall seconds, which the partial results leave out: latency adds to them
-            optimized = {n: {lv: ol.model_copy(update={"evaluate_seconds": round(by_name[n].seconds.get(lv, 0.0), 4)})
-                             for lv, ol in per.items()} for n, per in optimized.items()}
-        return LevelsResult(optimized=optimized, agreement=list(agreement),
-                            timings={k: round(v, 4) for k, v in timings.items()} if final else {},
-                            files=files, levels=levels, reference_outputs=reference)
 
-    if on_section:
-        on_section(LEVEL_GRAPHS, result())
-
-    reference: list[np.ndarray] | None = None
-    reference_names: list[str] = []
-    agreement: list[AgreementRow] = []
-    if measures_accuracy(options):
-        todo = sum(1 for g in by_name.values() for ol in g.per_level.values() if not ol.error)
-        done = 0
-        shared = _shared_disable_all(by_name, levels, disable_all_runs, timings)
-        for name in names:
-            t1 = time.perf_counter()
-            g = by_name[name]
-            for level in levels:
-                ol = g.per_level[level]
-                if ol.error:
-                    continue
-                numerics, error = None, None
-                t2 = time.perf_counter()
-                try:
-                    if ol.same_graph_as:  # the same graph gives the same outputs: not run again
-                        source = g.per_level[ol.same_graph_as]
-                        if ol.same_graph_as not in g.outputs:
-                            raise _SameGraphFailed(source.error)
-                        outputs = g.outputs[ol.same_graph_as]
-                    elif level == "disable_all" and name in shared:
-                        g.output_names, outputs = shared[name]
-                    else:
-                        outputs = _accuracy_outputs(g, level, eval_feeds, cores)
-                    g.outputs[level] = outputs
-                    if reference is None and name == "fp32":
-                        reference, reference_names = outputs, list(g.output_names)
-                    if reference is not None:
-                        previous = next((g.outputs[lv] for lv in reversed(levels[:levels.index(level)])
-                                         if lv in g.outputs), None)
-                        numerics = level_numerics(reference, reference_names, outputs, g.output_names, steps=g.steps,
-                                                  previous=previous, samples=len(eval_feeds),
-                                                  data_dependent=dict(data_dependent or {}), drawn=drawn)
-                except _SameGraphFailed as e:
-                    error = e.error
-                except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
-                    error = scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
-                g.seconds[level] = g.seconds.get(level, 0.0) + (0.0 if ol.same_graph_as else time.perf_counter() - t2)
-                g.per_level[level] = ol.model_copy(update={"numerics": numerics, "error": error})
-                done += 1
-                notify("evaluate", done, todo)
-            timings["evaluate"] += time.perf_counter() - t1
-            if on_section:
-                on_section(f"{ACCURACY}:{name}", result(reference=reference))
+def _accuracy_phase(state: _Levels, inputs: LevelsInput, run: LevelsRun, notify: Progress) -> None:
+    """Phase 2, artifact by artifact: each distinct level graph's outputs on the eval samples (untimed, on the
+    job's cores) and their numerics against fp32 at its first level; then the cross-artifact agreement."""
+    todo = sum(1 for g in state.by_name.values() for ol in g.per_level.values() if not ol.error)
+    done = 0
+    shared = _shared_disable_all(state.by_name, state.levels, run.disable_all_runs, state.timings)
+    for name in state.names:
         t1 = time.perf_counter()
-        agreement = agreement_rows({n: g.outputs for n, g in by_name.items()},
-                                   {n: g.output_names for n, g in by_name.items() if g.output_names},
-                                   {n: g.steps for n, g in by_name.items()}, levels,
-                                   skip=set(data_dependent or {}) | set(drawn))
-        timings["evaluate"] += time.perf_counter() - t1
-        if on_section:
-            on_section(AGREEMENT, result(agreement, reference=reference))
+        g = state.by_name[name]
+        for level in state.levels:
+            ol = g.per_level[level]
+            if ol.error:
+                continue
+            t2 = time.perf_counter()
+            numerics, error = _numerics_at(state, g, level, shared.get(name) if level == "disable_all" else None,
+                                           inputs, run.cores)
+            g.seconds[level] = g.seconds.get(level, 0.0) + (0.0 if ol.same_graph_as else time.perf_counter() - t2)
+            g.per_level[level] = ol.model_copy(update={"numerics": numerics, "error": error})
+            done += 1
+            notify("evaluate", done, todo)
+        state.timings["evaluate"] += time.perf_counter() - t1
+        state.finished(f"{ACCURACY}:{name}", run.on_section)
+    t1 = time.perf_counter()
+    state.agreement = agreement_rows({n: g.outputs for n, g in state.by_name.items()},
+                                     {n: g.output_names for n, g in state.by_name.items() if g.output_names},
+                                     {n: g.steps for n, g in state.by_name.items()}, state.levels,
+                                     skip=set(inputs.data_dependent) | set(state.drawn))
+    state.timings["evaluate"] += time.perf_counter() - t1
+    state.finished(AGREEMENT, run.on_section)
 
-    if timed and eval_feeds:
-        t1 = time.perf_counter()
-        _time_levels(by_name, names, timed, eval_feeds[0], options, concurrent_jobs, notify)
-        timings["latency"] = time.perf_counter() - t1
-        if on_section:
-            on_section(LATENCY, result(agreement, reference=reference))
-    return result(agreement, final=True, reference=reference)
 
-
-# () -> file -> (output names, each output's values over the eval feeds, as ``concat_runs`` gives them)
-SharedRuns = Callable[[], dict[str, tuple[list[str], list[np.ndarray]]]]
+def _numerics_at(state: _Levels, g: _Graphs, level: str, shared: tuple[list[str], list[np.ndarray]] | None,
+                 inputs: LevelsInput, cores: Cores) -> tuple[LevelNumerics | None, str | None]:
+    """``g``'s outputs at ``level`` (those of the earlier level with the same graph, the shared runs' at
+    disable_all, or run here), kept on ``g``, and their numerics against the reference; or what stopped them."""
+    ol = g.per_level[level]
+    try:
+        if ol.same_graph_as:  # the same graph gives the same outputs: not run again
+            if ol.same_graph_as not in g.outputs:
+                raise _SameGraphFailed(g.per_level[ol.same_graph_as].error)
+            outputs = g.outputs[ol.same_graph_as]
+        elif shared is not None:
+            g.output_names, outputs = shared
+        else:
+            outputs = _accuracy_outputs(g, level, inputs.eval_feeds, cores)
+        g.outputs[level] = outputs
+        if state.reference is None and g.name == "fp32":
+            state.reference = RunOutputs(names=list(g.output_names), values=outputs)
+        if state.reference is None:
+            return None, None
+        previous = next((g.outputs[lv] for lv in reversed(state.levels[:state.levels.index(level)])
+                         if lv in g.outputs), None)
+        return level_numerics(state.reference, RunOutputs(names=g.output_names, values=outputs), steps=g.steps,
+                              previous=previous, samples=len(inputs.eval_feeds), data_dependent=inputs.data_dependent,
+                              drawn=state.drawn), None
+    except _SameGraphFailed as e:
+        return None, e.error
+    except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
+        return None, scrub(f"run failed: {type(e).__name__}: {e}")[:2000]
 
 
 def _shared_disable_all(by_name: dict, levels: list[str], runs: SharedRuns | None,
@@ -346,16 +402,17 @@ def _accuracy_outputs(g: _Graphs, level: str, feeds: list[dict[str, np.ndarray]]
         del session
 
 
-def _time_levels(by_name: dict[str, _Graphs], names: list[str], timed: list[str], feed: dict[str, np.ndarray],
-                 options: ComparisonOptions, concurrent_jobs: LoadProbe | None,
-                 notify: Callable[[str, int, int], None]) -> None:
-    """Phase 3: each distinct graph at a timed level, alone on a session of its own (latency.py)."""
-    protocol = latency_protocol_from_options(options.latency)
+def _latency_phase(state: _Levels, inputs: LevelsInput, run: LevelsRun, notify: Progress) -> None:
+    """Phase 3, after every accuracy run: each distinct graph at a timed level, alone on a session of its own
+    (latency.py), on the first eval sample."""
+    start = time.perf_counter()
+    feed = inputs.eval_feeds[0]
+    protocol = latency_protocol_from_options(inputs.options.latency)
     jobs = []  # (graph, level, the timed level with the same graph or None)
-    for name in names:
-        g = by_name[name]
+    for name in state.names:
+        g = state.by_name[name]
         first_at: dict[str, str] = {}
-        for level in timed:
+        for level in state.timed:
             ol = g.per_level.get(level)
             if ol is None or ol.error:
                 continue
@@ -373,7 +430,7 @@ def _time_levels(by_name: dict[str, _Graphs], names: list[str], timed: list[str]
         t0 = time.perf_counter()
         try:
             session = session_for(g.path, level, intra_op_threads=protocol.intra_op_threads)
-            latency = latency_alone(session, feed, protocol, budget, concurrent_jobs=concurrent_jobs)
+            latency = latency_alone(session, feed, protocol, budget, concurrent_jobs=run.concurrent_jobs)
             del session
             g.per_level[level] = ol.model_copy(update={"latency": latency,
                                                        "profile": _profiled(g.path, level, feed, protocol, latency)})
@@ -383,7 +440,9 @@ def _time_levels(by_name: dict[str, _Graphs], names: list[str], timed: list[str]
         budget.graph_done()
         g.seconds[level] = g.seconds.get(level, 0.0) + time.perf_counter() - t0
         notify("latency", k + 1, len(jobs))
-    _say_where_it_loses(by_name, timed)
+    _say_where_it_loses(state.by_name, state.timed)
+    state.timings["latency"] = time.perf_counter() - start
+    state.finished(LATENCY, run.on_section)
 
 
 def _profiled(path: Path, level: str, feed: dict[str, np.ndarray], protocol, latency) -> OpProfile | None:
@@ -411,10 +470,10 @@ def _say_where_it_loses(by_name: dict[str, _Graphs], timed: list[str]) -> None:
                 update={"where_it_loses": said})})
 
 
-def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[str], options: ComparisonOptions, *,
-                  out_dir: Path, graphs_dir: Path, fp32_compute: int, int8_allowed: bool, timed: list[str],
-                  keep_level_graphs: bool, step: Callable[[int], None]) -> _Graphs:
+def _level_graphs(name: str, path: Path, file_graph: GraphIndex, plan: _GraphsPlan,
+                  step: Callable[[int], None]) -> _Graphs:
     """Phase 1 for one artifact: at every level, session, saved graph, summary, diff vs the previous level."""
+    options, out_dir, graphs_dir = plan.options, plan.out_dir, plan.graphs_dir
     threads = options.latency.intra_op_threads
     facts = file_facts_from_graph(file_graph)
     steps = output_steps(file_graph)
@@ -425,10 +484,10 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[st
     digests: dict[str, str] = {}
     per_level: dict[str, OptimizedLevel] = {}
     extended_rows = None  # blockers at extended: the layout levels keep them (no QDQ fusion runs there)
-    for k, level in enumerate(levels):
+    for k, level in enumerate(plan.levels):
         t0 = time.perf_counter()
         out_file = out_dir / f"{name}.{level}.onnx"
-        not_measured = _not_measured(options, level, timed)
+        not_measured = _not_measured(options, level, plan.timed)
         try:
             session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}", intra_op_threads=threads)
             del session  # the accuracy and latency phases make their own (a session holds the weights)
@@ -442,8 +501,8 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[st
         diff = diff_graphs(prev_graph, graph, previous=prev_level)
         if options.attribution and diff.rewrites and level != "disable_all":
             diff = _attribute(diff, path, level, prev_graph, threads)
-        structure = level_structure(graph, name=name, level=level, facts=facts, fp32_compute=fp32_compute,
-                                    int8_allowed=int8_allowed, extended_rows=extended_rows, float_tail=float_tail)
+        structure = level_structure(graph, name=name, level=level, facts=facts, fp32_compute=plan.fp32_compute,
+                                    int8_allowed=plan.int8_allowed, extended_rows=extended_rows, float_tail=float_tail)
         if level == "extended":
             extended_rows = structure.pop("extended_rows")
         structure.pop("extended_rows", None)
@@ -453,7 +512,7 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[st
         same_as = seen.get(lg.digest)
         seen.setdefault(lg.digest, level)
         digests[level] = lg.digest
-        if keep_level_graphs:
+        if plan.keep_level_graphs:
             self_contained_from_level_graph(lg, out_file)
         shutil.rmtree(lg.folder, ignore_errors=True)  # the weights: a download makes them again
         per_level[level] = OptimizedLevel(
@@ -462,7 +521,7 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, levels: list[st
             session_seconds=session_seconds, same_graph_as=same_as,
             graph_sha256=lg.graph_sha256, weights_sha256=lg.data_sha256, graph_bytes=lg.graph_bytes,
             weights_bytes=lg.data_bytes, download_bytes=self_contained_bytes(graph.model, lg.folder),
-            file_stored=keep_level_graphs,
+            file_stored=plan.keep_level_graphs,
         )
         prev_graph, prev_level = graph, level
         step(k + 1)

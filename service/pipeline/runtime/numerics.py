@@ -7,6 +7,7 @@ Outputs are matched by position: an exported quantized model renames its outputs
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -193,19 +194,29 @@ def worst_elementwise_sqnr(reference: list[np.ndarray], actual: list[np.ndarray]
     return min(finite) if finite else None
 
 
-def level_numerics(reference: list[np.ndarray], reference_names: list[str], actual: list[np.ndarray],
-                   names: list[str], *, steps: list[float | None], previous: list[np.ndarray] | None,
-                   samples: int, data_dependent: dict[int, str] | None = None,
+@dataclass(frozen=True)
+class RunOutputs:
+    """A file's outputs over the eval samples: the graph's output names, and each output's values with every
+    sample concatenated (``concat_runs``). Two files' outputs are matched by position, never by name."""
+
+    names: list[str]
+    values: list[np.ndarray]
+
+
+def level_numerics(reference: RunOutputs, actual: RunOutputs, *, steps: list[float | None],
+                   previous: list[np.ndarray] | None, samples: int, data_dependent: dict[int, str] | None = None,
                    drawn: dict[int, str] | None = None) -> LevelNumerics:
-    """``data_dependent``: output position -> why its shape depends on the values computed
-    (``output_shapes.tensors_after_selection``); those outputs are compared by shape only. ``drawn``:
+    """``actual`` against ``reference`` (fp32's), output by output. ``previous``: the same file's values at
+    the level before (the drift). ``data_dependent``: output position -> why its shape depends on the values
+    computed (``output_shapes.tensors_after_selection``); those outputs are compared by shape only. ``drawn``:
     output position -> the unseeded random op it depends on (``output_kinds.outputs_after_random_draws``):
     compared, but not measured. Outputs SQNR cannot judge get the figure that fits (output_kinds.py)."""
-    if len(reference) != len(actual):
-        raise ValueError(f"{len(actual)} outputs where the fp32 model has {len(reference)}")
+    reference_names, names = reference.names, actual.names
+    if len(reference.values) != len(actual.values):
+        raise ValueError(f"{len(actual.values)} outputs where the fp32 model has {len(reference.values)}")
     data_dependent, drawn = data_dependent or {}, drawn or {}
     outs = []
-    for k, (ref, got) in enumerate(zip(reference, actual)):
+    for k, (ref, got) in enumerate(zip(reference.values, actual.values)):
         if k in data_dependent:
             outs.append(OutputNumerics(
                 name=names[k], reference=reference_names[k], compared="shape", data_dependent=data_dependent[k],

@@ -1,6 +1,6 @@
 """Where the time goes: one run under ORT's own profiler, node by node, outside the timed runs.
 
-Wherever a level graph is timed (``levels._time_levels``), a session of its own is made after the timed
+Wherever a level graph is timed (``levels._latency_phase``), a session of its own is made after the timed
 session is gone, with ``SessionOptions.enable_profiling``: ``PROFILE_WARMUP`` untimed runs, then the
 profiled run. ORT's profiler writes every run of that session into one JSON trace (Chrome trace format);
 only the events inside the last ``model_run`` are read. The timed runs never run under the profiler

@@ -21,10 +21,11 @@ from service.pipeline.platforms.emulated_levels import platform_levels
 from service.pipeline.platforms.runner_io import samples_npz
 from service.pipeline.platforms.runtime import emulated_run
 from service.pipeline.ort.targets import host_platform, platform_from_name
-from service.pipeline.runtime.levels import file_facts_from_graph
+from service.pipeline.runtime.levels import LevelsInput
 from service.pipeline.runtime.numerics import max_abs_error, sqnr_db
-from service.pipeline.vocabulary import graph_from_path, op_key
+from service.pipeline.vocabulary import op_key
 from service.schemas.options import ComparisonOptions
+from tests.pipeline.platforms.host_levels import host_levels
 
 ARM64 = platform_from_name("arm64")
 pytestmark = pytest.mark.skipif(host_platform().int8_allowed, reason="this machine is ARM: nothing is emulated")
@@ -92,9 +93,8 @@ def residual(tmp_path_factory):
 def arm64_report(residual, tmp_path_factory):
     out = tmp_path_factory.mktemp("arm64")
     options = ComparisonOptions(platforms=["arm64"], levels=["disable_all", "extended", "all"])
-    files = {n: file_facts_from_graph(graph_from_path(p)) for n, p in residual.items()}
-    return platform_levels(ARM64, artifact_paths=residual, eval_feeds=feeds(3), out_dir=out, options=options,
-                           levels=["disable_all", "extended", "all"], files=files), out
+    return platform_levels(ARM64, LevelsInput(residual, feeds(3), options),
+                           host_levels(residual, ["disable_all", "extended", "all"]), out), out
 
 
 def _native_extended(path: Path, out: Path, int8_allowed: bool) -> Counter:
@@ -163,9 +163,7 @@ def test_the_level_graphs_are_stored_as_the_emulated_ort_saved_them(arm64_report
 
 
 def test_a_missing_arm64_runtime_refuses_the_platform_with_a_stable_code(residual, tmp_path):
-    files = {n: file_facts_from_graph(graph_from_path(p)) for n, p in residual.items()}
-    report = platform_levels(ARM64, artifact_paths=residual, eval_feeds=feeds(1), out_dir=tmp_path,
-                             options=ComparisonOptions(platforms=["arm64"]), levels=["extended"], files=files,
-                             root=tmp_path / "no-runtime-here")
+    report = platform_levels(ARM64, LevelsInput(residual, feeds(1), ComparisonOptions(platforms=["arm64"])),
+                             host_levels(residual, ["extended"]), tmp_path, root=tmp_path / "no-runtime-here")
     assert report.status == "unavailable" and report.error.code == "platform_unavailable"
     assert "make" in report.error.hint and not report.optimized

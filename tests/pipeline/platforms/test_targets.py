@@ -24,10 +24,10 @@ from service.pipeline.platforms.targets.compiled import compiled_target_report
 from service.pipeline.platforms.emulated_levels import platform_levels
 from service.pipeline.platforms.targets.lints import target_lints
 from service.pipeline.platforms.targets.install import targets_root
-from service.pipeline.runtime.levels import file_facts_from_graph
-from service.pipeline.vocabulary import graph_from_path
+from service.pipeline.runtime.levels import LevelsInput
 from service.schemas.options import ComparisonOptions
 from tests import models
+from tests.pipeline.platforms.host_levels import host_levels
 
 pytestmark = pytest.mark.skipif(host_platform().arch not in ("x86_64", "AMD64"),
                                 reason="the QNN wheel and the measured behaviour are x86-64 Linux")
@@ -115,8 +115,7 @@ json.dump(json.load(open(a["trace"] + "/qnn_op_trace.json"))["summary"], open(a[
 @pytest.fixture(scope="module")
 def qnn_report(tiny, tmp_path_factory):
     out = tmp_path_factory.mktemp("qnn")
-    return compiled_target_report(platform_from_name("qnn:69"), artifact_paths=tiny, eval_feeds=feeds(3), out_dir=out,
-                                  options=OPTIONS), out
+    return compiled_target_report(platform_from_name("qnn:69"), LevelsInput(tiny, feeds(3), OPTIONS), out), out
 
 
 @pytest.mark.parametrize("artifact", ["fp32", "ort_qdq"])
@@ -148,8 +147,8 @@ def test_a_dynamic_batch_dim_is_fixed_from_the_samples_so_qnn_takes_the_graph(qn
 
 def test_a_qnn_backend_that_does_not_load_is_a_silent_fallback_said_as_such(tiny, tmp_path):
     """libQnnCpu.so is not in onnxruntime-qnn 2.7.0: the session is created and runs everything on the CPU EP."""
-    report = compiled_target_report(platform_from_name("qnn:69"), artifact_paths={"fp32": tiny["fp32"]},
-                                    eval_feeds=feeds(1), out_dir=tmp_path, options=OPTIONS, backend="cpu")
+    report = compiled_target_report(platform_from_name("qnn:69"), LevelsInput({"fp32": tiny["fp32"]}, feeds(1), OPTIONS),
+                                    tmp_path, backend="cpu")
     art = report.artifacts["fp32"]
     assert art.status == "failed" and art.fallback.startswith("silent fallback: QNN's backend did not run")
     assert "libQnnCpu.so" in art.fallback and art.numerics is None
@@ -177,8 +176,8 @@ json.dump({"precisions": prec}, open(a["out"], "w"))
 
 @pytest.fixture(scope="module")
 def openvino_report(tiny, tmp_path_factory):
-    return compiled_target_report(platform_from_name("openvino:cpu"), artifact_paths=tiny, eval_feeds=feeds(3),
-                                  out_dir=tmp_path_factory.mktemp("ov"), options=OPTIONS)
+    return compiled_target_report(platform_from_name("openvino:cpu"), LevelsInput(tiny, feeds(3), OPTIONS),
+                                  tmp_path_factory.mktemp("ov"))
 
 
 @pytest.mark.parametrize("artifact", ["fp32", "ort_qdq", "ort_qoperator"])
@@ -211,9 +210,8 @@ json.dump({"version": ort.__version__, "has_layout": hasattr(ort.GraphOptimizati
 
 def test_an_ort_release_writes_its_own_graphs_and_lacks_the_layout_level(tiny, tmp_path):
     options = ComparisonOptions(levels=LEVELS, platforms=["ort:1.22.1"], latency_levels=["all"])
-    files = {n: file_facts_from_graph(graph_from_path(p)) for n, p in tiny.items()}
-    report = platform_levels(platform_from_name("ort:1.22.1"), artifact_paths=tiny, eval_feeds=feeds(2),
-                             out_dir=tmp_path / "out", options=options, levels=LEVELS, files=files)
+    report = platform_levels(platform_from_name("ort:1.22.1"), LevelsInput(tiny, feeds(2), options), host_levels(tiny, LEVELS),
+                             tmp_path / "out")
     direct = _oracle("ort-1.22.1", ORT_ORACLE, tmp_path, model=str(tiny["ort_qdq"]), saved=str(tmp_path / "ext.onnx"),
                      y=str(tmp_path / "y.npy"))
     assert report.onnxruntime == direct["version"] == "1.22.1" and not direct["has_layout"]
@@ -231,10 +229,8 @@ def test_a_target_missing_on_the_server_answers_platform_unavailable(tiny, tmp_p
     monkeypatch.setenv("QUANTCOMPARE_TARGETS_ROOT", str(tmp_path / "nothing"))
     monkeypatch.delenv("QUANTCOMPARE_ORT_RELEASES", raising=False)
     platform = platform_from_name(name)
-    files = {n: file_facts_from_graph(graph_from_path(p)) for n, p in tiny.items()}
-    report = compiled_target_report(platform, artifact_paths=tiny, eval_feeds=feeds(1), out_dir=tmp_path,
-                                    options=OPTIONS) if platform.kind != "ort" else \
-        platform_levels(platform, artifact_paths=tiny, eval_feeds=feeds(1), out_dir=tmp_path, options=OPTIONS,
-                        levels=LEVELS, files=files)
+    compared = LevelsInput(tiny, feeds(1), OPTIONS)
+    report = compiled_target_report(platform, compared, tmp_path) if platform.kind != "ort" else \
+        platform_levels(platform, compared, host_levels(tiny, LEVELS), tmp_path)
     assert report.status == "unavailable" and report.error.code == "platform_unavailable"
     assert "make" in report.error.hint

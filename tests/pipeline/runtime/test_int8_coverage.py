@@ -106,7 +106,7 @@ def _counted(saved: Path) -> float | None:
                          ids=["a U@V weight ORT folds", "a MatMul in a local function", "MatMul(W, x) left in float"])
 def test_int8_coverage_is_the_count_in_orts_saved_graph_in_levels_and_advice(tmp_path, build, at_all):
     from service.schemas.options import ComparisonOptions, resolved_ort_settings
-    from service.pipeline.runtime.levels import analyze_levels
+    from service.pipeline.runtime.levels import LevelsInput, LevelsRun, analyze_levels
     from service.pipeline.advice.advice import AdviceContext, Candidate, advice_plan
 
     fp32, exclude = build(tmp_path)
@@ -115,8 +115,8 @@ def test_int8_coverage_is_the_count_in_orts_saved_graph_in_levels_and_advice(tmp
     feeds = [{"x": np.random.default_rng(4).standard_normal(shape).astype(np.float32)}]
     paths = {"fp32": fp32, "ort_qdq": qdq}
     out = tmp_path / "levels"
-    levels = analyze_levels(artifact_paths=paths, eval_feeds=feeds, out_dir=out,
-                            options=ComparisonOptions(latency={"enabled": False}))
+    levels = analyze_levels(LevelsInput(artifact_paths=paths, eval_feeds=feeds,
+                                        options=ComparisonOptions(latency={"enabled": False})), LevelsRun(out_dir=out))
     for name, per_level in levels.optimized.items():
         for level, ol in per_level.items():
             assert ol.error is None and ol.int8_coverage == _counted(out / ol.file), (name, level, ol.op_histogram)

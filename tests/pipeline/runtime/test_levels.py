@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 
-from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.runtime.levels import LevelsInput, LevelsRun, analyze_levels
 from service.pipeline.verdict.decide import decided_from_levels
 from service.render.levels_text import levels_summary_lines
 from tests.cpu import U8S8_SATURATES, cosine_floor, int8_kernels_exact, sqnr_floor
@@ -86,8 +86,8 @@ def conv_relu_levels(tmp_path_factory):
     feeds = [{"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
     seen = []
     options = ComparisonOptions(latency={"runs": 3, "warmup": 1, "intra_op_threads": 1}, attribution=True)
-    levels = analyze_levels(artifact_paths=paths, eval_feeds=feeds, out_dir=d / "out", options=options,
-                            progress=lambda stage, done, total: seen.append((stage, done, total)))
+    levels = analyze_levels(LevelsInput(artifact_paths=paths, eval_feeds=feeds, options=options),
+                            LevelsRun(out_dir=d / "out", progress=lambda stage, done, total: seen.append((stage, done, total))))
     decided = decided_from_levels(levels, inventories={}, options=options)
     # The levels results with what the decide stage reads from them.
     result = SimpleNamespace(**vars(levels), decisions=decided.decisions, lints=decided.lints)
@@ -259,8 +259,8 @@ def test_attribution_off_by_default_leaves_rewrites_unchecked(tmp_path, conv_rel
     result, out, _ = conv_relu_levels
     paths = {"fp32": out.parent / "fp32.onnx", "ort_qdq": out.parent / "ort_qdq.onnx"}
     feeds = [{"x": np.zeros((2, 3, 16, 16), np.float32)}]
-    r = analyze_levels(artifact_paths=paths, eval_feeds=feeds, out_dir=tmp_path,
-                       options=ComparisonOptions(levels=["disable_all", "extended"], latency={"enabled": False}))
+    options = ComparisonOptions(levels=["disable_all", "extended"], latency={"enabled": False})
+    r = analyze_levels(LevelsInput(artifact_paths=paths, eval_feeds=feeds, options=options), LevelsRun(out_dir=tmp_path))
     assert list(r.optimized["ort_qdq"]) == ["disable_all", "extended"]
     ext = r.optimized["ort_qdq"]["extended"]
     assert ext.latency is None and ext.diff.previous == "disable_all"

@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 
-from service.pipeline.runtime.levels import analyze_levels
+from service.pipeline.runtime.levels import LevelsInput, LevelsRun, analyze_levels
 from service.pipeline.runtime.parallel_runs import runs_on_cores
 from service.schemas.options import ComparisonOptions
 
@@ -25,8 +25,9 @@ def _levels(workdir, report, tmp_path, *, cores, shared=None, name=None):
     options = ComparisonOptions(levels=["disable_all", "basic", "all"], latency={"enabled": False})
     art = workdir / "artifacts"
     paths = {a: art / f"{a}.onnx" for a in ("fp32", "pt2e_qdq", "ort_qdq", "ort_qoperator")}
-    return analyze_levels(artifact_paths=paths, eval_feeds=_feeds(report), out_dir=tmp_path / (name or f"c{cores}"),
-                          options=options, cores=cores, keep_level_graphs=False, disable_all_runs=shared)
+    return analyze_levels(LevelsInput(artifact_paths=paths, eval_feeds=_feeds(report), options=options),
+                          LevelsRun(out_dir=tmp_path / (name or f"c{cores}"), cores=cores, keep_level_graphs=False,
+                                    disable_all_runs=shared))
 
 
 def test_accuracy_figures_are_identical_on_one_core_and_on_two(compared, tmp_path):

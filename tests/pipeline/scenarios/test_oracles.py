@@ -60,7 +60,8 @@ def test_max_abs_error_and_drift_in_steps():
     assert numerics.max_abs_error(np.zeros((0, 3)), np.zeros((0, 3))) == 0.0
     assert numerics.max_abs_error(np.array([1.0, 5.0]), np.array([1.5, 2.0])) == 3.0
     ref, prev, got = np.array([[1.0, 2.0]]), np.array([[1.0, 2.0]]), np.array([[1.0, 2.5]])
-    row = numerics.level_numerics([ref], ["y"], [got], ["y"], steps=[0.25], previous=[prev], samples=1)
+    row = numerics.level_numerics(numerics.RunOutputs(["y"], [ref]), numerics.RunOutputs(["y"], [got]), steps=[0.25],
+                                  previous=[prev], samples=1)
     out = row.outputs[0]
     assert out.drift_max_abs == 0.5 and out.drift_steps == 2.0  # 0.5 / 0.25
     assert row.worst_sqnr_db == pytest.approx(10 * math.log10(5 / 0.25))

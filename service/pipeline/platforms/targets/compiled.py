@@ -21,12 +21,13 @@ import onnx
 from service.errors import PlatformUnavailable
 from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.ort.targets import Platform
-from service.pipeline.platforms.emulated_levels import _reference, unavailable_report
+from service.pipeline.platforms.emulated_levels import _reference, artifact_names, unavailable_report
 from service.pipeline.platforms.runner_io import read_outputs, samples_npz
 from service.pipeline.platforms.targets.native_run import target_run
 from service.pipeline.platforms.targets.hints import NO_CHIP, openvino_hint, qnn_fallback, qnn_hint
 from service.pipeline.runtime.latency import latency_from_times
-from service.pipeline.runtime.numerics import concat_runs, level_numerics
+from service.pipeline.runtime.levels import LevelsInput
+from service.pipeline.runtime.numerics import RunOutputs, concat_runs, level_numerics
 from service.pipeline.vocabulary import graph_from_path
 from service.schemas.options import ComparisonOptions, measures_accuracy, timed_levels
 from service.schemas.platforms import LATENCY_QNN, NodeLeft, PlatformAccuracy, PlatformReport, PlatformRules, \
@@ -94,14 +95,14 @@ def _openvino_artifact(entry: dict, node_count: int) -> TargetArtifact:
                           latency=latency, seconds=entry.get("session_seconds"))
 
 
-def _with_numerics(art: TargetArtifact, entry: dict, path: Path, ref, n: int, data_dependent) -> TargetArtifact:
-    if art.status != "ok" or ref is None or not entry.get("outputs_file"):
+def _with_numerics(art: TargetArtifact, entry: dict, path: Path, reference: RunOutputs | None, n: int,
+                   data_dependent: dict[int, str]) -> TargetArtifact:
+    if art.status != "ok" or reference is None or not entry.get("outputs_file"):
         return art
-    reference, ref_names = ref
     try:
-        numerics = level_numerics(reference, ref_names, concat_runs(read_outputs(entry["outputs_file"], n)), entry["outputs"],
-                                  steps=output_steps(graph_from_path(path, lazy=True)), previous=None, samples=n,
-                                  data_dependent=data_dependent or {})
+        outputs = RunOutputs(names=entry["outputs"], values=concat_runs(read_outputs(entry["outputs_file"], n)))
+        numerics = level_numerics(reference, outputs, steps=output_steps(graph_from_path(path, lazy=True)),
+                                  previous=None, samples=n, data_dependent=data_dependent)
     except ValueError as e:
         return art.model_copy(update={"error": f"numerics failed: {e}"[:2000]})
     return art.model_copy(update={"numerics": numerics})
@@ -112,21 +113,19 @@ def _base(platform: Platform) -> dict:
                 cpu=platform.cpu_label, rules=PlatformRules(int8_allowed=platform.int8_allowed, nchwc=platform.nchwc))
 
 
-def compiled_target_report(platform: Platform, *, artifact_paths: dict[str, Path],
-                           eval_feeds: list[dict[str, np.ndarray]], out_dir: Path, options: ComparisonOptions,
-                           data_dependent: dict[int, str] | None = None, root: Path | None = None,
+def compiled_target_report(platform: Platform, inputs: LevelsInput, out_dir: Path, *, root: Path | None = None,
                            backend: str = "htp") -> PlatformReport:
-    """Every artifact of ``artifact_paths`` (fp32 included) on a QNN or OpenVINO ``platform``. A runtime that
-    is missing gives status ``unavailable``; a file the target refuses is that artifact's ``failed``.
+    """Every artifact of ``inputs.artifact_paths`` (fp32 included) on a QNN or OpenVINO ``platform``. A runtime
+    that is missing gives status ``unavailable``; a file the target refuses is that artifact's ``failed``.
     ``backend``: QNN's backend library ("cpu" is not shipped: it shows the silent fallback being caught)."""
     t0 = time.perf_counter()
+    artifact_paths, eval_feeds, options = inputs.artifact_paths, inputs.eval_feeds, inputs.options
     work = Path(out_dir) / f"_platform_{platform.slug}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     run_accuracy = options.platform_accuracy.enabled and measures_accuracy(options) and bool(eval_feeds)
     feeds = eval_feeds if run_accuracy else eval_feeds[:1]
-    names = [n for n in ("fp32", *sorted(set(artifact_paths) - {"fp32"})) if n in artifact_paths]
-    paths = {n: Path(artifact_paths[n]) for n in names}
+    paths = {n: Path(artifact_paths[n]) for n in artifact_names(artifact_paths)}
     request = _request(platform, paths, feeds, work, out_dir, timed=run_accuracy and bool(timed_levels(options)))
     try:
         run = target_run(platform, QNN_SCRIPT if platform.kind == "qnn" else OPENVINO_SCRIPT,
@@ -145,7 +144,7 @@ def compiled_target_report(platform: Platform, *, artifact_paths: dict[str, Path
             art = _qnn_artifact(platform, entry, run.stderr, art_in["free_dims"])
         else:
             art = _openvino_artifact(entry, len(onnx.load(str(paths[name]), load_external_data=False).graph.node))
-        artifacts[name] = _with_numerics(art, entry, paths[name], ref, n, data_dependent)
+        artifacts[name] = _with_numerics(art, entry, paths[name], ref, n, inputs.data_dependent)
     shutil.rmtree(work, ignore_errors=True)
     return PlatformReport(
         **_base(platform), status="ok", target=_target_label(platform, run.answer), onnxruntime=run.answer.get("ort_version"),
