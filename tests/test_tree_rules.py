@@ -422,8 +422,6 @@ PARAMETERS_ALLOWED = {
     ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases over typed inputs; next step",
     ("service/pipeline/runtime/numerics.py", "level_numerics"): "the evaluate phase's one call; with analyze_levels",
     ("service/pipeline/platforms/emulated_levels.py", "platform_levels"): "analyze_levels for a platform; with it",
-    ("service/pipeline/quantize/pt2e.py", "qdq_from_pt2e"): "the PT2E path's options; to take a frozen input",
-    ("service/pipeline/quantize/pt2e.py", "_quantized_program"): "the same",
     ("service/pipeline/inspect/inventory.py", "_tensor"): "one tensor's inventory row, field by field; next step",
     ("onnx_torch/ops/resize_pad.py", "_axis_table"): CONVERTER_TABLE,
     ("onnx_torch/ops/resize_pad.py", "_antialias_table"): CONVERTER_TABLE,
