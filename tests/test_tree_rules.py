@@ -422,7 +422,6 @@ PARAMETERS_ALLOWED = {
     ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases over typed inputs; next step",
     ("service/pipeline/runtime/numerics.py", "level_numerics"): "the evaluate phase's one call; with analyze_levels",
     ("service/pipeline/platforms/emulated_levels.py", "platform_levels"): "analyze_levels for a platform; with it",
-    ("service/pipeline/inspect/inventory.py", "_tensor"): "one tensor's inventory row, field by field; next step",
     ("onnx_torch/ops/resize_pad.py", "_axis_table"): CONVERTER_TABLE,
     ("onnx_torch/ops/resize_pad.py", "_antialias_table"): CONVERTER_TABLE,
     ("onnx_torch/ops/rnn.py", "_whole"): "the ONNX RNN schema's inputs, in its order",
@@ -430,7 +429,6 @@ PARAMETERS_ALLOWED = {
 }
 LINES_ALLOWED = {
     ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases",
-    ("service/pipeline/inspect/inventory.py", "inventory_from_onnx"): "with _classify_ops",
     ("service/pipeline/inspect/blockers.py", "_selector_blocker"): "one blocker per selector kind; not yet",
     ("service/pipeline/inspect/graph_diff.py", "_classify"): "one classifier per rewrite family; not yet",
     ("service/pipeline/inspect/graph_diff.py", "diff_graphs"): "with _classify",
