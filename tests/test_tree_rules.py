@@ -429,8 +429,6 @@ PARAMETERS_ALLOWED = {
 }
 LINES_ALLOWED = {
     ("service/pipeline/runtime/levels.py", "analyze_levels"): "to become its three phases",
-    ("service/pipeline/inspect/graph_diff.py", "_classify"): "one classifier per rewrite family; not yet",
-    ("service/pipeline/inspect/graph_diff.py", "diff_graphs"): "with _classify",
 }
 
 
