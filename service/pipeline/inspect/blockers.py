@@ -376,6 +376,15 @@ class _Group:
     def inputs(self) -> int:
         return len([i for i in self.n.input if i])
 
+    def nodes(self, num_dq: int, *, empty_q_ok: bool = False) -> tuple[str, str] | None:
+        return _check_qdq_nodes(self.v, self.n, self.dqs, self.qs, num_dq, empty_q_ok)
+
+    def dq_type(self, i: int) -> str | None:
+        return _dq_in(self.v, self.dqs[i])
+
+    def q_type(self) -> str | None:
+        return _q_out(self.v, self.qs[0])
+
     def mismatch(self, dq, q) -> tuple[str, str]:
         return _mismatch(self.v, dq, q, self.int8_allowed)
 
@@ -400,7 +409,7 @@ def _one_input_nodes(u: _Group) -> tuple[str, str] | None:
 
 
 def _same_type_around(u: _Group) -> tuple[str, str] | None:
-    return u.mismatch(u.dqs[0], u.qs[0]) if _dq_in(u.v, u.dqs[0]) != _q_out(u.v, u.qs[0]) else None
+    return u.mismatch(u.dqs[0], u.qs[0]) if u.dq_type(0) != u.q_type() else None
 
 
 def _drop_blocker(u: _Group) -> tuple[str, str] | None:
@@ -409,7 +418,7 @@ def _drop_blocker(u: _Group) -> tuple[str, str] | None:
     hit = _one_input_nodes(u) or _same_type_around(u)
     if hit:
         return hit
-    din = _dq_in(u.v, u.dqs[0])
+    din = u.dq_type(0)
     if u.kind in ("drop_no16", "drop_positive") and din in _INT16:
         return "int16_not_supported", f"{din} Q/DQ"
     if u.base == "Resize":
@@ -433,7 +442,7 @@ def _unary_blocker(u: _Group) -> tuple[str, str] | None:
     hit = _one_input_nodes(u) or _same_type_around(u)
     if hit:
         return hit
-    din = _dq_in(u.v, u.dqs[0])
+    din = u.dq_type(0)
     return ("int16_not_supported", f"{din} Q/DQ") if din in _INT16 else None
 
 
@@ -442,7 +451,7 @@ def _split_blocker(u: _Group) -> tuple[str, str] | None:
     hit = _one_input_nodes(u)
     if hit:
         return hit
-    bad = [q for q in u.qs if _q_out(u.v, q) != _dq_in(u.v, u.dqs[0])]
+    bad = [q for q in u.qs if _q_out(u.v, q) != u.dq_type(0)]
     if bad:
         return u.mismatch(u.dqs[0], bad[0])
     if any(not _pair_supported(u.v, q, u.dqs[0]) for q in u.qs):
@@ -453,7 +462,7 @@ def _split_blocker(u: _Group) -> tuple[str, str] | None:
 def _binary_blocker(u: _Group) -> tuple[str, str] | None:
     """``BinaryNodeGroupSelector``, ``VariadicNodeGroupSelector`` (Concat), ``WhereNodeGroupSelector``:
     every quantized input and the output of one 8-bit type."""
-    hit = _check_qdq_nodes(u.v, u.n, u.dqs, u.qs, 2 if u.kind == "where" else u.inputs(), False)
+    hit = u.nodes(2 if u.kind == "where" else u.inputs())
     if hit:
         return hit
     ins = [_dq_in(u.v, d) for d in u.dqs]
@@ -468,73 +477,77 @@ def _binary_blocker(u: _Group) -> tuple[str, str] | None:
     return None
 
 
-def _conv_blocker(u: _Group) -> tuple[str, str] | None:
-    """``ConvNodeGroupSelector``: activation, weight and bias types, and the bias's scale and zero point."""
-    v, dqs, qs = u.v, u.dqs, u.qs
-    hit = _check_qdq_nodes(v, u.n, dqs, qs, u.inputs(), False)
-    if hit:
-        return hit
-    din, dw, dout = _dq_in(v, dqs[0]), _dq_in(v, dqs[1]), _q_out(v, qs[0])
-    if din != dout:
-        return u.mismatch(dqs[0], qs[0])
-    if din == "int8" and not u.int8_allowed:
-        return "int8_activation_on_x86", (f"input {_why_dtype(v, dqs[0].input[0], u.int8_allowed)}, output "
-                                           f"{_why_dtype(v, qs[0].output[0], u.int8_allowed)}; "
-                                           "QDQIsInt8Allowed() is false on this CPU")
-    if din == "int8" and dw != din:
-        return "weight_dtype_mismatch", f"activation int8, weight {dw}"
-    if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
-        return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
-    off = _bias_scale_off(v, *dqs) if len(dqs) == 3 else None
+def _weight_type_differs(din: str | None, dw: str | None) -> tuple[str, str] | None:
+    return ("weight_dtype_mismatch", f"activation int8, weight {dw}") if din == "int8" and dw != din else None
+
+
+def _int16_pair(din: str | None, dw: str | None) -> tuple[str, str] | None:
+    return ("int16_not_supported", f"activation {din}, weight {dw}") if din in _INT16 or dw in _INT16 else None
+
+
+def _int8_on_x86(u: _Group, din: str | None, output: bool) -> tuple[str, str] | None:
+    if din != "int8" or u.int8_allowed:
+        return None
+    out = f", output {_why_dtype(u.v, u.qs[0].output[0], u.int8_allowed)}" if output else ""
+    return "int8_activation_on_x86", (f"input {_why_dtype(u.v, u.dqs[0].input[0], u.int8_allowed)}{out}; "
+                                      "QDQIsInt8Allowed() is false on this CPU")
+
+
+def _conv_bias(u: _Group) -> tuple[str, str] | None:
+    """The Conv's bias: int32, at input scale x weight scale, zero point 0."""
+    if len(u.dqs) != 3:
+        return None
+    if u.dq_type(2) != "int32":
+        return "bias_not_int32", f"bias DequantizeLinear reads {u.dq_type(2)}"
+    off = _bias_scale_off(u.v, *u.dqs)
     if off is not None:
         return "bias_scale_mismatch", f"bias scale {off:.0%} from input scale x weight scale"
-    zp = _bias_zero_point(v, dqs[2]) if len(dqs) == 3 else None
-    if zp is not None:
-        return "bias_zero_point_nonzero", zp
-    if din in _INT16 or dw in _INT16:
-        return "int16_not_supported", f"activation {din}, weight {dw}"
-    return None
+    zp = _bias_zero_point(u.v, u.dqs[2])
+    return ("bias_zero_point_nonzero", zp) if zp is not None else None
+
+
+def _conv_blocker(u: _Group) -> tuple[str, str] | None:
+    """``ConvNodeGroupSelector``: activation, weight and bias types, and the bias's scale and zero point."""
+    hit = u.nodes(u.inputs())
+    if hit:
+        return hit
+    din, dw = u.dq_type(0), u.dq_type(1)
+    if din != u.q_type():
+        return u.mismatch(u.dqs[0], u.qs[0])
+    return (_int8_on_x86(u, din, output=True) or _weight_type_differs(din, dw) or _conv_bias(u)
+            or _int16_pair(din, dw))
 
 
 def _matmul_blocker(u: _Group) -> tuple[str, str] | None:
     """``MatMulNodeGroupSelector``: two quantized inputs, their types checked before the output's Q."""
-    v, dqs, qs = u.v, u.dqs, u.qs
-    if len(dqs) != 2:
-        return _check_qdq_nodes(v, u.n, dqs, qs, 2, False) or ("input_not_quantized", "needs 2 DequantizeLinear")
-    din, dw = _dq_in(v, dqs[0]), _dq_in(v, dqs[1])
-    if din == "int8" and not u.int8_allowed:
-        why = f"input {_why_dtype(v, dqs[0].input[0], u.int8_allowed)}; QDQIsInt8Allowed() is false on this CPU"
-        return "int8_activation_on_x86", why
-    if din == "int8" and dw != din:
-        return "weight_dtype_mismatch", f"activation int8, weight {dw}"
-    if din in _INT16 or dw in _INT16:
-        return "int16_not_supported", f"activation {din}, weight {dw}"
-    hit = _check_qdq_nodes(v, u.n, dqs, qs, 2, False)
+    if len(u.dqs) != 2:
+        return u.nodes(2) or ("input_not_quantized", "needs 2 DequantizeLinear")
+    din, dw = u.dq_type(0), u.dq_type(1)
+    hit = _int8_on_x86(u, din, output=False) or _weight_type_differs(din, dw) or _int16_pair(din, dw) or u.nodes(2)
     if hit:
         return hit
-    if din != _q_out(v, qs[0]):
-        return u.mismatch(dqs[0], qs[0])
-    return None
+    return u.mismatch(u.dqs[0], u.qs[0]) if din != u.q_type() else None
 
 
 def _gemm_blocker(u: _Group) -> tuple[str, str] | None:
     """``GemmNodeGroupSelector``: the output may stay float; beta 1 and an int32 bias when it is quantized."""
-    v, dqs, qs = u.v, u.dqs, u.qs
-    hit = _check_qdq_nodes(v, u.n, dqs, qs, u.inputs(), True)
+    hit = u.nodes(u.inputs(), empty_q_ok=True)
     if hit:
         return hit
-    da, db = _dq_in(v, dqs[0]), _dq_in(v, dqs[1])
-    if da == "int8" and db != da:
-        return "weight_dtype_mismatch", f"activation int8, weight {db}"
-    if qs and da != _q_out(v, qs[0]):
-        return u.mismatch(dqs[0], qs[0])
-    if da in _INT16 or db in _INT16:
-        return "int16_not_supported", f"activation {da}, weight {db}"
+    da, db = u.dq_type(0), u.dq_type(1)
+    hit = _weight_type_differs(da, db)
+    if hit:
+        return hit
+    if u.qs and da != u.q_type():
+        return u.mismatch(u.dqs[0], u.qs[0])
+    hit = _int16_pair(da, db)
+    if hit:
+        return hit
     beta = next((a.f for a in u.n.attribute if a.name == "beta"), 1.0)
-    if len(dqs) == 3 and beta != 1.0:
+    if len(u.dqs) == 3 and beta != 1.0:
         return "gemm_beta_not_one", f"beta {beta:g}"
-    if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
-        return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
+    if len(u.dqs) == 3 and u.dq_type(2) != "int32":
+        return "bias_not_int32", f"bias DequantizeLinear reads {u.dq_type(2)}"
     return None
 
 
