@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
-from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
+from service.errors import NonFiniteCalibration, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.isolation import NONFINITE_HINT, first_line, matched_hint
