@@ -36,7 +36,7 @@ KEY_CALLS = [
     ("onnx.save", "onnx/__init__.py", "save_model"),
     ("graph_from_path", "vocabulary.py", "graph_from_path"),
     ("diff_graphs", "graph_diff.py", "diff_graphs"),
-    ("latency_of", "numerics.py", "latency_of"),
+    ("latency_alone", "latency.py", "latency_alone"),
     ("environment()", "environment.py", "environment"),
     ("analyze_levels", "levels.py", "analyze_levels"),
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,15 +12,11 @@ from pathlib import Path
 
 import httpx
 
+from tests.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 JOBS_TESTS = REPO / "tests" / "jobs"
 QUANTCOMPARE = Path(sys.executable).parent / "quantcompare"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiveServer:

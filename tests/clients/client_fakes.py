@@ -9,7 +9,6 @@ they cannot drift from what the real server emits. ``LiveServer`` runs the real 
 from __future__ import annotations
 
 import json
-import socket
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +19,7 @@ import httpx
 from service.schemas.api import Job as JobModel
 from service.schemas.api import problem
 from service.schemas.report import Report as ReportModel
+from tests.ports import free_port
 
 LEVELS = ("disable_all", "basic", "extended", "layout", "all")
 STAGES = ("prepare", "fp32", "quantize", "inspect", "optimize", "evaluate", "decide")
@@ -196,10 +196,6 @@ REPO = Path(__file__).resolve().parents[2]
 SERVER_START_TIMEOUT_S = 180
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -24,6 +24,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("IMAGE", "quantcompare")
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -38,12 +40,6 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
     return subprocess.run(["podman", *args], env=env, check=check, capture_output=True, text=True, timeout=timeout)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

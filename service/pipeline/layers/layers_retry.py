@@ -24,7 +24,8 @@ import numpy as np
 
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.quantize.pt2e import Pt2eInput, qdq_from_pt2e
-from service.pipeline.runtime.numerics import concat_runs, latency_of, worst_elementwise_sqnr
+from service.pipeline.runtime.latency import latency_from_times, timed_run
+from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.time_limit import TimeLimitReached, time_limited
 from service.schemas.layers import LayersReport, LayersRetry, RetryArtifact
@@ -169,8 +170,10 @@ def _latency(path: Path, inputs: RetryInputs) -> float | None:
     session = session_for(path, "all", intra_op_threads=inputs.intra_op_threads)
     names = {i.name for i in session.get_inputs()}
     feed = {k: v for k, v in inputs.eval_feeds[0].items() if k in names}
-    return round(latency_of(session, feed, runs=inputs.latency_runs, warmup=2,
-                            intra_op_threads=inputs.intra_op_threads).median_ms, 4)
+    for _ in range(2):  # warm-up
+        session.run(None, feed)
+    ms = [timed_run(lambda: session.run(None, feed), inputs.intra_op_threads)[1].ms for _ in range(inputs.latency_runs)]
+    return round(latency_from_times(ms, warmup=2, intra_op_threads=inputs.intra_op_threads).median_ms, 4)
 
 
 def requantizer(*, source, shapes, calibration, input_names: list[str], ort_input: Path, ort_settings: dict,

@@ -23,9 +23,11 @@ from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.isolation import scrub
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.platforms.targets.native_run import target_run
+from service.pipeline.platforms.runner_io import read_outputs, samples_npz
 from service.pipeline.platforms.runtime import EMULATED_SCRIPT, emulated_run
 from service.pipeline.ort.targets import Platform
 from service.pipeline.runtime.level_graphs import fingerprint, self_contained_bytes, self_contained_from_level_graph
+from service.pipeline.runtime.latency import latency_from_times
 from service.pipeline.runtime.levels import FileFacts, level_structure
 from service.pipeline.runtime.numerics import concat_runs, level_numerics
 from service.pipeline.vocabulary import float_tail_nodes, graph_from_path, int8_coverage
@@ -33,19 +35,11 @@ from service.schemas.levels import LatencyStats, OptimizedLevel
 from service.schemas.options import LEVEL_VALUES, ComparisonOptions, measures_accuracy, timed_levels
 from service.schemas.platforms import PlatformAccuracy, PlatformError, PlatformReport, PlatformRules
 
-__all__ = ["platform_levels", "samples_npz", "unavailable_report"]
+__all__ = ["platform_levels", "unavailable_report"]
 
 # Session creation is 0.01-0.2 s per level under emulation for models up to ~11 MB, ORT's import ~10 s:
 # the process may run this long past the accuracy budget before it counts as hung.
 START_AND_GRAPHS_ALLOWANCE_S = 600.0
-
-
-def samples_npz(feeds: list[dict[str, np.ndarray]], path: Path) -> Path:
-    """The eval feeds as the emulated script reads them (``emulated_ort.py``)."""
-    names = list(feeds[0]) if feeds else []
-    arrays = {f"{i}/{n}": np.asarray(f[n]) for i, f in enumerate(feeds) for n in names}
-    np.savez(path, __count__=np.int64(len(feeds)), __names__=np.array(names), **arrays)
-    return path
 
 
 # An ORT release (ort:<version>) runs natively: its level graphs are timed with a fixed count of runs.
@@ -68,10 +62,9 @@ def _latency_stats(entry: dict) -> LatencyStats | None:
     lat = entry.get("latency")
     if not lat:
         return None
-    return LatencyStats(median_ms=lat["median_ms"], p90_ms=lat["p90_ms"], p10_ms=lat["p10_ms"], runs=lat["runs"],
-                        warmup=lat["warmup"], intra_op_threads=1, timed_with=lat.get("timed_with"),
-                        protocol=f"{lat['runs']} runs of the first eval sample after one warm-up, one thread, in the "
-                                 "release's own process")
+    return latency_from_times(lat["times_ms"], warmup=lat["warmup"], intra_op_threads=1, timed_with=lat.get("timed_with"),
+                              protocol=f"{lat['runs']} runs of the first eval sample after one warm-up, one thread, in the "
+                                       "release's own process")
 
 
 def _how(platform: Platform, version: str | None, budget: float) -> str:
@@ -97,15 +90,6 @@ def _reference(fp32_path: Path, level: str, feeds: list[dict[str, np.ndarray]]) 
     session = session_for(fp32_path, level)
     names = [o.name for o in session.get_outputs()]
     return concat_runs([session.run(None, f) for f in feeds]), names
-
-
-def _outputs(path: str, count: int) -> list[np.ndarray]:
-    with np.load(path, allow_pickle=False) as z:
-        runs: dict[int, dict[int, np.ndarray]] = {}
-        for key in z.files:
-            i, k = (int(x) for x in key.split("/"))
-            runs.setdefault(i, {})[k] = z[key]
-    return concat_runs([[runs[i][k] for k in sorted(runs[i])] for i in range(count)])
 
 
 def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval_feeds: list[dict[str, np.ndarray]],
@@ -173,7 +157,7 @@ def platform_levels(platform: Platform, *, artifact_paths: dict[str, Path], eval
             numerics = None
             error = entry.get("error")
             outputs = outputs_at.get(same_as) if same_as else (
-                _outputs(entry["outputs_file"], n) if entry.get("outputs_file") else None)
+                concat_runs(read_outputs(entry["outputs_file"], n)) if entry.get("outputs_file") else None)
             if outputs is not None and reference is not None:
                 outputs_at[level] = outputs
                 try:

@@ -16,8 +16,6 @@ first, then the count every graph can afford is run on each, so all levels share
 """
 
 import hashlib
-import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -62,32 +60,15 @@ def _missing_level(ort, value: int) -> str | None:
     return None
 
 
-def _latency(session, feed, runs: int) -> dict:
-    """A fixed count of timed runs of the first sample after one warm-up: only where ORT runs natively."""
-    session.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        session.run(None, feed)
-        times.append((time.perf_counter() - t0) * 1000)
-    times.sort()
-    return {"median_ms": statistics.median(times), "p90_ms": times[min(runs - 1, int(0.9 * runs))],
-            "p10_ms": times[int(0.1 * runs)], "runs": runs, "warmup": 1}
-
-
 def main(request_path: str) -> int:
-    import numpy as np
     import onnxruntime as ort
+    # Beside this file: a script's folder is on its path.
+    from runner_io import answered, failure, outputs_npz, read_request, read_samples, timed
 
-    req = json.loads(Path(request_path).read_text())
+    req = read_request(request_path)
     ort.set_seed(int(req.get("seed", 0)))
     threads = int(req.get("threads", 1))
-    feeds = []
-    if req.get("samples"):
-        with np.load(req["samples"], allow_pickle=False) as z:
-            count = int(z["__count__"])
-            names = [str(n) for n in z["__names__"]]
-            feeds = [{n: z[f"{i}/{n}"] for n in names} for i in range(count)]
+    feeds = read_samples(req)
     answer: dict = {"ort_version": ort.__version__, "artifacts": {}}
     out = Path(req["out_dir"])
     runnable = []  # (artifact, level, session): one per distinct graph of an artifact that runs samples
@@ -106,7 +87,7 @@ def main(request_path: str) -> int:
             try:
                 session = _session(ort, art["path"], value, folder, threads, req.get("session_config", {}))
             except Exception as e:  # noqa: BLE001 - ORT refusing a level is that level's result
-                levels_done[level] = {"error": f"session creation failed: {type(e).__name__}: {e}"[:2000]}
+                levels_done[level] = {"error": failure(e, "session creation failed: ")}
                 continue
             entry = {"session_seconds": round(time.perf_counter() - t0, 4), "folder": str(folder),
                      "outputs": [o.name for o in session.get_outputs()]}
@@ -128,7 +109,7 @@ def main(request_path: str) -> int:
         try:
             results[(name, level)] = [session.run(None, feeds[0])]
         except Exception as e:  # noqa: BLE001 - a kernel failing at run time is a finding
-            answer["artifacts"][name][level]["error"] = f"run failed: {type(e).__name__}: {e}"[:2000]
+            answer["artifacts"][name][level]["error"] = failure(e, "run failed: ")
         first_cost += time.perf_counter() - t0
     n = 1
     if feeds and first_cost > 0:
@@ -142,7 +123,7 @@ def main(request_path: str) -> int:
             for feed in feeds[1:n]:
                 results[(name, level)].append(session.run(None, feed))
         except Exception as e:  # noqa: BLE001
-            answer["artifacts"][name][level]["error"] = f"run failed: {type(e).__name__}: {e}"[:2000]
+            answer["artifacts"][name][level]["error"] = failure(e, "run failed: ")
             del results[(name, level)]
     sessions = {(name, level): session for name, level, session in runnable if (name, level) in results}
     for name, levels_done in answer["artifacts"].items():
@@ -150,18 +131,16 @@ def main(request_path: str) -> int:
             entry = levels_done.get(level, {})
             src = entry.get("same_graph_as", level)
             if (name, src) in sessions and not entry.get("error"):
-                entry["latency"] = _latency(sessions[(name, src)], feeds[0], int(req.get("latency_runs", 50)))
+                session, feed = sessions[(name, src)], feeds[0]
+                entry["latency"] = timed(lambda: session.run(None, feed), int(req.get("latency_runs", 50)))
                 if src != level:
                     entry["latency"]["timed_with"] = src
     answer["samples_run"] = n if runnable else 0
     answer["samples_total"] = len(feeds)
     answer["run_seconds"] = round(time.perf_counter() - t_start, 4)
     for (name, level), runs in results.items():
-        path = out / name / level / "outputs.npz"
-        np.savez(path, **{f"{i}/{k}": np.asarray(y) for i, run in enumerate(runs) for k, y in enumerate(run)})
-        answer["artifacts"][name][level]["outputs_file"] = str(path)
-    Path(req["answer"]).write_text(json.dumps(answer))
-    return 0
+        answer["artifacts"][name][level]["outputs_file"] = outputs_npz(runs, out / name / level / "outputs.npz")
+    return answered(req, answer)
 
 
 if __name__ == "__main__":

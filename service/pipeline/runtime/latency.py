@@ -40,7 +40,7 @@ from service.schemas.levels import LatencyStats
 
 __all__ = [
     "LatencyProtocol", "LoadProbe", "Timing", "median_ci", "is_stable", "load_snapshot", "timed_run",
-    "latency_from_samples", "top_up", "latency_alone", "PROTOCOL_TEXT",
+    "latency_from_samples", "latency_from_times", "top_up", "latency_alone", "PROTOCOL_TEXT",
 ]
 
 # A run this short is mostly per-call cost (binding, output allocation, cold caches) that one
@@ -159,13 +159,26 @@ def top_up(run: Callable[[], object], samples: list[Timing], protocol: LatencyPr
     return samples
 
 
+def _median_p10_p90(ms) -> tuple[float, float, float]:
+    med = float(np.median(ms))
+    p10, p90 = (float(v) for v in np.percentile(ms, [10, 90]))
+    return med, p10, p90
+
+
+def latency_from_times(ms: Sequence[float], *, warmup: int, intra_op_threads: int, **fields) -> LatencyStats:
+    """A fixed count of timed runs (ms, as they came) as ``LatencyStats``: where the adaptive protocol does
+    not run (a runner script in another process, a retry's before/after)."""
+    med, p10, p90 = _median_p10_p90(np.asarray(ms, dtype=np.float64))
+    return LatencyStats(median_ms=med, p90_ms=p90, p10_ms=p10, runs=len(ms), warmup=warmup,
+                        intra_op_threads=intra_op_threads, **fields)
+
+
 def latency_from_samples(samples: Sequence[Timing], protocol: LatencyProtocol, *, warmup: int,
                          before: LoadSnapshot, after: LoadSnapshot,
                          batch: dict[str, list[int]]) -> dict:
     """The fields of ``LatencyStats`` for these samples (a dict, so the schema stays the one place)."""
     ms = np.asarray([s.ms for s in samples], dtype=np.float64)
-    med = float(np.median(ms))
-    p10, p90 = (float(v) for v in np.percentile(ms, [10, 90]))
+    med, p10, p90 = _median_p10_p90(ms)
     lo, hi = median_ci(ms.tolist())
     spread = (p90 - p10) / med if med > 0 else 0.0
     stable = is_stable(ms.tolist(), min_runs=protocol.min_runs, stable_rel=protocol.stable_rel)

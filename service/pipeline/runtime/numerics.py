@@ -7,12 +7,11 @@ Outputs are matched by position: an exported quantized model renames its outputs
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 
 from service.pipeline.runtime.output_kinds import angular_errors, argmax_agreement, output_kind
-from service.schemas.levels import LatencyStats, LevelNumerics, OutputNumerics
+from service.schemas.levels import LevelNumerics, OutputNumerics
 
 # An SQNR for a zero reference with nonzero error has no meaning; report it as very low. The same
 # floor stands for an output that is inf or NaN where fp32 has a number (a quantized energy of 0
@@ -278,17 +277,3 @@ def _judged(ref: np.ndarray, got: np.ndarray, samples: int, drawn: str | None) -
         return {**fields, "judged_by": "argmax_agreement"}
     return fields
 
-
-def latency_of(session, feed: dict[str, np.ndarray], *, runs: int, warmup: int, intra_op_threads: int) -> LatencyStats:
-    """Median and p90 wall time of ``session.run`` on one feed, after ``warmup`` untimed runs."""
-    for _ in range(warmup):
-        session.run(None, feed)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        session.run(None, feed)
-        times.append((time.perf_counter() - t) * 1000.0)
-    arr = np.asarray(times)
-    return LatencyStats(median_ms=float(np.median(arr)), p90_ms=float(np.percentile(arr, 90)), runs=runs,
-                        warmup=warmup, intra_op_threads=intra_op_threads,
-                        batch={k: list(np.shape(v)) for k, v in feed.items()})

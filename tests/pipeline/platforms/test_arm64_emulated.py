@@ -17,7 +17,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from service.pipeline.platforms.emulated_levels import platform_levels, samples_npz
+from service.pipeline.platforms.emulated_levels import platform_levels
+from service.pipeline.platforms.runner_io import samples_npz
 from service.pipeline.platforms.runtime import emulated_run
 from service.pipeline.ort.targets import host_platform, platform_from_name
 from service.pipeline.runtime.levels import file_facts_from_graph

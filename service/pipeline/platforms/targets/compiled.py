@@ -21,12 +21,13 @@ import onnx
 from service.errors import PlatformUnavailable
 from service.pipeline.inspect.graph_summary import output_steps
 from service.pipeline.ort.targets import Platform
-from service.pipeline.platforms.emulated_levels import _outputs, _reference, samples_npz, unavailable_report
+from service.pipeline.platforms.emulated_levels import _reference, unavailable_report
+from service.pipeline.platforms.runner_io import read_outputs, samples_npz
 from service.pipeline.platforms.targets.native_run import target_run
 from service.pipeline.platforms.targets.hints import NO_CHIP, openvino_hint, qnn_fallback, qnn_hint
-from service.pipeline.runtime.numerics import level_numerics
+from service.pipeline.runtime.latency import latency_from_times
+from service.pipeline.runtime.numerics import concat_runs, level_numerics
 from service.pipeline.vocabulary import graph_from_path
-from service.schemas.levels import LatencyStats
 from service.schemas.options import ComparisonOptions, measures_accuracy, timed_levels
 from service.schemas.platforms import LATENCY_QNN, NodeLeft, PlatformAccuracy, PlatformReport, PlatformRules, \
     TargetArtifact
@@ -85,10 +86,9 @@ def _openvino_artifact(entry: dict, node_count: int) -> TargetArtifact:
         return TargetArtifact(status="failed", error=entry["error"], hint=openvino_hint(entry["error"]),
                               nodes_taken=0, nodes_total=node_count)
     lat = entry.get("latency")
-    latency = LatencyStats(median_ms=lat["median_ms"], p90_ms=lat["p90_ms"], p10_ms=lat["p10_ms"], runs=lat["runs"],
-                           warmup=lat["warmup"], intra_op_threads=1,
-                           protocol=f"OpenVINO CPU plugin, one thread, one stream: {lat['runs']} runs of the first "
-                                    "eval sample after one warm-up, in the target's own process") if lat else None
+    latency = latency_from_times(lat["times_ms"], warmup=lat["warmup"], intra_op_threads=1,
+                                 protocol=f"OpenVINO CPU plugin, one thread, one stream: {lat['runs']} runs of the "
+                                          "first eval sample after one warm-up, in the target's own process") if lat else None
     return TargetArtifact(status="ok", nodes_taken=node_count, nodes_total=node_count,
                           precision_histogram=entry.get("precision_histogram", {}), kernels=entry.get("kernels", {}),
                           latency=latency, seconds=entry.get("session_seconds"))
@@ -99,7 +99,7 @@ def _with_numerics(art: TargetArtifact, entry: dict, path: Path, ref, n: int, da
         return art
     reference, ref_names = ref
     try:
-        numerics = level_numerics(reference, ref_names, _outputs(entry["outputs_file"], n), entry["outputs"],
+        numerics = level_numerics(reference, ref_names, concat_runs(read_outputs(entry["outputs_file"], n)), entry["outputs"],
                                   steps=output_steps(graph_from_path(path, lazy=True)), previous=None, samples=n,
                                   data_dependent=data_dependent or {})
     except ValueError as e:

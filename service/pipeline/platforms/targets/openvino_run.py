@@ -10,8 +10,6 @@ Request: ``artifacts`` [{name, path, shapes}], ``samples`` (.npz), ``out_dir``, 
 what a deployment gets, and ``inference_precision`` in the answer says which it was.
 """
 
-import json
-import statistics
 import sys
 import time
 from collections import Counter
@@ -32,19 +30,9 @@ def _layers(compiled):
     return dict(precisions), dict(kernels)
 
 
-def _latency(request, feed, runs):
-    request.infer(feed)  # warm-up: first-run allocations are not the model's latency
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        request.infer(feed)
-        times.append((time.perf_counter() - t0) * 1000)
-    times.sort()
-    return {"median_ms": statistics.median(times), "p90_ms": times[min(len(times) - 1, int(0.9 * len(times)))],
-            "p10_ms": times[int(0.1 * len(times))], "runs": runs, "warmup": 1}
-
-
 def _one(ov, np, core, art, req, feeds):
+    from runner_io import failure, outputs_npz, timed  # on the path the script's start gave
+
     entry = {}
     t0 = time.perf_counter()
     try:
@@ -53,7 +41,7 @@ def _one(ov, np, core, art, req, feeds):
             model.reshape({k: v for k, v in art["shapes"].items()})
         compiled = core.compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 1, "NUM_STREAMS": 1})
     except Exception as e:  # noqa: BLE001 - OpenVINO refusing the file is the finding
-        entry["error"] = f"{type(e).__name__}: {e}"[:3000]
+        entry["error"] = failure(e)
         return entry
     entry["session_seconds"] = round(time.perf_counter() - t0, 4)
     entry["inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
@@ -65,36 +53,29 @@ def _one(ov, np, core, art, req, feeds):
             runs = [[np.asarray(v) for v in request.infer(f).values()] for f in feeds]
             out = Path(req["out_dir"]) / art["name"]
             out.mkdir(parents=True, exist_ok=True)
-            np.savez(out / "outputs.npz", **{f"{i}/{k}": y for i, run in enumerate(runs) for k, y in enumerate(run)})
-            entry["outputs_file"], entry["outputs"] = str(out / "outputs.npz"), names
+            entry["outputs_file"], entry["outputs"] = outputs_npz(runs, out / "outputs.npz"), names
             if req.get("latency_runs"):
-                entry["latency"] = _latency(request, feeds[0], int(req["latency_runs"]))
+                entry["latency"] = timed(lambda: request.infer(feeds[0]), int(req["latency_runs"]))
         except Exception as e:  # noqa: BLE001
-            entry["error"] = f"run failed: {type(e).__name__}: {e}"[:3000]
+            entry["error"] = failure(e, "run failed: ")
     return entry
 
 
 def main(request_path):
+    from runner_io import answered, each_artifact, read_request
+
     import numpy as np
     import openvino as ov
 
-    req = json.loads(Path(request_path).read_text())
+    req = read_request(request_path)
     core = ov.Core()
     answer = {"openvino_version": ov.__version__, "artifacts": {}}
     if "CPU" not in core.available_devices:
         answer["unavailable"] = f"OpenVINO offers no CPU device here (devices: {core.available_devices})"
-        Path(req["answer"]).write_text(json.dumps(answer))
-        return 0
-    feeds = []
-    if req.get("samples"):
-        with np.load(req["samples"], allow_pickle=False) as z:
-            names = [str(n) for n in z["__names__"]]
-            feeds = [{n: z[f"{i}/{n}"] for n in names} for i in range(int(z["__count__"]))]
-    for art in req["artifacts"]:
-        answer["artifacts"][art["name"]] = _one(ov, np, core, art, req, feeds)
-    Path(req["answer"]).write_text(json.dumps(answer))
-    return 0
+        return answered(req, answer)
+    return each_artifact(req, answer, lambda art, feeds: _one(ov, np, core, art, req, feeds))
 
 
 if __name__ == "__main__":
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
     sys.exit(main(sys.argv[1]))

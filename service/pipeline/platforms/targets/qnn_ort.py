@@ -48,7 +48,9 @@ def _trace(trace_dir):
 CONSTANT_FOLDING_MAX_BYTES = 64 * 1024 * 1024
 
 
-def _one(ort, qnn, np, art, req, feeds, device):
+def _one(ort, qnn, art, req, feeds, device):
+    from runner_io import failure, outputs_npz  # on the path the script's start gave
+
     out = Path(req["out_dir"]) / art["name"]
     trace_dir = out / "trace"
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +74,7 @@ def _one(ort, qnn, np, art, req, feeds, device):
     try:
         session = ort.InferenceSession(art["path"], so)
     except Exception as e:  # noqa: BLE001 - QNN refusing the file is the finding
-        entry["error"] = f"{type(e).__name__}: {e}"[:3000]
+        entry["error"] = failure(e)
         session = None
     entry["session_seconds"] = round(time.perf_counter() - t0, 4)
     entry["trace"] = _trace(trace_dir)
@@ -80,20 +82,20 @@ def _one(ort, qnn, np, art, req, feeds, device):
     if session is not None and feeds:
         try:
             runs = [session.run(None, f) for f in feeds]
-            path = out / "outputs.npz"
-            np.savez(path, **{f"{i}/{k}": np.asarray(y) for i, run in enumerate(runs) for k, y in enumerate(run)})
-            entry["outputs_file"], entry["outputs"] = str(path), [o.name for o in session.get_outputs()]
+            entry["outputs_file"] = outputs_npz(runs, out / "outputs.npz")
+            entry["outputs"] = [o.name for o in session.get_outputs()]
         except Exception as e:  # noqa: BLE001
-            entry["error"] = f"run failed: {type(e).__name__}: {e}"[:3000]
+            entry["error"] = failure(e, "run failed: ")
     return entry
 
 
 def main(request_path):
-    import numpy as np
+    from runner_io import answered, each_artifact, read_request
+
     import onnxruntime as ort
     import onnxruntime_qnn as qnn
 
-    req = json.loads(Path(request_path).read_text())
+    req = read_request(request_path)
     answer = {"ort_version": ort.__version__, "qnn_ep_version": getattr(qnn, "__version__", None), "artifacts": {}}
     try:
         from onnxruntime_qnn import build_and_package_info as info
@@ -102,24 +104,15 @@ def main(request_path):
         pass
     if req.get("backend", "htp") == "htp" and not os.path.exists(qnn.get_qnn_htp_path()):
         answer["unavailable"] = f"QNN's HTP backend library is missing ({qnn.get_qnn_htp_path()})"
-        Path(req["answer"]).write_text(json.dumps(answer))
-        return 0
+        return answered(req, answer)
     ort.register_execution_provider_library("QNNExecutionProvider", qnn.get_library_path())
     device = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"][:1]
     if not device:
         answer["unavailable"] = "the QNN EP registered but offers no device on this machine"
-        Path(req["answer"]).write_text(json.dumps(answer))
-        return 0
-    feeds = []
-    if req.get("samples"):
-        with np.load(req["samples"], allow_pickle=False) as z:
-            names = [str(n) for n in z["__names__"]]
-            feeds = [{n: z[f"{i}/{n}"] for n in names} for i in range(int(z["__count__"]))]
-    for art in req["artifacts"]:
-        answer["artifacts"][art["name"]] = _one(ort, qnn, np, art, req, feeds, device)
-    Path(req["answer"]).write_text(json.dumps(answer))
-    return 0
+        return answered(req, answer)
+    return each_artifact(req, answer, lambda art, feeds: _one(ort, qnn, art, req, feeds, device))
 
 
 if __name__ == "__main__":
+    sys.path.append(str(Path(__file__).resolve().parents[1]))  # runner_io.py, beside the emulated script
     sys.exit(main(sys.argv[1]))
