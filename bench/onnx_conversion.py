@@ -33,7 +33,7 @@ def run(model, folder: Path) -> dict:
 
     from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import quantized_by_ort
-    from service.pipeline.quantize.pt2e import _quantized_program
+    from service.pipeline.quantize.pt2e import Pt2eInput, _quantized_program
     from service.pipeline.inputs.samples import generated_samples
     from service.pipeline.inputs.sources import source_from_onnx
     from service.pipeline.inputs.specs import resolved_input_shapes
@@ -76,8 +76,8 @@ def run(model, folder: Path) -> dict:
         convert_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
-            _quantized_program(program, conversion, source, shapes, samples.calibration,
-                               folder / f"{model.name}.{label}.onnx", True)
+            _quantized_program(program, conversion, Pt2eInput(source, shapes, samples.calibration),
+                               folder / f"{model.name}.{label}.onnx")
             row[label] = f"ok convert {convert_s:.1f}s + pt2e {time.perf_counter() - t0:.1f}s"
             if conversion is not None:
                 row[label] += f", parity {conversion.max_abs_error_vs_onnx:.2g}"

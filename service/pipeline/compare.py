@@ -60,7 +60,7 @@ from service.pipeline.advice.stage import (
     Advised, advice_candidates, advice_stage, best_candidate_measured, made_candidates,
 )
 from service.pipeline.advice.extras_spent import extras_spent
-from service.pipeline.verdict.decide import Decided, decide_stage, levels_so_far
+from service.pipeline.verdict.decide import Decided, Earlier, decide_stage, levels_so_far
 from service.pipeline.verdict.headline import headline_from_report
 from service.pipeline.verdict.job_cost import job_cost
 from service.pipeline.verdict.made_up_data import made_up_data_banner
@@ -179,7 +179,8 @@ def _run(request: ComparisonRequest, workdir: Path, share: CoreShare, *, progres
         sections.publish(ADVICE, advice=advised.proposed, advice_refuted=advised.refuted, advice_not_run=advised.not_run)
     clock.add(_layers_and_advice_seconds(options, layered, advised, beside=beside))
     with clock.stage("decide"):
-        decided = decide_stage(options, prepared, fp32, quantized, inspected, levels, layered.report, advised, ctx)
+        decided = decide_stage(options, Earlier(prepared=prepared, fp32=fp32, quantized=quantized, inspected=inspected,
+                                                levels=levels, layers=layered.report, advised=advised), ctx)
     shutil.rmtree(folders.scratch, ignore_errors=True)  # pre-processed copies; the artifacts are what users keep
     decided = _with_platform_findings(decided, options, prepared, platforms)
     report = sections.final(

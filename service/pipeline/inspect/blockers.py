@@ -356,6 +356,39 @@ def _pair_supported(v: _View, q, dq) -> bool:
     return bool(np.float32(qs) == np.float32(ds) and int(qz) == int(dz))
 
 
+# The selector kinds whose node group takes in a Relu/Clip after the node (GetQDQSelection).
+_ABSORBS_ACTIVATION = frozenset({"conv", "matmul", "gemm", "binary", "unary"})
+
+
+@dataclass(frozen=True)
+class _Group:
+    """What a selector checks around one node: the DequantizeLinear nodes it reads, and the QuantizeLinear
+    nodes after it (or after the Relu/Clip that joins its group)."""
+
+    v: _View
+    n: onnx.NodeProto
+    base: str
+    kind: str
+    dqs: list
+    qs: list
+    int8_allowed: bool
+
+    def inputs(self) -> int:
+        return len([i for i in self.n.input if i])
+
+    def nodes(self, num_dq: int, *, empty_q_ok: bool = False) -> tuple[str, str] | None:
+        return _check_qdq_nodes(self.v, self.n, self.dqs, self.qs, num_dq, empty_q_ok)
+
+    def dq_type(self, i: int) -> str | None:
+        return _dq_in(self.v, self.dqs[i])
+
+    def q_type(self) -> str | None:
+        return _q_out(self.v, self.qs[0])
+
+    def mismatch(self, dq, q) -> tuple[str, str]:
+        return _mismatch(self.v, dq, q, self.int8_allowed)
+
+
 def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> tuple[str, str] | None:
     """The first check of the op's selector that fails on this node, or None if all pass."""
     dqs = [v.producer(i) for i in n.input if i and _is_dq(v.producer(i))]
@@ -363,120 +396,166 @@ def _selector_blocker(v: _View, n, base: str, kind: str, int8_allowed: bool) -> 
     readers = [c for o in n.output if o for c in v.readers(o)]
     qnode_src = n
     if len(readers) == 1 and readers[0].op_type in ACTIVATIONS_ABSORBED_BY_Q and len(v.readers(readers[0].output[0])) == 1 \
-            and readers[0].output[0] not in v.graph_outputs and kind in ("conv", "matmul", "gemm", "binary", "unary"):
+            and readers[0].output[0] not in v.graph_outputs and kind in _ABSORBS_ACTIVATION:
         qnode_src = readers[0]
     qs = [c for o in qnode_src.output if o for c in v.readers(o) if _is_q(c)]
-    n_inputs = len([i for i in n.input if i])
+    return _SELECTORS[kind](_Group(v, n, base, kind, dqs, qs, int8_allowed))
 
-    if kind.startswith("drop") or kind in ("unary", "split"):
-        hit = _check_qdq_nodes(v, n, dqs[:1] if dqs and _is_dq(v.producer(n.input[0])) else [], qs, 1, False)
+
+def _one_input_nodes(u: _Group) -> tuple[str, str] | None:
+    """``CheckQDQNodes`` of the one-input selectors: the DequantizeLinear on input 0 alone counts."""
+    dqs = u.dqs[:1] if u.dqs and _is_dq(u.v.producer(u.n.input[0])) else []
+    return _check_qdq_nodes(u.v, u.n, dqs, u.qs, 1, False)
+
+
+def _same_type_around(u: _Group) -> tuple[str, str] | None:
+    return u.mismatch(u.dqs[0], u.qs[0]) if u.dq_type(0) != u.q_type() else None
+
+
+def _drop_blocker(u: _Group) -> tuple[str, str] | None:
+    """``DropQDQNodeGroupSelector`` (kinds drop; drop_no16: 8-bit only; drop_positive: a positive scale):
+    the Q/DQ around the node go, so they must be one pair."""
+    hit = _one_input_nodes(u) or _same_type_around(u)
+    if hit:
+        return hit
+    din = u.dq_type(0)
+    if u.kind in ("drop_no16", "drop_positive") and din in _INT16:
+        return "int16_not_supported", f"{din} Q/DQ"
+    if u.base == "Resize":
+        # DropQDQNodeGroupSelector::Check tests a Resize's attributes after the dtypes and before the
+        # scales: an absent 'mode' is ONNX's default, nearest.
+        hit = _resize_blocker(u.n)
         if hit:
             return hit
-        if kind == "split":
-            bad = [q for q in qs if _q_out(v, q) != _dq_in(v, dqs[0])]
-            if bad:
-                return _mismatch(v, dqs[0], bad[0], int8_allowed)
-            if any(not _pair_supported(v, q, dqs[0]) for q in qs):
-                return "qdq_params_differ", "a QuantizeLinear after it has another scale or zero point than its input"
-            return None
-        din, qout = _dq_in(v, dqs[0]), _q_out(v, qs[0])
-        if din != qout:
-            return _mismatch(v, dqs[0], qs[0], int8_allowed)
-        if kind in ("drop_no16", "drop_positive") and din in _INT16:
-            return "int16_not_supported", f"{din} Q/DQ"
-        if base == "Resize":
-            # DropQDQNodeGroupSelector::Check tests a Resize's attributes after the dtypes and before the
-            # scales: an absent 'mode' is ONNX's default, nearest.
-            hit = _resize_blocker(n)
-            if hit:
-                return hit
-        if kind == "drop_positive":
-            s = _scalar(v, qs[0].input[1])
-            if s is None or not s > 0:
-                return "scale_not_positive", "the QuantizeLinear's scale is not a positive constant scalar"
-        if kind.startswith("drop") and not _pair_supported(v, qs[0], dqs[0]):
-            return "qdq_params_differ", (f"input scale {_scalar(v, dqs[0].input[1])}, output scale "
-                                         f"{_scalar(v, qs[0].input[1])}")
-        if kind == "unary" and din in _INT16:
-            return "int16_not_supported", f"{din} Q/DQ"
-        return None
-
-    if kind in ("binary", "variadic", "where"):
-        hit = _check_qdq_nodes(v, n, dqs, qs, 2 if kind == "where" else n_inputs, False)
-        if hit:
-            return hit
-        ins = [_dq_in(v, d) for d in dqs]
-        outs = [_q_out(v, q) for q in qs]
-        if len(set(ins)) > 1:
-            kinds = "; ".join(f"{d.input[0]}: {_why_dtype(v, d.input[0], int8_allowed)}" for d in dqs[:4])
-            return "io_dtype_mismatch", f"inputs of different types: {kinds}"
-        if len(set(outs)) > 1 or ins[0] != outs[0]:
-            return _mismatch(v, dqs[0], qs[0], int8_allowed)
-        if ins[0] in _INT16:
-            return "int16_not_supported", f"{ins[0]} Q/DQ"
-        return None
-
-    if kind == "conv":
-        hit = _check_qdq_nodes(v, n, dqs, qs, n_inputs, False)
-        if hit:
-            return hit
-        din, dw, dout = _dq_in(v, dqs[0]), _dq_in(v, dqs[1]), _q_out(v, qs[0])
-        if din != dout:
-            return _mismatch(v, dqs[0], qs[0], int8_allowed)
-        if din == "int8" and not int8_allowed:
-            return "int8_activation_on_x86", (f"input {_why_dtype(v, dqs[0].input[0], int8_allowed)}, output "
-                                               f"{_why_dtype(v, qs[0].output[0], int8_allowed)}; "
-                                               "QDQIsInt8Allowed() is false on this CPU")
-        if din == "int8" and dw != din:
-            return "weight_dtype_mismatch", f"activation int8, weight {dw}"
-        if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
-            return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
-        off = _bias_scale_off(v, *dqs) if len(dqs) == 3 else None
-        if off is not None:
-            return "bias_scale_mismatch", f"bias scale {off:.0%} from input scale x weight scale"
-        zp = _bias_zero_point(v, dqs[2]) if len(dqs) == 3 else None
-        if zp is not None:
-            return "bias_zero_point_nonzero", zp
-        if din in _INT16 or dw in _INT16:
-            return "int16_not_supported", f"activation {din}, weight {dw}"
-        return None
-
-    if kind == "matmul":
-        if len(dqs) != 2:
-            return _check_qdq_nodes(v, n, dqs, qs, 2, False) or ("input_not_quantized", "needs 2 DequantizeLinear")
-        din, dw = _dq_in(v, dqs[0]), _dq_in(v, dqs[1])
-        if din == "int8" and not int8_allowed:
-            why = f"input {_why_dtype(v, dqs[0].input[0], int8_allowed)}; QDQIsInt8Allowed() is false on this CPU"
-            return "int8_activation_on_x86", why
-        if din == "int8" and dw != din:
-            return "weight_dtype_mismatch", f"activation int8, weight {dw}"
-        if din in _INT16 or dw in _INT16:
-            return "int16_not_supported", f"activation {din}, weight {dw}"
-        hit = _check_qdq_nodes(v, n, dqs, qs, 2, False)
-        if hit:
-            return hit
-        if din != _q_out(v, qs[0]):
-            return _mismatch(v, dqs[0], qs[0], int8_allowed)
-        return None
-
-    if kind == "gemm":
-        hit = _check_qdq_nodes(v, n, dqs, qs, n_inputs, True)
-        if hit:
-            return hit
-        da, db = _dq_in(v, dqs[0]), _dq_in(v, dqs[1])
-        if da == "int8" and db != da:
-            return "weight_dtype_mismatch", f"activation int8, weight {db}"
-        if qs and da != _q_out(v, qs[0]):
-            return _mismatch(v, dqs[0], qs[0], int8_allowed)
-        if da in _INT16 or db in _INT16:
-            return "int16_not_supported", f"activation {da}, weight {db}"
-        beta = next((a.f for a in n.attribute if a.name == "beta"), 1.0)
-        if len(dqs) == 3 and beta != 1.0:
-            return "gemm_beta_not_one", f"beta {beta:g}"
-        if len(dqs) == 3 and _dq_in(v, dqs[2]) != "int32":
-            return "bias_not_int32", f"bias DequantizeLinear reads {_dq_in(v, dqs[2])}"
-        return None
+    if u.kind == "drop_positive":
+        s = _scalar(u.v, u.qs[0].input[1])
+        if s is None or not s > 0:
+            return "scale_not_positive", "the QuantizeLinear's scale is not a positive constant scalar"
+    if not _pair_supported(u.v, u.qs[0], u.dqs[0]):
+        return "qdq_params_differ", (f"input scale {_scalar(u.v, u.dqs[0].input[1])}, output scale "
+                                     f"{_scalar(u.v, u.qs[0].input[1])}")
     return None
+
+
+def _unary_blocker(u: _Group) -> tuple[str, str] | None:
+    """``UnaryNodeGroupSelector``: one type in and out, 8-bit."""
+    hit = _one_input_nodes(u) or _same_type_around(u)
+    if hit:
+        return hit
+    din = u.dq_type(0)
+    return ("int16_not_supported", f"{din} Q/DQ") if din in _INT16 else None
+
+
+def _split_blocker(u: _Group) -> tuple[str, str] | None:
+    """``SplitNodeGroupSelector``: each output's QuantizeLinear the input's type, scale and zero point."""
+    hit = _one_input_nodes(u)
+    if hit:
+        return hit
+    bad = [q for q in u.qs if _q_out(u.v, q) != u.dq_type(0)]
+    if bad:
+        return u.mismatch(u.dqs[0], bad[0])
+    if any(not _pair_supported(u.v, q, u.dqs[0]) for q in u.qs):
+        return "qdq_params_differ", "a QuantizeLinear after it has another scale or zero point than its input"
+    return None
+
+
+def _binary_blocker(u: _Group) -> tuple[str, str] | None:
+    """``BinaryNodeGroupSelector``, ``VariadicNodeGroupSelector`` (Concat), ``WhereNodeGroupSelector``:
+    every quantized input and the output of one 8-bit type."""
+    hit = u.nodes(2 if u.kind == "where" else u.inputs())
+    if hit:
+        return hit
+    ins = [_dq_in(u.v, d) for d in u.dqs]
+    outs = [_q_out(u.v, q) for q in u.qs]
+    if len(set(ins)) > 1:
+        kinds = "; ".join(f"{d.input[0]}: {_why_dtype(u.v, d.input[0], u.int8_allowed)}" for d in u.dqs[:4])
+        return "io_dtype_mismatch", f"inputs of different types: {kinds}"
+    if len(set(outs)) > 1 or ins[0] != outs[0]:
+        return u.mismatch(u.dqs[0], u.qs[0])
+    if ins[0] in _INT16:
+        return "int16_not_supported", f"{ins[0]} Q/DQ"
+    return None
+
+
+def _weight_type_differs(din: str | None, dw: str | None) -> tuple[str, str] | None:
+    return ("weight_dtype_mismatch", f"activation int8, weight {dw}") if din == "int8" and dw != din else None
+
+
+def _int16_pair(din: str | None, dw: str | None) -> tuple[str, str] | None:
+    return ("int16_not_supported", f"activation {din}, weight {dw}") if din in _INT16 or dw in _INT16 else None
+
+
+def _int8_on_x86(u: _Group, din: str | None, output: bool) -> tuple[str, str] | None:
+    if din != "int8" or u.int8_allowed:
+        return None
+    out = f", output {_why_dtype(u.v, u.qs[0].output[0], u.int8_allowed)}" if output else ""
+    return "int8_activation_on_x86", (f"input {_why_dtype(u.v, u.dqs[0].input[0], u.int8_allowed)}{out}; "
+                                      "QDQIsInt8Allowed() is false on this CPU")
+
+
+def _conv_bias(u: _Group) -> tuple[str, str] | None:
+    """The Conv's bias: int32, at input scale x weight scale, zero point 0."""
+    if len(u.dqs) != 3:
+        return None
+    if u.dq_type(2) != "int32":
+        return "bias_not_int32", f"bias DequantizeLinear reads {u.dq_type(2)}"
+    off = _bias_scale_off(u.v, *u.dqs)
+    if off is not None:
+        return "bias_scale_mismatch", f"bias scale {off:.0%} from input scale x weight scale"
+    zp = _bias_zero_point(u.v, u.dqs[2])
+    return ("bias_zero_point_nonzero", zp) if zp is not None else None
+
+
+def _conv_blocker(u: _Group) -> tuple[str, str] | None:
+    """``ConvNodeGroupSelector``: activation, weight and bias types, and the bias's scale and zero point."""
+    hit = u.nodes(u.inputs())
+    if hit:
+        return hit
+    din, dw = u.dq_type(0), u.dq_type(1)
+    if din != u.q_type():
+        return u.mismatch(u.dqs[0], u.qs[0])
+    return (_int8_on_x86(u, din, output=True) or _weight_type_differs(din, dw) or _conv_bias(u)
+            or _int16_pair(din, dw))
+
+
+def _matmul_blocker(u: _Group) -> tuple[str, str] | None:
+    """``MatMulNodeGroupSelector``: two quantized inputs, their types checked before the output's Q."""
+    if len(u.dqs) != 2:
+        return u.nodes(2) or ("input_not_quantized", "needs 2 DequantizeLinear")
+    din, dw = u.dq_type(0), u.dq_type(1)
+    hit = _int8_on_x86(u, din, output=False) or _weight_type_differs(din, dw) or _int16_pair(din, dw) or u.nodes(2)
+    if hit:
+        return hit
+    return u.mismatch(u.dqs[0], u.qs[0]) if din != u.q_type() else None
+
+
+def _gemm_blocker(u: _Group) -> tuple[str, str] | None:
+    """``GemmNodeGroupSelector``: the output may stay float; beta 1 and an int32 bias when it is quantized."""
+    hit = u.nodes(u.inputs(), empty_q_ok=True)
+    if hit:
+        return hit
+    da, db = u.dq_type(0), u.dq_type(1)
+    hit = _weight_type_differs(da, db)
+    if hit:
+        return hit
+    if u.qs and da != u.q_type():
+        return u.mismatch(u.dqs[0], u.qs[0])
+    hit = _int16_pair(da, db)
+    if hit:
+        return hit
+    beta = next((a.f for a in u.n.attribute if a.name == "beta"), 1.0)
+    if len(u.dqs) == 3 and beta != 1.0:
+        return "gemm_beta_not_one", f"beta {beta:g}"
+    if len(u.dqs) == 3 and u.dq_type(2) != "int32":
+        return "bias_not_int32", f"bias DequantizeLinear reads {u.dq_type(2)}"
+    return None
+
+
+# RULE_KIND's kinds -> the check of ORT's selector for that kind (qdq_selectors.cc).
+_SELECTORS = {"drop": _drop_blocker, "drop_no16": _drop_blocker, "drop_positive": _drop_blocker,
+              "unary": _unary_blocker, "split": _split_blocker, "binary": _binary_blocker,
+              "variadic": _binary_blocker, "where": _binary_blocker, "conv": _conv_blocker,
+              "matmul": _matmul_blocker, "gemm": _gemm_blocker}
 
 
 def _has_qdq(v: _View, n) -> bool:

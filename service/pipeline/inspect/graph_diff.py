@@ -82,33 +82,62 @@ def _tensors(nodes) -> set[str]:
 def diff_graphs(old: GraphIndex, new: GraphIndex, *, previous: str) -> LevelDiff:
     old_keys = Counter(_key(n) for n in old.nodes)
     new_keys = Counter(_key(n) for n in new.nodes)
-    removed, added = [], []
-    budget = old_keys - new_keys
-    for n in old.nodes:
-        if budget[_key(n)] > 0:
-            removed.append(n)
-            budget[_key(n)] -= 1
-    budget = new_keys - old_keys
-    for n in new.nodes:
-        if budget[_key(n)] > 0:
-            added.append(n)
-            budget[_key(n)] -= 1
+    removed, added = _taken(old.nodes, old_keys - new_keys), _taken(new.nodes, new_keys - old_keys)
     if not removed and not added:
         return LevelDiff(previous=previous, nodes_removed=0, nodes_added=0)
+    groups, modified = _rewrite_groups(old, new, removed, added)
+    # Once per diff, not per rewrite group: thousands of groups on a big graph made it quadratic.
+    old_dq_inputs = {tuple(n.input) for n in old.nodes if n.op_type == "DequantizeLinear"}
+    modified_removed = {i for i, _ in modified}
+    rewrites = [_classify(_Changes(old, new, [removed[i] for i in r_idx], [added[j] for j in a_idx],
+                                   {removed[i].name for i in r_idx if i in modified_removed}, old_dq_inputs))
+                for r_idx, a_idx in groups]
+    rewrites = _merge_s8_to_u8(rewrites, {n.name: op_key(n) for n in old.nodes})
+    if previous in ("file", "disable_all", "basic"):
+        # NhwcTransformer and NchwcTransformer are Level3 (layout) transformers: a channels-last node that
+        # appears at extended or below is made by something else, so neither is named there.
+        rewrites = [r.model_copy(update={"transformer": None}) if r.transformer in ("NhwcTransformer",
+                                                                                     "NchwcTransformer") else r
+                    for r in rewrites]
+    return LevelDiff(previous=previous, nodes_removed=len(removed), nodes_added=len(added), rewrites=rewrites)
 
+
+def _taken(nodes, budget: Counter) -> list:
+    """The nodes ``budget`` counts (by ``_key``), the first ones of each key, in graph order."""
+    budget = Counter(budget)
+    taken = []
+    for n in nodes:
+        if budget[_key(n)] > 0:
+            taken.append(n)
+            budget[_key(n)] -= 1
+    return taken
+
+
+def _rewrite_groups(old: GraphIndex, new: GraphIndex, removed: list, added: list):
+    """([(removed indices, added indices)] of each rewrite, {(removed, added) index pairs of a node
+    modified in place}), by the connectivity rules of the module's docstring."""
     old_t, new_t = _tensors(old.nodes), _tensors(new.nodes)
     inits = set(old.initializers) | set(new.initializers)
     vanished = (old_t - new_t) - inits
     appeared = (new_t - old_t) - inits
 
     uf = _UF()
-    R = [("r", i) for i in range(len(removed))]
-    A = [("a", j) for j in range(len(added))]
-    for x in R + A:
+    members = [("r", i) for i in range(len(removed))] + [("a", j) for j in range(len(added))]
+    for x in members:
         uf.find(x)
-
-    # removed <-> removed through vanished tensors, cut at Q -> DQ edges
     prod_r = {o: i for i, n in enumerate(removed) for o in n.output if o}
+    _join_removed(uf, removed, prod_r, vanished)
+    anchored, modified = _anchor_added(uf, removed, added, prod_r)
+    _join_unanchored(uf, added, appeared, anchored)
+
+    groups: dict = {}
+    for x in members:
+        groups.setdefault(uf.find(x), []).append(x)
+    return [(sorted(i for s, i in m if s == "r"), sorted(j for s, j in m if s == "a")) for m in groups.values()], modified
+
+
+def _join_removed(uf: _UF, removed: list, prod_r: dict[str, int], vanished: set[str]) -> None:
+    """removed <-> removed through vanished tensors, cut at Q -> DQ edges."""
     for j, n in enumerate(removed):
         for t in n.input:
             i = prod_r.get(t)
@@ -118,6 +147,10 @@ def diff_graphs(old: GraphIndex, new: GraphIndex, *, previous: str) -> LevelDiff
                 continue
             uf.union(("r", i), ("r", j))
 
+
+def _anchor_added(uf: _UF, removed: list, added: list, prod_r: dict[str, int]):
+    """Each new node joins the removed nodes it replaces (same base name, or a tensor they wrote);
+    returns (the anchored new nodes, the (removed, added) pairs of one node modified in place)."""
     anchored: set[int] = set()
     modified: set[tuple[int, int]] = set()
     by_name: dict[str, list[int]] = {}
@@ -137,8 +170,11 @@ def diff_graphs(old: GraphIndex, new: GraphIndex, *, previous: str) -> LevelDiff
             if o in prod_r:
                 uf.union(("r", prod_r[o]), ("a", j))
                 anchored.add(j)
+    return anchored, modified
 
-    # unanchored new nodes join anchored new neighbours through appeared tensors
+
+def _join_unanchored(uf: _UF, added: list, appeared: set[str], anchored: set[int]) -> None:
+    """Unanchored new nodes join anchored new neighbours through appeared tensors; the rest, among themselves."""
     touching: dict[str, list[int]] = {}
     for j, n in enumerate(added):
         for t in (*n.input, *n.output):
@@ -160,32 +196,10 @@ def diff_graphs(old: GraphIndex, new: GraphIndex, *, previous: str) -> LevelDiff
                         break
                 if j in anchored:
                     break
-    for nodes in touching.values():  # the rest: among themselves
+    for nodes in touching.values():
         free = [j for j in nodes if j not in anchored]
         for j in free[1:]:
             uf.union(("a", free[0]), ("a", j))
-
-    groups: dict = {}
-    for x in R + A:
-        groups.setdefault(uf.find(x), []).append(x)
-
-    rewrites = []
-    # Once per diff, not per rewrite group: thousands of groups on a big graph made it quadratic.
-    old_dq_inputs = {tuple(n.input) for n in old.nodes if n.op_type == "DequantizeLinear"}
-    modified_removed = {i for i, _ in modified}
-    for members in groups.values():
-        r_idx = sorted(i for s, i in members if s == "r")
-        a_idx = sorted(j for s, j in members if s == "a")
-        rewrites.append(_classify(old, new, [removed[i] for i in r_idx], [added[j] for j in a_idx],
-                                  {removed[i].name for i in r_idx if i in modified_removed}, old_dq_inputs))
-    rewrites = _merge_s8_to_u8(rewrites, {n.name: op_key(n) for n in old.nodes})
-    if previous in ("file", "disable_all", "basic"):
-        # NhwcTransformer and NchwcTransformer are Level3 (layout) transformers: a channels-last node that
-        # appears at extended or below is made by something else, so neither is named there.
-        rewrites = [r.model_copy(update={"transformer": None}) if r.transformer in ("NhwcTransformer",
-                                                                                     "NchwcTransformer") else r
-                    for r in rewrites]
-    return LevelDiff(previous=previous, nodes_removed=len(removed), nodes_added=len(added), rewrites=rewrites)
 
 
 def _merge_s8_to_u8(rewrites: list[Rewrite], op_of: dict[str, str]) -> list[Rewrite]:
@@ -209,60 +223,92 @@ def _zp_dtype(g: GraphIndex, n: onnx.NodeProto) -> str | None:
     return None
 
 
-def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_names: set[str],
-              old_dq_inputs: set[tuple[str, ...]]) -> Rewrite:
-    """One group of removed/added nodes -> the rewrite it is. ``old_dq_inputs``: the input lists of
-    the old graph's DequantizeLinear nodes."""
-    rem_only = [n for n in rem if n.name not in modified_names]
-    mod_new = [n for n in add if n.name in modified_names]
-    add_only = [n for n in add if n.name not in modified_names]
-    rk = [op_key(n) for n in rem_only]
-    ak = [op_key(n) for n in add_only]
-    base = dict(removed=[n.name for n in rem], added=[n.name for n in add], modified=sorted(modified_names))
+class _Changes:
+    """One group of removed/added nodes, as the rewrite families read it. ``modified_names``: the nodes
+    modified in place (on both sides); ``old_dq_inputs``: the input lists of the old graph's
+    DequantizeLinear nodes."""
 
-    def rw(summary, kind, transformer=None):
-        return Rewrite(summary=summary, kind=kind, transformer=transformer, **base)
+    def __init__(self, old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_names: set[str],
+                 old_dq_inputs: set[tuple[str, ...]]):
+        self.old, self.new, self.rem, self.add = old, new, rem, add
+        self.modified_names, self.old_dq_inputs = modified_names, old_dq_inputs
+        self.rem_only = [n for n in rem if n.name not in modified_names]
+        self.mod_new = [n for n in add if n.name in modified_names]
+        self.add_only = [n for n in add if n.name not in modified_names]
+        self.rk = [op_key(n) for n in self.rem_only]
+        self.ak = [op_key(n) for n in self.add_only]
+        rk, ak = self.rk, self.ak
+        self.generic = f"{_count_text(rk)} -> {_count_text(ak)}" if rk and ak else (
+            f"{_count_text(rk)} removed" if rk else f"{_count_text(ak)} added" if ak else "")
 
-    generic = f"{_count_text(rk)} -> {_count_text(ak)}" if rk and ak else (
-        f"{_count_text(rk)} removed" if rk else f"{_count_text(ak)} added" if ak else "")
+    def rw(self, summary: str, kind: str, transformer: str | None = None) -> Rewrite:
+        return Rewrite(summary=summary, kind=kind, transformer=transformer, removed=[n.name for n in self.rem],
+                       added=[n.name for n in self.add], modified=sorted(self.modified_names))
 
-    if any(n.domain == NCHWC for n in add):
-        return rw(f"{generic} (NCHWc)", "nchwc", "NchwcTransformer")
-    nhwc = [n for n in add if n.domain == MS and (n.op_type.startswith("Nhwc") or any(
+
+def _classify(c: _Changes) -> Rewrite:
+    """One group of removed/added nodes -> the rewrite it is: the first family that recognizes it."""
+    for family in _FAMILIES:
+        rewrite = family(c)
+        if rewrite is not None:
+            return rewrite
+    return c.rw(c.generic, "other")
+
+
+def _layout(c: _Changes) -> Rewrite | None:
+    """Level3's layout transformers, and the Transposes the transpose optimizer inserts."""
+    if any(n.domain == NCHWC for n in c.add):
+        return c.rw(f"{c.generic} (NCHWc)", "nchwc", "NchwcTransformer")
+    nhwc = [n for n in c.add if n.domain == MS and (n.op_type.startswith("Nhwc") or any(
         a.name == "channels_last" and a.i == 1 for a in n.attribute))]
     if nhwc:
-        return rw(f"{generic} (NHWC)", "nhwc", "NhwcTransformer")
-    if not rem_only and ak and set(ak) == {"Transpose"} and not mod_new:
-        return rw(f"Transpose inserted x{len(ak)}" if len(ak) > 1 else "Transpose inserted", "transpose",
-                  "TransposeOptimizer")
+        return c.rw(f"{c.generic} (NHWC)", "nhwc", "NhwcTransformer")
+    if not c.rem_only and c.ak and set(c.ak) == {"Transpose"} and not c.mod_new:
+        return c.rw(f"Transpose inserted x{len(c.ak)}" if len(c.ak) > 1 else "Transpose inserted", "transpose",
+                    "TransposeOptimizer")
+    return None
 
-    kernels = [n for n in add_only if op_key(n) in INT8_KERNELS]
-    rem_q = [n for n in rem if n.op_type in QDQ_OPS]
-    if kernels and rem_q:
-        t = "QDQSelectorActionTransformer"
-        if any(n.op_type == "Relu" for n in rem_only):
-            t = f"{RELU_QUANT}, " + t
-        elif any(n.op_type == "Clip" for n in rem_only):
-            t = f"{CLIP_QUANT}, " + t
-        was = {_zp_dtype(old, n) for n in rem_q} - {None}
-        now = {new.dtypes.get(n.input[2]) if len(n.input) > 2 else None for n in kernels} - {None}
-        suffix = ""
-        if was == {"int8"} and now == {"uint8"}:
-            suffix = " (int8 activations run as uint8)"
-            t = "QDQS8ToU8Transformer, " + t
-        return rw(generic + suffix, "qdq_fusion", t)
 
-    # Q/DQ dropped around a data-movement op that now runs on int8
-    if rem_q and not add_only and mod_new and all(n.op_type in QDQ_DROP_OPS for n in mod_new) and \
-            all(k in QDQ_OPS for k in rk):
-        ops = _count_text([op_key(n) for n in mod_new])
-        # the dtype it now reads: uint8 on x86 when QDQS8ToU8Transformer converted the pair, else as written
-        on = "/".join(sorted({new.dtypes.get(n.input[0]) or "8-bit" for n in mod_new})) or "8-bit"
-        return rw(f"{_count_text(rk)} removed around {ops} (runs on {on})", "qdq_drop",
-                  "QDQSelectorActionTransformer")
+def _qdq_fusion(c: _Changes) -> Rewrite | None:
+    """A QDQ node unit made an int8 kernel (with the Relu/Clip it absorbs, and int8 run as uint8 on x86)."""
+    kernels = [n for n in c.add_only if op_key(n) in INT8_KERNELS]
+    rem_q = [n for n in c.rem if n.op_type in QDQ_OPS]
+    if not (kernels and rem_q):
+        return None
+    t = "QDQSelectorActionTransformer"
+    if any(n.op_type == "Relu" for n in c.rem_only):
+        t = f"{RELU_QUANT}, " + t
+    elif any(n.op_type == "Clip" for n in c.rem_only):
+        t = f"{CLIP_QUANT}, " + t
+    was = {_zp_dtype(c.old, n) for n in rem_q} - {None}
+    now = {c.new.dtypes.get(n.input[2]) if len(n.input) > 2 else None for n in kernels} - {None}
+    suffix = ""
+    if was == {"int8"} and now == {"uint8"}:
+        suffix = " (int8 activations run as uint8)"
+        t = "QDQS8ToU8Transformer, " + t
+    return c.rw(c.generic + suffix, "qdq_fusion", t)
 
+
+def _qdq_drop(c: _Changes) -> Rewrite | None:
+    """Q/DQ dropped around a data-movement op that now runs on int8."""
+    rem_q = [n for n in c.rem if n.op_type in QDQ_OPS]
+    if not (rem_q and not c.add_only and c.mod_new and all(n.op_type in QDQ_DROP_OPS for n in c.mod_new)
+            and all(k in QDQ_OPS for k in c.rk)):
+        return None
+    ops = _count_text([op_key(n) for n in c.mod_new])
+    # the dtype it now reads: uint8 on x86 when QDQS8ToU8Transformer converted the pair, else as written
+    on = "/".join(sorted({c.new.dtypes.get(n.input[0]) or "8-bit" for n in c.mod_new})) or "8-bit"
+    return c.rw(f"{_count_text(c.rk)} removed around {ops} (runs on {on})", "qdq_drop",
+                "QDQSelectorActionTransformer")
+
+
+def _session_quantization(c: _Changes) -> Rewrite | None:
+    """Float weights and biases ORT quantizes itself at session time."""
+    if c.rem_only:
+        return None
+    new = c.new
     # bias quantized to int32 at session time
-    dq_i32 = [n for n in add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int32"
+    dq_i32 = [n for n in c.add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int32"
               and n.input[0] in new.initializers]
     # WeightBiasQuantization (weight_bias_quantization.cc, registered in Level1 by graph_transformer_utils.cc unless
     # session.disable_quant_qdq=1): a Conv/ConvTranspose/Gemm whose input 0 comes from a DequantizeLinear with a
@@ -271,59 +317,87 @@ def _classify(old: GraphIndex, new: GraphIndex, rem: list, add: list, modified_n
     # with GetQuantizationParameter's min/max (asymmetric: its zero point comes from the range), and a 1-D
     # initializer bias to int32 at input scale x weight scale; a bias that is not an initializer stops both. A
     # ConvTranspose then still runs in float (no QDQ rule on the CPU EP), on the rounded weight.
-    w_i8 = [c for n in add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int8"
+    w_i8 = [r for n in c.add_only if n.op_type == "DequantizeLinear" and new.dtypes.get(n.input[0]) == "int8"
             and n.input[0] in new.initializers
-            for c in new.consumers.get(n.output[0], []) if len(c.input) > 1 and c.input[1] == n.output[0]
-            and c.op_type in BIASED_COMPUTE_OPS]
-    if w_i8 and not rem_only:
-        return rw(f"float weight of {_count_text([op_key(c) for c in w_i8])} quantized to int8 per tensor "
-                  "(asymmetric)" + (", bias to int32" if dq_i32 else "")
-                  + " (WeightBiasQuantization: a per-tensor DequantizeLinear before it, a QuantizeLinear after it)",
-                  "bias_int32" if dq_i32 else "weight_int8", "WeightBiasQuantization")
-    if dq_i32 and not rem_only:
-        return rw("bias quantized to int32 (DequantizeLinear of int32 initializer added)"
-                  + (f" x{len(dq_i32)}" if len(dq_i32) > 1 else ""), "bias_int32", "WeightBiasQuantization")
+            for r in new.consumers.get(n.output[0], []) if len(r.input) > 1 and r.input[1] == n.output[0]
+            and r.op_type in BIASED_COMPUTE_OPS]
+    if w_i8:
+        return c.rw(f"float weight of {_count_text([op_key(r) for r in w_i8])} quantized to int8 per tensor "
+                    "(asymmetric)" + (", bias to int32" if dq_i32 else "")
+                    + " (WeightBiasQuantization: a per-tensor DequantizeLinear before it, a QuantizeLinear after it)",
+                    "bias_int32" if dq_i32 else "weight_int8", "WeightBiasQuantization")
+    if dq_i32:
+        return c.rw("bias quantized to int32 (DequantizeLinear of int32 initializer added)"
+                    + (f" x{len(dq_i32)}" if len(dq_i32) > 1 else ""), "bias_int32", "WeightBiasQuantization")
+    return None
 
+
+def _qdq_placement(c: _Changes) -> Rewrite | None:
+    """Q/DQ that ORT adds or retypes without fusing anything: duplicated for a shared input, propagated,
+    int8 -> uint8 in place."""
+    if c.rem_only:
+        return None
     # EnsureUniqueDQForNodeUnit: a DQ with the same inputs as one that was already there
-    dups = [n for n in add_only if n.op_type == "DequantizeLinear" and tuple(n.input) in old_dq_inputs]
-    if dups and not rem_only:
-        return rw("DequantizeLinear duplicated for a shared input" + (f" x{len(dups)}" if len(dups) > 1 else ""),
-                  "dq_duplicated", "EnsureUniqueDQForNodeUnit")
-
-    if ak and set(ak) <= QDQ_OPS and not rem_only:
-        return rw(f"{_count_text(ak)} inserted (Q/DQ propagated)", "qdq_propagation", "QDQPropagationTransformer")
-
+    dups = [n for n in c.add_only if n.op_type == "DequantizeLinear" and tuple(n.input) in c.old_dq_inputs]
+    if dups:
+        return c.rw("DequantizeLinear duplicated for a shared input" + (f" x{len(dups)}" if len(dups) > 1 else ""),
+                    "dq_duplicated", "EnsureUniqueDQForNodeUnit")
+    if c.ak and set(c.ak) <= QDQ_OPS:
+        return c.rw(f"{_count_text(c.ak)} inserted (Q/DQ propagated)", "qdq_propagation", "QDQPropagationTransformer")
     # int8 -> uint8 on Q/DQ rewritten in place
-    pairs = [(o, n) for o in rem if o.name in modified_names for n in mod_new if n.name == o.name]
-    if pairs and not rem_only and not add_only and any(
-            _zp_dtype(old, o) == "int8" and _zp_dtype(new, n) == "uint8" for o, n in pairs):
+    pairs = [(o, n) for o in c.rem if o.name in c.modified_names for n in c.mod_new if n.name == o.name]
+    if pairs and not c.add_only and any(
+            _zp_dtype(c.old, o) == "int8" and _zp_dtype(c.new, n) == "uint8" for o, n in pairs):
         ops = _count_text([op_key(o) for o, _ in pairs])
-        return rw(f"activations int8 -> uint8 ({ops} rewritten)", "s8_to_u8", "QDQS8ToU8Transformer")
+        return c.rw(f"activations int8 -> uint8 ({ops} rewritten)", "s8_to_u8", "QDQS8ToU8Transformer")
+    return None
 
-    if rk and set(rk) <= ACTIVATIONS_ABSORBED_BY_Q and not add_only:
+
+def _float_fusion(c: _Changes) -> Rewrite | None:
+    """Float ops fused into one: an activation into its QuantizeLinear, BatchNormalization or Add/Mul into
+    a Conv, Conv + activation, MatMul + Add, MatMul + scale/transpose."""
+    rk, ak = c.rk, c.ak
+    if rk and set(rk) <= ACTIVATIONS_ABSORBED_BY_Q and not c.add_only:
         t = RELU_QUANT if "Relu" in rk else CLIP_QUANT
-        follow = [n.op_type for n in mod_new]
+        follow = [n.op_type for n in c.mod_new]
         into = " into QuantizeLinear" if "QuantizeLinear" in follow else ""
-        return rw(f"{_count_text(rk)} absorbed{into}", "activation_absorbed", t)
-    if "BatchNormalization" in rk and ("Conv" in rk or any(n.op_type == "Conv" for n in mod_new)):
-        return rw("Conv + BatchNormalization -> Conv (BatchNormalization folded)", "conv_bn", "ConvBNFusion")
+        return c.rw(f"{_count_text(rk)} absorbed{into}", "activation_absorbed", t)
+    if "BatchNormalization" in rk and ("Conv" in rk or any(n.op_type == "Conv" for n in c.mod_new)):
+        return c.rw("Conv + BatchNormalization -> Conv (BatchNormalization folded)", "conv_bn", "ConvBNFusion")
     if f"{MS}.FusedConv" in ak:
-        return rw(generic, "conv_activation", "ConvActivationFusion")
+        return c.rw(c.generic, "conv_activation", "ConvActivationFusion")
     if "Gemm" in ak and "MatMul" in rk:
-        return rw(generic, "matmul_add", "MatMulAddFusion")
+        return c.rw(c.generic, "matmul_add", "MatMulAddFusion")
     if f"{MS}.FusedMatMul" in ak:
-        return rw(generic, "fused_matmul", "MatMulScaleFusion, MatmulTransposeFusion")
-    if rk and not ak and set(rk) in ({"Identity"}, {"Dropout"}):
+        return c.rw(c.generic, "fused_matmul", "MatMulScaleFusion, MatmulTransposeFusion")
+    # tried before _elimination's checks: no group is both (a Conv modified in place, only Add/Mul removed)
+    if rk and "Conv" in [n.op_type for n in c.mod_new] and set(rk) <= {"Add", "Mul"}:
+        return c.rw(f"Conv + {_count_text(rk)} -> Conv", "conv_fusion", "ConvAddFusion, ConvMulFusion")
+    return None
+
+
+def _elimination(c: _Changes) -> Rewrite | None:
+    """Nodes removed with nothing in their place: Identity/Dropout eliminated, or folded into constants."""
+    rk = c.rk
+    if not rk or c.ak:
+        return None
+    if set(rk) in ({"Identity"}, {"Dropout"}):
         # the reader is rewired to the eliminated node's input (it shows as modified): still the same rule
-        return rw(generic, "eliminate", "EliminateIdentity" if rk[0] == "Identity" else "EliminateDropout")
-    if rk and not ak and not mod_new:
-        new_inits = set(new.initializers) - set(old.initializers)
-        if new_inits:
-            return rw(f"{generic} (folded into constants)", "constant_folding", "ConstantFolding")
-        return rw(generic, "eliminate")
-    if rk and "Conv" in [n.op_type for n in mod_new] and set(rk) <= {"Add", "Mul"}:
-        return rw(f"Conv + {_count_text(rk)} -> Conv", "conv_fusion", "ConvAddFusion, ConvMulFusion")
-    if not generic:
-        ops = _count_text([op_key(n) for n in mod_new])
-        return rw(f"{ops} rewired", "rewired")
-    return rw(generic, "other")
+        return c.rw(c.generic, "eliminate", "EliminateIdentity" if rk[0] == "Identity" else "EliminateDropout")
+    if not c.mod_new:
+        if set(c.new.initializers) - set(c.old.initializers):
+            return c.rw(f"{c.generic} (folded into constants)", "constant_folding", "ConstantFolding")
+        return c.rw(c.generic, "eliminate")
+    return None
+
+
+def _rewired(c: _Changes) -> Rewrite | None:
+    """Nodes modified in place and nothing else: their inputs or outputs now name other tensors."""
+    if c.generic:
+        return None
+    return c.rw(f"{_count_text([op_key(n) for n in c.mod_new])} rewired", "rewired")
+
+
+# The rewrite families, in the order they are tried: the first that recognizes a group names it.
+_FAMILIES = (_layout, _qdq_fusion, _qdq_drop, _session_quantization, _qdq_placement, _float_fusion, _elimination,
+             _rewired)

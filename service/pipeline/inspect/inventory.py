@@ -83,16 +83,14 @@ def _repeated_summary(model, base_dir: Path) -> RepeatedInitializers | None:
     )
 
 
-def _params(g: GraphIndex, node, scale_idx: int, zp_idx: int, out_dtype_default: str = "uint8"):
+def _params(g: GraphIndex, node, scale_idx: int, zp_idx: int):
     scale = g.init_array(node.input[scale_idx]) if len(node.input) > scale_idx and node.input[scale_idx] else None
     zp = g.init_array(node.input[zp_idx]) if len(node.input) > zp_idx and node.input[zp_idx] else None
     if zp is not None:
         dtype = zp.dtype.name
     else:
         out_dt = attribute(node, "output_dtype")  # opset 21 QuantizeLinear without zero point
-        dtype = out_dtype_default
-        if out_dt:
-            dtype = dtype_name(out_dt)
+        dtype = dtype_name(out_dt) if out_dt else "uint8"  # without either, QuantizeLinear writes uint8
         zp = np.zeros_like(scale, dtype=np.int64) if scale is not None else np.zeros(1, dtype=np.int64)
     scale = np.atleast_1d(np.asarray(scale if scale is not None else [np.nan], dtype=np.float64))
     zp = np.atleast_1d(np.asarray(zp)).astype(np.int64)
@@ -116,8 +114,8 @@ def _kernel_weight_axis(node, weight: np.ndarray | None, channels: int) -> int:
     return axis
 
 
-def _tensor(name, role, g, node, scale_idx, zp_idx, storage, consumers, dtype_default="uint8") -> QuantizedTensor:
-    scale, zp, dtype = _params(g, node, scale_idx, zp_idx, dtype_default)
+def _tensor(name, role, g, node, scale_idx, zp_idx, storage, consumers) -> QuantizedTensor:
+    scale, zp, dtype = _params(g, node, scale_idx, zp_idx)
     per_channel = scale.size > 1
     axis = attribute(node, "axis", 1) if per_channel and node.op_type in QDQ_OPS else None
     if per_channel and node.op_type not in QDQ_OPS:
@@ -135,23 +133,47 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
                         index: GraphIndex | None = None) -> QuantizationInventory:
     """Inventory of the main graph (quantization parameters live there for every tool we compare).
 
+    Each format's classifier adds what its nodes write: Q/DQ pairs (``_qdq_tensors``, ``_qdq_biases``),
+    QOperator kernels (``_qoperator_tensors``), quantize_dynamic's integer kernels (``_integer_weights``).
     ``index``: the model's graph index when the caller has built it already."""
     g = index if index is not None else graph_from_model(model)
     nodes = g.nodes
-    tensors: dict[str, QuantizedTensor] = {}
-    biases: list[BiasInfo] = []
+    tensors: dict[str, QuantizedTensor] = {}  # a tensor's first writer names it (Q/DQ before QOperator)
+    _qdq_tensors(g, tensors)
+    biases = _qoperator_tensors(g, tensors) + _qdq_biases(g)
+    ops_quantized, ops_float, reasons, float_weights = _classify_ops(g, nodes)
+    hist = Counter(op_key(n) for n in all_nodes(model.graph))
+    kernels = {k: v for k, v in sorted(hist.items()) if k in QUANTIZED_KERNELS}
+    tlist = sorted(tensors.values(), key=lambda t: (t.role, t.name))
+    weights = [t for t in tlist if t.role == "weight"]
+    integer_weights = _integer_weights(g)
+    # the stored dtype: a quantizer that took a shared bias for an activation wrote it as int8
+    bias_dtypes = {b.dtype if b.quantized_in_file else "float32" for b in biases}
+    n_q, n_dq = hist.get(QUANTIZE, 0), hist.get(DEQUANTIZE, 0)
+    return QuantizationInventory(
+        format=_file_format(kernels, ops_quantized, n_q + n_dq), quantize_linear=n_q, dequantize_linear=n_dq,
+        tensors=tlist, weights=_weight_summary(weights, integer_weights, float_weights),
+        bias=biases, bias_summary=_summary(bias_dtypes), ops_quantized=dict(sorted(ops_quantized.items())),
+        ops_float=dict(sorted(ops_float.items())), ops_float_reasons=reasons, int8_kernels_in_file=kernels,
+        folded_activations=_folded_activations(fp32_histogram, hist),
+        activation_dtypes=sorted({t.dtype for t in tlist if t.role == "activation"}),
+        weight_dtypes=sorted({t.dtype for t in weights} | integer_weights),
+    )
 
-    def consumers_of(tensor: str) -> list[str]:
-        return sorted({op_key(c) for c in g.consumers.get(tensor, [])})
 
-    # 1. Q/DQ pairs and DQ of stored integer tensors.
-    for node in nodes:
+def _consumers_of(g: GraphIndex, tensor: str) -> list[str]:
+    return sorted({op_key(c) for c in g.consumers.get(tensor, [])})
+
+
+def _qdq_tensors(g: GraphIndex, tensors: dict[str, QuantizedTensor]) -> None:
+    """QDQ format: Q/DQ pairs, and DequantizeLinear of stored integer tensors."""
+    for node in g.nodes:
         if node.op_type == QUANTIZE:
             x = node.input[0]
             role = "weight" if g.is_constant(x) else "activation"
             storage = "float_initializer_plus_quantize" if role == "weight" else "runtime"
             dq_outs = [c.output[0] for c in g.consumers.get(node.output[0], []) if c.op_type == DEQUANTIZE]
-            cons = sorted({k for o in dq_outs for k in consumers_of(o)}) or consumers_of(node.output[0])
+            cons = sorted({k for o in dq_outs for k in _consumers_of(g, o)}) or _consumers_of(g, node.output[0])
             tensors.setdefault(x, _tensor(x, role, g, node, 1, 2, storage, cons))
         elif node.op_type == DEQUANTIZE:
             src = node.input[0]
@@ -163,13 +185,18 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
                     for c in cons_nodes)
                 role = "bias" if is_bias else "weight"
                 tensors.setdefault(node.output[0], _tensor(
-                    node.output[0], role, g, node, 1, 2, "quantized_initializer", consumers_of(node.output[0])))
+                    node.output[0], role, g, node, 1, 2, "quantized_initializer", _consumers_of(g, node.output[0])))
             elif src not in g.producer or g.producer[src].op_type != QUANTIZE:
                 # Already-quantized data arriving from a graph input or an int8 kernel.
-                tensors.setdefault(src, _tensor(src, "activation", g, node, 1, 2, "runtime", consumers_of(node.output[0])))
+                tensors.setdefault(src, _tensor(src, "activation", g, node, 1, 2, "runtime",
+                                                _consumers_of(g, node.output[0])))
 
-    # 2. QOperator ops: operands carry their own (scale, zero point).
-    for node in nodes:
+
+def _qoperator_tensors(g: GraphIndex, tensors: dict[str, QuantizedTensor]) -> list[BiasInfo]:
+    """QOperator format: each kernel's operands carry their own (scale, zero point); returns the kernels'
+    biases (stored int32 in the file)."""
+    biases = []
+    for node in g.nodes:
         key = op_key(node)
         for data_idx, s_idx, z_idx in QLINEAR_OPERANDS.get(key, ()):
             name = node.output[0] if data_idx == -1 else node.input[data_idx]
@@ -186,9 +213,13 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
         if bias_idx is not None and len(node.input) > bias_idx and node.input[bias_idx]:
             biases.append(BiasInfo(node=node.name, op_type=key, dtype=g.dtype_of_constant(node.input[bias_idx]) or "int32",
                                    quantized_in_file=True))
+    return biases
 
-    # 3. Bias of float compute ops in QDQ form.
-    for node in nodes:
+
+def _qdq_biases(g: GraphIndex) -> list[BiasInfo]:
+    """QDQ format: the bias of each float compute op, dequantized from an integer constant or stored in float."""
+    biases = []
+    for node in g.nodes:
         idx = _COMPUTE_WITH_BIAS.get(node.op_type)
         if idx is None or len(node.input) <= idx or not node.input[idx]:
             continue
@@ -202,55 +233,51 @@ def inventory_from_onnx(model, *, fp32_histogram: dict[str, int] | None = None,
         else:
             dtype = g.dtype_of_constant(b) or "float32"
             biases.append(BiasInfo(node=node.name, op_type=node.op_type, dtype=dtype, quantized_in_file=False))
+    return biases
 
-    # 4. Which ops sit inside Q/DQ, which run in float.
-    ops_quantized, ops_float, reasons, float_weights = _classify_ops(g, nodes)
-    hist = Counter(op_key(n) for n in all_nodes(model.graph))
-    kernels = {k: v for k, v in sorted(hist.items()) if k in QUANTIZED_KERNELS}
 
-    folded = []
-    if fp32_histogram:
-        for act in ACTIVATIONS_ABSORBED_BY_Q_ORDER:
-            gone = fp32_histogram.get(act, 0) - hist.get(act, 0)
-            if gone > 0:
-                folded.append(FoldedActivation(
-                    op_type=act, count=gone,
-                    evidence=(f"the fp32 model has {fp32_histogram.get(act, 0)} {act}, this file {hist.get(act, 0)}: "
-                              "the following quantized output's range (zero point at the dtype minimum) does its clamp"),
-                ))
+def _integer_weights(g: GraphIndex) -> set[str]:
+    """quantize_dynamic's format: ConvInteger/MatMulInteger read their integer weight as is (its scale is a
+    Mul after the kernel's Cast): stored quantized too, with no QuantizedTensor to carry a scale. Their dtypes."""
+    found = {g.dtype_of_constant(n.input[1]) for n in g.nodes if n.op_type in _INTEGER_KERNELS
+             and is_onnx_domain(n.domain) and len(n.input) > 1 and g.is_constant(n.input[1])}
+    found.discard(None)
+    return found
 
-    tlist = sorted(tensors.values(), key=lambda t: (t.role, t.name))
-    weights = [t for t in tlist if t.role == "weight"]
-    storages = {t.storage for t in weights}
-    # quantize_dynamic's ConvInteger/MatMulInteger read their integer weight as is (its scale is a
-    # Mul after the kernel's Cast): stored quantized too, with no QuantizedTensor to carry a scale
-    integer_weights = {g.dtype_of_constant(n.input[1]) for n in nodes if n.op_type in _INTEGER_KERNELS
-                       and is_onnx_domain(n.domain) and len(n.input) > 1 and g.is_constant(n.input[1])}
-    integer_weights.discard(None)
-    if integer_weights:
-        storages.add("quantized_initializer")
-    weight_summary = "none" if not storages else (storages.pop() if len(storages) == 1 else "mixed")
-    if float_weights and weight_summary != "none":
-        weight_summary = "mixed"  # a ConvTranspose PT2E or QOperator left alone keeps its float32 weight
-    # the stored dtype: a quantizer that took a shared bias for an activation wrote it as int8
-    bias_dtypes = {b.dtype if b.quantized_in_file else "float32" for b in biases}
-    bias_summary = "none" if not bias_dtypes else (bias_dtypes.pop() if len(bias_dtypes) == 1 else "mixed")
-    n_q, n_dq = hist.get(QUANTIZE, 0), hist.get(DEQUANTIZE, 0)
+
+def _summary(values: set[str]) -> str:
+    return "none" if not values else (next(iter(values)) if len(values) == 1 else "mixed")
+
+
+def _weight_summary(weights: list[QuantizedTensor], integer_weights: set[str], float_weights: int) -> str:
+    storages = {t.storage for t in weights} | ({"quantized_initializer"} if integer_weights else set())
+    summary = _summary(storages)
+    if float_weights and summary != "none":
+        summary = "mixed"  # a ConvTranspose PT2E or QOperator left alone keeps its float32 weight
+    return summary
+
+
+def _file_format(kernels: dict[str, int], ops_quantized: Counter, qdq_nodes: int) -> str:
     if kernels:
         # QOperator files keep Q/DQ at their boundaries; "mixed" means float compute ops in Q/DQ remain.
-        fmt = "mixed" if any(k in ops_quantized for k in COMPUTE_OPS) else "qoperator"
-    elif n_q or n_dq:
-        fmt = "qdq"
-    else:
-        fmt = "float"
-    return QuantizationInventory(
-        format=fmt, quantize_linear=n_q, dequantize_linear=n_dq, tensors=tlist, weights=weight_summary,
-        bias=biases, bias_summary=bias_summary, ops_quantized=dict(sorted(ops_quantized.items())),
-        ops_float=dict(sorted(ops_float.items())), ops_float_reasons=reasons, int8_kernels_in_file=kernels,
-        folded_activations=folded,
-        activation_dtypes=sorted({t.dtype for t in tlist if t.role == "activation"}),
-        weight_dtypes=sorted({t.dtype for t in weights} | integer_weights),
-    )
+        return "mixed" if any(k in ops_quantized for k in COMPUTE_OPS) else "qoperator"
+    return "qdq" if qdq_nodes else "float"
+
+
+def _folded_activations(fp32_histogram: dict[str, int] | None, hist: Counter) -> list[FoldedActivation]:
+    """The Relu/Clip the fp32 model has and this file lost: a quantized output's range does their clamp."""
+    if not fp32_histogram:
+        return []
+    folded = []
+    for act in ACTIVATIONS_ABSORBED_BY_Q_ORDER:
+        gone = fp32_histogram.get(act, 0) - hist.get(act, 0)
+        if gone > 0:
+            folded.append(FoldedActivation(
+                op_type=act, count=gone,
+                evidence=(f"the fp32 model has {fp32_histogram.get(act, 0)} {act}, this file {hist.get(act, 0)}: "
+                          "the following quantized output's range (zero point at the dtype minimum) does its clamp"),
+            ))
+    return folded
 
 
 def _bias_scale_matches(g: GraphIndex, node, bias_dq) -> bool | None:

@@ -16,14 +16,14 @@ consumes; the shape is pinned in docs/CONTRACTS.md.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from service.pipeline.quantize.ort_quant import quantized_by_ort
-from service.pipeline.quantize.pt2e import qdq_from_pt2e
+from service.pipeline.quantize.pt2e import Pt2eInput, qdq_from_pt2e
 from service.pipeline.runtime.latency import latency_from_times, timed_run
 from service.pipeline.runtime.numerics import concat_runs, worst_elementwise_sqnr
 from service.pipeline.ort.sessions import session_for
@@ -181,9 +181,11 @@ def requantizer(*, source, shapes, calibration, input_names: list[str], ort_inpu
     """The ``RetryInputs.requantize`` for the spine's three paths, with the same settings and
     calibration samples as the first run."""
 
+    pt2e = Pt2eInput(source, shapes, calibration, per_channel=per_channel)
+
     def run(artifact: str, nodes: list[str], out: Path) -> str:
         if artifact == "pt2e_qdq" and source.program is None:  # an ONNX upload, through the converter
-            qdq_from_pt2e(source, shapes, calibration, out, per_channel=per_channel, skip_onnx_nodes=tuple(nodes))
+            qdq_from_pt2e(replace(pt2e, skip_onnx_nodes=tuple(nodes)), out)
             return "XNNPACKQuantizer annotations removed from the nodes converted from " + ", ".join(nodes)
         if artifact == "pt2e_qdq":
             modules = {n: module_of_node(fp32_model, n) for n in nodes}
@@ -191,8 +193,7 @@ def requantizer(*, source, shapes, calibration, input_names: list[str], ort_inpu
             if missing:
                 raise ValueError(f"no torch module scope for {', '.join(missing)}: "
                                  "XNNPACKQuantizer.set_module_name cannot leave it in float")
-            qdq_from_pt2e(source, shapes, calibration, out, per_channel=per_channel,
-                          skip_modules=tuple(sorted(set(modules.values()))))
+            qdq_from_pt2e(replace(pt2e, skip_modules=tuple(sorted(set(modules.values())))), out)
             return "XNNPACKQuantizer module_name_config[" + ", ".join(sorted(set(modules.values()))) + "] = None"
         if artifact not in ("ort_qdq", "ort_qoperator"):  # a tool path or a brought file: no re-run of ours
             raise ValueError(f"{artifact} is not re-quantized here: its tool's own settings leave nodes in float")

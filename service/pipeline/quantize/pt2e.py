@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
-from service.errors import NonFiniteCalibration, PathSkipped, Pt2eFileRejected
+from service.errors import NonFiniteCalibration, Pt2eFileRejected
 from service.pipeline.inputs.samples import Feed
 from service.pipeline.inputs.sources import ModelSource, dynamic_shapes_for, example_args
 from service.pipeline.isolation import NONFINITE_HINT, first_line, matched_hint
@@ -44,22 +44,28 @@ def program_for_pt2e(source: ModelSource, shapes: dict[str, tuple[int, ...]], ca
                              max_graph_ops=max_graph_ops)
 
 
-def qdq_from_pt2e(
-    source: ModelSource,
-    shapes: dict[str, tuple[int, ...]],
-    calibration: list[Feed],
-    out_path: Path,
-    *,
-    per_channel: bool = True,
-    evaluation: list[Feed] | None = None,
-    skip_modules: tuple[str, ...] = (),
-    skip_onnx_nodes: tuple[str, ...] = (),
-    max_graph_ops: int | None = None,
-) -> ToolInfo:
+@dataclass(frozen=True)
+class Pt2eInput:
+    """What one run of the PT2E path reads: the model, its resolved shapes, the samples, and how it
+    quantizes. A re-run (exclude-and-retry, a prefix before a selection) is the same input with one
+    field changed (``dataclasses.replace``)."""
+
+    source: ModelSource
+    shapes: dict[str, tuple[int, ...]]
+    calibration: list[Feed]
+    evaluation: list[Feed] | None = None  # the converter's parity check against ORT (ONNX uploads)
+    per_channel: bool = True
+    skip_modules: tuple[str, ...] = ()  # exclude-and-retry on a torch program: modules left in float
+    skip_onnx_nodes: tuple[str, ...] = ()  # the same on an ONNX upload: its nodes
+    max_graph_ops: int | None = None  # options.pt2e.max_graph_ops (refuse_oversized_program)
+
+
+def qdq_from_pt2e(run: Pt2eInput, out_path: Path) -> ToolInfo:
+    source, shapes = run.source, run.shapes
     try:
         with step("the conversion to torch and torch.export"):
-            program, conversion = program_for_pt2e(source, shapes, calibration, evaluation,
-                                                   max_graph_ops=max_graph_ops)
+            program, conversion = program_for_pt2e(source, shapes, run.calibration, run.evaluation,
+                                                   max_graph_ops=run.max_graph_ops)
     except GraphTooLarge:
         raise  # the whole graph is too large: a prefix before a selection would be as large
     except ConversionSkipped:
@@ -68,15 +74,12 @@ def qdq_from_pt2e(
         split = selection_split(source.onnx_model, shapes) if source.program is None and source.onnx_path else None
         if split is None:
             raise
-        return _prefix_then_tail(split, source, shapes, calibration, out_path, per_channel=per_channel,
-                                 evaluation=evaluation, skip_modules=skip_modules, skip_onnx_nodes=skip_onnx_nodes,
-                                 max_graph_ops=max_graph_ops)
-    if max_graph_ops is not None:
-        refuse_oversized_program(program, conversion, max_graph_ops,
+        return _prefix_then_tail(split, run, out_path)
+    if run.max_graph_ops is not None:
+        refuse_oversized_program(program, conversion, run.max_graph_ops,
                                  model=source.onnx_model if source.program is None else None)
     try:
-        return _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
-                                  skip_modules, skip_onnx_nodes)
+        return _quantized_program(program, conversion, run, out_path)
     except (Pt2eFileRejected, NonFiniteCalibration):
         raise  # a failure of the path (the file exists; the samples make NaN), not a module PT2E refused
     except Exception as e:  # noqa: BLE001
@@ -86,24 +89,23 @@ def qdq_from_pt2e(
         # then refuses still has the cut before its selections, as when the converter refused the NonZero.
         split = selection_split(source.onnx_model, shapes) if source.onnx_path else None
         if split is not None:
-            return _prefix_then_tail(split, source, shapes, calibration, out_path, per_channel=per_channel,
-                                     evaluation=evaluation, skip_modules=skip_modules, skip_onnx_nodes=skip_onnx_nodes,
-                                     max_graph_ops=max_graph_ops)
+            return _prefix_then_tail(split, run, out_path)
         # The module converted and matched ORT; PT2E or the ONNX re-export refused it.
         raise ConversionSkipped(f"PT2E failed on the converted module: {first_line(e)}", stage="quantize",
                                 hint=matched_hint("pt2e_qdq", e) or PT2_HINT, conversion=conversion) from e
 
 
-def _prefix_then_tail(split, source: ModelSource, shapes, calibration, out_path: Path, **kw) -> ToolInfo:
+def _prefix_then_tail(split, run: Pt2eInput, out_path: Path) -> ToolInfo:
     """PT2E on the graph before its selections, then the upload's tail appended in float
     (quantize/selection_tail.py)."""
+    source = run.source
     with prefix_file(split, source.onnx_path) as prefix_path:
         read = {vi.name for vi in split.prefix.graph.input}
         prefix = replace(source, specs=[s for s in source.specs if s.name in read], onnx_path=prefix_path,
                          onnx_model=split.prefix)
-        tool = qdq_from_pt2e(prefix, shapes, calibration, out_path, **kw)
+        tool = qdq_from_pt2e(replace(run, source=prefix), out_path)
         with step("appending the float tail"):
-            splice_tail(out_path, split, prefix_path=prefix_path, feed=calibration[0])
+            splice_tail(out_path, split, prefix_path=prefix_path, feed=run.calibration[0])
     _ort_loads(out_path)
     note = split.note()
     if tool.conversion is not None:
@@ -168,12 +170,12 @@ def refuse_oversized_program(program, conversion, max_graph_ops: int, *, model=N
                              conversion=conversion)
 
 
-def _quantized_program(program, conversion, source, shapes, calibration, out_path, per_channel,
-                       skip_modules: tuple[str, ...] = (), skip_onnx_nodes: tuple[str, ...] = ()) -> ToolInfo:
+def _quantized_program(program, conversion, run: Pt2eInput, out_path: Path) -> ToolInfo:
     import torch
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
     from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
 
+    source, shapes, calibration, per_channel = run.source, run.shapes, run.calibration, run.per_channel
     specs = source.specs
     config = get_symmetric_quantization_config(is_per_channel=per_channel)
     quantizer = XNNPACKQuantizer().set_global(config)
@@ -181,10 +183,10 @@ def _quantized_program(program, conversion, source, shapes, calibration, out_pat
     # set_module_name asserts on None, but its annotation pass takes None as "annotate nothing"
     # (_annotate_all_static_patterns returns early) and the global config skips every module
     # listed in module_name_config, so the entry is written directly.
-    for module_name in skip_modules:
+    for module_name in run.skip_modules:
         quantizer.module_name_config[module_name] = None
-    if skip_onnx_nodes:
-        _annotating_all_but(quantizer, set(skip_onnx_nodes))
+    if run.skip_onnx_nodes:
+        _annotating_all_but(quantizer, set(run.skip_onnx_nodes))
     install_iterative_union_find()  # a chain of ~1000 ops sharing a spec no longer recurses past Python's limit
     with step("torchao's prepare_pt2e"):
         prepared = prepare_pt2e(program.module(), quantizer)

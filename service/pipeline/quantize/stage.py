@@ -22,7 +22,7 @@ from service.pipeline.quantize.float32_copy import float32_copy_for_ort
 from service.pipeline.quantize.onnx_cleanup import opset_for_ort
 from service.pipeline.quantize.ort_fixups import fixed_for_ort_quantizer
 from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
-from service.pipeline.quantize.pt2e import qdq_from_pt2e
+from service.pipeline.quantize.pt2e import Pt2eInput, qdq_from_pt2e
 from service.pipeline.quantize.side_by_side import LockedProgress, side_by_side, torch_on_one_core
 from service.pipeline.quantize.tools.tool_paths import TOOL_PATHS, quantized_by_tool
 from service.pipeline.vocabulary import ai_onnx_opset
@@ -86,9 +86,9 @@ def quantize_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, c
         if already is not None:
             outcome = run_path("pt2e_qdq", "quantize", skip_if_quantized, fp32.file.model)
         else:
-            outcome = run_path("pt2e_qdq", "quantize", qdq_from_pt2e, source, prepared.shapes, samples.calibration,
-                               art_dir / "pt2e_qdq.onnx", per_channel=options.pt2e.per_channel,
-                               evaluation=samples.evaluation, max_graph_ops=options.pt2e.max_graph_ops,
+            pt2e_input = Pt2eInput(source, prepared.shapes, samples.calibration, evaluation=samples.evaluation,
+                                   per_channel=options.pt2e.per_channel, max_graph_ops=options.pt2e.max_graph_ops)
+            outcome = run_path("pt2e_qdq", "quantize", qdq_from_pt2e, pt2e_input, art_dir / "pt2e_qdq.onnx",
                                time_limit_s=pt2e_time_limit_s)
             if outcome.error is not None and outcome.error.code == PATH_TIME_LIMIT:
                 _remove_artifact_files(art_dir, "pt2e_qdq")  # stopped mid-way: a half-written file

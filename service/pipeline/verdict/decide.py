@@ -38,20 +38,34 @@ class Decided:
     verdict: Verdict | None = None
 
 
-def decide_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, quantized: Quantized,
-                 inspected: Inspected, levels: LevelsResult, layers: LayersReport | None, advised: Advised,
-                 ctx: StageContext) -> Decided:
+@dataclass(frozen=True)
+class Earlier:
+    """Every earlier stage's typed result, as the decide stage reads them (it reads them all: each lint
+    may look at any stage). ``layers``: the per-tensor table, when it was computed."""
+
+    prepared: Prepared
+    fp32: Fp32
+    quantized: Quantized
+    inspected: Inspected
+    levels: LevelsResult
+    layers: LayersReport | None
+    advised: Advised
+
+
+def decide_stage(options: ComparisonOptions, earlier: Earlier, ctx: StageContext) -> Decided:
     """Each artifact with its levels (a file ORT ran at no level is a failed path), the decisions, every
     lint, the platform notes and the gates' verdict."""
+    prepared, inspected, levels = earlier.prepared, earlier.inspected, earlier.levels
     artifacts = {name: _with_levels(art, levels.optimized[name]) if name in levels.optimized else art
                  for name, art in inspected.artifacts.items()}
     cpu = cpu_info()
     decided = decided_from_levels(levels, inventories=inspected.inventories, options=options,
                                   batchnorm_in_source=batchnorm_count(prepared.source.program),
-                                  advice_measured=advised.proposed + advised.refuted, cpu=cpu, lints=False)
+                                  advice_measured=earlier.advised.proposed + earlier.advised.refuted, cpu=cpu,
+                                  lints=False)
     lints = run_lints(Findings(options=options, levels=levels, inventories=inspected.inventories, cpu=cpu,
-                               prepared=prepared, fp32=fp32, quantized=quantized, inspected=inspected,
-                               artifacts=artifacts, layers=layers))
+                               prepared=prepared, fp32=earlier.fp32, quantized=earlier.quantized,
+                               inspected=inspected, artifacts=artifacts, layers=earlier.layers))
     verdict = verdict_from_artifacts(artifacts, options, list(options.gates), samples=prepared.samples.info)
     return Decided(decisions=decided.decisions, lints=lints, platform=decided.platform, artifacts=artifacts,
                    verdict=verdict)

@@ -106,7 +106,7 @@ def test_an_onnx_upload_is_retried_on_every_path(tmp_path):
     from service.pipeline.inputs.specs import resolved_input_shapes
     from service.schemas.options import ComparisonOptions, resolved_ort_settings
     from service.pipeline.quantize.ort_quant import preprocessed_for_ort, quantized_by_ort
-    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+    from service.pipeline.quantize.pt2e import Pt2eInput, qdq_from_pt2e
 
     from tests import models
 
@@ -122,7 +122,7 @@ def test_an_onnx_upload_is_retried_on_every_path(tmp_path):
     pre, _ = preprocessed_for_ort(fp32, tmp_path / "pre.onnx")
     assert any(n.name.endswith("MatMulAddFusion") for n in onnx.load(str(pre)).graph.node)  # the renaming
     paths = {"pt2e_qdq": tmp_path / "pt2e_qdq.onnx", "ort_qdq": tmp_path / "ort_qdq.onnx"}
-    qdq_from_pt2e(source, shapes, samples.calibration, paths["pt2e_qdq"])
+    qdq_from_pt2e(Pt2eInput(source, shapes, samples.calibration), paths["pt2e_qdq"])
     quantized_by_ort(pre, paths["ort_qdq"], samples.calibration, ["x"], quant_format="qdq", settings=settings)
     layers = layers_from_files(fp32_path=fp32, artifact_paths=paths, eval_feeds=samples.evaluation)
     run = requantizer(source=source, shapes=shapes, calibration=samples.calibration, input_names=["x"], ort_input=pre,

@@ -89,11 +89,11 @@ def test_a_torch_program_past_the_budget_is_skipped_before_pt2e(tmp_path):
     from service.errors import PathSkipped
     from service.pipeline.inputs.sources import source_from_example
     from service.pipeline.quantize.pt2e_from_onnx.program import ConversionSkipped
-    from service.pipeline.quantize.pt2e import qdq_from_pt2e
+    from service.pipeline.quantize.pt2e import Pt2eInput, qdq_from_pt2e
 
     source = source_from_example("conv_relu")
     with pytest.raises(PathSkipped) as info:
-        qdq_from_pt2e(source, {"x": (1, 3, 16, 16)}, [], tmp_path / "pt2e.onnx", max_graph_ops=1)
+        qdq_from_pt2e(Pt2eInput(source, {"x": (1, 3, 16, 16)}, [], max_graph_ops=1), tmp_path / "pt2e.onnx")
     assert not isinstance(info.value, ConversionSkipped) and info.value.stage == "quantize"
     assert "more than options.pt2e.max_graph_ops (1)" in str(info.value) and "the most from" not in str(info.value)
     assert "recurrences" not in info.value.hint and "options.artifacts" in info.value.hint
