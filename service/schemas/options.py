@@ -7,7 +7,7 @@ ignored: a CI job that misspells a gate must hear about it.
 
 from __future__ import annotations
 
-import re
+import json
 import platform as _platform
 import re
 from typing import Any, Literal
@@ -144,6 +144,21 @@ class OrtQuantOptions(_Strict):
             raise ValueError(f"quantize_static does not read {', '.join(unknown)}; "
                              f"known keys: {', '.join(sorted(ORT_EXTRA_OPTIONS))}")
         return v
+
+
+# The ORT session config entries a job may set on the sessions that measure its files (``ort_session``):
+# exactly those advice can emit as a change, each with the values ORT reads. Any other key is refused, not
+# passed on: several entries make ORT write files where the key says (``ep.context_file_path``,
+# ``session.optimized_model_external_initializers_file_name``) or load code, which an upload's options must
+# never reach. ``session.qdqisint8allowed``: "1" lets ORT's QDQ selectors take int8 activations (no
+# QDQS8ToU8Transformer); unset, ORT takes QDQIsInt8Allowed(), true on arm, false elsewhere
+# (graph_transformer_utils.cc: GetConfigOrDefault(kOrtSessionOptionsQDQIsInt8Allowed, QDQIsInt8Allowed() ? "1" : "0")).
+QDQ_IS_INT8_ALLOWED = "session.qdqisint8allowed"
+ORT_SESSION_ENTRIES: dict[str, tuple[str, ...]] = {QDQ_IS_INT8_ALLOWED: ("0", "1")}
+
+
+def _allowed_entries() -> str:
+    return "; ".join(f"{k} ({' or '.join(json.dumps(v) for v in vals)})" for k, vals in ORT_SESSION_ENTRIES.items())
 
 
 class LatencyOptions(_Strict):
@@ -290,6 +305,10 @@ class ComparisonOptions(_Strict):
     preset: Literal["matched", "ort_defaults"] = "matched"
     pt2e: Pt2eOptions = Field(default_factory=Pt2eOptions)
     ort: OrtQuantOptions = Field(default_factory=OrtQuantOptions)
+    # ORT session config entries set on every session that measures the files on this machine (level graphs,
+    # accuracy, latency, profile, advice's re-runs): {"session.qdqisint8allowed": "1"}. Keys of
+    # ORT_SESSION_ENTRIES only. What re-runs a job with an advice entry's session change (its recipe.options).
+    ort_session: dict[str, str] = Field(default_factory=dict)
     levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
     depth: Depth = "standard"
     # The levels whose latency is timed (depth "full": every level); the others say "not timed".
@@ -326,6 +345,18 @@ class ComparisonOptions(_Strict):
         if old:
             raise ValueError(f"{', '.join(old)}: ONNX Runtime before 1.18 cannot read IR 10 files, which the "
                              "quantizers write; ask for ort:1.18.0 or later")
+        return v
+
+    @field_validator("ort_session")
+    @classmethod
+    def _known_session_entries(cls, v):
+        unknown = sorted(set(v) - set(ORT_SESSION_ENTRIES))
+        if unknown:
+            raise ValueError(f"quantcompare does not set the ORT session config entr{'ies' if len(unknown) > 1 else 'y'} "
+                             f"{', '.join(unknown)}; allowed keys: {_allowed_entries()}")
+        bad = sorted(k for k, val in v.items() if val not in ORT_SESSION_ENTRIES[k])
+        if bad:
+            raise ValueError(f"{', '.join(f'{k}={v[k]}' for k in bad)}: allowed values: {_allowed_entries()}")
         return v
 
     @model_validator(mode="before")

@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable
@@ -51,6 +51,7 @@ class LevelGraphEntry:
     weights_sha256: str | None
     bytes: int  # the self-contained file a download returns
     intra_op_threads: int
+    session_config: dict[str, str] = field(default_factory=dict)  # the job's options.ort_session, as the job ran
 
 
 def level_graph_entries(files: JobFiles, job_id: str) -> dict[str, LevelGraphEntry]:
@@ -60,6 +61,7 @@ def level_graph_entries(files: JobFiles, job_id: str) -> dict[str, LevelGraphEnt
     except OSError:  # no report (the job did not succeed) or a damaged one: nothing to offer
         return {}
     threads = int(((report.get("options") or {}).get("latency") or {}).get("intra_op_threads", 1))
+    session_config = dict((report.get("options") or {}).get("ort_session") or {})
     out = {}
     for artifact, art in (report.get("artifacts") or {}).items():
         for level, ol in ((art or {}).get("optimized") or {}).items():
@@ -69,7 +71,7 @@ def level_graph_entries(files: JobFiles, job_id: str) -> dict[str, LevelGraphEnt
                 name=ol["file"], artifact=artifact, level=level, graph_sha256=ol["graph_sha256"],
                 weights_sha256=ol.get("weights_sha256"),
                 bytes=int(ol.get("download_bytes") or (ol.get("graph_bytes") or 0) + (ol.get("weights_bytes") or 0)),
-                intra_op_threads=threads)
+                intra_op_threads=threads, session_config=session_config)
     return out
 
 
@@ -221,6 +223,7 @@ async def regenerated_level_graph(files: JobFiles, job_id: str, entry: LevelGrap
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "service.pipeline.runtime.level_graphs", str(model), entry.level,
         str(entry.intra_op_threads), entry.graph_sha256, entry.weights_sha256 or "-", str(out),
+        json.dumps(entry.session_config),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env, cwd=str(scratch),
         preexec_fn=address_space_limit(memory_mb), start_new_session=True)
     try:

@@ -49,7 +49,7 @@ import numpy as np
 from service.pipeline.environment import cpu_info
 from service.pipeline.extras_budget import REACH_FURTHER, ExtrasBudget
 from service.pipeline.inspect.blockers import unfused_nodes
-from service.pipeline.ort.targets import host_platform
+from service.pipeline.ort.targets import host_platform, int8_allowed_in
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
@@ -120,6 +120,9 @@ class AdviceContext:
     # artifact -> the digest of the graph ORT wrote for it at ``level`` in the levels stage
     # (``LevelGraphFiles.digest``): a candidate ORT rewrites into that very graph changes nothing.
     before_digest: dict[str, str] | None = None
+    # The job's ORT session config entries (options.ort_session): every session advice makes has them, as the
+    # levels stage's have, and a candidate's own entries are merged over them.
+    session_config: dict[str, str] = field(default_factory=dict)
 
 
 def candidates_from_blockers(unfused: dict[str, list[UnfusedNode]], kernel_dtypes: dict[str, dict[str, int]], *,
@@ -196,20 +199,25 @@ def _session(path: Path, ctx: AdviceContext, session_config: dict[str, str], tmp
     if saved is not None:
         saved.parent.mkdir(parents=True)
     so = session_options_for(ctx.level, intra_op_threads=1 if saved is not None else ctx.threads,
-                             optimized_model_path=saved,
+                             optimized_model_path=saved, session_config=_entries(ctx, session_config),
                              external_initializers_file=DATA_FILE if saved is not None else None)
-    for k, v in session_config.items():
-        so.add_session_config_entry(k, str(v))
     return session_with_options(path, so), saved
 
 
+def _entries(ctx: AdviceContext, session_config: dict[str, str]) -> dict[str, str]:
+    """The ORT session config entries of a session advice makes: the job's, with a candidate's own over them."""
+    return {**ctx.session_config, **{k: str(v) for k, v in session_config.items()}}
+
+
 def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarray],
-             artifact: str) -> tuple[AdviceFigures, frozenset[str]]:
+             artifact: str, session_config: dict[str, str]) -> tuple[AdviceFigures, frozenset[str]]:
     """Figures without latency: int8 coverage counted over ORT's saved graph (``vocabulary.int8_coverage``,
     as the levels stage counts it), SQNR on the eval samples; and the names of the nodes ORT runs in
-    float in that graph (``blockers.unfused_nodes``, as the levels stage finds them)."""
+    float in that graph (``blockers.unfused_nodes``, as the levels stage finds them, under the int8 rule
+    the session's entries, ``session_config`` over the job's, made it run with)."""
     graph = graph_from_path(saved, lazy=True)
-    still_float = frozenset(r.node for r in unfused_nodes(graph, level=ctx.level, int8_allowed=_int8_allowed(),
+    int8_allowed = _int8_allowed(_entries(ctx, session_config))
+    still_float = frozenset(r.node for r in unfused_nodes(graph, level=ctx.level, int8_allowed=int8_allowed,
                                                           pt2e=artifact == "pt2e_qdq"))
     outputs = concat_runs(runs_on_cores(lambda feed: session.run(None, feed), ctx.evaluation, ctx.cores))
     return AdviceFigures(int8_coverage=int8_coverage(graph).coverage,
@@ -217,9 +225,11 @@ def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarra
                          level=ctx.level), still_float
 
 
-def _int8_allowed() -> bool:
-    """QDQIsInt8Allowed() where the candidates are measured (QDQS8ToU8Transformer runs where it is false)."""
-    return host_platform().int8_allowed
+def _int8_allowed(session_config: dict[str, str] | None = None) -> bool:
+    """Whether ORT's QDQ selectors take int8 activations in a session with ``session_config`` where the
+    candidates are measured: its session.qdqisint8allowed, else QDQIsInt8Allowed() (QDQS8ToU8Transformer runs
+    where it is false)."""
+    return int8_allowed_in(session_config, host_platform().int8_allowed)
 
 
 # A candidate whose every timed run is this much slower than every run of the artifact as is, after
@@ -442,6 +452,7 @@ class AdvicePlan:
         fp32 = ctx.artifact_paths["fp32"]
         self._reference = ctx.reference
         if self._reference is None:  # the report's reference: fp32 as written, no ORT rewrite
+            # (without ctx.session_config: at disable_all no entry options.ort_session allows changes anything)
             ref_session = session_for(fp32, "disable_all", intra_op_threads=1)
             self._reference = concat_runs(runs_on_cores(lambda f: ref_session.run(None, f), ctx.evaluation, ctx.cores))
             del ref_session
@@ -497,7 +508,7 @@ class AdvicePlan:
             if known is None:  # made once, under the lock: the other thread waits for the same figures
                 t1 = time.perf_counter()
                 session, saved = _session(ctx.artifact_paths[artifact], ctx, {}, self.tmp)
-                known, _ = _figures(session, saved, ctx, self._reference, artifact)
+                known, _ = _figures(session, saved, ctx, self._reference, artifact, {})
                 known_ms = known_ms or (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)
             self._before[artifact] = (known, known_ms)
             return self._before[artifact]
@@ -539,7 +550,7 @@ class AdvicePlan:
                     how=f"the graph ORT saved at {ctx.level} with the change and the levels stage's graph of the "
                         "artifact as is compared by SHA-256 (node names cleared, nodes sorted; the weights file "
                         "hashed whole): identical, so 'after' is 'before' and neither was run again")), 0.0
-        after, still_float = _figures(session, saved, ctx, self._reference, c.artifact)
+        after, still_float = _figures(session, saved, ctx, self._reference, c.artifact, c.change.get("session", {}))
         del session  # timed in phase two, from a session of its own: none is held across the phases
         after_ms = (time.perf_counter() - t1) * 1000.0 / len(ctx.evaluation)  # session creation included
         fused = [n for n in c.blocked if n not in still_float] if c.blocked else None
@@ -757,7 +768,8 @@ def advice_plan_for_job(optimized: dict, ctx: AdviceContext) -> AdvicePlan | Non
     figures = level_figures(optimized, ctx.level, with_before=ctx.reference is not None)
     candidates = by_expected_gain(candidates_from_blockers(figures.unfused, figures.kernels,
                                                            ort_settings=ctx.ort_settings,
-                                                           int8_allowed=_int8_allowed(), vnni=vnni),
+                                                           int8_allowed=_int8_allowed(ctx.session_config),
+                                                           vnni=vnni),
                                   figures.latency_ms, figures.profiles)
     if not candidates:
         return None

@@ -9,6 +9,11 @@ script a user pastes: it reads the job's ``fp32.onnx`` and a ``calibration.npz``
 
 A tool other than ORT's ``quantize_static`` and torchao's PT2E gets a recipe that says so
 (``tool`` null, ``note``): issue 50's quantizers state their own calls.
+
+``options`` re-runs the job with the change: an ``ort`` change where ``resolved_ort_settings`` reads it, a
+``session`` change (an ORT session config entry) in ``options.ort_session``, which every session that
+measures the files on this machine has (level graphs, accuracy, latency, profile, advice), so the artifact is
+measured under the entry as advice's re-run measured it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from typing import Any
 
 from service.pipeline.quantize.ort_quant import quantize_static_kwargs
 from service.schemas.advice import Recipe, RecipeStep
-from service.schemas.options import ComparisonOptions, resolved_ort_settings
+from pydantic import ValidationError
+
+from service.schemas.options import BUILTIN_ARTIFACTS, ComparisonOptions, resolved_ort_settings
 
 __all__ = ["RecipeBase", "recipe_for", "settings_with_change", "options_with_change", "ORT_ARTIFACTS"]
 
@@ -55,15 +62,21 @@ def settings_with_change(settings: dict[str, Any], change: dict[str, Any]) -> di
 
 
 def options_with_change(options: ComparisonOptions, change: dict[str, Any]) -> ComparisonOptions | None:
-    """The job's options with an ``ort`` change set where ``resolved_ort_settings`` reads it, so that a job
-    run with them quantizes as the candidate did; None for a change no job option expresses."""
-    if set(change) - {"ort"}:
+    """The job's options with an ``ort`` change set where ``resolved_ort_settings`` reads it and a ``session``
+    change merged into ``ort_session``, so that a job run with them quantizes as the candidate did and
+    measures it under the candidate's session entries; None for a change no job option expresses (a key
+    other than those two, or a session entry ``ort_session`` does not allow)."""
+    if set(change) - {"ort", "session"}:
         return None
     data = options.model_dump(mode="json")
     ort = data.setdefault("ort", {})
     for k, v in change.get("ort", {}).items():
         ort[k] = {**(ort.get(k) or {}), **v} if isinstance(v, dict) else v
-    return ComparisonOptions.model_validate(data)
+    data["ort_session"] = {**data.get("ort_session", {}), **_session(change)}
+    try:
+        return ComparisonOptions.model_validate(data)
+    except ValidationError:
+        return None
 
 
 def recipe_for(artifact: str, change: dict[str, Any], base: RecipeBase) -> Recipe:
@@ -73,7 +86,10 @@ def recipe_for(artifact: str, change: dict[str, Any], base: RecipeBase) -> Recip
     if artifact == "pt2e_qdq":
         return _pt2e_recipe(change, base)
     tool = base.tools.get(artifact) or artifact
-    return Recipe(tool=None, session=_session(change), level=base.level,
+    rerun, note = _session_rerun(artifact, change, base)
+    return Recipe(tool=None, session=_job_session(change, base), level=base.level,
+                  options=rerun.model_dump(mode="json", exclude_defaults=True) if rerun is not None else None,
+                  options_note=note,
                   note=f"no recipe for this tool ({tool}): quantcompare states calls for ORT's quantize_static "
                        "and torchao's PT2E only", python=f"# no recipe for this tool ({tool})\n")
 
@@ -82,26 +98,48 @@ def _session(change: dict[str, Any]) -> dict[str, str]:
     return {k: str(v) for k, v in change.get("session", {}).items()}
 
 
+def _job_session(change: dict[str, Any], base: RecipeBase) -> dict[str, str]:
+    """The session config entries the candidate ran with: the job's (``options.ort_session``), the change's over them."""
+    return {**base.options.ort_session, **_session(change)}
+
+
+def _session_rerun(artifact: str, change: dict[str, Any], base: RecipeBase) -> tuple[ComparisonOptions | None, str | None]:
+    """(options, options_note) for a file quantcompare does not make again with the change (PT2E, the tool
+    paths, a brought file): only a session change re-runs there, and a brought file is not an option."""
+    if artifact not in BUILTIN_ARTIFACTS:
+        return None, _BROUGHT
+    rerun = options_with_change(base.options, change) if set(change) == {"session"} else None
+    if rerun is None:
+        return None, _NO_OPTION
+    if rerun.model_dump(exclude={"ort_session"}) != base.options.model_dump(exclude={"ort_session"}) \
+            or rerun.ort_session != _job_session(change, base):
+        raise AssertionError("recipe.options would run otherwise than the candidate")  # a bug, never a user's
+    return rerun, None
+
+
 def _ort_recipe(artifact: str, change: dict[str, Any], base: RecipeBase) -> Recipe:
     settings = settings_with_change(resolved_ort_settings(base.options), change.get("ort", {}))
     kwargs = quantize_static_kwargs(settings, ORT_ARTIFACTS[artifact])
     steps = [RecipeStep(**s) for s in base.ort_steps]
     own = [s.what for s in steps if s.call is None]
     rerun = options_with_change(base.options, change)
-    if rerun is not None and quantize_static_kwargs(resolved_ort_settings(rerun), ORT_ARTIFACTS[artifact]) != kwargs:
+    if rerun is not None and (quantize_static_kwargs(resolved_ort_settings(rerun), ORT_ARTIFACTS[artifact]) != kwargs
+                              or rerun.ort_session != _job_session(change, base)):
         raise AssertionError("recipe.options would quantize otherwise than the candidate")  # a bug, never a user's
     recipe = Recipe(
-        tool="onnxruntime", steps=steps, quantize_static=kwargs, session=_session(change), level=base.level,
+        tool="onnxruntime", steps=steps, quantize_static=kwargs, session=_job_session(change, base), level=base.level,
         options=rerun.model_dump(mode="json", exclude_defaults=True) if rerun is not None else None,
-        options_note=None if rerun is not None else _NO_SESSION_OPTION,
+        options_note=None if rerun is not None else _NO_OPTION,
         exact=not own,
         note=("quantcompare changed the file before quantize_static in ways no public call repeats: "
               + "; ".join(own)) if own else None)
     return recipe.model_copy(update={"python": _ort_python(artifact, change, recipe, base)})
 
 
-_NO_SESSION_OPTION = ("no job option sets an ORT session config entry: the job's own sessions run without it, so its "
-                      "figures are advice's re-run only (the session lines of the recipe)")
+_NO_OPTION = ("no job option expresses this change (options.ort_session takes the ORT session config entries "
+              "advice emits only): its figures are advice's re-run only")
+_BROUGHT = ("a brought file is not an option: re-run the job with the same file brought beside the model and "
+            "options.ort_session set to the recipe's session entries")
 
 
 def _pt2e_recipe(change: dict[str, Any], base: RecipeBase) -> Recipe:
@@ -109,8 +147,10 @@ def _pt2e_recipe(change: dict[str, Any], base: RecipeBase) -> Recipe:
     config = {"quantizer": "torchao.testing.pt2e._xnnpack_quantizer.XNNPACKQuantizer",
               "config": "get_symmetric_quantization_config", "is_per_channel": per_channel,
               "calibration_samples": base.calibration_count}
-    recipe = Recipe(tool="torchao", pt2e=config, session=_session(change), level=base.level,
-                    options=None, options_note=_NO_SESSION_OPTION if change.get("session") else None, exact=False,
+    rerun, options_note = _session_rerun("pt2e_qdq", change, base)
+    recipe = Recipe(tool="torchao", pt2e=config, session=_job_session(change, base), level=base.level,
+                    options=rerun.model_dump(mode="json", exclude_defaults=True) if rerun is not None else None,
+                    options_note=options_note, exact=False,
                     note="the file is the job's artifacts/pt2e_qdq.onnx as it is: torchao's calls below made it from "
                          "the exported program (an ONNX upload is first converted by quantcompare's own converter, "
                          "which no public call repeats); the change is the session's")

@@ -54,7 +54,7 @@ def advice_candidates(options: ComparisonOptions, prepared: Prepared, quantized:
         calibration_cache=ctx.folders.scratch / "ort_calibration_ranges.json", level=options.advice.level,
         runs=max(lat.runs, 20), warmup=max(lat.warmup, 2), threads=lat.intra_op_threads, budget=budget,
         budget_how=budget.how, cores=ctx.cores, quantize_seconds={n: s for n, (_, s) in quantized.outcomes.items()},
-        reference=levels.reference_outputs))
+        reference=levels.reference_outputs, session_config=dict(options.ort_session)))
     if plan is not None:
         plan.recipe_base = recipe_base(options, prepared, quantized)
     return plan

@@ -16,7 +16,7 @@ consumes; the shape is pinned in docs/CONTRACTS.md.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -51,6 +51,9 @@ class RetryInputs:
     intra_op_threads: int = 1
     latency_runs: int = 10
     data_dependent: frozenset[int] = frozenset()  # output positions after a selection: no SQNR on them
+    # The job's ORT session config entries (options.ort_session), on the timed sessions at "all" as the levels
+    # stage's; the SQNR runs are at disable_all, where none of them changes anything.
+    session_config: dict[str, str] = field(default_factory=dict)
 
 
 def worst_origin_nodes(layers: LayersReport, artifact: str, k: int) -> list[str]:
@@ -167,7 +170,7 @@ def _worst_sqnr(reference: list[np.ndarray], actual: list[np.ndarray], data_depe
 
 
 def _latency(path: Path, inputs: RetryInputs) -> float | None:
-    session = session_for(path, "all", intra_op_threads=inputs.intra_op_threads)
+    session = session_for(path, "all", intra_op_threads=inputs.intra_op_threads, session_config=inputs.session_config)
     names = {i.name for i in session.get_inputs()}
     feed = {k: v for k, v in inputs.eval_feeds[0].items() if k in names}
     for _ in range(2):  # warm-up

@@ -167,6 +167,6 @@ def _with_retry(report: LayersReport, options: ComparisonOptions, prepared: Prep
         fp32_path=paths["fp32"], artifact_paths={a: p for a, p in paths.items() if a != "fp32"},
         eval_feeds=prepared.samples.evaluation, requantize=run, out_dir=retry_dir,
         intra_op_threads=options.latency.intra_op_threads, latency_runs=options.latency.runs,
-        data_dependent=frozenset(fp32.data_dependent_outputs()),
+        data_dependent=frozenset(fp32.data_dependent_outputs()), session_config=dict(options.ort_session),
     ), k=options.layers.retry_k, max_seconds=options.layers.retry_seconds)
     return report.model_copy(update={"retry": retry})

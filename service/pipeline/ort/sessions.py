@@ -27,7 +27,7 @@ EXTERNAL_MIN_BYTES = 1024
 
 def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_model_path: Path | None = None,
                         disabled_optimizers: list[str] | None = None, external_initializers_file: str | None = None,
-                        memory_arena: bool = True):
+                        memory_arena: bool = True, session_config: dict[str, str] | None = None):
     """``SessionOptions`` for one ``GraphOptimizationLevel`` (``disable_all`` ... ``all``).
 
     ``optimized_model_path``: ORT writes the graph it will run there while the session is
@@ -37,6 +37,8 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
     file next to it, so the graph itself parses in milliseconds and the weights can be dropped.
     ``memory_arena=False``: tensors are freed after each run instead of kept in the session's
     arena (for sessions that expose every intermediate tensor: an arena holds all of them).
+    ``session_config``: the job's ORT session config entries (``options.ort_session``, keys of
+    ``ORT_SESSION_ENTRIES`` only, validated there), set after the service's own, which they never name.
     """
     import onnxruntime as ort
 
@@ -56,6 +58,8 @@ def session_options_for(level: str, *, intra_op_threads: int = 1, optimized_mode
                                     external_initializers_file)
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes",
                                     str(EXTERNAL_MIN_BYTES))
+    for key, value in (session_config or {}).items():
+        so.add_session_config_entry(key, str(value))
     if disabled_optimizers:
         # ';' between names: the installed ORT 1.32 reads a ','-joined list as one unknown name and switches
         # nothing off (onnxruntime_session_options_config_keys.h still says "comma separated"; pinned by

@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from service.errors import InvalidOptions
-from service.schemas.options import EMULATED_PLATFORMS, QNN_DEFAULT_SOC, TARGET_PLATFORM_RE, host_platform_name
+from service.schemas.options import (EMULATED_PLATFORMS, QDQ_IS_INT8_ALLOWED, QNN_DEFAULT_SOC, TARGET_PLATFORM_RE,
+                                     host_platform_name)
 
-__all__ = ["ARM_ARCHES", "EMULATED", "Platform", "host_platform", "platform_from_name"]
+__all__ = ["ARM_ARCHES", "EMULATED", "Platform", "host_platform", "int8_allowed_in", "platform_from_name"]
 
 ARM_ARCHES = ("aarch64", "arm64", "ARM64")
 
@@ -65,6 +66,14 @@ def host_platform() -> Platform:
     int8_allowed, nchwc = _rules(arch)
     return Platform(name=arch, arch=arch, emulated=False, qemu_cpu=None, cpu_label="this machine",
                     int8_allowed=int8_allowed, nchwc=nchwc)
+
+
+def int8_allowed_in(session_config: dict[str, str] | None, default: bool) -> bool:
+    """Whether ORT's QDQ selectors take int8 activations in a session with ``session_config``: ORT reads
+    ``session.qdqisint8allowed`` with QDQIsInt8Allowed() (``default``, the platform's) as its default and
+    takes "1" as true, any other value as false (graph_transformer_utils.cc, Level2)."""
+    value = (session_config or {}).get(QDQ_IS_INT8_ALLOWED)
+    return default if value is None else value == "1"
 
 
 def platform_from_name(name: str) -> Platform:

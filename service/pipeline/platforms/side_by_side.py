@@ -7,7 +7,8 @@ neither explains is said to be unexplained rather than given a reason.
 
 from __future__ import annotations
 
-from service.pipeline.ort.targets import Platform
+from service.pipeline.ort.targets import Platform, int8_allowed_in
+from service.schemas.options import QDQ_IS_INT8_ALLOWED
 from service.schemas.levels import OptimizedLevel
 from service.schemas.platforms import PlatformReport, SideBySideRow
 
@@ -34,8 +35,14 @@ def _yes(flag: bool) -> str:
 
 
 def side_by_side_rows(host: dict[str, dict[str, OptimizedLevel]], host_platform: Platform,
-                      other: PlatformReport) -> list[SideBySideRow]:
+                      other: PlatformReport, session_config: dict[str, str] | None = None) -> list[SideBySideRow]:
+    """``session_config``: the job's options.ort_session, which this machine's sessions ran with (the emulated
+    platform's run with its defaults): a session.qdqisint8allowed there decides the int8 rule here."""
     rows = []
+    int8_here = int8_allowed_in(session_config, host_platform.int8_allowed)
+    said_here = _yes(int8_here) + (f" by {QDQ_IS_INT8_ALLOWED}={session_config[QDQ_IS_INT8_ALLOWED]} in this job's "
+                                   f"sessions ({_yes(host_platform.int8_allowed)} by default)"
+                                   if QDQ_IS_INT8_ALLOWED in (session_config or {}) else "")
     for artifact, per_level in other.optimized.items():
         for level, theirs in per_level.items():
             ours = host.get(artifact, {}).get(level)
@@ -47,9 +54,8 @@ def side_by_side_rows(host: dict[str, dict[str, OptimizedLevel]], host_platform:
             layout_differs = _layout(ours) != _layout(theirs)
             rules = []
             if kernels_differ:
-                rules.append(RULE_INT8.format(host=_yes(host_platform.int8_allowed),
-                                              other=_yes(other.rules.int8_allowed), name=other.name)
-                             if host_platform.int8_allowed != other.rules.int8_allowed else UNEXPLAINED)
+                rules.append(RULE_INT8.format(host=said_here, other=_yes(other.rules.int8_allowed), name=other.name)
+                             if int8_here != other.rules.int8_allowed else UNEXPLAINED)
             if layout_differs:
                 if ours.layout.nchwc_nodes != theirs.layout.nchwc_nodes and host_platform.nchwc != other.rules.nchwc:
                     rules.append(RULE_NCHWC.format(host=_yes(host_platform.nchwc), other=_yes(other.rules.nchwc),

@@ -69,7 +69,7 @@ def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, 
                                              optimized=report.optimized, inventories=inventories,
                                              levels=levels.levels, options=options,
                                              batchnorm_in_source=batchnorm_count(prepared.source.program)),
-                "side_by_side": side_by_side_rows(levels.optimized, host, report)})
+                "side_by_side": side_by_side_rows(levels.optimized, host, report, options.ort_session)})
             if platform.kind == "ort":
                 report = release_summary(report)
                 report = report.model_copy(update={"side_by_side": release_rows(

@@ -37,6 +37,7 @@ from pathlib import Path
 from service.pipeline.files import file_sha256
 from service.pipeline.ort.sessions import session_for
 from service.pipeline.vocabulary import is_onnx_domain, subgraphs
+from service.schemas.options import ComparisonOptions
 
 GRAPH_FILE = "model.onnx"
 DATA_FILE = "model.data"
@@ -106,12 +107,14 @@ def fingerprint(folder: Path) -> LevelGraphFiles:
                            graph_bytes=graph.stat().st_size, data_bytes=data.stat().st_size if data.exists() else 0)
 
 
-def session_and_level_graph(model_path: Path, level: str, folder: Path, *, intra_op_threads: int):
-    """A session at ``level`` and the graph ORT wrote for it (``folder/model.onnx`` + ``model.data``)."""
+def session_and_level_graph(model_path: Path, level: str, folder: Path, *, intra_op_threads: int,
+                            session_config: dict[str, str] | None = None):
+    """A session at ``level`` and the graph ORT wrote for it (``folder/model.onnx`` + ``model.data``);
+    ``session_config``: the job's ORT session config entries (``options.ort_session``)."""
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    session = session_for(model_path, level, intra_op_threads=intra_op_threads,
+    session = session_for(model_path, level, intra_op_threads=intra_op_threads, session_config=session_config,
                           optimized_model_path=folder / GRAPH_FILE, external_initializers_file=DATA_FILE)
     return session, fingerprint(folder)
 
@@ -215,9 +218,12 @@ def self_contained_from_level_graph(files: LevelGraphFiles, out: Path) -> Path:
 
 
 def regenerate_level_graph(model_path: Path, level: str, *, intra_op_threads: int, graph_sha256: str,
-                           data_sha256: str | None, work: Path, out: Path) -> Path:
-    """Create the session again, check that ORT wrote the same graph and weights, write ``out``."""
-    session, files = session_and_level_graph(model_path, level, work, intra_op_threads=intra_op_threads)
+                           data_sha256: str | None, work: Path, out: Path,
+                           session_config: dict[str, str] | None = None) -> Path:
+    """Create the session again (with the job's ``session_config``), check that ORT wrote the same graph and
+    weights, write ``out``."""
+    session, files = session_and_level_graph(model_path, level, work, intra_op_threads=intra_op_threads,
+                                             session_config=session_config)
     del session
     if files.graph_sha256 != graph_sha256 or files.data_sha256 != data_sha256:
         raise LevelGraphMismatch(
@@ -230,12 +236,16 @@ def regenerate_level_graph(model_path: Path, level: str, *, intra_op_threads: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    model, level, threads, graph_sha, data_sha, out = (argv if argv is not None else sys.argv[1:])
+    args = argv if argv is not None else sys.argv[1:]
+    model, level, threads, graph_sha, data_sha, out = args[:6]
+    # the job's options.ort_session as JSON (absent: none), validated again: only ORT_SESSION_ENTRIES reach ORT
+    config = ComparisonOptions.model_validate({"ort_session": json.loads(args[6]) if len(args) > 6 else {}}).ort_session
     out_path = Path(out)
     try:
         made = regenerate_level_graph(Path(model), level, intra_op_threads=int(threads), graph_sha256=graph_sha,
                                       data_sha256=None if data_sha == "-" else data_sha,
-                                      work=out_path.parent / (out_path.name + ".work"), out=out_path)
+                                      work=out_path.parent / (out_path.name + ".work"), out=out_path,
+                                      session_config=config)
     except LevelGraphMismatch as e:
         print(json.dumps({"ok": False, "code": "level_graph_mismatch", "message": str(e)}))
         return 2

@@ -50,7 +50,7 @@ from service.pipeline.inspect.graph_summary import (
 )
 from service.pipeline.context import Progress
 from service.pipeline.isolation import scrub
-from service.pipeline.ort.targets import host_platform
+from service.pipeline.ort.targets import host_platform, int8_allowed_in
 from service.pipeline.runtime.profile import profile_of, where_it_loses
 from service.pipeline.runtime.latency import (
     LatencyBudget,
@@ -225,7 +225,9 @@ class _GraphsPlan:
     out_dir: Path
     graphs_dir: Path  # where ORT writes each level graph; removed once phase 1 is done
     keep_level_graphs: bool
-    int8_allowed: bool  # ORT's QDQIsInt8Allowed() on this machine (ort/targets.py)
+    # Whether ORT's QDQ selectors take int8 activations in these sessions: QDQIsInt8Allowed() on this machine
+    # (ort/targets.py), unless the job's options.ort_session sets session.qdqisint8allowed
+    int8_allowed: bool
     fp32_compute: int = 0  # the fp32 file's compute ops: set once it is read (it comes first)
 
 
@@ -288,7 +290,7 @@ def _graphs_phase(inputs: LevelsInput, run: LevelsRun, loaded: dict[str, GraphIn
     names = _ordered(inputs.artifact_paths)
     plan = _GraphsPlan(levels=levels, options=options, timed=timed_levels(options), out_dir=out_dir,
                        graphs_dir=out_dir / "_level_graphs", keep_level_graphs=run.keep_level_graphs,
-                       int8_allowed=host_platform().int8_allowed)
+                       int8_allowed=int8_allowed_in(options.ort_session, host_platform().int8_allowed))
     t0 = time.perf_counter()
     by_name: dict[str, _Graphs] = {}
     drawn: dict[int, str] = {}
@@ -311,6 +313,9 @@ def _accuracy_phase(state: _Levels, inputs: LevelsInput, run: LevelsRun, notify:
     job's cores) and their numerics against fp32 at its first level; then the cross-artifact agreement."""
     todo = sum(1 for g in state.by_name.values() for ol in g.per_level.values() if not ol.error)
     done = 0
+    # The per-tensor table's sessions run without options.ort_session: they are at disable_all, where no entry
+    # ORT_SESSION_ENTRIES allows changes anything (ORT reads session.qdqisint8allowed at Level2 only,
+    # graph_transformer_utils.cc), so their outputs are the ones a session with the entries gives.
     shared = _shared_disable_all(state.by_name, state.levels, run.disable_all_runs, state.timings)
     for name in state.names:
         t1 = time.perf_counter()
@@ -350,7 +355,7 @@ def _numerics_at(state: _Levels, g: _Graphs, level: str, shared: tuple[list[str]
         elif shared is not None:
             g.output_names, outputs = shared
         else:
-            outputs = _accuracy_outputs(g, level, inputs.eval_feeds, cores)
+            outputs = _accuracy_outputs(g, level, inputs, cores)
         g.outputs[level] = outputs
         if state.reference is None and g.name == "fp32":
             state.reference = RunOutputs(names=list(g.output_names), values=outputs)
@@ -392,9 +397,11 @@ class _SameGraphFailed(Exception):
         self.error = error
 
 
-def _accuracy_outputs(g: _Graphs, level: str, feeds: list[dict[str, np.ndarray]], cores: Cores) -> list[np.ndarray]:
-    """Every eval feed through ``g`` at ``level``, untimed, on ``cores`` threads (one intra-op thread each)."""
-    session = session_for(g.path, level, intra_op_threads=1)
+def _accuracy_outputs(g: _Graphs, level: str, inputs: LevelsInput, cores: Cores) -> list[np.ndarray]:
+    """Every eval feed through ``g`` at ``level``, untimed, on ``cores`` threads (one intra-op thread each),
+    with the job's ORT session config entries (``options.ort_session``), as every session of this stage."""
+    feeds = inputs.eval_feeds
+    session = session_for(g.path, level, intra_op_threads=1, session_config=inputs.options.ort_session)
     g.output_names = [o.name for o in session.get_outputs()]
     try:
         return concat_runs(runs_on_cores(lambda feed: session.run(None, feed), feeds, cores, sequential=g.random_ops))
@@ -429,11 +436,12 @@ def _latency_phase(state: _Levels, inputs: LevelsInput, run: LevelsRun, notify: 
             continue
         t0 = time.perf_counter()
         try:
-            session = session_for(g.path, level, intra_op_threads=protocol.intra_op_threads)
+            config = inputs.options.ort_session
+            session = session_for(g.path, level, intra_op_threads=protocol.intra_op_threads, session_config=config)
             latency = latency_alone(session, feed, protocol, budget, concurrent_jobs=run.concurrent_jobs)
             del session
-            g.per_level[level] = ol.model_copy(update={"latency": latency,
-                                                       "profile": _profiled(g.path, level, feed, protocol, latency)})
+            g.per_level[level] = ol.model_copy(update={
+                "latency": latency, "profile": _profiled(g.path, level, feed, protocol, latency, config)})
         except Exception as e:  # noqa: BLE001 - a run failing here is a finding, as in the accuracy runs
             g.per_level[level] = ol.model_copy(update={"error": ol.error or scrub(
                 f"latency run failed: {type(e).__name__}: {e}")[:2000]})
@@ -445,11 +453,13 @@ def _latency_phase(state: _Levels, inputs: LevelsInput, run: LevelsRun, notify: 
     state.finished(LATENCY, run.on_section)
 
 
-def _profiled(path: Path, level: str, feed: dict[str, np.ndarray], protocol, latency) -> OpProfile | None:
-    """One run under ORT's profiler after the timed ones, on a session of its own (runtime/profile.py);
-    None when the profiler fails (logged: the latency stands without it)."""
+def _profiled(path: Path, level: str, feed: dict[str, np.ndarray], protocol, latency,
+              session_config: dict[str, str]) -> OpProfile | None:
+    """One run under ORT's profiler after the timed ones, on a session of its own with the timed session's
+    config entries (runtime/profile.py); None when the profiler fails (logged: the latency stands without it)."""
     try:
-        return profile_of(path, level, feed, threads=protocol.intra_op_threads, median_ms=latency.median_ms)
+        return profile_of(path, level, feed, threads=protocol.intra_op_threads, median_ms=latency.median_ms,
+                          session_config=session_config)
     except Exception:  # noqa: BLE001 - a profile is an explanation, never a reason to lose the figure
         log.warning("profiling %s at %s failed", path.name, level, exc_info=True)
         return None
@@ -489,7 +499,8 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, plan: _GraphsPl
         out_file = out_dir / f"{name}.{level}.onnx"
         not_measured = _not_measured(options, level, plan.timed)
         try:
-            session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}", intra_op_threads=threads)
+            session, lg = session_and_level_graph(path, level, graphs_dir / f"{name}.{level}", intra_op_threads=threads,
+                                                  session_config=options.ort_session)
             del session  # the accuracy and latency phases make their own (a session holds the weights)
             graph = graph_from_path(lg.graph, lazy=True)  # weights stay on disk until a summary reads one
         except Exception as e:  # noqa: BLE001 - ORT refusing a level is a result, not a crash
@@ -500,7 +511,7 @@ def _level_graphs(name: str, path: Path, file_graph: GraphIndex, plan: _GraphsPl
         session_seconds = time.perf_counter() - t0
         diff = diff_graphs(prev_graph, graph, previous=prev_level)
         if options.attribution and diff.rewrites and level != "disable_all":
-            diff = _attribute(diff, path, level, prev_graph, threads)
+            diff = _attribute(diff, path, level, prev_graph, threads, options.ort_session)
         structure = level_structure(graph, name=name, level=level, facts=facts, fp32_compute=plan.fp32_compute,
                                     int8_allowed=plan.int8_allowed, extended_rows=extended_rows, float_tail=float_tail)
         if level == "extended":
@@ -590,8 +601,9 @@ def agreement_rows(results: dict[str, dict[str, list[np.ndarray]]], output_names
     return rows
 
 
-def _attribute(diff, path: Path, level: str, prev_graph: GraphIndex, threads: int):
-    """Switch each candidate transformer off at ``level``; a rewrite is confirmed when it disappears."""
+def _attribute(diff, path: Path, level: str, prev_graph: GraphIndex, threads: int, session_config: dict[str, str]):
+    """Switch each candidate transformer off at ``level`` (in a session with the job's ``session_config``, as the
+    level graph's); a rewrite is confirmed when it disappears."""
     cache: dict[str, set[str]] = {}
     tmp = Path(tempfile.mkdtemp(prefix="qc-attr-"))
     try:
@@ -607,7 +619,7 @@ def _attribute(diff, path: Path, level: str, prev_graph: GraphIndex, threads: in
                     out = tmp / f"{cand}.onnx"
                     try:
                         session_for(path, level, intra_op_threads=threads, optimized_model_path=out,
-                                    disabled_optimizers=[cand])
+                                    disabled_optimizers=[cand], session_config=session_config)
                         d = diff_graphs(prev_graph, graph_from_path(out), previous=diff.previous)
                         cache[cand] = {r.summary for r in d.rewrites}
                     except Exception:  # noqa: BLE001 - an unknown name or a failing session proves nothing

@@ -123,12 +123,14 @@ def profile_from_trace(events: list[dict]) -> dict:
                 by_kernel={k: round(v, 4) for k, v in by_kernel.items()}, top_nodes=top, runs_in_profile=len(runs))
 
 
-def profile_of(path: Path, level: str, feed: dict, *, threads: int, median_ms: float | None) -> OpProfile:
+def profile_of(path: Path, level: str, feed: dict, *, threads: int, median_ms: float | None,
+               session_config: dict[str, str] | None = None) -> OpProfile:
     """``path`` at ``level`` on ``feed``, profiled by ORT on a session of its own (never a timed one);
-    ``median_ms``: the timed median, against which the profiler's overhead is stated."""
+    ``median_ms``: the timed median, against which the profiler's overhead is stated; ``session_config``:
+    the timed session's ORT session config entries (the job's ``options.ort_session``)."""
     folder = Path(tempfile.mkdtemp(prefix="qc-profile-"))
     try:
-        so = session_options_for(level, intra_op_threads=threads)
+        so = session_options_for(level, intra_op_threads=threads, session_config=session_config)
         so.enable_profiling = True
         so.profile_file_prefix = str(folder / "ort")
         session = session_with_options(path, so)
