@@ -202,6 +202,20 @@ def test_bad_requests_get_a_problem_with_a_stable_code(client, case, send, statu
     assert_problem(client.post("/v1/comparisons", **send), status, code)
 
 
+@pytest.mark.parametrize("entries, named", [
+    ({"ep.context_file_path": "/tmp/x.onnx"}, "ep.context_file_path"),
+    ({"session.optimized_model_external_initializers_file_name": "x.data"}, "session.optimized_model_external"),
+    ({"session.qdqisint8allowed": "2"}, "session.qdqisint8allowed=2"),
+], ids=["a file-writing entry", "another file-writing entry", "a value ORT reads as false"])
+def test_an_ort_session_entry_outside_the_allow_list_is_refused(client, entries, named):
+    """options.ort_session reaches ORT's SessionOptions: a key other than those advice emits (or a value other
+    than "0"/"1") is refused before anything runs, with the keys that are allowed."""
+    body = assert_problem(client.post("/v1/comparisons", json={"example": "conv_relu",
+                                                               "options": {"ort_session": entries}}),
+                          422, "invalid_options")
+    assert named in body["detail"] and 'session.qdqisint8allowed ("0" or "1")' in body["detail"]
+
+
 def test_unknown_things_are_404_problems(client):
     assert_problem(client.get("/v1/comparisons/" + "0" * 32), 404, "not_found")
     assert_problem(client.get("/v1/comparisons/not-an-id/artifacts"), 404, "not_found")

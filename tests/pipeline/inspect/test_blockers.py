@@ -13,6 +13,7 @@ from service.pipeline.environment import cpu_info
 from service.pipeline.vocabulary import graph_from_path
 from service.pipeline.inspect.blockers import BLOCKERS, grouped_blockers, unfused_by_level, unfused_nodes
 from service.pipeline.ort.sessions import session_options_for
+from service.pipeline.ort.targets import host_platform, int8_allowed_in
 from tests import models
 
 X86 = cpu_info().arch not in ("aarch64", "arm64", "ARM64")
@@ -87,16 +88,15 @@ class Builder:
 
 
 def saved(path, level="extended", tmp=None, **config):
-    """ORT's saved graph for ``path`` at ``level`` (the oracle) and this module's rows for it."""
+    """ORT's saved graph for ``path`` at ``level`` (the oracle), its session config entries ``config`` set as a
+    job's options.ort_session sets them, and this module's rows for it under the int8 rule they give."""
     import onnxruntime as ort
 
     out = path.with_suffix(f".{level}.onnx")
-    so = session_options_for(level, optimized_model_path=out)
-    for k, v in config.items():
-        so.add_session_config_entry(k, v)
+    so = session_options_for(level, optimized_model_path=out, session_config=config)
     ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     g = graph_from_path(out)
-    allowed = config.get("session.qdqisint8allowed") == "1" or not X86
+    allowed = int8_allowed_in(config, host_platform().int8_allowed)
     return g, {r.node: r for r in unfused_nodes(g, level=level, int8_allowed=allowed)}
 
 
@@ -271,10 +271,15 @@ def test_io_dtype_mismatch(tmp_path, out_readers):
 
 
 @pytest.mark.skipif(not X86, reason="on ARM QDQIsInt8Allowed() is true")
-@pytest.mark.parametrize("int8_allowed", [False, True], ids=["x86 default", "session.qdqisint8allowed=1"])
-def test_int8_activation_on_x86(tmp_path, int8_allowed):
+@pytest.mark.parametrize("entry", [None, "0", "1"], ids=["x86 default", "qdqisint8allowed=0", "qdqisint8allowed=1"])
+def test_int8_activation_on_x86(tmp_path, entry):
+    """The one entry options.ort_session allows changes what the installed ORT makes of a QDQ Conv with int8
+    activations: unset or "0" (ORT's default on x86, QDQIsInt8Allowed() false) the Conv stays float between its
+    Q/DQ, "1" fuses it to QLinearConv; ``int8_allowed_in`` reads the entry as ORT does."""
     path = conv_model(tmp_path, in_dtype="int8", out_dtype="int8", in_readers=2, out_readers=2)
-    config = {"session.qdqisint8allowed": "1"} if int8_allowed else {}
+    config = {} if entry is None else {"session.qdqisint8allowed": entry}
+    int8_allowed = entry == "1"
+    assert int8_allowed_in(config, host_platform().int8_allowed) == int8_allowed
     g, rows = saved(path, **config)
     assert ("QLinearConv" in ops(g)) == int8_allowed
     if not int8_allowed:
