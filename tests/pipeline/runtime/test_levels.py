@@ -314,3 +314,27 @@ def test_summary_columns_stay_aligned_for_any_width(conv_relu_levels, median_ms)
                 assert cell.split("|")[1].strip().removesuffix("~") == f"{median_ms:.2f}", row  # "~": noisy
         for s in starts[1:]:
             assert row[s - 1] == " " and row[s - 2] == " ", row
+
+
+@x86_only
+@pytest.mark.parametrize("entry", [None, "1"], ids=["ORT's default", "session.qdqisint8allowed=1"])
+def test_ort_session_reaches_every_session_of_the_stage_and_the_blockers_read_it(tmp_path, entry):
+    """options.ort_session is set on the level graph's, the timed and the profiled session (a QDQ Conv with int8
+    activations fuses to QLinearConv only with the entry; the accuracy runs' are pinned by the recipe re-run
+    test in tests/pipeline/advice/test_recipe.py, whose SQNR they give), and the blockers read
+    the int8 rule it gives: with uint8 weights the Conv stays float for its weights, not for int8 on x86."""
+    from tests.pipeline.inspect.test_blockers import conv_model
+
+    config = {} if entry is None else {"session.qdqisint8allowed": entry}
+    options = ComparisonOptions.model_validate({
+        "levels": ["disable_all", "extended"], "latency_levels": ["extended"], "ort_session": config,
+        "latency": {"runs": 2, "min_runs": 1, "warmup": 0, "budget_seconds": 0}})
+    paths = {w: conv_model(tmp_path, name=w, in_dtype="int8", out_dtype="int8", in_readers=2, out_readers=2,
+                           weight_dtype=w) for w in ("int8", "uint8")}
+    feeds = [{"x": np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)}]
+    r = analyze_levels(LevelsInput(artifact_paths=paths, eval_feeds=feeds, options=options), LevelsRun(out_dir=tmp_path))
+    fused, wrong_weights = r.optimized["int8"]["extended"], r.optimized["uint8"]["extended"]
+    assert ("QLinearConv" in fused.int8_kernels) == (entry == "1")
+    assert ("QLinearConv" in fused.profile.by_op_type) == (entry == "1")
+    conv = next(u for u in wrong_weights.unfused if u.node == "conv")
+    assert conv.blocker == ("weight_dtype_mismatch" if entry == "1" else "int8_activation_on_x86")
