@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import onnx
 import pytest
@@ -15,6 +17,8 @@ from service.pipeline.runtime.level_graphs import (
 )
 from service.pipeline.vocabulary import graph_from_path
 from tests import models
+
+X86 = platform.machine() in ("x86_64", "AMD64")
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +137,31 @@ def test_a_level_graph_with_constants_in_nested_bodies_downloads_as_a_file_ort_l
     want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.skipif(not X86, reason="on ARM QDQIsInt8Allowed() is true: the entry changes nothing")
+def test_a_download_makes_the_graph_again_with_the_jobs_ort_session(tmp_path, capsys):
+    """A job with options.ort_session wrote its level graphs with the entry; the download's subprocess
+    (``main``, argv as level_downloads.py passes it) sets it again, and gets another graph without it."""
+    import json
+
+    from service.pipeline.runtime.level_graphs import main
+    from tests.pipeline.inspect.test_blockers import conv_model as qdq_conv
+
+    path = qdq_conv(tmp_path, in_dtype="int8", out_dtype="int8", in_readers=2, out_readers=2)
+    config = {"session.qdqisint8allowed": "1"}
+    _, made = session_and_level_graph(path, "extended", tmp_path / "job", intra_op_threads=1, session_config=config)
+    argv = [str(path), "extended", "1", made.graph_sha256, made.data_sha256 or "-"]
+    assert main([*argv, str(tmp_path / "with.onnx"), json.dumps(config)]) == 0
+    assert "QLinearConv" in {n.op_type for n in onnx.load(str(tmp_path / "with.onnx")).graph.node}
+    assert main([*argv, str(tmp_path / "without.onnx")]) == 2
+    assert '"level_graph_mismatch"' in capsys.readouterr().out
+    # level_downloads.py reads the entries from the job's report.json, as the job ran them
+    from types import SimpleNamespace
+
+    from service.jobs.storage.level_downloads import level_graph_entries
+
+    report = {"options": {"ort_session": config}, "artifacts": {"mine": {"optimized": {"extended": {
+        "file": "mine.extended.onnx", "file_stored": False, "graph_sha256": made.graph_sha256}}}}}
+    files = SimpleNamespace(report_bytes=lambda job_id: json.dumps(report).encode())
+    assert level_graph_entries(files, "a" * 32)["mine.extended.onnx"].session_config == config

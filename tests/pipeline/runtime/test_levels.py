@@ -338,3 +338,34 @@ def test_ort_session_reaches_every_session_of_the_stage_and_the_blockers_read_it
     assert ("QLinearConv" in fused.profile.by_op_type) == (entry == "1")
     conv = next(u for u in wrong_weights.unfused if u.node == "conv")
     assert conv.blocker == ("weight_dtype_mismatch" if entry == "1" else "int8_activation_on_x86")
+
+
+@x86_only
+def test_side_by_side_says_when_the_jobs_ort_session_decides_the_int8_rule_here(tmp_path):
+    """A platform whose selectors take int8 activations (arm64's rule; here ORT's own graphs with the entry,
+    which gives the selectors that behaviour): against this machine's default the row names QDQIsInt8Allowed();
+    against a job that set session.qdqisint8allowed=0 it names the entry too; against one that set "1" nothing
+    differs."""
+    from service.pipeline.ort.targets import host_platform
+    from service.pipeline.platforms.side_by_side import side_by_side_rows
+    from service.schemas.platforms import PlatformReport, PlatformRules
+    from tests.pipeline.inspect.test_blockers import conv_model
+
+    path = conv_model(tmp_path, in_dtype="int8", out_dtype="int8", in_readers=2, out_readers=2)
+
+    def optimized(config):
+        options = ComparisonOptions.model_validate({"levels": ["extended"], "depth": "structure", "ort_session": config})
+        return analyze_levels(LevelsInput(artifact_paths={"mine": path}, eval_feeds=[], options=options),
+                              LevelsRun(out_dir=tmp_path / config.get("session.qdqisint8allowed", "default"))).optimized
+
+    allowed = {"session.qdqisint8allowed": "1"}
+    other = PlatformReport(name="int8-allowed", arch="aarch64", emulated=False, cpu="-", status="ok",
+                           rules=PlatformRules(int8_allowed=True, nchwc=False), optimized=optimized(allowed))
+    (default,) = side_by_side_rows(optimized({}), host_platform(), other)
+    assert not default.same and default.rules[0].startswith("QDQIsInt8Allowed(): false here, true on int8-allowed")
+    off = {"session.qdqisint8allowed": "0"}
+    (zero,) = side_by_side_rows(optimized(off), host_platform(), other, off)
+    assert zero.rules[0].startswith("QDQIsInt8Allowed(): false by session.qdqisint8allowed=0 in this job's sessions "
+                                    "(false by default) here, true on int8-allowed")
+    (one,) = side_by_side_rows(optimized(allowed), host_platform(), other, allowed)
+    assert one.same and not one.rules
