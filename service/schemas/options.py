@@ -149,8 +149,8 @@ class OrtQuantOptions(_Strict):
 # The ORT session config entries a job may set on the sessions that measure its files (``ort_session``):
 # exactly those advice can emit as a change, each with the values ORT reads. Any other key is refused, not
 # passed on: several entries make ORT write files where the key says (``ep.context_file_path``,
-# ``session.optimized_model_external_initializers_file_name``) or load code, which an upload's options must
-# never reach. ``session.qdqisint8allowed``: "1" lets ORT's QDQ selectors take int8 activations (no
+# ``session.optimized_model_external_initializers_file_name``), which an upload's options must never reach,
+# and others change what the job measures without the report saying so. ``session.qdqisint8allowed``: "1" lets ORT's QDQ selectors take int8 activations (no
 # QDQS8ToU8Transformer); unset, ORT takes QDQIsInt8Allowed(), true on arm, false elsewhere
 # (graph_transformer_utils.cc: GetConfigOrDefault(kOrtSessionOptionsQDQIsInt8Allowed, QDQIsInt8Allowed() ? "1" : "0")).
 QDQ_IS_INT8_ALLOWED = "session.qdqisint8allowed"

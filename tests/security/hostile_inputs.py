@@ -358,6 +358,10 @@ CASES: list[Case] = [
     Case("an option out of range", lambda e: model_form(conv_bytes(), options={"calibration_samples": 10**9}),
          422, "invalid_options"),
     Case("an option of the wrong type", lambda e: model_form(conv_bytes(), options={"levels": "all"}), 422, "invalid_options"),
+    # options.ort_session reaches ORT's SessionOptions: an entry that makes ORT write a file where it says is refused
+    Case("an ORT session entry that writes a file",
+         lambda e: model_form(conv_bytes(), options={"ort_session": {"session.optimized_model_external_initializers_file_name":
+                                                                     "../../x.data"}}), 422, "invalid_options"),
     Case("input_shapes for an input the model lacks", lambda e: model_form(conv_bytes(), options={"input_shapes": {"z": [1]}}),
          422, "invalid_options"),
     # Python's json reads NaN and Infinity: the report stored the gate's value as null, and the job
