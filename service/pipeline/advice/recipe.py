@@ -23,10 +23,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.pipeline.quantize.ort_quant import quantize_static_kwargs
-from service.schemas.advice import Recipe, RecipeStep
 from pydantic import ValidationError
 
+from service.pipeline.quantize.ort_quant import quantize_static_kwargs
+from service.schemas.advice import Recipe, RecipeStep
 from service.schemas.options import BUILTIN_ARTIFACTS, ComparisonOptions, resolved_ort_settings
 
 __all__ = ["RecipeBase", "recipe_for", "settings_with_change", "options_with_change", "ORT_ARTIFACTS"]

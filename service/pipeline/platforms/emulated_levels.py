@@ -105,6 +105,9 @@ def _levels_request(platform: Platform, inputs: LevelsInput, levels: list[str], 
         "budget_seconds": inputs.options.platform_accuracy.budget_seconds, "threads": 1,
         "latency_runs": RELEASE_LATENCY_RUNS,
         "latency_levels": timed_levels(inputs.options) if platform.kind == "ort" and run_accuracy else [],
+        # An ORT release on this machine runs with the job's options.ort_session, as this machine's sessions do,
+        # so what differs is the release's; arm64 runs with its own defaults (QDQIsInt8Allowed() true there).
+        "session_config": dict(inputs.options.ort_session) if platform.kind == "ort" else {},
     }
 
 

@@ -20,7 +20,7 @@ from service.pipeline.platforms.targets.ort_release import release_summary
 from service.pipeline.platforms.targets.rows import release_rows, target_rows
 from service.pipeline.platforms.emulated_levels import platform_levels, unavailable_report
 from service.pipeline.platforms.side_by_side import side_by_side_rows
-from service.pipeline.ort.targets import host_platform, platform_from_name
+from service.pipeline.ort.targets import host_platform, int8_allowed_in, platform_from_name
 from service.pipeline.runtime.levels import LevelsResult
 from service.pipeline.runtime.stage import levels_input
 from service.pipeline.verdict.decide import batchnorm_count
@@ -52,6 +52,8 @@ def platforms_stage(options: ComparisonOptions, prepared: Prepared, fp32: Fp32, 
                                                  if n in levels.optimized})
     for name in emulated_platforms(options):
         platform = platform_from_name(name)
+        if platform.kind == "ort":  # it runs with the job's options.ort_session (emulated_levels._levels_request)
+            platform = replace(platform, int8_allowed=int8_allowed_in(options.ort_session, platform.int8_allowed))
         try:
             if platform.kind in ("qnn", "openvino"):
                 report = compiled_target_report(platform, compared, out_dir)

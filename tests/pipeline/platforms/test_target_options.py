@@ -46,3 +46,18 @@ def test_target_metrics_need_a_target_and_a_gate_on_a_target_that_did_not_run_fa
     assert "need a target in front" in e.value.message
     verdict = verdict_from_artifacts({}, ComparisonOptions(), [gate_from_string("qnn:69.ort_qdq.compiles")])
     assert not verdict.passed and "add it to options.platforms" in verdict.gates[0].message
+
+
+def test_an_ort_release_is_asked_to_run_with_the_jobs_ort_session_and_arm64_with_its_defaults(tmp_path):
+    """What the platform's process is asked (emulated_ort.py sets ``session_config`` on each session): another ORT
+    release on this machine gets the job's options.ort_session, so a difference it shows is the release's;
+    emulated arm64 runs with its own defaults."""
+    from service.pipeline.platforms.emulated_levels import _levels_request
+    from service.pipeline.runtime.levels import LevelsInput
+
+    config = {"session.qdqisint8allowed": "1"}
+    inputs = LevelsInput(artifact_paths={"fp32": tmp_path / "fp32.onnx"}, eval_feeds=[],
+                         options=ComparisonOptions.model_validate({"ort_session": config}))
+    ask = {name: _levels_request(platform_from_name(name), inputs, ["extended"], tmp_path, False)
+           for name in ("ort:1.22.1", "arm64")}
+    assert ask["ort:1.22.1"]["session_config"] == config and ask["arm64"]["session_config"] == {}
