@@ -150,9 +150,10 @@ class OrtQuantOptions(_Strict):
 # exactly those advice can emit as a change, each with the values ORT reads. Any other key is refused, not
 # passed on: several entries make ORT write files where the key says (``ep.context_file_path``,
 # ``session.optimized_model_external_initializers_file_name``), which an upload's options must never reach,
-# and others change what the job measures without the report saying so. ``session.qdqisint8allowed``: "1" lets ORT's QDQ selectors take int8 activations (no
-# QDQS8ToU8Transformer); unset, ORT takes QDQIsInt8Allowed(), true on arm, false elsewhere
-# (graph_transformer_utils.cc: GetConfigOrDefault(kOrtSessionOptionsQDQIsInt8Allowed, QDQIsInt8Allowed() ? "1" : "0")).
+# and others change what the job measures without the report saying so. ``session.qdqisint8allowed``: "1"
+# lets ORT's QDQ selectors take int8 activations (no QDQS8ToU8Transformer); unset, ORT takes
+# QDQIsInt8Allowed(), true on arm, false elsewhere (graph_transformer_utils.cc:
+# GetConfigOrDefault(kOrtSessionOptionsQDQIsInt8Allowed, QDQIsInt8Allowed() ? "1" : "0")).
 QDQ_IS_INT8_ALLOWED = "session.qdqisint8allowed"
 ORT_SESSION_ENTRIES: dict[str, tuple[str, ...]] = {QDQ_IS_INT8_ALLOWED: ("0", "1")}
 

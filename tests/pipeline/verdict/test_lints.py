@@ -321,3 +321,16 @@ def test_an_already_quantized_upload_s_int8_kernels_are_not_called_sample_noise(
     assert "QLinearConv x33" in quantized[0].message and "may not exercise" not in quantized[0].hint
     floating = unstable_reference_lints({"basic": level("basic", {})}, None)
     assert "may not exercise" in floating[0].hint  # a float upload keeps the samples' reading
+
+
+def test_a_job_that_set_ort_session_entries_says_its_figures_need_them():
+    """options.ort_session changes what ORT does (pinned in tests/pipeline/runtime/test_levels.py): the report says
+    so in one info lint, and names the int8 rule it changed where it did (x86: not allowed by default)."""
+    from service.pipeline.ort.targets import host_platform
+
+    assert "ort_session_entries" not in _codes("ort_qdq", _facts(), _levels(), VNNI)
+    levels = _levels_of({"ort_qdq": _facts()}, {"ort_qdq": _levels()})
+    options = ComparisonOptions(ort_session={"session.qdqisint8allowed": "1"})
+    lint = next(x for x in levels_lints(levels, options, VNNI) if x.code == "ort_session_entries")
+    assert lint.severity == "info" and "session.qdqisint8allowed=1" in lint.message
+    assert ("change ORT's int8 rule" in lint.message) is (not host_platform().int8_allowed)

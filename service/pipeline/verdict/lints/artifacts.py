@@ -4,6 +4,7 @@ its outputs show against fp32's."""
 from __future__ import annotations
 
 from service.pipeline.inspect.dropped_activations import DroppedActivation
+from service.pipeline.ort.targets import host_platform, int8_allowed_in
 from service.pipeline.runtime.numerics import SQNR_FLOOR
 from service.pipeline.verdict.lints.registry import Findings, db_text, first_three, lint, size_text
 from service.schemas.levels import Lint, OptimizedLevel
@@ -327,6 +328,30 @@ X86 = ("x86_64", "AMD64", "i686", "x86")
 
 def _has_vnni(cpu: CpuInfo) -> bool:
     return any(cpu.isa.get(k) for k in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+@lint("ort_session_entries", "info", "the job set ORT session config entries (options.ort_session): its ORT "
+      "figures hold for sessions that set them too")
+def ort_session_entries(found: Findings) -> list[Lint]:
+    entries = found.options.ort_session
+    if not entries:
+        return []
+    shown = ", ".join(f"{k}={v}" for k, v in entries.items())
+    default = host_platform().int8_allowed
+    allowed = int8_allowed_in(entries, default)
+    int8 = "" if allowed == default else (
+        f" They change ORT's int8 rule on this CPU: its QDQ selectors {'take' if allowed else 'refuse'} int8 "
+        f"activations, where its default (QDQIsInt8Allowed()) {'refuses' if allowed else 'takes'} them.")
+    return [Lint(
+        code="ort_session_entries", severity="info", artifact=None,
+        message=f"every session that measured the files on this machine (level graphs, accuracy, latency, profile, "
+                f"advice) set {shown}: the rewrites, kernels and figures of the ORT-run files hold for a deployment "
+                f"that sets the same entries.{int8}",
+        hint="set them on the deployment's SessionOptions (so.add_session_config_entry); run the job without "
+             "options.ort_session for ORT's defaults",
+        source="onnxruntime/core/optimizer/graph_transformer_utils.cc (GetConfigOrDefault(kOrtSessionOptionsQDQIsInt8Allowed, "
+               "QDQIsInt8Allowed() ? \"1\" : \"0\"))",
+    )]
 
 
 @lint("qoperator_int8_activations_x86", "warning", "the QOperator file's int8 activations run ORT's slow s8s8 "
