@@ -17,15 +17,19 @@ _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
 
 
-@converter("Conv", since=1)
-def conv(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) -> torch.Tensor:
+def _operands(node: OnnxNode, inputs: list[torch.Tensor | None]):
+    """(x, w, bias or None, spatial rank, kernel, strides, dilations, group): what Conv and ConvTranspose
+    read alike from their inputs and attributes."""
     x, w = inputs[0], inputs[1]
     b = inputs[2] if len(inputs) > 2 else None
     n = check_rank(node, x)
-    kernel = [int(k) for k in w.shape[2:]]
-    strides = ints(node, "strides", n, 1)
-    dilations = ints(node, "dilations", n, 1)
-    group = int(node.attrs.get("group", 1))
+    return (x, w, b, n, [int(k) for k in w.shape[2:]], ints(node, "strides", n, 1), ints(node, "dilations", n, 1),
+            int(node.attrs.get("group", 1)))
+
+
+@converter("Conv", since=1)
+def conv(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) -> torch.Tensor:
+    x, w, b, n, kernel, strides, dilations, group = _operands(node, inputs)
     begin, end = explicit_pads(node, spatial_shape(ctx, node, x), kernel, strides, dilations,
                                dilated_kernel_for_same=True)
     if begin == end and all(p >= 0 for p in begin):
@@ -40,14 +44,8 @@ def conv(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None])
 
 @converter("ConvTranspose", since=1)
 def conv_transpose(ctx: ConvertContext, node: OnnxNode, inputs: list[torch.Tensor | None]) -> torch.Tensor:
-    x, w = inputs[0], inputs[1]
-    b = inputs[2] if len(inputs) > 2 else None
-    n = check_rank(node, x)
-    kernel = [int(k) for k in w.shape[2:]]
-    strides = ints(node, "strides", n, 1)
-    dilations = ints(node, "dilations", n, 1)
+    x, w, b, n, kernel, strides, dilations, group = _operands(node, inputs)
     out_pad = ints(node, "output_padding", n, 0)
-    group = int(node.attrs.get("group", 1))
     in_sizes = spatial_shape(ctx, node, x)
     auto_pad = text(node.attrs.get("auto_pad"), "NOTSET")
     # Full size: every input position's kernel footprint, before pads and output_padding.

@@ -168,14 +168,18 @@ def _bcast(param, x, axis):
     return param.reshape(shape)
 
 
-@converter("DequantizeLinear")
-def dequantize(ctx, node, inputs):
-
+def _qparams(node, inputs):
+    """(x, scale, zero point or None, and the two shaped to broadcast along ``axis`` against x): what
+    QuantizeLinear and DequantizeLinear read alike."""
     x, scale = inputs[0], inputs[1]
     zp = inputs[2] if len(inputs) > 2 else None
     axis = int(node.attr("axis", 1))
-    s = _bcast(scale, x, axis)
-    z = _bcast(zp, x, axis)
+    return x, scale, zp, _bcast(scale, x, axis), _bcast(zp, x, axis)
+
+
+@converter("DequantizeLinear")
+def dequantize(ctx, node, inputs):
+    x, scale, zp, s, z = _qparams(node, inputs)
     xf = x.to(torch.float32)
     if z is not None:
         xf = xf - z.to(torch.float32)
@@ -184,12 +188,7 @@ def dequantize(ctx, node, inputs):
 
 @converter("QuantizeLinear")
 def quantize(ctx, node, inputs):
-
-    x, scale = inputs[0], inputs[1]
-    zp = inputs[2] if len(inputs) > 2 else None
-    axis = int(node.attr("axis", 1))
-    s = _bcast(scale, x, axis)
-    z = _bcast(zp, x, axis)
+    x, scale, zp, s, z = _qparams(node, inputs)
     dtype = zp.dtype if zp is not None else torch.uint8
     info = torch.iinfo(dtype)
     q = torch.round(x / s)

@@ -49,7 +49,7 @@ import numpy as np
 from service.pipeline.environment import cpu_info
 from service.pipeline.extras_budget import REACH_FURTHER, ExtrasBudget
 from service.pipeline.inspect.blockers import unfused_nodes
-from service.pipeline.ort.targets import host_platform, int8_allowed_in
+from service.pipeline.ort.targets import int8_allowed_in
 from service.pipeline.quantize.ort_quant import quantized_by_ort
 from service.pipeline.runtime.latency import SHORT_RUN_MS, SHORT_RUN_WARMUP, median_ci
 from service.pipeline.runtime.level_graphs import DATA_FILE, GRAPH_FILE, fingerprint, level_graph_digest
@@ -216,7 +216,7 @@ def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarra
     float in that graph (``blockers.unfused_nodes``, as the levels stage finds them, under the int8 rule
     the session's entries, ``session_config`` over the job's, made it run with)."""
     graph = graph_from_path(saved, lazy=True)
-    int8_allowed = _int8_allowed(_entries(ctx, session_config))
+    int8_allowed = int8_allowed_in(_entries(ctx, session_config))
     still_float = frozenset(r.node for r in unfused_nodes(graph, level=ctx.level, int8_allowed=int8_allowed,
                                                           pt2e=artifact == "pt2e_qdq"))
     outputs = concat_runs(runs_on_cores(lambda feed: session.run(None, feed), ctx.evaluation, ctx.cores))
@@ -224,12 +224,6 @@ def _figures(session, saved: Path, ctx: AdviceContext, reference: list[np.ndarra
                          sqnr_db=worst_elementwise_sqnr(reference, outputs, ctx.data_dependent),
                          level=ctx.level), still_float
 
-
-def _int8_allowed(session_config: dict[str, str] | None = None) -> bool:
-    """Whether ORT's QDQ selectors take int8 activations in a session with ``session_config`` where the
-    candidates are measured: its session.qdqisint8allowed, else QDQIsInt8Allowed() (QDQS8ToU8Transformer runs
-    where it is false)."""
-    return int8_allowed_in(session_config, host_platform().int8_allowed)
 
 
 # A candidate whose every timed run is this much slower than every run of the artifact as is, after
@@ -768,7 +762,7 @@ def advice_plan_for_job(optimized: dict, ctx: AdviceContext) -> AdvicePlan | Non
     figures = level_figures(optimized, ctx.level, with_before=ctx.reference is not None)
     candidates = by_expected_gain(candidates_from_blockers(figures.unfused, figures.kernels,
                                                            ort_settings=ctx.ort_settings,
-                                                           int8_allowed=_int8_allowed(ctx.session_config),
+                                                           int8_allowed=int8_allowed_in(ctx.session_config),
                                                            vnni=vnni),
                                   figures.latency_ms, figures.profiles)
     if not candidates:

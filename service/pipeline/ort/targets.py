@@ -68,12 +68,14 @@ def host_platform() -> Platform:
                     int8_allowed=int8_allowed, nchwc=nchwc)
 
 
-def int8_allowed_in(session_config: dict[str, str] | None, default: bool) -> bool:
+def int8_allowed_in(session_config: dict[str, str] | None, default: bool | None = None) -> bool:
     """Whether ORT's QDQ selectors take int8 activations in a session with ``session_config``: ORT reads
-    ``session.qdqisint8allowed`` with QDQIsInt8Allowed() (``default``, the platform's) as its default and
-    takes "1" as true, any other value as false (graph_transformer_utils.cc, Level2)."""
+    ``session.qdqisint8allowed`` with QDQIsInt8Allowed() (``default``, the platform's; this machine's when
+    None) as its default and takes "1" as true, any other value as false (graph_transformer_utils.cc, Level2)."""
     value = (session_config or {}).get(QDQ_IS_INT8_ALLOWED)
-    return default if value is None else value == "1"
+    if value is not None:
+        return value == "1"
+    return host_platform().int8_allowed if default is None else default
 
 
 def platform_from_name(name: str) -> Platform:

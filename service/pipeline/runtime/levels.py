@@ -50,7 +50,7 @@ from service.pipeline.inspect.graph_summary import (
 )
 from service.pipeline.context import Progress
 from service.pipeline.isolation import scrub
-from service.pipeline.ort.targets import host_platform, int8_allowed_in
+from service.pipeline.ort.targets import int8_allowed_in
 from service.pipeline.runtime.profile import profile_of, where_it_loses
 from service.pipeline.runtime.latency import (
     LatencyBudget,
@@ -290,7 +290,7 @@ def _graphs_phase(inputs: LevelsInput, run: LevelsRun, loaded: dict[str, GraphIn
     names = _ordered(inputs.artifact_paths)
     plan = _GraphsPlan(levels=levels, options=options, timed=timed_levels(options), out_dir=out_dir,
                        graphs_dir=out_dir / "_level_graphs", keep_level_graphs=run.keep_level_graphs,
-                       int8_allowed=int8_allowed_in(options.ort_session, host_platform().int8_allowed))
+                       int8_allowed=int8_allowed_in(options.ort_session))
     t0 = time.perf_counter()
     by_name: dict[str, _Graphs] = {}
     drawn: dict[int, str] = {}
