@@ -2,10 +2,12 @@
 
 Usage (on an idle machine): .venv/bin/python bench/profile_overhead.py [corpus name, default nudenet_320n] [--repeat N]
 
-Runs the job's levels stage as a job does (latency at ``all``, 1 intra-op thread, advice and the
-per-tensor table off), then profiles each artifact's graph at ``all`` ``--repeat`` more times
-(``runtime/profile.profile_of``, each on a session of its own) and prints, per artifact: the timed median,
-the median profiled run, the overhead, ORT's total for the run, and how much of it the node times cover.
+Runs the job (levels disable_all and all, advice and the per-tensor table off) for its files, waits until
+the 1-minute load is under ``--idle`` (the job's own work raised it), then per artifact at ``all``, side by
+side: the timed median by the job's latency protocol (``latency_alone``, one intra-op thread, a fresh
+session) and ``--repeat`` profiled runs (``runtime/profile.profile_of``, each on a session of its own).
+Prints the timed median, the median profiled run, the overhead, ORT's total for the run, and how much of
+it the node times cover, with the load before and after.
 """
 
 from __future__ import annotations
@@ -24,9 +26,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("model", nargs="?", default="nudenet_320n")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--idle", type=float, default=0.5, help="wait for a 1-minute load under this before measuring")
     args = ap.parse_args()
 
     from service.pipeline.compare import ComparisonRequest, run_comparison
+    from bench.job_budget import wait_idle
+    from service.pipeline.ort.sessions import session_for
+    from service.pipeline.runtime.latency import LatencyBudget, latency_alone, latency_protocol_from_options
     from service.pipeline.runtime.profile import profile_of
     from service.schemas.options import ComparisonOptions
     from tests.realworld.corpus import BY_NAME
@@ -39,23 +45,26 @@ def main() -> None:
         advice={"enabled": False}, layers={"enabled": False}))
     report = run_comparison(ComparisonRequest(model_path=path, model_name=model.name, options=options), work / "job")
     art_dir = work / "job" / "artifacts"
-    print(f"model {model.name}: {report.model.node_count} nodes; load average {os.getloadavg()[0]:.2f}")
+    # The job's own conversion and quantization just kept a core busy: the figures below are taken once the
+    # 1-minute load is back under --idle, the timed median and the profiled runs side by side on fresh sessions.
+    load = wait_idle(args.idle)
+    protocol = latency_protocol_from_options(options.latency)
+    print(f"model {model.name}: {report.model.node_count} nodes; load average {load:.2f} before the figures")
     print(f"{'artifact':<15}{'timed median ms':>16}{'profiled ms':>13}{'overhead':>10}{'ORT total ms':>14}"
           f"{'nodes/total':>13}  where it loses")
     for name, art in report.artifacts.items():
-        ol = art.optimized.get("all")
-        if ol is None or ol.latency is None or ol.profile is None:
+        if art.status != "ok":
             print(f"{name:<15}{'-':>16}  (not timed: {art.status})")
             continue
-        feed = _feed(report, art_dir)
-        runs = [ol.profile.profiled_run_ms]
-        for _ in range(args.repeat):
-            runs.append(profile_of(art_dir / f"{name}.onnx", "all", feed, threads=1,
-                                   median_ms=ol.latency.median_ms).profiled_run_ms)
-        prof = statistics.median(runs)
-        p = ol.profile
-        print(f"{name:<15}{ol.latency.median_ms:>16.3f}{prof:>13.3f}{prof / ol.latency.median_ms - 1:>10.1%}"
+        feed, path = _feed(report, art_dir), art_dir / f"{name}.onnx"
+        latency = latency_alone(session_for(path, "all", intra_op_threads=1), feed, protocol,
+                                LatencyBudget(protocol.budget_seconds, 1))
+        profiles = [profile_of(path, "all", feed, threads=1, median_ms=latency.median_ms) for _ in range(args.repeat)]
+        prof = statistics.median(pr.profiled_run_ms for pr in profiles)
+        p = profiles[-1]
+        print(f"{name:<15}{latency.median_ms:>16.3f}{prof:>13.3f}{prof / latency.median_ms - 1:>10.1%}"
               f"{p.total_ms:>14.3f}{p.kernels_ms / p.total_ms:>13.1%}  {p.where_it_loses or '-'}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 def _feed(report, art_dir: Path) -> dict:

@@ -64,22 +64,28 @@ def main() -> int:
     ap.add_argument("--example", default="op_zoo_net")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--targets", default="qnn:69,openvino:cpu,ort:1.22.1")
+    ap.add_argument("--idle", type=float, default=0.5, help="wait for a 1-minute load under this before each job")
     args = ap.parse_args()
     targets = args.targets.split(",")
+    from bench.job_budget import wait_idle
+
     _job(args.example, None, 0)  # warm-up: imports and the example's export
-    base, added, last = [], {t: [] for t in targets}, {}
+    base, added, last, loads = [], {t: [] for t in targets}, {}, {t: [] for t in targets}
     for i in range(args.runs):
+        wait_idle(args.idle)
         base.append(_job(args.example, None, i + 1)[1])
         for t in targets:
+            loads[t].append(wait_idle(args.idle))
             report, _ = _job(args.example, [t], i + 1)
             added[t].append(report.timings.get("platforms", 0.0))
             last[t] = report
     print(f"{args.example}: the job alone {statistics.median(base):.2f} s (median of {args.runs})\n")
-    print("| target | adds to the job (s, median) | status |")
-    print("| --- | --- | --- |")
+    print("| target | adds to the job (s, median) | status | load before its jobs (highest) |")
+    print("| --- | --- | --- | --- |")
     for t in targets:
         p = last[t].platforms[t]
-        print(f"| {t} | {statistics.median(added[t]):.2f} | {p.status}{'' if p.error is None else ': ' + p.error.code} |")
+        print(f"| {t} | {statistics.median(added[t]):.2f} | {p.status}{'' if p.error is None else ': ' + p.error.code} "
+              f"| {max(loads[t]):.2f} |")
     print("\n| target | artifact | status | nodes taken | worst SQNR here / there (dB) | latency there (ms) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for t in targets:
